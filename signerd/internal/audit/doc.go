@@ -1,0 +1,50 @@
+// Package audit is signerd's tamper-evident audit log: one JSON line per
+// signing decision, granted or denied, hash-chained and made durable with
+// group commit before the decision is allowed to take effect.
+//
+// # Line format
+//
+// Every line is the canonical encoding of a [Record] followed by "\n". The
+// canonical encoding is fixed by this package, not by encoding/json, so that a
+// file written today still verifies after a Go upgrade:
+//
+//   - one JSON object, no whitespace, keys in this order: time, replica, seq,
+//     caller, rpc, space, profile, subject, jti, expiry (omitted when zero),
+//     request_id (omitted when empty), decision, reason (omitted when empty),
+//     prev, hash;
+//   - strings escape only '"', '\\' and control characters (\b \f \n \r \t,
+//     otherwise \u00XX with lower-case hex); everything else is literal UTF-8;
+//   - times are UTC in RFC 3339 with nanoseconds, trailing zeros trimmed
+//     (time.RFC3339Nano); seq is a decimal integer.
+//
+// [Verify] refuses a line that is valid JSON but not in this form, so that
+// changing any byte of a line (even whitespace or key case) is reported at that
+// line.
+//
+// # Chain
+//
+// Each replica keeps its own chain (ARCHITECTURE §7), named by the replica id
+// in every line, with seq counting 1, 2, 3, ... along the chain:
+//
+//	genesis(replica) = SHA-256("cotal-audit/v1\x00" || replica)
+//	hash_n           = SHA-256(prev_n || canonical(record_n with hash = ""))
+//	prev_1           = genesis(replica), prev_n = hash_(n-1)
+//
+// where prev_n is the 32 raw bytes and the prev and hash fields hold lower-case
+// hex. A line whose content was altered fails its own hash; a deleted,
+// duplicated or reordered line breaks the seq/prev link at the position where
+// it happened. Lines of several replicas may be interleaved in one file.
+//
+// # What the chain cannot show
+//
+// The chain is not keyed: someone who can write the file can rewrite a whole
+// suffix consistently, and removing lines from the end (tail truncation)
+// leaves a valid, shorter chain. Neither is detectable from the file alone. An
+// operator who needs that records the head ([Log.Head] or the heads in
+// [Summary]) somewhere the signer host cannot write (a ticket, a transparency
+// log, another machine) and checks later that the chain still reaches it.
+//
+// Never a JWT, never a seed: [Record] has no field meant to hold either, and
+// [Log.Append] replaces any field value that looks like a JWT, an nkey seed or
+// a PEM private key with [Redacted] before it is written.
+package audit

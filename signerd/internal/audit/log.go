@@ -1,0 +1,455 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Config says where a Log writes and how it batches.
+type Config struct {
+	// Path is the audit file. Required. Its directory must be mode 0700 (it is
+	// created so when missing) and the file mode 0600; both must belong to
+	// this process's uid.
+	Path string
+	// Replica names this signerd replica's chain. Required; letters, digits,
+	// '.', '_', '-', ':' only, at most 64 bytes.
+	Replica string
+	// MaxBatch caps the lines written per fsync. 0 means 256.
+	MaxBatch int
+	// MaxDelay is how long the writer may wait for more lines before it
+	// writes a batch smaller than MaxBatch. 0 means no wait: lines that
+	// arrive while an fsync runs form the next batch, which is already
+	// group commit without adding latency.
+	MaxDelay time.Duration
+	// Now is the clock for Record.Time. nil means time.Now.
+	Now func() time.Time
+	// OnBatch, if set, is called from the writer goroutine with the size of
+	// every batch made durable (for a histogram the caller owns). It must
+	// not block or call back into the Log.
+	OnBatch func(n int)
+}
+
+const defaultMaxBatch = 256
+
+// ErrClosed is returned by Append after Close.
+var ErrClosed = errors.New("audit: log closed")
+
+// ErrBroken marks every error from a Log whose write or fsync failed. Once
+// broken, a Log fails every Append: a signer must not sign without audit.
+// Restarting re-verifies the file and refuses it if the failed write left a
+// torn line, so an operator looks before signing resumes.
+var ErrBroken = errors.New("audit: log broken")
+
+// ErrInUse is returned by New when another Log (in this or another process)
+// holds the file.
+var ErrInUse = errors.New("audit: file in use by another writer")
+
+// ModeError reports a file or directory whose type, mode or owner is looser
+// than the log requires.
+type ModeError struct {
+	Path   string
+	Mode   fs.FileMode
+	Reason string
+}
+
+func (e *ModeError) Error() string {
+	return fmt.Sprintf("audit: %s (mode %v): %s", e.Path, e.Mode, e.Reason)
+}
+
+// Log appends records to one replica's chain in one file. It is safe for
+// concurrent use; seq and chain order equal file order.
+type Log struct {
+	path    string
+	replica string
+	f       *os.File
+	now     func() time.Time
+	onBatch func(int)
+	sync    func(*os.File) error
+
+	maxBatch int
+	maxDelay time.Duration
+
+	wake    chan struct{} // capacity 1: "the queue changed"
+	stop    chan struct{} // closed by Close
+	stopped chan struct{} // closed when the writer has drained and exited
+
+	mu      sync.Mutex
+	seq     uint64   // seq of the last line queued; mu must be held
+	prev    [32]byte // hash of the last line queued; mu must be held
+	queue   []*pending
+	closed  bool
+	broken  error
+	durable Head // last line known to be on disk; mu must be held
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// pending is one line waiting for its batch's fsync.
+type pending struct {
+	line []byte
+	head Head
+	done chan error // capacity 1, written exactly once by the writer
+}
+
+// New opens (or creates) the audit file, verifies the chain already in it
+// and starts the writer. It refuses a directory or file with group or other
+// permissions, a file owned by another uid, a symlink at Path, a file
+// another Log holds, a broken chain (the error wraps *BreakError naming the
+// line) and a file that holds another replica's chain.
+func New(cfg Config) (*Log, error) {
+	return open(cfg, (*os.File).Sync)
+}
+
+// open is New with the fsync injectable, so tests can observe and fail it.
+func open(cfg Config, syncFn func(*os.File) error) (*Log, error) {
+	if cfg.Path == "" {
+		return nil, &FieldError{Field: "path", Reason: "required"}
+	}
+	if err := checkReplica(cfg.Replica); err != nil {
+		return nil, err
+	}
+	if cfg.MaxBatch < 0 {
+		return nil, &FieldError{Field: "max_batch", Reason: fmt.Sprintf("%d is negative", cfg.MaxBatch)}
+	}
+	if cfg.MaxDelay < 0 {
+		return nil, &FieldError{Field: "max_delay", Reason: fmt.Sprintf("%v is negative", cfg.MaxDelay)}
+	}
+	f, err := openFile(cfg.Path)
+	if err != nil {
+		return nil, err
+	}
+	l := &Log{
+		path:     cfg.Path,
+		replica:  cfg.Replica,
+		f:        f,
+		now:      cfg.Now,
+		onBatch:  cfg.OnBatch,
+		sync:     syncFn,
+		maxBatch: cfg.MaxBatch,
+		maxDelay: cfg.MaxDelay,
+		wake:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		stopped:  make(chan struct{}),
+	}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	if l.maxBatch == 0 {
+		l.maxBatch = defaultMaxBatch
+	}
+	if err := l.recover(); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	go l.run()
+	return l, nil
+}
+
+// openFile checks the directory, opens the file without following a symlink,
+// checks what was opened (not the name, which could be swapped) and locks it.
+func openFile(path string) (*os.File, error) {
+	dir := filepath.Dir(path)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("audit: create directory %s: %w", dir, err)
+		}
+	}
+	di, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	if err := checkMode(dir, di, true); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, &ModeError{Path: path, Mode: fs.ModeSymlink, Reason: "is a symlink"}
+		}
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	fi, err := f.Stat()
+	if err == nil {
+		err = checkMode(path, fi, false)
+	}
+	if err == nil {
+		// Make a newly created file's name durable too.
+		err = syncDir(dir)
+	}
+	if err == nil {
+		if lerr := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); lerr != nil {
+			err = fmt.Errorf("%w: %s: %w", ErrInUse, path, lerr)
+		}
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// checkMode refuses a path that is the wrong type, grants any permission to
+// group or other, or is owned by another uid.
+func checkMode(path string, fi fs.FileInfo, wantDir bool) error {
+	mode := fi.Mode()
+	switch {
+	case wantDir && !fi.IsDir():
+		return &ModeError{Path: path, Mode: mode, Reason: "is not a directory"}
+	case !wantDir && !mode.IsRegular():
+		return &ModeError{Path: path, Mode: mode, Reason: "is not a regular file"}
+	case wantDir && mode.Perm()&0o077 != 0:
+		return &ModeError{Path: path, Mode: mode, Reason: "directory must be mode 0700 (no group or other access)"}
+	case !wantDir && mode.Perm()&0o077 != 0:
+		return &ModeError{Path: path, Mode: mode, Reason: "file must be mode 0600 (no group or other access)"}
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return &ModeError{Path: path, Mode: mode, Reason: fmt.Sprintf("owned by uid %d, not this process's uid %d", st.Uid, os.Geteuid())}
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	defer func() { _ = d.Close() }()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("audit: sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// recover verifies the existing file and sets the chain head from it.
+func (l *Log) recover() error {
+	fi, err := l.f.Stat()
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	sum, err := Verify(io.NewSectionReader(l.f, 0, fi.Size()))
+	if err != nil {
+		return fmt.Errorf("audit: %s: refusing to append to a broken chain: %w", l.path, err)
+	}
+	l.prev = genesis(l.replica)
+	l.durable = Head{Replica: l.replica, Hash: GenesisHash(l.replica)}
+	for _, h := range sum.Chains {
+		if h.Replica != l.replica {
+			return &FieldError{Field: "replica", Reason: fmt.Sprintf("%s holds replica %q's chain, not %q", l.path, h.Replica, l.replica)}
+		}
+		prev, _ := decodeHash(h.Hash) // Verify checked it
+		l.seq, l.prev, l.durable = h.Seq, prev, h
+	}
+	return nil
+}
+
+// Head returns the last line known to be durable: its seq (0 for an empty
+// chain), hash and time. An operator anchors it outside the host to detect
+// later truncation (see the package doc).
+func (l *Log) Head() Head {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.durable
+}
+
+// Append writes r to the chain and returns once its line is fsynced, or with
+// the error that kept it from being. It fills Time (when zero) and overwrites
+// Replica, Seq, Prev and Hash; it sanitizes free-text fields (see sanitize)
+// and refuses an unknown decision, a denial without a reason, a reason that
+// is not a code and a missing caller or RPC with *FieldError, before using a
+// seq. After a failed write every Append returns ErrBroken; after Close,
+// ErrClosed.
+//
+// If ctx ends while the line is queued, Append returns ctx's error but the
+// line may still be written: an audit line for a decision that did not take
+// effect is the safe side of the trade.
+func (l *Log) Append(ctx context.Context, r Record) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkInput(&r); err != nil {
+		return err
+	}
+	sanitize(&r)
+	l.mu.Lock()
+	if l.broken != nil {
+		err := l.broken
+		l.mu.Unlock()
+		return err
+	}
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	if r.Time.IsZero() {
+		r.Time = l.now()
+	}
+	r.Time = r.Time.UTC()
+	if err := checkTime("time", r.Time); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	r.Expiry = r.Expiry.UTC()
+	r.Replica = l.replica
+	r.Seq = l.seq + 1
+	line, sum := seal(l.prev, &r)
+	l.seq, l.prev = r.Seq, sum
+	p := &pending{
+		line: line,
+		head: Head{Replica: r.Replica, Seq: r.Seq, Hash: r.Hash, Time: r.Time},
+		done: make(chan error, 1),
+	}
+	l.queue = append(l.queue, p)
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case err := <-p.done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("audit: waiting for seq %d to be durable: %w", r.Seq, ctx.Err())
+	}
+}
+
+// Close writes what is queued, stops the writer and closes the file. It
+// returns the error that broke the log, if one did. Calling it again returns
+// the same result.
+func (l *Log) Close() error {
+	l.closeOnce.Do(func() {
+		l.mu.Lock()
+		l.closed = true
+		l.mu.Unlock()
+		close(l.stop)
+		<-l.stopped
+		l.mu.Lock()
+		broken := l.broken
+		l.mu.Unlock()
+		err := l.f.Close()
+		if err != nil {
+			err = fmt.Errorf("audit: close %s: %w", l.path, err)
+		}
+		l.closeErr = errors.Join(broken, err)
+	})
+	return l.closeErr
+}
+
+// run is the single writer: it takes a batch, writes it with one write and
+// one fsync, and only then releases the batch's waiters.
+func (l *Log) run() {
+	defer close(l.stopped)
+	var buf []byte
+	var batch []*pending
+	for {
+		batch = l.next(batch[:0])
+		if len(batch) == 0 {
+			return
+		}
+		buf = buf[:0]
+		for _, p := range batch {
+			buf = append(buf, p.line...)
+		}
+		err := l.write(buf)
+		if err != nil {
+			l.fail(batch, err)
+			continue
+		}
+		l.mu.Lock()
+		l.durable = batch[len(batch)-1].head
+		l.mu.Unlock()
+		for _, p := range batch {
+			p.done <- nil
+		}
+		if l.onBatch != nil {
+			l.onBatch(len(batch))
+		}
+		clear(batch)
+	}
+}
+
+func (l *Log) write(buf []byte) error {
+	if _, err := l.f.Write(buf); err != nil {
+		return err
+	}
+	return l.sync(l.f)
+}
+
+// fail poisons the log and fails the batch and everything queued behind it:
+// their seqs were assigned on top of lines that are not on disk.
+func (l *Log) fail(batch []*pending, cause error) {
+	err := fmt.Errorf("%w: %s: %w", ErrBroken, l.path, cause)
+	l.mu.Lock()
+	l.broken = err
+	rest := l.queue
+	l.queue = nil
+	l.mu.Unlock()
+	for _, p := range batch {
+		p.done <- err
+	}
+	for _, p := range rest {
+		p.done <- err
+	}
+	clear(batch)
+}
+
+// next blocks until there is something to write and returns up to maxBatch
+// lines, appended to batch. It returns an empty batch once the log is closed
+// and drained.
+func (l *Log) next(batch []*pending) []*pending {
+	for {
+		l.mu.Lock()
+		n, closed := len(l.queue), l.closed
+		l.mu.Unlock()
+		if n == 0 {
+			if closed {
+				return batch
+			}
+			select {
+			case <-l.wake:
+			case <-l.stop:
+			}
+			continue
+		}
+		if n < l.maxBatch && l.maxDelay > 0 && !closed {
+			l.gather()
+		}
+		l.mu.Lock()
+		k := min(len(l.queue), l.maxBatch)
+		batch = append(batch, l.queue[:k]...)
+		rest := copy(l.queue, l.queue[k:])
+		clear(l.queue[rest:])
+		l.queue = l.queue[:rest]
+		l.mu.Unlock()
+		return batch
+	}
+}
+
+// gather waits up to maxDelay for the queue to fill a batch.
+func (l *Log) gather() {
+	t := time.NewTimer(l.maxDelay)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return
+		case <-l.stop:
+			return
+		case <-l.wake:
+			l.mu.Lock()
+			n := len(l.queue)
+			l.mu.Unlock()
+			if n >= l.maxBatch {
+				return
+			}
+		}
+	}
+}

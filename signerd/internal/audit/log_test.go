@@ -1,0 +1,525 @@
+package audit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestAppendAndVerify(t *testing.T) {
+	const workers, each = 16, 25
+	path := logPath(t)
+	var batches, lines atomic.Int64
+	l := openLog(t, Config{Path: path, OnBatch: func(n int) { batches.Add(1); lines.Add(int64(n)) }}, (*os.File).Sync)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*each)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				errs <- l.Append(context.Background(), sample(w*each+i))
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("append: %v", err)
+		}
+	}
+	head := l.Head()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	sum, err := Verify(f)
+	if err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	const n = workers * each
+	if sum.Lines != n || len(sum.Chains) != 1 || sum.Chains[0] != head || head.Seq != n {
+		t.Fatalf("summary %+v, head %+v: want %d lines on one chain ending at the log's head", sum, head, n)
+	}
+	got := seqs(t, readLines(t, path))
+	for i, s := range got {
+		if s != uint64(i+1) {
+			t.Fatalf("line %d has seq %d: seq is not contiguous in file order", i+1, s)
+		}
+	}
+	if lines.Load() != n || batches.Load() < 1 || batches.Load() > n {
+		t.Fatalf("OnBatch saw %d lines in %d batches, want %d lines", lines.Load(), batches.Load(), n)
+	}
+	t.Logf("%d lines in %d fsyncs", n, batches.Load())
+}
+
+// gatedSync is an fsync hook whose calls block until released, one gate per
+// call, and may fail chosen calls.
+type gatedSync struct {
+	calls   atomic.Int32
+	entered chan int        // receives each call's number as it starts
+	gates   []chan struct{} // call i waits on gates[i-1] if present
+	fail    map[int]error
+	synced  atomic.Int32 // number of the last call that returned
+}
+
+func newGatedSync(gates int, fail map[int]error) *gatedSync {
+	g := &gatedSync{entered: make(chan int, 64), fail: fail}
+	for range gates {
+		g.gates = append(g.gates, make(chan struct{}))
+	}
+	return g
+}
+
+func (g *gatedSync) sync(f *os.File) error {
+	n := int(g.calls.Add(1))
+	g.entered <- n
+	if n <= len(g.gates) {
+		<-g.gates[n-1]
+	}
+	defer g.synced.Store(int32(n))
+	if err := g.fail[n]; err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+func (g *gatedSync) waitEntered(t *testing.T, want int) {
+	t.Helper()
+	select {
+	case n := <-g.entered:
+		if n != want {
+			t.Fatalf("fsync call %d started, want %d", n, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("fsync call %d never started", want)
+	}
+}
+
+func TestAppendReturnsOnlyAfterFsync(t *testing.T) {
+	path := logPath(t)
+	g := newGatedSync(1, nil)
+	l := openLog(t, Config{Path: path}, g.sync)
+	type result struct {
+		err        error
+		syncedCall int32
+	}
+	res := make(chan result, 1)
+	go func() {
+		err := l.Append(context.Background(), sample(0))
+		res <- result{err, g.synced.Load()}
+	}()
+	g.waitEntered(t, 1)
+	// The line was written before the fsync started ...
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(data, []byte(`"seq":1,`)) {
+		t.Fatalf("line not written before fsync: %q", data)
+	}
+	// ... but Append has not returned and the head is not advanced.
+	select {
+	case r := <-res:
+		t.Fatalf("Append returned (%v) while its fsync was still running", r.err)
+	default:
+	}
+	if h := l.Head(); h.Seq != 0 {
+		t.Fatalf("head seq %d before fsync, want 0", h.Seq)
+	}
+	close(g.gates[0])
+	r := <-res
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.syncedCall != 1 {
+		t.Fatalf("Append returned before fsync call 1 completed (last completed: %d)", r.syncedCall)
+	}
+	if h := l.Head(); h.Seq != 1 || h.Hash != decodeLine(t, readLines(t, path)[0]).Hash {
+		t.Fatalf("head %+v after fsync, want seq 1 with the line's hash", h)
+	}
+}
+
+func TestGroupCommit(t *testing.T) {
+	tests := []struct {
+		name     string
+		maxBatch int
+		queued   int
+		want     []int
+	}{
+		{"ok/queued-lines-share-one-fsync", 0, 10, []int{1, 10}},
+		{"ok/max-batch-caps-a-batch", 4, 10, []int{1, 4, 4, 2}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := logPath(t)
+			g := newGatedSync(1, nil)
+			var mu sync.Mutex
+			var sizes []int
+			l := openLog(t, Config{Path: path, MaxBatch: tc.maxBatch, OnBatch: func(n int) {
+				mu.Lock()
+				sizes = append(sizes, n)
+				mu.Unlock()
+			}}, g.sync)
+			errs := make(chan error, tc.queued+1)
+			go func() { errs <- l.Append(context.Background(), sample(0)) }()
+			g.waitEntered(t, 1)
+			for i := range tc.queued {
+				go func() { errs <- l.Append(context.Background(), sample(i+1)) }()
+			}
+			eventually(t, "appends to queue behind the running fsync", func() bool { return queued(l) == tc.queued })
+			close(g.gates[0])
+			for range tc.queued + 1 {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(sizes, tc.want) {
+				t.Fatalf("batch sizes %v, want %v", sizes, tc.want)
+			}
+			if got := int(g.calls.Load()); got != len(tc.want) {
+				t.Fatalf("%d fsyncs, want %d", got, len(tc.want))
+			}
+			if _, err := Verify(bytes.NewReader(join(readLines(t, path)))); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestMaxDelayGathersABatch(t *testing.T) {
+	path := logPath(t)
+	var mu sync.Mutex
+	var sizes []int
+	l := openLog(t, Config{Path: path, MaxBatch: 5, MaxDelay: time.Minute, OnBatch: func(n int) {
+		mu.Lock()
+		sizes = append(sizes, n)
+		mu.Unlock()
+	}}, noSync)
+	// With a long delay the writer holds the first line until the batch is
+	// full, so all five go out together.
+	errs := make(chan error, 5)
+	for i := range 5 {
+		go func() { errs <- l.Append(context.Background(), sample(i)) }()
+	}
+	for range 5 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(sizes, []int{5}) {
+		t.Fatalf("batch sizes %v, want [5]", sizes)
+	}
+}
+
+func TestFailedSyncPoisonsLog(t *testing.T) {
+	path := logPath(t)
+	diskErr := errors.New("injected: EIO")
+	// Call 1 (line 1) succeeds once released; call 2 (the batch of lines
+	// 2-6) fails once released.
+	g := newGatedSync(2, map[int]error{2: diskErr})
+	l := openLog(t, Config{Path: path}, g.sync)
+
+	first := make(chan error, 1)
+	go func() { first <- l.Append(context.Background(), sample(0)) }()
+	g.waitEntered(t, 1)
+	batch := make(chan error, 5)
+	for i := range 5 {
+		go func() { batch <- l.Append(context.Background(), sample(i+1)) }()
+	}
+	eventually(t, "the second batch to queue", func() bool { return queued(l) == 5 })
+	close(g.gates[0])
+	if err := <-first; err != nil {
+		t.Fatalf("first append: %v", err)
+	}
+	g.waitEntered(t, 2)
+	// Lines queued behind the failing batch fail too: their prev is a line
+	// that never became durable.
+	behind := make(chan error, 3)
+	for i := range 3 {
+		go func() { behind <- l.Append(context.Background(), sample(i+6)) }()
+	}
+	eventually(t, "lines to queue behind the failing batch", func() bool { return queued(l) == 3 })
+	close(g.gates[1])
+	for name, ch := range map[string]chan error{"batch": batch, "behind": behind} {
+		for range cap(ch) {
+			if err := <-ch; !errors.Is(err, ErrBroken) || !errors.Is(err, diskErr) {
+				t.Fatalf("%s waiter got %v, want ErrBroken wrapping the sync error", name, err)
+			}
+		}
+	}
+	// Later appends fail fast without touching the disk.
+	if err := l.Append(context.Background(), sample(9)); !errors.Is(err, ErrBroken) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("append after failure: %v, want ErrBroken naming %s", err, path)
+	}
+	if got := g.calls.Load(); got != 2 {
+		t.Fatalf("%d fsync calls, want 2 (no fsync after the log broke)", got)
+	}
+	if h := l.Head(); h.Seq != 1 {
+		t.Fatalf("head seq %d, want 1 (the last durable line)", h.Seq)
+	}
+	if err := l.Close(); !errors.Is(err, ErrBroken) {
+		t.Fatalf("Close = %v, want ErrBroken", err)
+	}
+}
+
+func TestReopen(t *testing.T) {
+	t.Run("ok/reopen-continues-chain", func(t *testing.T) {
+		path := logPath(t)
+		l := openLog(t, Config{Path: path}, noSync)
+		for i := range 3 {
+			if err := l.Append(context.Background(), sample(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := l.Head()
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		l2 := openLog(t, Config{Path: path}, noSync)
+		if got := l2.Head(); got != before {
+			t.Fatalf("head after reopen %+v, want %+v", got, before)
+		}
+		for i := range 2 {
+			if err := l2.Append(context.Background(), sample(i+3)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l2.Close(); err != nil {
+			t.Fatal(err)
+		}
+		lines := readLines(t, path)
+		sum, err := Verify(bytes.NewReader(join(lines)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum.Chains[0].Seq != 5 || !slices.Equal(seqs(t, lines), []uint64{1, 2, 3, 4, 5}) {
+			t.Fatalf("summary %+v, want one chain of 5", sum)
+		}
+	})
+	t.Run("ok/reopen-empty-file", func(t *testing.T) {
+		path := logPath(t)
+		_ = openLog(t, Config{Path: path}, noSync).Close()
+		l := openLog(t, Config{Path: path}, noSync)
+		if h := l.Head(); h.Seq != 0 || h.Hash != GenesisHash("r1") {
+			t.Fatalf("empty head %+v, want seq 0 at genesis", h)
+		}
+	})
+
+	brokenTests := []struct {
+		name    string
+		corrupt func(lines [][]byte) []byte
+		line    int
+	}{
+		{"fail/reopen-broken-chain", func(lines [][]byte) []byte {
+			return join(replaceIn(lines, 2, func(s string) string { return strings.Replace(s, "agent", "admin", 1) }))
+		}, 2},
+		{"fail/reopen-torn-tail", func(lines [][]byte) []byte {
+			return append(join(lines), lines[0][:20]...)
+		}, 4},
+	}
+	for _, tc := range brokenTests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := logPath(t)
+			l := openLog(t, Config{Path: path}, noSync)
+			for i := range 3 {
+				if err := l.Append(context.Background(), sample(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, tc.corrupt(readLines(t, path)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := New(Config{Path: path, Replica: "r1"})
+			wantBreak(t, err, tc.line)
+			if !strings.Contains(err.Error(), path) {
+				t.Fatalf("error %q does not name %s", err, path)
+			}
+		})
+	}
+
+	t.Run("fail/reopen-other-replica", func(t *testing.T) {
+		path := logPath(t)
+		l := openLog(t, Config{Path: path, Replica: "r1"}, noSync)
+		if err := l.Append(context.Background(), sample(0)); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := New(Config{Path: path, Replica: "r2"})
+		var fe *FieldError
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), `"r1"`) || !strings.Contains(err.Error(), path) {
+			t.Fatalf("New = %v, want *FieldError naming the file and its replica", err)
+		}
+	})
+}
+
+func TestNewRefuses(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(t *testing.T) Config
+		check func(t *testing.T, cfg Config, err error)
+	}{
+		{"fail/dir-mode-0755", func(t *testing.T) Config {
+			dir := filepath.Join(t.TempDir(), "audit")
+			mkdir(t, dir, 0o755)
+			return Config{Path: filepath.Join(dir, "a.log"), Replica: "r1"}
+		}, wantMode(func(cfg Config) string { return filepath.Dir(cfg.Path) })},
+		{"fail/file-mode-0644", func(t *testing.T) Config {
+			dir := filepath.Join(t.TempDir(), "audit")
+			mkdir(t, dir, 0o700)
+			path := filepath.Join(dir, "a.log")
+			writeFile(t, path, 0o644)
+			return Config{Path: path, Replica: "r1"}
+		}, wantMode(func(cfg Config) string { return cfg.Path })},
+		{"fail/file-is-symlink", func(t *testing.T) Config {
+			dir := filepath.Join(t.TempDir(), "audit")
+			mkdir(t, dir, 0o700)
+			target := filepath.Join(dir, "real.log")
+			writeFile(t, target, 0o600)
+			link := filepath.Join(dir, "a.log")
+			if err := os.Symlink(target, link); err != nil {
+				t.Fatal(err)
+			}
+			return Config{Path: link, Replica: "r1"}
+		}, wantMode(func(cfg Config) string { return cfg.Path })},
+		{"fail/file-is-directory", func(t *testing.T) Config {
+			dir := filepath.Join(t.TempDir(), "audit")
+			mkdir(t, dir, 0o700)
+			mkdir(t, filepath.Join(dir, "a.log"), 0o700)
+			return Config{Path: filepath.Join(dir, "a.log"), Replica: "r1"}
+		}, func(t *testing.T, cfg Config, err error) {
+			t.Helper()
+			if err == nil || !strings.Contains(err.Error(), cfg.Path) {
+				t.Fatalf("New = %v, want an error naming %s", err, cfg.Path)
+			}
+		}},
+		{"fail/in-use", func(t *testing.T) Config {
+			path := logPath(t)
+			openLog(t, Config{Path: path}, noSync)
+			return Config{Path: path, Replica: "r1"}
+		}, func(t *testing.T, cfg Config, err error) {
+			t.Helper()
+			if !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), cfg.Path) {
+				t.Fatalf("New = %v, want ErrInUse naming %s", err, cfg.Path)
+			}
+		}},
+		{"fail/no-path", func(t *testing.T) Config { return Config{Replica: "r1"} }, wantField("path")},
+		{"fail/no-replica", func(t *testing.T) Config { return Config{Path: logPath(t)} }, wantField("replica")},
+		{"fail/replica-with-space", func(t *testing.T) Config { return Config{Path: logPath(t), Replica: "r 1"} }, wantField("replica")},
+		{"fail/negative-max-batch", func(t *testing.T) Config { return Config{Path: logPath(t), Replica: "r1", MaxBatch: -1} }, wantField("max_batch")},
+		{"fail/negative-max-delay", func(t *testing.T) Config { return Config{Path: logPath(t), Replica: "r1", MaxDelay: -1} }, wantField("max_delay")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.setup(t)
+			l, err := New(cfg)
+			if err == nil {
+				_ = l.Close()
+			}
+			tc.check(t, cfg, err)
+		})
+	}
+}
+
+func TestNewCreatesPrivateDirAndFile(t *testing.T) {
+	path := logPath(t)
+	l := openLog(t, Config{Path: path}, noSync)
+	if err := l.Append(context.Background(), sample(0)); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]fs.FileMode{filepath.Dir(path): fs.ModeDir | 0o700, path: 0o600} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode() != want {
+			t.Fatalf("%s has mode %v, want %v", p, fi.Mode(), want)
+		}
+	}
+}
+
+func TestAppendAfterCloseAndCancel(t *testing.T) {
+	path := logPath(t)
+	l := openLog(t, Config{Path: path}, noSync)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.Append(ctx, sample(0)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Append with a done ctx = %v, want context.Canceled", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append(context.Background(), sample(1)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Append after Close = %v, want ErrClosed", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("second Close = %v", err)
+	}
+	if got := readLines(t, path); len(got) != 0 {
+		t.Fatalf("file has %d lines, want 0", len(got))
+	}
+}
+
+func mkdir(t *testing.T, dir string, mode fs.FileMode) {
+	t.Helper()
+	if err := os.Mkdir(dir, mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, mode); err != nil { // defeat the umask
+		t.Fatal(err)
+	}
+}
+
+func writeFile(t *testing.T, path string, mode fs.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(path, nil, mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func wantMode(path func(Config) string) func(*testing.T, Config, error) {
+	return func(t *testing.T, cfg Config, err error) {
+		t.Helper()
+		var me *ModeError
+		if !errors.As(err, &me) || me.Path != path(cfg) || !strings.Contains(err.Error(), path(cfg)) {
+			t.Fatalf("New = %v, want *ModeError naming %s", err, path(cfg))
+		}
+	}
+}
+
+func wantField(field string) func(*testing.T, Config, error) {
+	return func(t *testing.T, _ Config, err error) {
+		t.Helper()
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != field {
+			t.Fatalf("New = %v, want *FieldError for %s", err, field)
+		}
+	}
+}
