@@ -1,0 +1,181 @@
+package space
+
+// JetStream API, KV and system subjects the profiles grant. Each builder validates the stream and
+// consumer names it is given ([A-Za-z0-9_-], see validateJSName), so a name can never add a token
+// or a wildcard; the '>' forms say so in their names (Any) and doc comments.
+
+// Fixed subjects.
+const (
+	// JSAPIInfo is the account-info request every JetStream client sends first.
+	JSAPIInfo = "$JS.API.INFO"
+	// JSFlowControl covers flow-control replies of ordered (KV watch) consumers.
+	JSFlowControl = "$JS.FC.>"
+	// AuthCalloutSubject is where the server sends auth-callout requests.
+	AuthCalloutSubject = "$SYS.REQ.USER.AUTH"
+	// All matches every subject.
+	All = ">"
+)
+
+const jsAPI = "$JS.API."
+
+func stream1(verb, stream string) (string, error) {
+	if err := validateJSName(KindStream, stream); err != nil {
+		return "", err
+	}
+	return jsAPI + verb + "." + stream, nil
+}
+
+func stream2(verb, stream, consumer string) (string, error) {
+	s, err := stream1(verb, stream)
+	if err != nil {
+		return "", err
+	}
+	if err := validateJSName(KindConsumer, consumer); err != nil {
+		return "", err
+	}
+	return s + "." + consumer, nil
+}
+
+// StreamInfo is $JS.API.STREAM.INFO.<stream> (also what a KV bind sends).
+func StreamInfo(stream string) (string, error) { return stream1("STREAM.INFO", stream) }
+
+// StreamCreate is $JS.API.STREAM.CREATE.<stream> (also create-if-matching for KV buckets).
+func StreamCreate(stream string) (string, error) { return stream1("STREAM.CREATE", stream) }
+
+// StreamUpdate is $JS.API.STREAM.UPDATE.<stream>.
+func StreamUpdate(stream string) (string, error) { return stream1("STREAM.UPDATE", stream) }
+
+// StreamMsgGet is $JS.API.STREAM.MSG.GET.<stream>, the leader-served read; the requested key or
+// sequence rides the payload, so the grant is stream-wide.
+func StreamMsgGet(stream string) (string, error) { return stream1("STREAM.MSG.GET", stream) }
+
+// DirectGetAny is $JS.API.DIRECT.GET.<stream>.>, the direct read the Go KV client uses on
+// allow_direct buckets; like StreamMsgGet it reaches every key of the stream.
+func DirectGetAny(stream string) (string, error) {
+	s, err := stream1("DIRECT.GET", stream)
+	if err != nil {
+		return "", err
+	}
+	return s + ".>", nil
+}
+
+// ConsumerCreate is the bare $JS.API.CONSUMER.CREATE.<stream>, used by creates whose filter can
+// not ride the subject (several filters, or an unnamed ephemeral).
+func ConsumerCreate(stream string) (string, error) { return stream1("CONSUMER.CREATE", stream) }
+
+// ConsumerCreateAny is $JS.API.CONSUMER.CREATE.<stream>.>: any named consumer, any filter.
+func ConsumerCreateAny(stream string) (string, error) {
+	s, err := ConsumerCreate(stream)
+	if err != nil {
+		return "", err
+	}
+	return s + ".>", nil
+}
+
+// ConsumerCreateNamed is $JS.API.CONSUMER.CREATE.<stream>.<consumer>.>: one consumer name, any
+// filter.
+func ConsumerCreateNamed(stream, consumer string) (string, error) {
+	s, err := stream2("CONSUMER.CREATE", stream, consumer)
+	if err != nil {
+		return "", err
+	}
+	return s + ".>", nil
+}
+
+// ConsumerCreateFiltered is $JS.API.CONSUMER.CREATE.<stream>.<consumer>.<filter>. The server
+// refuses a create whose body filter differs from the subject's, so the grant pins both the name
+// and the filter. The filter must pass ValidateFilter; its wildcards are the caller's.
+func ConsumerCreateFiltered(stream, consumer, filter string) (string, error) {
+	s, err := stream2("CONSUMER.CREATE", stream, consumer)
+	if err != nil {
+		return "", err
+	}
+	if err := ValidateFilter(filter); err != nil {
+		return "", err
+	}
+	return s + "." + filter, nil
+}
+
+// DurableCreate is the legacy $JS.API.CONSUMER.DURABLE.CREATE.<stream>.<consumer>.
+func DurableCreate(stream, consumer string) (string, error) {
+	return stream2("CONSUMER.DURABLE.CREATE", stream, consumer)
+}
+
+// DurableCreateAny is $JS.API.CONSUMER.DURABLE.CREATE.<stream>.>.
+func DurableCreateAny(stream string) (string, error) {
+	s, err := stream1("CONSUMER.DURABLE.CREATE", stream)
+	if err != nil {
+		return "", err
+	}
+	return s + ".>", nil
+}
+
+// ConsumerInfo is $JS.API.CONSUMER.INFO.<stream>.<consumer>.
+func ConsumerInfo(stream, consumer string) (string, error) {
+	return stream2("CONSUMER.INFO", stream, consumer)
+}
+
+// ConsumerInfoAny is $JS.API.CONSUMER.INFO.<stream>.>.
+func ConsumerInfoAny(stream string) (string, error) { return anyTail("CONSUMER.INFO", stream) }
+
+// ConsumerNext is $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer> (pull fetch).
+func ConsumerNext(stream, consumer string) (string, error) {
+	return stream2("CONSUMER.MSG.NEXT", stream, consumer)
+}
+
+// ConsumerNextAny is $JS.API.CONSUMER.MSG.NEXT.<stream>.>.
+func ConsumerNextAny(stream string) (string, error) { return anyTail("CONSUMER.MSG.NEXT", stream) }
+
+// ConsumerDelete is $JS.API.CONSUMER.DELETE.<stream>.<consumer>.
+func ConsumerDelete(stream, consumer string) (string, error) {
+	return stream2("CONSUMER.DELETE", stream, consumer)
+}
+
+// ConsumerDeleteAny is $JS.API.CONSUMER.DELETE.<stream>.>.
+func ConsumerDeleteAny(stream string) (string, error) { return anyTail("CONSUMER.DELETE", stream) }
+
+func anyTail(verb, stream string) (string, error) {
+	s, err := stream1(verb, stream)
+	if err != nil {
+		return "", err
+	}
+	return s + ".>", nil
+}
+
+// Ack is $JS.ACK.<stream>.<consumer>.>, the ack subjects of one consumer's deliveries.
+func Ack(stream, consumer string) (string, error) {
+	if err := validateJSName(KindStream, stream); err != nil {
+		return "", err
+	}
+	if err := validateJSName(KindConsumer, consumer); err != nil {
+		return "", err
+	}
+	return "$JS.ACK." + stream + "." + consumer + ".>", nil
+}
+
+// AckAny is $JS.ACK.<stream>.>, the ack subjects of every consumer on a stream.
+func AckAny(stream string) (string, error) {
+	if err := validateJSName(KindStream, stream); err != nil {
+		return "", err
+	}
+	return "$JS.ACK." + stream + ".>", nil
+}
+
+// InboxPrefix is a connection's private reply-inbox prefix _INBOX_<token>. The token is the
+// connection's user nkey on the static path or a client-chosen nonce on the auth-callout path;
+// either must pass ValidateInboxNonce. Clients connect with this as their custom inbox prefix.
+func InboxPrefix(token string) (string, error) {
+	if err := ValidateInboxNonce(token); err != nil {
+		return "", err
+	}
+	return "_INBOX_" + token, nil
+}
+
+// InboxFilter is the subscribe grant for a private inbox: _INBOX_<token>.>.
+func InboxFilter(token string) (string, error) {
+	p, err := InboxPrefix(token)
+	if err != nil {
+		return "", err
+	}
+	return p + ".>", nil
+}
