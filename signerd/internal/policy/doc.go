@@ -1,0 +1,90 @@
+// Package policy is signerd's per-caller policy: which caller identity may call which RPC, on
+// which spaces, for which profiles, with which parameters, how long the credential may live and
+// how often the caller may ask.
+//
+// Deciding is pure (Policy.Decide: request in, Decision with a stable Reason out; no I/O, no
+// clock). Loading (Load, Parse), holding and swapping the policy in force (Store), and rate
+// limiting (Limiter) are separate, so the decision can be tested and explained
+// (`signerd policy explain`, via Policy.Explain) without signing anything.
+//
+// # The file
+//
+// A policy is YAML, decoded strictly: an unknown key, a duplicate key, a value of the wrong type
+// or a second document is an error naming the key and its line. A full example (the same file
+// is testdata/example.yaml and is tested to parse):
+//
+//	version: 1                        # required; must be 1
+//	callers:                          # required; at least one entry
+//	  # id: an exact SPIFFE ID, or a pattern in which a whole path segment is "*" (exactly one
+//	  # segment, any value) or "{space}" (exactly one segment, which must equal the token of the
+//	  # request's space). The trust domain is always literal.
+//	  - id: spiffe://cotal.local/managerd/{space}
+//	    rpcs: [Mint, Remint, GetSpace, Mac]   # required; from the closed set (see RPCs)
+//	    spaces: ["{space}"]           # required; space names, "{space}" (only if the id binds
+//	                                  # it) or "*" (every space; alone)
+//	    rate: {per_second: 50, burst: 100}    # required; per_second > 0, burst >= 1
+//	    profiles:                     # required iff rpcs include Mint, Remint or SignCalloutResponse
+//	      supervisor:
+//	        ttl_max: 24h
+//	        owners: [local]
+//	      agent:                      # a profile name (see pkg/profiles)
+//	        ttl_max: 24h              # required; > 0; signerd also caps at the profile maximum
+//	        owners: [local, alice]    # owner tokens; or any_owner: true (not both); default none
+//	        channels: ["general", "team.*", "proj.alpha.>"]   # patterns the caller may grant
+//	        exclude_channels: ["team.secrets"]                # never grantable; checked first
+//	        roles: [reviewer, builder]        # default none
+//	        capabilities: [spawn, run]        # default none
+//	        remint: own               # own (default) | any | none
+//	      provisioner: {ttl_max: 5m, remint: none}
+//	      deprovisioner: {ttl_max: 5m, remint: none}
+//	  - id: spiffe://cotal.local/deliveryd/{space}
+//	    rpcs: [Mint, Remint, GetSpace]
+//	    spaces: ["{space}"]
+//	    rate: {per_second: 5, burst: 10}
+//	    profiles:
+//	      delivery: {ttl_max: 1h}
+//	  - id: spiffe://cotal.local/authd/{space}
+//	    rpcs: [Mint, Remint, GetSpace, OpenCalloutRequest, SignCalloutResponse, SignBearer, GetJWKS, DeriveOwner, Mac]
+//	    spaces: ["{space}"]
+//	    rate: {per_second: 200, burst: 400}
+//	    profiles:
+//	      auth-callout: {ttl_max: 1h}
+//	      agent: {ttl_max: 12h, any_owner: true, channels: [">"], capabilities: [spawn, run, admin], remint: any}
+//	      observer: {ttl_max: 12h, any_owner: true}
+//	      operator: {ttl_max: 15m, any_owner: true, channels: [">"]}
+//	  - id: spiffe://cotal.local/monitor
+//	    rpcs: [GetSpace, GetJWKS]
+//	    spaces: ["*"]
+//	    exclude_spaces: [staging]     # space names never allowed; checked first, by name and token
+//	    rate: {per_second: 1, burst: 5}
+//	  - id: spiffe://cotal.local/canary/*
+//	    rpcs: [GetSpace]
+//	    spaces: [alpha]
+//	    rate: {per_second: 1, burst: 1}
+//
+// Channel patterns are dotted names whose tokens are [A-Za-z0-9_-]+, or "*" (exactly one token),
+// or, last only, ">" (one or more trailing tokens). Owners are [A-Za-z0-9_]+; roles and
+// capabilities are [A-Za-z0-9_-]+ and have no wildcard.
+//
+// Validation at load also refuses: an id that is neither a SPIFFE ID nor a valid pattern, a
+// duplicate id, a pattern that an earlier pattern already matches entirely (it could never be
+// selected), an unknown RPC or profile name, an unparsable or non-positive ttl_max, a missing or
+// non-positive rate, a malformed channel pattern, "{space}" under spaces when the id binds none,
+// duplicates in any list, and profiles on an entry whose RPCs take none (or none where they do).
+// Errors are *Error values naming the caller index and id, the field and the line.
+//
+// # Deciding
+//
+// The entry with exactly the caller's id wins; otherwise the first matching pattern in file
+// order. Exclusions are checked before permissions, and anything not listed is denied. See
+// Policy.Decide for the order of checks and Reason for the codes callers receive. Remint
+// re-issues the presented credential's own permissions, so only its profile, the remint mode
+// and the recorded minter are checked, not its parameters.
+//
+// # Serving
+//
+// The server keeps a Store, takes Current() once per request, calls Decide, then Limiter.Allow
+// for any caller that matched an entry, audits the outcome, and grants
+// min(requested TTL or profile default, profile maximum, Decision.TTLCap). On SIGHUP it calls
+// Store.ReloadFile, which keeps the old policy if the new file is invalid.
+package policy
