@@ -1,0 +1,320 @@
+package profiles
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
+
+	"github.com/cotalgo/cotal/pkg/space"
+)
+
+// Spec is a built profile: everything a user JWT will carry except the holder's key, issuer,
+// times and (for data-account profiles) the reply-inbox row, which Claims adds. Its JSON form is
+// what the golden files hold.
+type Spec struct {
+	Profile Name        `json:"profile"`
+	Account AccountKind `json:"account"`
+	// JWTName is the JWT name: the profile name, or <owner>-<actor> for auth-callout-path mints
+	// (Params.InboxNonce set) so CONNZ attributes the connection to its principal.
+	JWTName string                  `json:"jwt_name"`
+	Pub     jwt.Permission          `json:"pub"`
+	Sub     jwt.Permission          `json:"sub"`
+	Resp    *jwt.ResponsePermission `json:"resp,omitempty"`
+	Tags    []string                `json:"tags"`
+	Bearer  bool                    `json:"bearer"`
+	// Lifetime is the profile's lifetime class, copied so Claims can enforce it.
+	Lifetime Lifetime `json:"lifetime"`
+	// InboxNonce, when set, keys the reply inbox Claims adds; empty keys it on the user nkey.
+	InboxNonce string `json:"inbox_nonce,omitempty"`
+}
+
+// Build validates p for profile name in the named space and returns the profile's Spec.
+//
+// It refuses, with *ParamError: an invalid space name; a required field left empty; any field the
+// profile does not accept; Owner without Actor or the reverse; a value failing its pkg/space
+// grammar (owner, actor, lifecycle UID, role, channel, inbox nonce); a channel list longer than
+// MaxChannels; a Subscribe channel missing from AllowSubscribe; and a capability word outside the
+// closed set. An unknown profile is refused with *UnknownProfileError. Channels and capabilities
+// are deduplicated and sorted, so equal inputs give byte-equal specs.
+func Build(spaceName string, name Name, p Params) (*Spec, error) {
+	r, ok := matrix[name]
+	if !ok {
+		return nil, &UnknownProfileError{Name: string(name)}
+	}
+	names, err := space.NewNames(spaceName)
+	if err != nil {
+		return nil, paramErr(name, "space", err)
+	}
+	np, err := normalize(name, r, p)
+	if err != nil {
+		return nil, err
+	}
+	b := &builder{n: names, p: np}
+	r.perms(b)
+	if b.err != nil {
+		// Unreachable while normalize checks every grammar the builders check; kept so a drift
+		// between the two fails closed.
+		return nil, fmt.Errorf("profiles: building %s: %w", name, b.err)
+	}
+	s := &Spec{
+		Profile:    name,
+		Account:    r.account,
+		JWTName:    string(name),
+		Pub:        jwt.Permission{Allow: dedupe(b.pubAllow), Deny: dedupe(b.pubDeny)},
+		Sub:        jwt.Permission{Allow: dedupe(b.subAllow), Deny: dedupe(b.subDeny)},
+		Bearer:     r.bearer,
+		Lifetime:   r.lifetime,
+		InboxNonce: np.InboxNonce,
+	}
+	if np.Owner != "" && !r.target {
+		s.Tags = append(s.Tags, "owner:"+np.Owner, "actor:"+np.Actor, "principal:"+np.Owner+"."+np.Actor)
+		if np.InboxNonce != "" {
+			s.JWTName = np.Owner + "-" + np.Actor
+		}
+	}
+	s.Tags = append(s.Tags, "profile:"+string(name))
+	return s, nil
+}
+
+func paramErr(name Name, fieldName string, err error) *ParamError {
+	return &ParamError{Profile: name, Field: fieldName, Reason: err.Error(), Err: err}
+}
+
+func refuse(name Name, fieldName, format string, args ...any) *ParamError {
+	return &ParamError{Profile: name, Field: fieldName, Reason: fmt.Sprintf(format, args...)}
+}
+
+// set reports which fields of p carry a value. An empty list counts as unset.
+func set(p Params) field {
+	var f field
+	add := func(b field, on bool) {
+		if on {
+			f |= b
+		}
+	}
+	add(fOwner, p.Owner != "")
+	add(fActor, p.Actor != "")
+	add(fUID, p.LifecycleUID != "")
+	add(fRole, p.Role != "")
+	add(fSubscribe, len(p.Subscribe) > 0)
+	add(fAllowSubscribe, len(p.AllowSubscribe) > 0)
+	add(fAllowPublish, len(p.AllowPublish) > 0)
+	add(fCapabilities, len(p.Capabilities) > 0)
+	add(fInboxNonce, p.InboxNonce != "")
+	return f
+}
+
+// normalize checks p against rule r and the grammars and returns a copy with sorted, deduplicated
+// lists.
+func normalize(name Name, r rule, p Params) (Params, error) {
+	have := set(p)
+	for _, fn := range fieldNames {
+		switch {
+		case have&fn.f != 0 && r.accepts&fn.f == 0:
+			return Params{}, refuse(name, fn.name, "is not accepted by this profile")
+		case have&fn.f == 0 && r.requires&fn.f != 0:
+			return Params{}, refuse(name, fn.name, "is required by this profile")
+		}
+	}
+	if (have&fOwner != 0) != (have&fActor != 0) {
+		if have&fOwner == 0 {
+			return Params{}, refuse(name, "Owner", "is required with Actor")
+		}
+		return Params{}, refuse(name, "Actor", "is required with Owner")
+	}
+	checks := []struct {
+		field string
+		value string
+		fn    func(string) error
+	}{
+		{"Owner", p.Owner, space.ValidateOwner},
+		{"Actor", p.Actor, space.ValidateActor},
+		{"LifecycleUID", p.LifecycleUID, space.ValidateUID},
+		{"Role", p.Role, space.ValidateRole},
+		{"InboxNonce", p.InboxNonce, space.ValidateInboxNonce},
+	}
+	for _, c := range checks {
+		if c.value == "" {
+			continue
+		}
+		if err := c.fn(c.value); err != nil {
+			return Params{}, paramErr(name, c.field, err)
+		}
+	}
+	out := Params{
+		Owner: p.Owner, Actor: p.Actor, LifecycleUID: p.LifecycleUID, Role: p.Role,
+		InboxNonce: p.InboxNonce,
+	}
+	var err error
+	if out.Subscribe, err = channels(name, "Subscribe", p.Subscribe); err != nil {
+		return Params{}, err
+	}
+	if out.AllowSubscribe, err = channels(name, "AllowSubscribe", p.AllowSubscribe); err != nil {
+		return Params{}, err
+	}
+	if out.AllowPublish, err = channels(name, "AllowPublish", p.AllowPublish); err != nil {
+		return Params{}, err
+	}
+	allowed := make(map[string]bool, len(out.AllowSubscribe))
+	for _, c := range out.AllowSubscribe {
+		allowed[c] = true
+	}
+	for _, c := range out.Subscribe {
+		if !allowed[c] {
+			return Params{}, refuse(name, "Subscribe", "channel %q is not in AllowSubscribe", c)
+		}
+	}
+	for i, c := range p.Capabilities {
+		if !capabilities[c] {
+			return Params{}, refuse(name, "Capabilities", "entry %d (%.64q) is not a known capability", i, c)
+		}
+	}
+	out.Capabilities = sortedSet(p.Capabilities)
+	return out, nil
+}
+
+func channels(name Name, fieldName string, in []string) ([]string, error) {
+	if len(in) > MaxChannels {
+		return nil, refuse(name, fieldName, "has %d channels, more than %d", len(in), MaxChannels)
+	}
+	for i, c := range in {
+		if err := space.ValidateChannel(c); err != nil {
+			return nil, &ParamError{Profile: name, Field: fieldName, Reason: fmt.Sprintf("entry %d: %v", i, err), Err: err}
+		}
+	}
+	return sortedSet(in), nil
+}
+
+func sortedSet(in []string) []string {
+	if len(in) == 0 {
+		return nil
+	}
+	out := append([]string(nil), in...)
+	sort.Strings(out)
+	return dedupe(out)
+}
+
+// dedupe drops repeats, keeping the first occurrence, so lists keep their upstream order.
+func dedupe(in []string) []string {
+	if len(in) == 0 {
+		return nil
+	}
+	seen := make(map[string]bool, len(in))
+	out := make([]string, 0, len(in))
+	for _, s := range in {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// builder accumulates a profile's rows; the first builder error sticks and the rest are skipped.
+type builder struct {
+	n                                    space.Names
+	p                                    Params
+	pubAllow, pubDeny, subAllow, subDeny []string
+	err                                  error
+}
+
+func (b *builder) add(list *[]string, s string, err error) {
+	if b.err != nil {
+		return
+	}
+	if err != nil {
+		b.err = err
+		return
+	}
+	*list = append(*list, s)
+}
+
+func (b *builder) pub(s string, err error)  { b.add(&b.pubAllow, s, err) }
+func (b *builder) deny(s string, err error) { b.add(&b.pubDeny, s, err) }
+func (b *builder) sub(s string, err error)  { b.add(&b.subAllow, s, err) }
+
+// Claims builds the user claims for this spec: subject userPub (must be a user public nkey),
+// issuer account issuerAccount (must be an account public nkey: the account whose signing key will
+// sign), the spec's name, permissions and tags, bearer flag, iat = now and exp = now+ttl.
+//
+// ttl must be at least one second and at most Lifetime.Max; for the NoExpiry profile (the
+// sentinel) it must be zero and the claims carry no exp. Data-account profiles also get their
+// reply inbox, _INBOX_<InboxNonce or userPub>.>, first in the subscribe allow list. Claims refuses
+// a spec whose profile, account, lifetime or bearer flag disagree with the matrix, and one whose
+// publish or subscribe permission would be empty (which the broker reads as allow-all).
+//
+// jwt's Encode overwrites iat with the wall clock when it signs; exp is kept as set here.
+func (s *Spec) Claims(userPub, issuerAccount string, now time.Time, ttl time.Duration) (*jwt.UserClaims, error) {
+	if s == nil {
+		return nil, errors.New("profiles: nil spec")
+	}
+	r, ok := matrix[s.Profile]
+	if !ok {
+		return nil, &UnknownProfileError{Name: string(s.Profile)}
+	}
+	if s.Account != r.account || s.Lifetime != r.lifetime || s.Bearer != r.bearer {
+		return nil, refuse(s.Profile, "spec", "account, lifetime or bearer flag differ from the profile matrix")
+	}
+	if !nkeys.IsValidPublicUserKey(userPub) {
+		return nil, refuse(s.Profile, "userPub", "%.64q is not a user public nkey", userPub)
+	}
+	if !nkeys.IsValidPublicAccountKey(issuerAccount) {
+		return nil, refuse(s.Profile, "issuerAccount", "%.64q is not an account public nkey", issuerAccount)
+	}
+	switch {
+	case s.Lifetime.NoExpiry && ttl != 0:
+		return nil, refuse(s.Profile, "ttl", "%v requested for a credential that carries no exp", ttl)
+	case !s.Lifetime.NoExpiry && ttl < time.Second:
+		return nil, refuse(s.Profile, "ttl", "%v is shorter than one second", ttl)
+	case !s.Lifetime.NoExpiry && ttl > s.Lifetime.Max:
+		return nil, refuse(s.Profile, "ttl", "%v exceeds the profile maximum %v", ttl, s.Lifetime.Max)
+	}
+
+	uc := jwt.NewUserClaims(userPub)
+	uc.Name = s.JWTName
+	uc.IssuerAccount = issuerAccount
+	uc.Pub = jwt.Permission{Allow: clone(s.Pub.Allow), Deny: clone(s.Pub.Deny)}
+	uc.Sub = jwt.Permission{Allow: clone(s.Sub.Allow), Deny: clone(s.Sub.Deny)}
+	if s.Account == AccountData {
+		tok := s.InboxNonce
+		if tok == "" {
+			tok = userPub
+		}
+		inbox, err := space.InboxFilter(tok)
+		if err != nil {
+			return nil, paramErr(s.Profile, "InboxNonce", err)
+		}
+		uc.Sub.Allow = append(jwt.StringList{inbox}, uc.Sub.Allow...)
+	}
+	if s.Resp != nil {
+		rp := *s.Resp
+		uc.Resp = &rp
+	}
+	if uc.Pub.Empty() || uc.Sub.Empty() {
+		return nil, refuse(s.Profile, "spec", "empty publish or subscribe permission would allow everything")
+	}
+	// Assigned, not TagList.Add: Add lower-cases, which would fold distinct principals together.
+	uc.Tags = jwt.TagList(clone(s.Tags))
+	uc.BearerToken = s.Bearer
+	uc.IssuedAt = now.Unix()
+	if !s.Lifetime.NoExpiry {
+		uc.Expires = now.Add(ttl).Unix()
+	}
+	vr := jwt.CreateValidationResults()
+	uc.Validate(vr)
+	if vr.IsBlocking(false) {
+		return nil, fmt.Errorf("profiles: %s: claims do not validate: %v", s.Profile, vr.Errors())
+	}
+	return uc, nil
+}
+
+func clone(in []string) []string {
+	if len(in) == 0 {
+		return nil
+	}
+	return append([]string(nil), in...)
+}

@@ -1,0 +1,334 @@
+package profiles
+
+import (
+	"github.com/cotalgo/cotal/pkg/space"
+)
+
+// Row helpers. Each appends the rows for one upstream grant shape; stream names come from
+// space.Names so they cannot drift from the wire layout.
+
+func (b *builder) bucketStream(k space.BucketKind) string {
+	s, err := b.n.BucketStream(k)
+	if err != nil && b.err == nil {
+		b.err = err
+	}
+	return s
+}
+
+// kvBind lets a client open (bind) a bucket.
+func (b *builder) kvBind(k space.BucketKind) {
+	b.pub(space.StreamInfo(b.bucketStream(k)))
+}
+
+// kvGet lets a client read any key: the leader-served and the direct form (see package doc).
+func (b *builder) kvGet(k space.BucketKind) {
+	s := b.bucketStream(k)
+	b.pub(space.StreamMsgGet(s))
+	b.pub(space.DirectGetAny(s))
+}
+
+// kvWatch lets a client run an ordered consumer (watch, keys) on a bucket, including the delete
+// the consumer sends when it rebuilds itself.
+func (b *builder) kvWatch(k space.BucketKind) {
+	s := b.bucketStream(k)
+	b.pub(space.ConsumerCreateAny(s))
+	b.pub(space.ConsumerInfoAny(s))
+	b.pub(space.ConsumerDeleteAny(s))
+}
+
+// kvRead is bind + get + watch.
+func (b *builder) kvRead(k space.BucketKind) {
+	b.kvBind(k)
+	b.kvGet(k)
+	b.kvWatch(k)
+}
+
+// bindConsumer lets a client bind, fetch from and ack one pre-created consumer it may not create.
+func (b *builder) bindConsumer(stream, consumer string, err error) {
+	if err != nil {
+		b.pub("", err)
+		return
+	}
+	b.pub(space.ConsumerInfo(stream, consumer))
+	b.pub(space.ConsumerNext(stream, consumer))
+	b.pub(space.Ack(stream, consumer))
+}
+
+// readStream lets a client create, read, ack and delete any consumer on a stream it may read
+// whole (observer/admin on CHAT and DM, delivery on CHAT). The bare create covers multi-filter
+// and unnamed ephemerals; the .> form covers named ones.
+func (b *builder) readStream(s string) {
+	b.pub(space.StreamInfo(s))
+	b.pub(space.ConsumerCreate(s))
+	b.pub(space.ConsumerCreateAny(s))
+	b.pub(space.ConsumerInfoAny(s))
+	b.pub(space.ConsumerNextAny(s))
+	b.pub(space.ConsumerDeleteAny(s))
+	b.pub(space.AckAny(s))
+}
+
+// denyCreate refuses every consumer-create form on a stream (bare, named, legacy durable).
+func (b *builder) denyCreate(s string) {
+	b.deny(space.ConsumerCreate(s))
+	b.deny(space.ConsumerCreateAny(s))
+	b.deny(space.DurableCreateAny(s))
+}
+
+func (b *builder) ownPresence() {
+	b.pub(b.n.KV(space.Presence, b.p.Owner+"."+b.p.Actor))
+}
+
+// agentPerms is upstream's agent arm: post as itself to its AllowPublish channels, DM and anycast
+// as itself, ask the delivery daemon for durable joins, read history of and live-subscribe its
+// AllowSubscribe channels, bind (never create) its own DM, DLV and role TASK consumers, publish
+// its own presence key and read the roster, channel registry and delivery lease.
+//
+// Deferred: the v0.4 endpoint baseline rows, the spawn/run/admin capability rows and the ep reply
+// rail (ep.reply.*.*.*.<o>.<a>.<uid>.*), the goal-progress rows and issued-authority rows.
+// Capabilities are validated but add no row until the ep plane exists.
+func agentPerms(b *builder) {
+	n, p := b.n, b.p
+	chat, dm, dlv := n.ChatStream(), n.DMStream(), n.DLVStream()
+	for _, ch := range p.AllowPublish {
+		b.pub(n.Chat(p.Owner, p.Actor, ch))
+	}
+	b.pub(n.InstFrom(p.Owner, p.Actor))
+	b.pub(n.SvcFrom(p.Owner, p.Actor))
+	b.pub(n.CtlDelivery(p.Owner, p.Actor))
+	b.pub(space.JSAPIInfo, nil)
+	b.pub(space.StreamInfo(chat))
+	b.kvBind(space.Presence)
+	b.kvBind(space.Channels)
+
+	// History reads: one create grant per readable channel, name- and filter-pinned (the server
+	// refuses a body filter that differs from the subject's), plus info/fetch/delete of the name.
+	hist, err := n.ChatHistConsumer(p.Owner, p.Actor, p.LifecycleUID)
+	if err != nil {
+		b.pub("", err)
+		return
+	}
+	for _, ch := range p.AllowSubscribe {
+		read, err := n.ChatRead(ch)
+		if err != nil {
+			b.pub("", err)
+			return
+		}
+		b.pub(space.ConsumerCreateFiltered(chat, hist, read))
+	}
+	b.pub(space.ConsumerInfo(chat, hist))
+	b.pub(space.ConsumerNext(chat, hist))
+	b.pub(space.ConsumerDelete(chat, hist))
+
+	dmC, err := n.DMConsumer(p.Owner, p.Actor, p.LifecycleUID)
+	b.bindConsumer(dm, dmC, err)
+	dlvC, err := n.DlvConsumer(p.Owner, p.Actor, p.LifecycleUID)
+	b.bindConsumer(dlv, dlvC, err)
+
+	b.kvWatch(space.Presence)
+	b.pub(space.JSFlowControl, nil)
+	b.ownPresence()
+	b.kvGet(space.Channels)
+	b.kvWatch(space.Channels)
+	b.kvBind(space.Delivery)
+	b.kvGet(space.Delivery)
+
+	task := n.TaskStream()
+	if p.Role != "" {
+		svc, err := n.SvcConsumer(p.Role)
+		b.pub(space.StreamInfo(task))
+		b.bindConsumer(task, svc, err)
+	}
+
+	// Defence in depth over default deny: no consumer-create of any form on the streams whose
+	// create-time filter or deliver subject would expose other principals' messages.
+	b.denyCreate(dm)
+	b.denyCreate(task)
+	b.denyCreate(dlv)
+
+	b.sub(n.CtlDeliveryTree(p.Owner, p.Actor))
+	for _, ch := range p.AllowSubscribe {
+		b.sub(n.ChatRead(ch))
+	}
+}
+
+// supervisorPerms is upstream's supervisor arm: the manager's standing credential. It holds its
+// instance lease, publishes its presence and watches the roster, and calls the delivery daemon's
+// admin rail. Two rows go beyond the stored upstream version, both for the renewal ownership in
+// reference/manager.md §3: the per-space renewal lease key ($KV.cotal_manager_<t>.renewal) and a
+// point read of the delivery lease (lease.0), which the manager checks before each remint.
+func supervisorPerms(b *builder) {
+	n, p := b.n, b.p
+	b.pub(space.JSAPIInfo, nil)
+	b.kvBind(space.Manager)
+	b.kvGet(space.Manager)
+	b.pub(n.ManagerLeaseAny(), nil)
+	b.pub(n.KV(space.Manager, space.ManagerRenewalKey))
+	b.ownPresence()
+	b.kvBind(space.Presence)
+	b.kvWatch(space.Presence)
+	b.pub(space.JSFlowControl, nil)
+	b.kvBind(space.Delivery)
+	b.kvGet(space.Delivery)
+	b.pub(n.CtlDeliveryAdmin(p.Owner, p.Actor))
+	b.sub(n.CtlDeliveryAdminTree(p.Owner, p.Actor))
+}
+
+// provisionerPerms is upstream's provisioner arm: the one-shot onboarding credential. It creates
+// (or verifies) every space stream and bucket, updates the TTL buckets (presence and the two
+// leases) and the hardened authority stores (records, issued), pre-creates DM, DLV and TASK
+// consumers without reading them, and writes and reads the ACL and channel registries.
+//
+// Deferred: the endpoint-plane streams, the artifact object store (OBJ_), the accepted and
+// admission stores, and the records-store slot reads of the static manager.
+func provisionerPerms(b *builder) {
+	n := b.n
+	b.pub(space.JSAPIInfo, nil)
+	streams := []string{n.ChatStream(), n.DMStream(), n.TaskStream(), n.InboxStream(), n.DLVStream()}
+	for _, k := range space.BucketKinds() {
+		streams = append(streams, b.bucketStream(k))
+	}
+	for _, s := range streams {
+		b.pub(space.StreamCreate(s))
+		b.pub(space.StreamInfo(s))
+	}
+	for _, k := range []space.BucketKind{space.Presence, space.Delivery, space.Manager, space.Records, space.Issued} {
+		b.pub(space.StreamUpdate(b.bucketStream(k)))
+	}
+	for _, s := range []string{n.DMStream(), n.DLVStream(), n.TaskStream()} {
+		b.pub(space.ConsumerCreateAny(s))
+		b.pub(space.DurableCreateAny(s))
+		b.pub(space.ConsumerInfoAny(s))
+	}
+	b.pub(n.KVAll(space.ACL))
+	b.pub(n.KVAll(space.Channels))
+	b.kvGet(space.ACL)
+	b.kvGet(space.Channels)
+}
+
+// deprovisionerPerms is upstream's deprovisioner arm, pinned to one departed lifecycle (Owner,
+// Actor, LifecycleUID name the target, not the holder): delete its DM and DLV consumers by exact
+// name and purge its ACL row. It reads no body and reaches no other lifecycle.
+func deprovisionerPerms(b *builder) {
+	n, p := b.n, b.p
+	b.pub(space.JSAPIInfo, nil)
+	dmC, err := n.DMConsumer(p.Owner, p.Actor, p.LifecycleUID)
+	if err != nil {
+		b.pub("", err)
+		return
+	}
+	dlvC, err := n.DlvConsumer(p.Owner, p.Actor, p.LifecycleUID)
+	if err != nil {
+		b.pub("", err)
+		return
+	}
+	b.pub(space.ConsumerDelete(n.DMStream(), dmC))
+	b.pub(space.ConsumerDelete(n.DLVStream(), dlvC))
+	b.kvBind(space.ACL)
+	key, err := space.ACLKey(p.Owner, p.Actor, p.LifecycleUID)
+	if err != nil {
+		b.pub("", err)
+		return
+	}
+	b.pub(n.KV(space.ACL, key))
+}
+
+// deliveryPerms is upstream's delivery arm: the fan-out writer reads all of CHAT, the trusted
+// reader binds only the "reader" durable on INBOX, the daemon reads presence, channels, members
+// and ACL, writes members and its own lease keys, publishes any lifecycle's dinbox and dlv
+// subjects, serves both ctl rails and replies only on their .reply.> leaves. It holds no native
+// chat, dinbox or dlv subscription.
+//
+// Deferred: the timer writer (ept.* rows, EPT_REQ/EPT streams, records reads) and the liveness
+// rail, both absent from the minimal daemon.
+func deliveryPerms(b *builder) {
+	n := b.n
+	chat, inbox, dlv := n.ChatStream(), n.InboxStream(), n.DLVStream()
+	reader := n.ReaderConsumer()
+	b.pub(space.JSAPIInfo, nil)
+	b.pub(space.StreamInfo(inbox))
+	b.pub(space.StreamInfo(dlv))
+	b.readStream(chat)
+	b.pub(space.DurableCreateAny(chat))
+	b.pub(space.ConsumerCreateNamed(inbox, reader))
+	b.pub(space.DurableCreate(inbox, reader))
+	b.pub(space.ConsumerInfo(inbox, reader))
+	b.pub(space.ConsumerNext(inbox, reader))
+	b.pub(space.ConsumerDelete(inbox, reader))
+	b.pub(space.Ack(inbox, reader))
+	b.pub(space.JSFlowControl, nil)
+	for _, k := range []space.BucketKind{space.Presence, space.Channels, space.Members, space.ACL} {
+		b.kvRead(k)
+	}
+	b.pub(n.KVAll(space.Members))
+	b.kvBind(space.Delivery)
+	b.kvGet(space.Delivery)
+	b.pub(n.DeliveryLeaseAny(), nil)
+	b.pub(n.DinboxAny(), nil)
+	b.pub(n.DlvAny(), nil)
+	b.pub(n.CtlDeliveryReplyAny(), nil)
+	b.pub(n.CtlDeliveryAdminReplyAny(), nil)
+	b.sub(n.CtlDeliveryServe(), nil)
+	b.sub(n.CtlDeliveryAdminServe(), nil)
+}
+
+// observerPerms is upstream's observer arm: read-only chat (live and history), roster, channel
+// registry and membership feed. No DM, anycast or endpoint subject is named, so those stay
+// invisible.
+func observerPerms(b *builder) {
+	n := b.n
+	b.pub(space.JSAPIInfo, nil)
+	b.readStream(n.ChatStream())
+	b.kvBind(space.Presence)
+	b.kvWatch(space.Presence)
+	b.kvRead(space.Channels)
+	b.kvRead(space.Membership)
+	b.pub(space.JSFlowControl, nil)
+	b.sub(n.ChatAll(), nil)
+}
+
+// adminPerms is upstream's admin arm: the observer plus DM history reads and live DM and anycast
+// subscriptions. It is a god-view over messaging, so signer policy should grant it only to a
+// trusted audit dashboard; endpoint planes stay excluded.
+func adminPerms(b *builder) {
+	observerPerms(b)
+	n := b.n
+	b.readStream(n.DMStream())
+	b.sub(n.InstAll(), nil)
+	b.sub(n.SvcAll(), nil)
+}
+
+// operatorPerms is upstream's operator arm, the one-shot human CLI credential: post as itself to
+// any channel, DM and anycast as itself, publish its presence, and read the roster and channel
+// registry. It receives no feed.
+func operatorPerms(b *builder) {
+	n, p := b.n, b.p
+	b.pub(n.ChatFrom(p.Owner, p.Actor))
+	b.pub(n.InstFrom(p.Owner, p.Actor))
+	b.pub(n.SvcFrom(p.Owner, p.Actor))
+	b.ownPresence()
+	b.pub(space.JSAPIInfo, nil)
+	b.kvBind(space.Presence)
+	b.kvWatch(space.Presence)
+	b.kvRead(space.Channels)
+	b.pub(space.JSFlowControl, nil)
+}
+
+// probePerms is upstream's probe arm: connect and nothing else.
+func probePerms(b *builder) {
+	b.deny(space.All, nil)
+}
+
+// authCalloutPerms is authd's callout service user in the AUTH account: it receives callout
+// requests and may answer on any reply subject, but may never publish a forged request.
+func authCalloutPerms(b *builder) {
+	b.pub(space.All, nil)
+	b.deny(space.AuthCalloutSubject, nil)
+	b.sub(space.AuthCalloutSubject, nil)
+}
+
+// sentinelPerms is the AUTH account's public bearer user: deny everything both ways. Its only use
+// is to make the server run the callout for the token presented with it.
+func sentinelPerms(b *builder) {
+	b.deny(space.All, nil)
+	b.add(&b.subDeny, space.All, nil)
+}

@@ -1,0 +1,208 @@
+// Package profiles is the credential profile matrix as data: for each profile, the account its
+// users live in, the parameters it requires and accepts, its lifetime class, and the exact NATS
+// permissions it grants. signerd is its only minting caller: a caller names a profile and supplies
+// Params; Build validates them against pkg/space grammars and the profile's declared fields and
+// returns a Spec; Spec.Claims is the only place user claims are built. No caller ever supplies a
+// permission.
+//
+// The rows follow upstream Cotal's provision.ts permissionsFor (see reference/auth.md §2). Common
+// rules and the choices made here:
+//
+//   - Default deny. Every profile has a non-empty publish and subscribe permission (an empty one
+//     would mean allow-all to the broker); Claims refuses a spec that would encode one.
+//   - Reply inbox. Upstream gives every profile _INBOX_<connId>.>. At Build time we do not know
+//     the connection, so the data-account profiles get their inbox row in Claims:
+//     _INBOX_<Params.InboxNonce>.> on the auth-callout path (the client chose the nonce and sent it
+//     as its connection name) or _INBOX_<user nkey>.> on the static path. Clients connect with
+//     space.InboxPrefix of the same token as their custom inbox prefix. Keying on the nkey rather
+//     than on the principal keeps two credentials of one principal (say, two incarnations) from
+//     reading each other's replies. The AUTH-account users (auth-callout, sentinel) get no inbox:
+//     the callout only answers on server-chosen reply subjects and the sentinel may do nothing.
+//   - No profile sets resp (response permissions): replies ride explicit .reply.> rows, as upstream.
+//   - Tags are owner:<o>, actor:<a>, principal:<o>.<a> when the credential holder is a principal,
+//     and always profile:<name>. jwt.TagList.Add lower-cases tags; Claims assigns the list as is so
+//     the principal tag keeps the case of the owner and actor it attributes.
+//   - Channels are concrete: a channel containing '*' or '>' is refused (upstream accepts subtree
+//     patterns in allowSubscribe; here no caller value can put a wildcard into a grant).
+//   - KV reads carry both read verbs: the leader-served STREAM.MSG.GET upstream's JS client uses,
+//     and DIRECT.GET.<stream>.> that the Go KV client uses on allow_direct buckets. Both reach every
+//     key of the bucket, so the pair grants nothing the upstream row does not. Every KV watch
+//     carries CONSUMER.DELETE as well as CREATE and INFO, because an ordered consumer deletes its
+//     predecessor when it rebuilds (upstream added it to the agent and observer for that reason).
+//
+// Deferred, and said so where each row would go: the v0.4 endpoint (ep.*) rows and everything that
+// hangs off them (the agent's baseline and capability rows, its ep reply rail and goal-progress
+// rows, the delivery daemon's timer writer on ept.*, the provisioner's endpoint-plane streams and
+// object store, issued-authority rows), the liveness-rail grants (missing from the stored upstream
+// profile), and the $SYS-account kinds (membership-observer, connection-evictor), which live in the
+// system account and are not profiles here.
+package profiles
+
+import (
+	"sort"
+	"time"
+)
+
+// Capability words an agent may carry. The set is closed: Build refuses any other word. Upstream
+// maps each to endpoint-rail rows, which are deferred, so today a capability is validated and
+// recorded in the agent's policy but adds no broker row.
+const (
+	CapSpawn = "spawn"
+	CapRun   = "run"
+	CapAdmin = "admin"
+)
+
+var capabilities = map[string]bool{CapSpawn: true, CapRun: true, CapAdmin: true}
+
+// MaxChannels caps each channel list in Params. A user JWT carries its grants inline in the
+// CONNECT line, which the broker caps; 128 channels keeps an agent JWT far below that.
+const MaxChannels = 128
+
+// field is a bit set of Params fields.
+type field uint16
+
+const (
+	fOwner field = 1 << iota
+	fActor
+	fUID
+	fRole
+	fSubscribe
+	fAllowSubscribe
+	fAllowPublish
+	fCapabilities
+	fInboxNonce
+)
+
+// fieldNames maps each field bit to its Params field name, in declaration order.
+var fieldNames = []struct {
+	f    field
+	name string
+}{
+	{fOwner, "Owner"},
+	{fActor, "Actor"},
+	{fUID, "LifecycleUID"},
+	{fRole, "Role"},
+	{fSubscribe, "Subscribe"},
+	{fAllowSubscribe, "AllowSubscribe"},
+	{fAllowPublish, "AllowPublish"},
+	{fCapabilities, "Capabilities"},
+	{fInboxNonce, "InboxNonce"},
+}
+
+const (
+	day      = 24 * time.Hour
+	standing = day
+	oneShot  = 5 * time.Minute
+)
+
+// rule is one row of the matrix.
+type rule struct {
+	account  AccountKind
+	lifetime Lifetime
+	// requires must be set; accepts may be set (a superset of requires). Owner and Actor are
+	// always accepted or required together.
+	requires field
+	accepts  field
+	// target marks profiles whose Owner/Actor/LifecycleUID name the credential's target (the
+	// deprovisioner's departed agent), not its holder: they get no principal tags or name.
+	target bool
+	bearer bool
+	perms  func(*builder)
+}
+
+func lt(d time.Duration) Lifetime { return Lifetime{Default: d, Max: d} }
+
+// matrix is the profile table. It is never mutated after init.
+var matrix = map[Name]rule{
+	Agent: {
+		account: AccountData, lifetime: lt(standing),
+		requires: fOwner | fActor | fUID,
+		accepts:  fOwner | fActor | fUID | fRole | fSubscribe | fAllowSubscribe | fAllowPublish | fCapabilities | fInboxNonce,
+		perms:    agentPerms,
+	},
+	Supervisor: {
+		account: AccountData, lifetime: lt(standing),
+		requires: fOwner | fActor, accepts: fOwner | fActor | fInboxNonce,
+		perms: supervisorPerms,
+	},
+	Provisioner: {
+		account: AccountData, lifetime: lt(oneShot),
+		accepts: fOwner | fActor | fInboxNonce,
+		perms:   provisionerPerms,
+	},
+	Deprovisioner: {
+		account: AccountData, lifetime: lt(oneShot),
+		requires: fOwner | fActor | fUID, accepts: fOwner | fActor | fUID | fInboxNonce,
+		target: true,
+		perms:  deprovisionerPerms,
+	},
+	Delivery: {
+		account: AccountData, lifetime: lt(standing),
+		accepts: fOwner | fActor | fInboxNonce,
+		perms:   deliveryPerms,
+	},
+	// Upstream observer and admin are static credentials with no exp. We never issue a
+	// non-expiring credential that can read anything, so they are standing 24h credentials and
+	// their holder renews them.
+	Observer: {
+		account: AccountData, lifetime: lt(standing),
+		accepts: fOwner | fActor | fInboxNonce,
+		perms:   observerPerms,
+	},
+	Admin: {
+		account: AccountData, lifetime: lt(standing),
+		accepts: fOwner | fActor | fInboxNonce,
+		perms:   adminPerms,
+	},
+	Operator: {
+		account: AccountData, lifetime: lt(oneShot),
+		requires: fOwner | fActor, accepts: fOwner | fActor | fInboxNonce,
+		perms: operatorPerms,
+	},
+	Probe: {
+		account: AccountData, lifetime: lt(60 * time.Second),
+		accepts: fOwner | fActor | fInboxNonce,
+		perms:   probePerms,
+	},
+	// Upstream's callout user carries no exp; ours is a standing 24h credential authd renews.
+	AuthCallout: {
+		account: AccountAuth, lifetime: lt(standing),
+		perms: authCalloutPerms,
+	},
+	// The sentinel is public and powerless (deny everything), so it is the one credential
+	// without exp: clients ship it next to their bearer token.
+	Sentinel: {
+		account: AccountAuth, lifetime: Lifetime{NoExpiry: true},
+		bearer: true,
+		perms:  sentinelPerms,
+	},
+}
+
+// Parse maps a profile name to its Name, refusing anything outside the matrix with
+// *UnknownProfileError. It is exact: no case folding or trimming.
+func Parse(s string) (Name, error) {
+	if _, ok := matrix[Name(s)]; ok {
+		return Name(s), nil
+	}
+	return "", &UnknownProfileError{Name: s}
+}
+
+// All lists every profile, sorted by name.
+func All() []Name {
+	out := make([]Name, 0, len(matrix))
+	for n := range matrix {
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// Account is the account the profile's users live in; zero for an unknown name.
+func (n Name) Account() AccountKind { return matrix[n].account }
+
+// Lifetime is the profile's lifetime class; the zero Lifetime for an unknown name (which Claims
+// refuses, since its Max is zero).
+func (n Name) Lifetime() Lifetime { return matrix[n].lifetime }
+
+// String returns the profile name.
+func (n Name) String() string { return string(n) }
