@@ -7,26 +7,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/cotalgo/cotal/pkg/creds"
 )
 
 // maxFileSize bounds every file this package reads. PEM certificates, keys and CA bundles are
 // a few kilobytes; anything larger is a mistake, not material.
 const maxFileSize = 1 << 20
-
-// ModeError says a secret file or directory grants permission bits beyond what is allowed.
-type ModeError struct {
-	// Path is the offending file or directory.
-	Path string
-	// Mode is its permission bits.
-	Mode fs.FileMode
-	// Max is the most permissive mode allowed (0600 for key files, 0700 for directories).
-	Max fs.FileMode
-}
-
-// Error names the path, its mode and the limit.
-func (e *ModeError) Error() string {
-	return fmt.Sprintf("mtls: %s has mode %04o; permission bits beyond %04o are refused", e.Path, uint32(e.Mode), uint32(e.Max))
-}
 
 // ExistsError says WriteDevPKI refused to overwrite a file. It matches fs.ErrExist.
 type ExistsError struct {
@@ -52,28 +39,6 @@ func readPublicFile(path string) ([]byte, error) {
 	return readLimited(f, path)
 }
 
-// readSecretFile reads a private key file after checking, on the open descriptor, that it is
-// a regular file with no permission bits beyond 0600. Checking the descriptor rather than the
-// path means the file checked is the file read, even if the path is swapped in between.
-func readSecretFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("mtls: %s is not a regular file (%s)", path, st.Mode().Type())
-	}
-	if perm := st.Mode().Perm(); perm&^0o600 != 0 {
-		return nil, &ModeError{Path: path, Mode: perm, Max: 0o600}
-	}
-	return readLimited(f, path)
-}
-
 func readLimited(f *os.File, path string) ([]byte, error) {
 	b, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
 	if err != nil {
@@ -85,23 +50,14 @@ func readLimited(f *os.File, path string) ([]byte, error) {
 	return b, nil
 }
 
-// ensurePrivateDir creates dir (and missing parents) with mode 0700 and refuses an existing
-// dir whose permission bits go beyond 0700.
+// ensurePrivateDir creates dir (and missing parents) with mode 0700 and then applies the
+// project's secret-directory check (creds.CheckSecretDir): an existing dir that is a symlink,
+// not owned by the effective uid, or grants any group or other bit is refused.
 func ensurePrivateDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(dir, creds.DirMode); err != nil {
 		return err
 	}
-	st, err := os.Stat(dir)
-	if err != nil {
-		return err
-	}
-	if !st.IsDir() {
-		return fmt.Errorf("mtls: %s is not a directory", dir)
-	}
-	if perm := st.Mode().Perm(); perm&^0o700 != 0 {
-		return &ModeError{Path: dir, Mode: perm, Max: 0o700}
-	}
-	return nil
+	return creds.CheckSecretDir(dir)
 }
 
 // writeFileExclusive writes data to path atomically and without ever replacing an existing

@@ -27,6 +27,7 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	f := &fixture{dir: t.TempDir(), serverCA: newTestCA(t, "server CA"), clientCA: newTestCA(t, "client CA")}
+	chmod(t, f.dir, 0o700) // keys live in a 0700 directory, as creds.ReadSecretFile requires
 	f.serverLeaf = serverLeaf(t, f.serverCA)
 	cert, key := writeLeaf(t, f.dir, "signerd", f.serverLeaf)
 	f.server = ServerFiles{CertFile: cert, KeyFile: key, ClientCAFile: writeCA(t, f.dir, "client-ca", f.clientCA)}

@@ -227,7 +227,8 @@ var spaceTokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
 // PKIOptions configures WriteDevPKI.
 type PKIOptions struct {
-	// Dir receives the files; it is created 0700 if missing and refused if it grants more.
+	// Dir receives the files; it is created 0700 if missing, and refused if it exists but is
+	// a symlink, not owned by the effective uid, or grants any group or other bit.
 	Dir string
 	// TrustDomain is the SPIFFE trust domain, for example "cotal.local".
 	TrustDomain string

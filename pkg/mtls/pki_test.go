@@ -19,6 +19,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cotalgo/cotal/pkg/creds"
 )
 
 var pkiNow = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -171,8 +173,8 @@ func TestWriteDevPKIRefuses(t *testing.T) {
 			prepare: func(t *testing.T, dir string) { mkdir(t, dir); chmod(t, dir, 0o755) },
 			opts:    func(dir string) PKIOptions { return PKIOptions{Dir: dir, TrustDomain: testTD} },
 			check: func(t *testing.T, dir string, err error) {
-				var me *ModeError
-				if !errors.As(err, &me) || me.Path != dir || me.Mode != 0o755 || me.Max != 0o700 {
+				var me *creds.ModeError
+				if !errors.As(err, &me) || me.Path != dir || me.Mode != 0o755 || me.Want != 0o700 {
 					t.Fatalf("error = %v, want *ModeError for %s", err, dir)
 				}
 				if got := snapshot(t, dir); len(got) != 0 {
@@ -292,7 +294,7 @@ func keyMatches(t *testing.T, certFile, keyFile string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := readSecretFile(keyFile)
+	k, err := creds.ReadSecretFile(keyFile)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cotalgo/cotal/pkg/creds"
 )
 
 // DefaultPollInterval is how often Run checks the files when neither Run nor WithPollInterval
@@ -30,7 +32,7 @@ type LoadError struct {
 // Error names the file.
 func (e *LoadError) Error() string { return fmt.Sprintf("mtls: load %s: %v", e.Path, e.Err) }
 
-// Unwrap returns the cause (for example a *ModeError or fs.ErrNotExist).
+// Unwrap returns the cause (for example a *creds.ModeError or fs.ErrNotExist).
 func (e *LoadError) Unwrap() error { return e.Err }
 
 // material is one consistent snapshot of a key pair and a CA pool. It is never modified after
@@ -43,8 +45,12 @@ type material struct {
 
 // Reloader holds the current key pair and CA pool read from three files, and swaps them as a
 // unit when the files change. An invalid new set (unreadable, unparsable, a key that does not
-// match the certificate, a key file with mode beyond 0600, a CA file with no certificate)
+// match the certificate, a key file that fails the secret-file check, a CA file with no
+// certificate)
 // never replaces a valid one: the old material stays in use and the error is returned.
+// The key file must pass the project's secret-file rules (creds.ReadSecretFile: a regular
+// file, not a symlink, owned by the effective uid, no group or other permission bit, in a
+// directory with the same rules); the certificate and CA files are public.
 // A Reloader is safe for concurrent use: handshakes read the current material through an
 // atomic pointer while Reload or Run swap it.
 type Reloader struct {
@@ -85,6 +91,7 @@ func (r *Reloader) Reload() error {
 		r.lastFailure = err.Error()
 		return err
 	}
+	defer clear(raw.key)
 	if err := r.load(raw); err != nil {
 		r.lastFailure = raw.digest()
 		return err
@@ -127,6 +134,7 @@ func (r *Reloader) poll() error {
 		r.lastFailure = err.Error()
 		return err
 	}
+	defer clear(raw.key)
 	d := raw.digest()
 	if d == r.cur.Load().digest || d == r.lastFailure {
 		return nil
@@ -159,10 +167,13 @@ func (r *Reloader) read() (rawFiles, error) {
 	if f.cert, err = readPublicFile(r.certFile); err != nil {
 		return f, &LoadError{Path: r.certFile, Err: err}
 	}
-	if f.key, err = readSecretFile(r.keyFile); err != nil {
+	// The project's secret-file reader: no symlink, owned by the effective uid, no group or
+	// other bit, re-checked on the open descriptor.
+	if f.key, err = creds.ReadSecretFile(r.keyFile); err != nil {
 		return f, &LoadError{Path: r.keyFile, Err: err}
 	}
 	if f.ca, err = readPublicFile(r.caFile); err != nil {
+		clear(f.key)
 		return f, &LoadError{Path: r.caFile, Err: err}
 	}
 	return f, nil

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cotalgo/cotal/pkg/creds"
 )
 
 func TestNewServerTLSRefuses(t *testing.T) {
@@ -34,6 +36,26 @@ func TestNewServerTLSRefuses(t *testing.T) {
 				return f.server
 			},
 			check: wantModeError(0o640),
+		},
+		{
+			// A symlink could let whoever controls its target choose the key.
+			name: "fail/key-symlink",
+			prepare: func(t *testing.T, f *fixture) ServerFiles {
+				link := filepath.Join(f.dir, "link.key")
+				if err := os.Symlink(f.server.KeyFile, link); err != nil {
+					t.Fatal(err)
+				}
+				files := f.server
+				files.KeyFile = link
+				return files
+			},
+			check: func(t *testing.T, _ *fixture, files ServerFiles, err error) {
+				wantLoadError(t, err, files.KeyFile)
+				var te *creds.TypeError
+				if !errors.As(err, &te) || te.Path != files.KeyFile {
+					t.Fatalf("error = %v, want *creds.TypeError for %s", err, files.KeyFile)
+				}
+			},
 		},
 		{
 			name: "fail/key-missing",
@@ -133,6 +155,16 @@ func TestNewServerTLSRefuses(t *testing.T) {
 			tt.check(t, f, files, err)
 		})
 	}
+	t.Run("fail/key-dir-mode-0755", func(t *testing.T) {
+		f := newFixture(t)
+		chmod(t, f.dir, 0o755)
+		_, _, err := NewServerTLS(f.server)
+		wantLoadError(t, err, f.server.KeyFile)
+		var me *creds.ModeError
+		if !errors.As(err, &me) || me.Path != f.dir || me.Mode != 0o755 {
+			t.Fatalf("error = %v, want *creds.ModeError for %s", err, f.dir)
+		}
+	})
 	t.Run("ok/key-mode-0400", func(t *testing.T) {
 		f := newFixture(t)
 		chmod(t, f.server.KeyFile, 0o400)
@@ -328,8 +360,8 @@ func wantLoadError(t *testing.T, err error, path string) {
 func wantModeError(mode os.FileMode) func(t *testing.T, f *fixture, files ServerFiles, err error) {
 	return func(t *testing.T, _ *fixture, files ServerFiles, err error) {
 		t.Helper()
-		var me *ModeError
-		if !errors.As(err, &me) || me.Path != files.KeyFile || me.Mode != mode || me.Max != 0o600 {
+		var me *creds.ModeError
+		if !errors.As(err, &me) || me.Path != files.KeyFile || me.Mode != mode || me.Want != 0o600 {
 			t.Fatalf("error = %v, want *ModeError{%s, %04o, 0600}", err, files.KeyFile, mode)
 		}
 		if !strings.Contains(err.Error(), files.KeyFile) {
