@@ -1,0 +1,281 @@
+package profiles
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cotalgo/cotal/pkg/space"
+)
+
+func TestParseAndAll(t *testing.T) {
+	want := []Name{Admin, Agent, AuthCallout, Delivery, Deprovisioner, Observer, Operator, Probe, Provisioner, Sentinel, Supervisor}
+	if got := All(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("All() = %v, want %v", got, want)
+	}
+	for _, n := range want {
+		got, err := Parse(string(n))
+		if err != nil || got != n {
+			t.Fatalf("Parse(%q) = %q, %v", n, got, err)
+		}
+	}
+	for _, bad := range []string{"", "Agent", " agent", "manager", "membership-observer"} {
+		_, err := Parse(bad)
+		var ue *UnknownProfileError
+		if !errors.As(err, &ue) || ue.Name != bad {
+			t.Fatalf("Parse(%q): got %v, want *UnknownProfileError", bad, err)
+		}
+	}
+}
+
+func TestMatrixClasses(t *testing.T) {
+	d24 := Lifetime{Default: 24 * time.Hour, Max: 24 * time.Hour}
+	m5 := Lifetime{Default: 5 * time.Minute, Max: 5 * time.Minute}
+	tests := []struct {
+		name    Name
+		account AccountKind
+		life    Lifetime
+	}{
+		{Agent, AccountData, d24},
+		{Supervisor, AccountData, d24},
+		{Delivery, AccountData, d24},
+		{Observer, AccountData, d24},
+		{Admin, AccountData, d24},
+		{Provisioner, AccountData, m5},
+		{Deprovisioner, AccountData, m5},
+		{Operator, AccountData, m5},
+		{Probe, AccountData, Lifetime{Default: time.Minute, Max: time.Minute}},
+		{AuthCallout, AccountAuth, d24},
+		{Sentinel, AccountAuth, Lifetime{NoExpiry: true}},
+	}
+	if len(tests) != len(All()) {
+		t.Fatalf("table covers %d profiles, matrix has %d", len(tests), len(All()))
+	}
+	for _, tc := range tests {
+		t.Run("ok/"+string(tc.name), func(t *testing.T) {
+			if tc.name.Account() != tc.account || tc.name.Lifetime() != tc.life {
+				t.Fatalf("%s: account %v lifetime %+v, want %v %+v", tc.name, tc.name.Account(), tc.name.Lifetime(), tc.account, tc.life)
+			}
+		})
+	}
+	if Name("nope").Account() != 0 || Name("nope").Lifetime() != (Lifetime{}) {
+		t.Fatal("unknown name has a class")
+	}
+}
+
+func TestLifetimeTTL(t *testing.T) {
+	l := Agent.Lifetime()
+	tests := []struct {
+		name string
+		life Lifetime
+		in   time.Duration
+		want time.Duration
+		ok   bool
+	}{
+		{"ok/zero is default", l, 0, 24 * time.Hour, true},
+		{"ok/below max", l, time.Hour, time.Hour, true},
+		{"ok/at max", l, 24 * time.Hour, 24 * time.Hour, true},
+		{"ok/no expiry zero", Sentinel.Lifetime(), 0, 0, true},
+		{"fail/above max", l, 24*time.Hour + time.Second, 0, false},
+		{"fail/negative", l, -time.Second, 0, false},
+		{"fail/no expiry asked for ttl", Sentinel.Lifetime(), time.Hour, 0, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.life.TTL(tc.in)
+			if (err == nil) != tc.ok || got != tc.want {
+				t.Fatalf("TTL(%v) = %v, %v; want %v ok=%v", tc.in, got, err, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+func TestAccountKindText(t *testing.T) {
+	for _, k := range []AccountKind{AccountData, AccountAuth} {
+		b, err := k.MarshalText()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back AccountKind
+		if err := back.UnmarshalText(b); err != nil || back != k {
+			t.Fatalf("round trip %v: %v %v", k, back, err)
+		}
+	}
+	if _, err := AccountKind(9).MarshalText(); err == nil {
+		t.Fatal("marshalled an unknown kind")
+	}
+	var k AccountKind
+	if err := k.UnmarshalText([]byte("sys")); err == nil {
+		t.Fatal("unmarshalled an unknown kind")
+	}
+}
+
+// mxAgent returns valid agent params that each refusal case then breaks.
+func mxAgent() Params {
+	return Params{
+		Owner: "local", Actor: "bob", LifecycleUID: mxUID,
+		Subscribe: []string{"general"}, AllowSubscribe: []string{"general"}, AllowPublish: []string{"general"},
+	}
+}
+
+func mxWith(p Params, f func(*Params)) Params { f(&p); return p }
+
+func TestBuildRefusals(t *testing.T) {
+	tooMany := make([]string, MaxChannels+1)
+	for i := range tooMany {
+		tooMany[i] = "c" + strings.Repeat("x", i%5) + string(rune('a'+i%26))
+	}
+	tests := []struct {
+		name    string
+		space   string
+		profile Name
+		params  Params
+		field   string // the ParamError field expected
+		grammar bool   // whether the error wraps a *space.NameError
+	}{
+		{"fail/space empty", "", Agent, mxAgent(), "space", true},
+		{"fail/space control char", "a\x00b", Probe, Params{}, "space", true},
+		{"fail/agent missing owner", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.Owner = "" }), "Owner", false},
+		{"fail/agent missing actor", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.Actor = "" }), "Actor", false},
+		{"fail/agent missing uid", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.LifecycleUID = "" }), "LifecycleUID", false},
+		{"fail/agent owner dot", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.Owner = "a.b" }), "Owner", true},
+		{"fail/agent owner star", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.Owner = "*" }), "Owner", true},
+		{"fail/agent owner dash", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.Owner = "lo-cal" }), "Owner", true},
+		{"fail/agent actor gt", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.Actor = ">" }), "Actor", true},
+		{"fail/agent uid short", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.LifecycleUID = "abc" }), "LifecycleUID", true},
+		{"fail/agent uid upper", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.LifecycleUID = strings.ToUpper(mxUID) }), "LifecycleUID", true},
+		{"fail/agent role dot", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.Role = "a.b" }), "Role", true},
+		{"fail/agent publish star", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.AllowPublish = []string{"team.*"} }), "AllowPublish", true},
+		{"fail/agent subscribe gt", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.AllowSubscribe = []string{"general", ">"} }), "AllowSubscribe", true},
+		{"fail/agent channel empty token", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.AllowPublish = []string{"a..b"} }), "AllowPublish", true},
+		{"fail/agent channel empty string", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.AllowSubscribe = []string{"general", ""} }), "AllowSubscribe", true},
+		{"fail/agent channel space", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.Subscribe = []string{"gen eral"} }), "Subscribe", true},
+		{"fail/agent subscribe not subset", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.Subscribe = []string{"general", "secret"} }), "Subscribe", false},
+		{"fail/agent subscribe without allow", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.AllowSubscribe = nil }), "Subscribe", false},
+		{"fail/agent too many channels", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.AllowPublish = tooMany }), "AllowPublish", false},
+		{"fail/agent unknown capability", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.Capabilities = []string{"spawn", "root"} }), "Capabilities", false},
+		{"fail/agent capability case", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.Capabilities = []string{"Spawn"} }), "Capabilities", false},
+		{"fail/agent nonce short", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.InboxNonce = "short" }), "InboxNonce", true},
+		{"fail/agent nonce wildcard", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.InboxNonce = "abcdefgh>" }), "InboxNonce", true},
+		{"fail/supervisor missing owner", mxSpace, Supervisor, Params{Actor: "m"}, "Owner", false},
+		{"fail/supervisor uid not accepted", mxSpace, Supervisor, Params{Owner: "o", Actor: "m", LifecycleUID: mxUID}, "LifecycleUID", false},
+		{"fail/supervisor role not accepted", mxSpace, Supervisor, Params{Owner: "o", Actor: "m", Role: "r"}, "Role", false},
+		{"fail/operator channels not accepted", mxSpace, Operator, Params{Owner: "o", Actor: "a", AllowPublish: []string{"general"}}, "AllowPublish", false},
+		{"fail/delivery owner without actor", mxSpace, Delivery, Params{Owner: "o"}, "Actor", false},
+		{"fail/probe actor without owner", mxSpace, Probe, Params{Actor: "a"}, "Owner", false},
+		{"fail/observer capability not accepted", mxSpace, Observer, Params{Capabilities: []string{"admin"}}, "Capabilities", false},
+		{"fail/provisioner uid not accepted", mxSpace, Provisioner, Params{LifecycleUID: mxUID}, "LifecycleUID", false},
+		{"fail/deprovisioner missing uid", mxSpace, Deprovisioner, Params{Owner: "o", Actor: "a"}, "LifecycleUID", false},
+		{"fail/deprovisioner bad uid", mxSpace, Deprovisioner, Params{Owner: "o", Actor: "a", LifecycleUID: "*"}, "LifecycleUID", true},
+		{"fail/auth-callout owner not accepted", mxSpace, AuthCallout, Params{Owner: "o", Actor: "a"}, "Owner", false},
+		{"fail/auth-callout nonce not accepted", mxSpace, AuthCallout, Params{InboxNonce: "abcdefgh"}, "InboxNonce", false},
+		{"fail/sentinel subscribe not accepted", mxSpace, Sentinel, Params{Subscribe: []string{"x"}}, "Subscribe", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Build(tc.space, tc.profile, tc.params)
+			var pe *ParamError
+			if s != nil || !errors.As(err, &pe) {
+				t.Fatalf("got %v, %v; want nil and *ParamError", s, err)
+			}
+			if pe.Profile != tc.profile || pe.Field != tc.field || pe.Reason == "" {
+				t.Fatalf("ParamError = %+v, want profile %s field %s", pe, tc.profile, tc.field)
+			}
+			var ne *space.NameError
+			if errors.As(err, &ne) != tc.grammar {
+				t.Fatalf("wraps *space.NameError = %v, want %v (%v)", !tc.grammar, tc.grammar, err)
+			}
+		})
+	}
+	t.Run("fail/unknown profile", func(t *testing.T) {
+		_, err := Build(mxSpace, "manager", Params{})
+		var ue *UnknownProfileError
+		if !errors.As(err, &ue) || ue.Name != "manager" {
+			t.Fatalf("got %v, want *UnknownProfileError", err)
+		}
+	})
+}
+
+func TestBuildOK(t *testing.T) {
+	t.Run("ok/agent channels deduplicated and sorted", func(t *testing.T) {
+		a, err := Build(mxSpace, Agent, mxWith(mxAgent(), func(p *Params) {
+			p.AllowSubscribe = []string{"zeta", "alpha", "zeta", "general"}
+			p.AllowPublish = []string{"zeta", "alpha", "alpha"}
+			p.Capabilities = []string{"run", "spawn", "run"}
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Build(mxSpace, Agent, mxWith(mxAgent(), func(p *Params) {
+			p.AllowSubscribe = []string{"general", "alpha", "zeta"}
+			p.AllowPublish = []string{"alpha", "zeta"}
+			p.Capabilities = []string{"spawn", "run"}
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("equal inputs gave different specs:\n%+v\n%+v", a, b)
+		}
+		want := []string{"cotal.demo_space.ctl.delivery.local.bob.>", "cotal.demo_space.chat.*.*.alpha",
+			"cotal.demo_space.chat.*.*.general", "cotal.demo_space.chat.*.*.zeta"}
+		if !reflect.DeepEqual([]string(a.Sub.Allow), want) {
+			t.Fatalf("sub allow = %v, want %v", a.Sub.Allow, want)
+		}
+	})
+	t.Run("ok/agent without channels or role has no chat or task rows", func(t *testing.T) {
+		s, err := Build(mxSpace, Agent, Params{Owner: "local", Actor: "bob", LifecycleUID: mxUID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sub := range append(append([]string{}, s.Pub.Allow...), s.Sub.Allow...) {
+			if strings.Contains(sub, ".chat.") || strings.Contains(sub, "svc_") || strings.Contains(sub, "STREAM.INFO.TASK") {
+				t.Fatalf("channel-less, role-less agent got %q", sub)
+			}
+		}
+		if len(s.Pub.Deny) != 9 {
+			t.Fatalf("agent deny rows = %d, want 9: %v", len(s.Pub.Deny), s.Pub.Deny)
+		}
+	})
+	t.Run("ok/callout path names the jwt after the principal", func(t *testing.T) {
+		s, err := Build(mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.InboxNonce = "nonce-abc-123" }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.JWTName != "local-bob" || s.InboxNonce != "nonce-abc-123" {
+			t.Fatalf("JWTName %q InboxNonce %q", s.JWTName, s.InboxNonce)
+		}
+	})
+	t.Run("ok/deprovisioner target is not its principal", func(t *testing.T) {
+		s, err := Build(mxSpace, Deprovisioner, Params{Owner: "local", Actor: "bob", LifecycleUID: mxUID, InboxNonce: "nonce-abc-123"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(s.Tags, []string{"profile:deprovisioner"}) || s.JWTName != "deprovisioner" {
+			t.Fatalf("tags %v name %q", s.Tags, s.JWTName)
+		}
+	})
+	t.Run("ok/optional principal tags", func(t *testing.T) {
+		s, err := Build(mxSpace, Probe, Params{Owner: "Local", Actor: "Bob"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"owner:Local", "actor:Bob", "principal:Local.Bob", "profile:probe"}
+		if !reflect.DeepEqual(s.Tags, want) {
+			t.Fatalf("tags %v, want %v", s.Tags, want)
+		}
+	})
+	t.Run("ok/no profile sets resp", func(t *testing.T) {
+		for _, n := range All() {
+			s, err := Build(mxSpace, n, mxGoldenParams[n])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Resp != nil {
+				t.Fatalf("%s sets resp", n)
+			}
+		}
+	})
+}

@@ -1,0 +1,159 @@
+package profiles
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// mxFuzzValues are the raw values a fuzz case draws its parameters from.
+type mxFuzzValues struct {
+	owner, actor, uid, role, ch1, ch2, ch3, capw, nonce string
+}
+
+// params builds Params holding exactly the fields in include.
+func (v mxFuzzValues) params(include field) Params {
+	var p Params
+	if include&fOwner != 0 {
+		p.Owner = v.owner
+	}
+	if include&fActor != 0 {
+		p.Actor = v.actor
+	}
+	if include&fUID != 0 {
+		p.LifecycleUID = v.uid
+	}
+	if include&fRole != 0 {
+		p.Role = v.role
+	}
+	if include&fSubscribe != 0 {
+		p.Subscribe = []string{v.ch1}
+	}
+	if include&fAllowSubscribe != 0 {
+		p.AllowSubscribe = []string{v.ch1, v.ch2}
+	}
+	if include&fAllowPublish != 0 {
+		p.AllowPublish = []string{v.ch2, v.ch3}
+	}
+	if include&fCapabilities != 0 {
+		p.Capabilities = []string{v.capw}
+	}
+	if include&fInboxNonce != 0 {
+		p.InboxNonce = v.nonce
+	}
+	return p
+}
+
+// canonical replaces every caller value with a fixed valid one, keeping which channels are equal
+// to which, so its build has the shape the profile itself gives those fields.
+func (v mxFuzzValues) canonical() mxFuzzValues {
+	ch := map[string]string{}
+	for _, c := range []string{v.ch1, v.ch2, v.ch3} {
+		if _, ok := ch[c]; !ok {
+			ch[c] = fmt.Sprintf("c%d", len(ch))
+		}
+	}
+	return mxFuzzValues{
+		owner: "own", actor: "act", uid: strings.Repeat("u", 26), role: "role",
+		ch1: ch[v.ch1], ch2: ch[v.ch2], ch3: ch[v.ch3], capw: v.capw, nonce: "nonce_00",
+	}
+}
+
+// mxCheckSubject fails unless s is non-empty printable-ASCII tokens with '*' and '>' only as
+// whole tokens and '>' only last.
+func mxCheckSubject(t *testing.T, s string) {
+	t.Helper()
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c >= 0x7f {
+			t.Fatalf("subject %q has byte %q", s, c)
+		}
+	}
+	toks := strings.Split(s, ".")
+	for i, tok := range toks {
+		if tok == "" {
+			t.Fatalf("subject %q has an empty token", s)
+		}
+		if tok == ">" && i != len(toks)-1 {
+			t.Fatalf("subject %q has '>' before the end", s)
+		}
+		if tok != "*" && tok != ">" && strings.ContainsAny(tok, "*>") {
+			t.Fatalf("subject %q has a partial wildcard %q", s, tok)
+		}
+	}
+}
+
+// mxShapes is the sorted multiset of wildcard positions of a list: for each subject, the
+// indexes of its '*' tokens and whether it ends in '>'.
+func mxShapes(list []string) []string {
+	out := make([]string, 0, len(list))
+	for _, s := range list {
+		var sb strings.Builder
+		toks := strings.Split(s, ".")
+		for i, tok := range toks {
+			if tok == "*" {
+				fmt.Fprintf(&sb, "%d*,", i)
+			}
+		}
+		if toks[len(toks)-1] == ">" {
+			sb.WriteString(">")
+		}
+		out = append(out, sb.String())
+	}
+	sort.Strings(out)
+	return out
+}
+
+// FuzzBuild shows that no parameters produce a malformed subject or a wildcard in a place the
+// profile did not put one itself: every accepted build has exactly the wildcard shape of the same
+// build with fixed, known-good values, and yields claims that validate.
+func FuzzBuild(f *testing.F) {
+	good := mxFuzzValues{"local", "bob", mxUID, "review", "general", "team.backend", "general", CapSpawn, ""}
+	for i := range All() {
+		f.Add("demo space", uint8(i), uint16(0), uint16(0), good.owner, good.actor, good.uid, good.role, good.ch1, good.ch2, good.ch3, good.capw, good.nonce)
+	}
+	f.Add("x", uint8(1), uint16(0), uint16(0), "a.b", "*", ">", "r.>", "team.>", "*", "a..b", "root", ">>>>>>>>")
+	f.Add("\U0001F600", uint8(1), uint16(0), uint16(0xffff), "u_abcdefghijklmnopqrstuvwxyz", "A_1", strings.Repeat("9", 32), "r-1", "a-b.c_d", "a-b.c_d", "z", CapAdmin, "nonce-nonce")
+	f.Add("s", uint8(3), uint16(fInboxNonce), uint16(fRole), "o", "a", mxUID, "r", "c", "c", "c", "run", "nonce_12")
+	k := mxKeys(f)
+	f.Fuzz(func(t *testing.T, spaceName string, pidx uint8, drop, extra uint16,
+		owner, actor, uid, role, ch1, ch2, ch3, capw, nonce string) {
+		all := All()
+		name := all[int(pidx)%len(all)]
+		r := matrix[name]
+		include := (r.accepts &^ field(drop)) | (field(extra) &^ r.accepts)
+		v := mxFuzzValues{owner, actor, uid, role, ch1, ch2, ch3, capw, nonce}
+		s, err := Build(spaceName, name, v.params(include))
+		if err != nil {
+			var pe *ParamError
+			if !errors.As(err, &pe) || pe.Profile != name || pe.Field == "" {
+				t.Fatalf("refusal is not a *ParamError naming the field: %v", err)
+			}
+			return
+		}
+		lists := [][]string{s.Pub.Allow, s.Pub.Deny, s.Sub.Allow, s.Sub.Deny}
+		for _, l := range lists {
+			for _, subj := range l {
+				mxCheckSubject(t, subj)
+			}
+		}
+		c, err := Build("space", name, v.canonical().params(include))
+		if err != nil {
+			t.Fatalf("canonical build refused where the fuzzed one was accepted: %v", err)
+		}
+		for i, cl := range [][]string{c.Pub.Allow, c.Pub.Deny, c.Sub.Allow, c.Sub.Deny} {
+			if got, want := mxShapes(lists[i]), mxShapes(cl); !reflect.DeepEqual(got, want) {
+				t.Fatalf("list %d wildcard shape differs from the profile's own:\n got %v\nwant %v\nsubjects %v", i, got, want, lists[i])
+			}
+		}
+		ttl, err := name.Lifetime().TTL(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Claims(k.userPub, k.acPub, mxNow, ttl); err != nil {
+			t.Fatalf("Claims refused an accepted spec: %v", err)
+		}
+	})
+}

@@ -1,0 +1,94 @@
+package profiles
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+var updateGolden = flag.Bool("update", false, "rewrite pkg/profiles/testdata golden files")
+
+const (
+	mxSpace = "demo space"
+	mxUID   = "abcdefghijklmnopqrstuvwxyz"
+)
+
+// mxGoldenParams are the representative parameters each golden file is built from.
+var mxGoldenParams = map[Name]Params{
+	Agent: {
+		Owner: "local", Actor: "bob", LifecycleUID: mxUID, Role: "review",
+		Subscribe:      []string{"general"},
+		AllowSubscribe: []string{"team.backend", "general", "general"},
+		AllowPublish:   []string{"general"},
+		Capabilities:   []string{CapSpawn},
+	},
+	Supervisor:    {Owner: "local", Actor: "manager"},
+	Provisioner:   {Owner: "local", Actor: "manager"},
+	Deprovisioner: {Owner: "local", Actor: "bob", LifecycleUID: mxUID},
+	Delivery:      {},
+	Observer:      {},
+	Admin:         {Owner: "u_abcdefghijklmnopqrstuvwxyz", Actor: "web", InboxNonce: "web-nonce-0001"},
+	Operator:      {Owner: "local", Actor: "alice"},
+	Probe:         {},
+	AuthCallout:   {},
+	Sentinel:      {},
+}
+
+// mxSpecJSON renders a spec the way golden files hold it: indented, '>' unescaped.
+func mxSpecJSON(t *testing.T, s *Spec) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(s); err != nil {
+		t.Fatalf("encode spec: %v", err)
+	}
+	return buf.Bytes()
+}
+
+func TestGolden(t *testing.T) {
+	if len(mxGoldenParams) != len(All()) {
+		t.Fatalf("golden params cover %d profiles, matrix has %d", len(mxGoldenParams), len(All()))
+	}
+	for _, name := range All() {
+		t.Run("ok/"+string(name), func(t *testing.T) {
+			p, ok := mxGoldenParams[name]
+			if !ok {
+				t.Fatalf("no golden params for %s", name)
+			}
+			s, err := Build(mxSpace, name, p)
+			if err != nil {
+				t.Fatalf("Build: %v", err)
+			}
+			got := mxSpecJSON(t, s)
+			path := filepath.Join("testdata", string(name)+".json")
+			if *updateGolden {
+				if err := os.MkdirAll("testdata", 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("read golden (run with -update to create): %v", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%s differs from golden (run with -update after review):\n--- got\n%s\n--- want\n%s", path, got, want)
+			}
+			// The golden form round-trips to the same spec.
+			var back Spec
+			if err := json.Unmarshal(want, &back); err != nil {
+				t.Fatalf("decode golden: %v", err)
+			}
+			if again := mxSpecJSON(t, &back); !bytes.Equal(again, want) {
+				t.Fatalf("golden does not round-trip:\n%s", again)
+			}
+		})
+	}
+}
