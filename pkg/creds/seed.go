@@ -50,9 +50,13 @@ func SeedFromKeyPair(kp nkeys.KeyPair) (*Seed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creds: key pair has no seed: %w", err)
 	}
-	// kp.Seed returns the key pair's own buffer for signing keys (a fresh one for curve keys),
-	// so copy and do not wipe it here.
-	return NewSeed(b), nil
+	s := NewSeed(b)
+	// kp.Seed returns the key pair's own buffer for signing keys, which kp still needs, but a
+	// freshly encoded one for curve keys, which only we hold: wipe that one.
+	if pub, err := kp.PublicKey(); err == nil && nkeys.IsValidPublicCurveKey(pub) {
+		wipe(b)
+	}
+	return s, nil
 }
 
 // KeyPair decodes the seed into a new key pair. The key pair holds its own copy: the caller
