@@ -19,7 +19,10 @@ type Request struct {
 	// Space is the space name the request acts on. Every SignerService RPC names one; an empty
 	// Space is refused.
 	Space string
-	// Profile is the profile to mint or remint (Mint, Remint, SignCalloutResponse only).
+	// Profile is the profile to mint or remint (Mint, Remint, SignCalloutResponse only). For
+	// SignCalloutResponse an empty Profile means the response carries authd's refusal and mints
+	// nothing, so only RPC and space are checked; the server must pass the granted profile
+	// whenever the response mints a credential.
 	Profile profiles.Name
 	// TTL is the requested lifetime; 0 asks for the profile default. Negative is refused.
 	TTL time.Duration
@@ -123,7 +126,8 @@ func (p *Policy) Explain(req Request) Explanation {
 //
 // The caller's entry is the one with exactly its id, else the first pattern in file order that
 // matches it. Then, in order: the RPC must be listed; the space must be named, not excluded,
-// and listed; for RPCs that take no profile that is all. Otherwise the profile must have a rule,
+// and listed; for RPCs that take no profile (and for a SignCalloutResponse that carries a
+// refusal) that is all. Otherwise the profile must have a rule,
 // and a negative TTL is refused. For Remint the rule's remint mode decides (own: the recorded
 // minter must be this caller identity); the presented credential's parameters are not
 // re-checked, because Remint re-issues that credential's own subject, profile and permissions,
@@ -173,7 +177,7 @@ func decide(req Request, r *rule, bound string, ok bool) Decision {
 	if r.spaceExcluded(req.Space) || !r.spaceAllowed(req.Space, bound) {
 		return deny(r, ReasonSpaceNotAllowed, "space %s not allowed for this caller", echo(req.Space))
 	}
-	if !req.RPC.TakesProfile() {
+	if !req.RPC.TakesProfile() || req.RPC == RPCSignCalloutResponse && req.Profile == "" {
 		return Decision{Allow: true, Reason: ReasonAllowed, Caller: r.ID}
 	}
 

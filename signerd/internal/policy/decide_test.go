@@ -91,6 +91,7 @@ func TestDecide(t *testing.T) {
 		}(), ReasonAllowed, mgrRule, time.Hour, ""},
 		{"ok/callout-any-channel", Request{Caller: "spiffe://td/authd/a1", RPC: RPCSignCalloutResponse, Space: "alpha", Profile: profiles.Agent,
 			Params: profiles.Params{Owner: "u_x", AllowPublish: []string{"deep.a.b.c"}}}, ReasonAllowed, authRule, 2 * time.Hour, ""},
+		{"ok/callout-refusal-mints-nothing", Request{Caller: "spiffe://td/authd/a1", RPC: RPCSignCalloutResponse, Space: "alpha"}, ReasonAllowed, authRule, 0, ""},
 		{"ok/space-name-with-space", Request{Caller: "spiffe://td/authd/a1", RPC: RPCGetSpace, Space: "team one"}, ReasonAllowed, authRule, 0, ""},
 		{"ok/space-any", Request{Caller: "spiffe://td/x/ops", RPC: RPCGetJWKS, Space: "whatever"}, ReasonAllowed, opsRule, 0, ""},
 		{"ok/space-bound-by-token", Request{Caller: "spiffe://td/managerd/team_one", RPC: RPCGetSpace, Space: "team one"}, ReasonAllowed, mgrRule, 0, ""},
@@ -124,6 +125,8 @@ func TestDecide(t *testing.T) {
 		// profile-not-allowed.
 		{"fail/profile-unlisted", func() Request { r := mint(good); r.Profile = profiles.Admin; return r }(), ReasonProfileNotAllowed, mgrRule, 0, `"admin"`},
 		{"fail/profile-empty", func() Request { r := mint(good); r.Profile = ""; return r }(), ReasonProfileNotAllowed, mgrRule, 0, ""},
+		{"fail/profile-empty-remint", remint("", mgrAlpha), ReasonProfileNotAllowed, mgrRule, 0, ""},
+		{"fail/profile-callout-unlisted", Request{Caller: "spiffe://td/authd/a1", RPC: RPCSignCalloutResponse, Space: "alpha", Profile: profiles.Admin}, ReasonProfileNotAllowed, authRule, 0, ""},
 		{"fail/profile-remint-unlisted", remint(profiles.Delivery, mgrAlpha), ReasonProfileNotAllowed, mgrRule, 0, ""},
 
 		// ttl-invalid.
@@ -157,6 +160,9 @@ func TestDecide(t *testing.T) {
 		{"fail/role-none-allowed", Request{Caller: mgrAlpha, RPC: RPCMint, Space: "alpha", Profile: profiles.Supervisor,
 			Params: profiles.Params{Role: "reviewer"}}, ReasonRoleNotAllowed, mgrRule, 24 * time.Hour, ""},
 		{"fail/capability-unlisted", with(func(p *profiles.Params) { p.Capabilities = []string{"spawn", "admin"} }), ReasonCapabilityNotAllowed, mgrRule, time.Hour, `"admin"`},
+
+		{"fail/callout-capability-unlisted", Request{Caller: "spiffe://td/authd/a1", RPC: RPCSignCalloutResponse, Space: "alpha", Profile: profiles.Agent,
+			Params: profiles.Params{Owner: "u_x", Capabilities: []string{"spawn"}}}, ReasonCapabilityNotAllowed, authRule, 2 * time.Hour, ""},
 
 		// remint.
 		{"fail/remint-none", remint(profiles.Provisioner, mgrAlpha), ReasonRemintNotAllowed, mgrRule, 5 * time.Minute, ""},

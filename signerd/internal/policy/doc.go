@@ -10,8 +10,8 @@
 // # The file
 //
 // A policy is YAML, decoded strictly: an unknown key, a duplicate key, a value of the wrong type
-// or a second document is an error naming the key and its line. A full example (the same file
-// is testdata/example.yaml and is tested to parse):
+// or a second document is an error naming the key and its line. A full example (tested to
+// parse; testdata/example.yaml is the same policy with more comments):
 //
 //	version: 1                        # required; must be 1
 //	callers:                          # required; at least one entry

@@ -12,6 +12,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,8 +57,8 @@ func RPCs() []RPC { return slices.Clone(allRPCs) }
 func (r RPC) Valid() bool { return slices.Contains(allRPCs, r) }
 
 // TakesProfile reports whether r mints a credential and so is checked against the caller's
-// profile rules: Mint, Remint and SignCalloutResponse. Every other RPC is checked on RPC and
-// space only.
+// profile rules: Mint, Remint and SignCalloutResponse (unless it carries a refusal, see
+// Request.Profile). Every other RPC is checked on RPC and space only.
 func (r RPC) TakesProfile() bool {
 	return r == RPCMint || r == RPCRemint || r == RPCSignCalloutResponse
 }
@@ -377,7 +378,7 @@ func decodeError(err error, path string, lines lineIndex) error {
 	for _, msg := range te.Errors {
 		e := &Error{Path: path, Caller: -1, Reason: yamlTypeNames.Replace(msg)}
 		if m := yamlLine.FindStringSubmatch(msg); m != nil {
-			fmt.Sscanf(m[1], "%d", &e.Line)
+			e.Line, _ = strconv.Atoi(m[1]) // \d+ from the decoder; a failure leaves 0, "unknown"
 			e.Caller, e.ID = lines.callerAt(e.Line)
 			e.Reason = yamlTypeNames.Replace(m[2])
 			if u := yamlUnknownField.FindStringSubmatch(m[2]); u != nil {
@@ -631,12 +632,8 @@ func (c *compiler) compileCaller(i int, fc *fileCaller) (*rule, error) {
 func (c *compiler) compileProfile(i int, id, key string, fp *fileProfile) (*profileRule, error) {
 	field := "profiles." + key
 	at := func(rest ...any) []any { return append([]any{"profiles", key}, rest...) }
-	name, err := parseProfile(key)
-	if err != nil {
+	if _, err := profiles.Parse(key); err != nil {
 		return nil, c.callerErr(i, id, field, at(), "%v", err)
-	}
-	if string(name) != key {
-		return nil, c.callerErr(i, id, field, at(), "write the profile as %q", name)
 	}
 	pr := &profileRule{
 		ProfileRule:  ProfileRule{Line: c.lines.at("callers", i, "profiles", key)},

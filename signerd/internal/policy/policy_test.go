@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -79,6 +80,29 @@ func TestParseExample(t *testing.T) {
 				t.Errorf("Decide = %+v, want %s", d, tc.want)
 			}
 		})
+	}
+}
+
+// TestDocExampleParses keeps the example in the package documentation honest.
+func TestDocExampleParses(t *testing.T) {
+	src, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for line := range strings.SplitSeq(string(src), "\n") {
+		if rest, ok := strings.CutPrefix(line, "//\t"); ok {
+			b.WriteString(rest + "\n")
+		}
+	}
+	doc := mustParse(t, b.String())
+	data, err := os.ReadFile(filepath.Join("testdata", "example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := mustParse(t, string(data))
+	if a, b := withoutLines(doc.Rules()), withoutLines(file.Rules()); !reflect.DeepEqual(a, b) {
+		t.Errorf("doc example and testdata/example.yaml differ:\n%+v\n%+v", a, b)
 	}
 }
 
