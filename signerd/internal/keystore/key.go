@@ -1,0 +1,104 @@
+package keystore
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/nats-io/nkeys"
+)
+
+// ErrExportRefused is returned by every method that would hand out key material.
+var ErrExportRefused = errors.New("keystore: key material is never exported")
+
+// SigningKey is an Ed25519 nkey parsed once from its seed. nkeys re-derives the private key from
+// the seed on every Sign; SigningKey keeps the expanded key, which signs about twice as fast. It
+// implements nkeys.KeyPair so jwt/v2 can sign with it, but refuses Seed and PrivateKey: nothing
+// that holds a SigningKey can turn it back into a seed.
+type SigningKey struct {
+	prefix nkeys.PrefixByte
+	public string
+	priv   ed25519.PrivateKey
+}
+
+var _ nkeys.KeyPair = (*SigningKey)(nil)
+
+// NewSigningKey parses an nkey seed (operator, account or user) into a SigningKey. The caller
+// still owns and must wipe seed; the raw seed bytes decoded here are wiped before returning.
+func NewSigningKey(seed []byte) (*SigningKey, error) {
+	prefix, raw, err := nkeys.DecodeSeed(seed)
+	if err != nil {
+		return nil, fmt.Errorf("keystore: decode seed: %w", err)
+	}
+	defer wipe(raw)
+	switch prefix {
+	case nkeys.PrefixByteOperator, nkeys.PrefixByteAccount, nkeys.PrefixByteUser:
+	default:
+		return nil, fmt.Errorf("keystore: seed of type %s cannot sign JWTs", prefix)
+	}
+	if len(raw) != ed25519.SeedSize {
+		return nil, fmt.Errorf("keystore: seed has %d bytes, want %d", len(raw), ed25519.SeedSize)
+	}
+	priv := ed25519.NewKeyFromSeed(raw)
+	pub, err := nkeys.Encode(prefix, priv.Public().(ed25519.PublicKey))
+	if err != nil {
+		wipe(priv)
+		return nil, fmt.Errorf("keystore: encode public key: %w", err)
+	}
+	return &SigningKey{prefix: prefix, public: string(pub), priv: priv}, nil
+}
+
+// PublicKey returns the nkey public key ("A..." for an account signing key).
+func (k *SigningKey) PublicKey() (string, error) { return k.public, nil }
+
+// Public returns the nkey public key.
+func (k *SigningKey) Public() string { return k.public }
+
+// Sign signs input with the cached Ed25519 key.
+func (k *SigningKey) Sign(input []byte) ([]byte, error) {
+	if k.priv == nil {
+		return nil, errors.New("keystore: key was wiped")
+	}
+	return ed25519.Sign(k.priv, input), nil
+}
+
+// Verify checks sig over input against this key's public half.
+func (k *SigningKey) Verify(input, sig []byte) error {
+	if k.priv == nil {
+		return errors.New("keystore: key was wiped")
+	}
+	if !ed25519.Verify(k.priv.Public().(ed25519.PublicKey), input, sig) {
+		return nkeys.ErrInvalidSignature
+	}
+	return nil
+}
+
+// Seed refuses: a SigningKey never exports its seed.
+func (k *SigningKey) Seed() ([]byte, error) { return nil, ErrExportRefused }
+
+// PrivateKey refuses: a SigningKey never exports its private key.
+func (k *SigningKey) PrivateKey() ([]byte, error) { return nil, ErrExportRefused }
+
+// Wipe zeroes the private key. A wiped key refuses to sign.
+func (k *SigningKey) Wipe() {
+	wipe(k.priv)
+	k.priv = nil
+}
+
+// Seal is not supported: a SigningKey is not a curve key.
+func (k *SigningKey) Seal([]byte, string) ([]byte, error) { return nil, nkeys.ErrInvalidNKeyOperation }
+
+// SealWithRand is not supported: a SigningKey is not a curve key.
+func (k *SigningKey) SealWithRand([]byte, string, io.Reader) ([]byte, error) {
+	return nil, nkeys.ErrInvalidNKeyOperation
+}
+
+// Open is not supported: a SigningKey is not a curve key.
+func (k *SigningKey) Open([]byte, string) ([]byte, error) { return nil, nkeys.ErrInvalidNKeyOperation }
+
+func wipe(b []byte) {
+	for i := range b {
+		b[i] = 0
+	}
+}

@@ -1,0 +1,240 @@
+package keystore
+
+import (
+	"crypto/ed25519"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/cotalgo/cotal/pkg/creds"
+	"github.com/cotalgo/cotal/pkg/trust"
+)
+
+// SecretLen is the length of the owner secret and the MAC key.
+const SecretLen = 32
+
+// Config says where the keys are.
+type Config struct {
+	// KeyDir is the signer directory (or the systemd credentials directory when Flat).
+	KeyDir string
+	// Flat is true for a systemd credentials directory: files are named <seg>.<file>.
+	Flat bool
+	// PublicDir holds broker.json and the spaces' public facts.
+	PublicDir string
+}
+
+// Space is one space's keys, parsed and checked. Its methods sign; nothing returns key material.
+type Space struct {
+	// Name is the space name; Trust its verified public facts; Public the file they came from.
+	Name   string
+	Trust  *trust.Space
+	Public *PublicSpace
+
+	// DataSigning signs data-account users; AuthSigning signs callout-account users and
+	// authorization responses.
+	DataSigning *SigningKey
+	AuthSigning *SigningKey
+
+	xkey        nkeys.KeyPair
+	issuer      ed25519.PrivateKey
+	issuerKID   string
+	ownerSecret []byte
+	macKey      []byte
+}
+
+// Store holds every space signerd serves. It is read-only after Open and safe for concurrent use.
+type Store struct {
+	broker *trust.Broker
+	spaces map[string]*Space
+	names  []string
+}
+
+// Open loads and checks the broker facts and every space listed in the public directory. Any
+// missing, loose, foreign or malformed file refuses the whole store, naming the path.
+func Open(cfg Config) (st *Store, err error) {
+	if cfg.KeyDir == "" || cfg.PublicDir == "" {
+		return nil, errors.New("keystore: key directory and public directory are required")
+	}
+	if err := creds.CheckSecretDir(cfg.KeyDir); err != nil {
+		return nil, fmt.Errorf("keystore: %w", err)
+	}
+	pb, err := ReadPublicBroker(cfg.PublicDir)
+	if err != nil {
+		return nil, err
+	}
+	broker, err := trust.LoadBroker(pb.OperatorJWT, pb.SystemAccountJWT)
+	if err != nil {
+		return nil, fmt.Errorf("keystore: %s: %w", filepath.Join(cfg.PublicDir, BrokerFile), err)
+	}
+	names, err := ListPublicSpaces(cfg.PublicDir)
+	if err != nil {
+		return nil, err
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("keystore: no space facts (space.*.json) in %s", cfg.PublicDir)
+	}
+	st = &Store{broker: broker, spaces: make(map[string]*Space, len(names))}
+	defer func() {
+		if err != nil {
+			st.Close()
+			st = nil
+		}
+	}()
+	for _, name := range names {
+		sp, err := openSpace(cfg, broker, name)
+		if err != nil {
+			return nil, err
+		}
+		st.spaces[name] = sp
+		st.names = append(st.names, name)
+	}
+	sort.Strings(st.names)
+	return st, nil
+}
+
+func openSpace(cfg Config, broker *trust.Broker, name string) (sp *Space, err error) {
+	pubPath := PublicSpacePath(cfg.PublicDir, name)
+	ps, err := ReadPublicSpace(pubPath)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := trust.LoadSpace(broker, name, ps.DataAccountJWT, ps.AuthAccountJWT)
+	if err != nil {
+		return nil, fmt.Errorf("keystore: %s: %w", pubPath, err)
+	}
+	if !cfg.Flat {
+		dir := filepath.Dir(SecretPath(cfg.KeyDir, name, FileDataSigning, false))
+		if err := creds.CheckSecretDir(dir); err != nil {
+			return nil, fmt.Errorf("keystore: %w", err)
+		}
+	}
+	path := func(file string) string { return SecretPath(cfg.KeyDir, name, file, cfg.Flat) }
+
+	signing := &trust.SpaceSigning{}
+	defer signing.Wipe()
+	for _, f := range []struct {
+		file string
+		dst  **creds.Seed
+	}{{FileDataSigning, &signing.DataSigning}, {FileAuthSigning, &signing.AuthSigning}, {FileXKey, &signing.XKey}} {
+		s, err := creds.ReadSeedFile(path(f.file))
+		if err != nil {
+			return nil, fmt.Errorf("keystore: %w", err)
+		}
+		*f.dst = s
+	}
+	if err := signing.Verify(ts); err != nil {
+		return nil, fmt.Errorf("keystore: keys in %s do not belong to space %q: %w", filepath.Dir(path(FileDataSigning)), name, err)
+	}
+
+	sp = &Space{Name: name, Trust: ts, Public: ps}
+	defer func() {
+		if err != nil {
+			sp.wipe()
+		}
+	}()
+	if err := signing.DataSigning.Use(func(b []byte) (e error) { sp.DataSigning, e = NewSigningKey(b); return e }); err != nil {
+		return nil, fmt.Errorf("keystore: %s: %w", path(FileDataSigning), err)
+	}
+	if err := signing.AuthSigning.Use(func(b []byte) (e error) { sp.AuthSigning, e = NewSigningKey(b); return e }); err != nil {
+		return nil, fmt.Errorf("keystore: %s: %w", path(FileAuthSigning), err)
+	}
+	if err := signing.XKey.Use(func(b []byte) (e error) { sp.xkey, e = nkeys.FromCurveSeed(b); return e }); err != nil {
+		return nil, fmt.Errorf("keystore: %s: %w", path(FileXKey), err)
+	}
+	if sp.issuer, err = readIssuer(path(FileIssuer)); err != nil {
+		return nil, err
+	}
+	sp.issuerKID = Thumbprint(sp.issuer.Public().(ed25519.PublicKey))
+	if sp.ownerSecret, err = readSecret32(path(FileOwnerSecret)); err != nil {
+		return nil, err
+	}
+	if sp.macKey, err = readSecret32(path(FileMACKey)); err != nil {
+		return nil, err
+	}
+	return sp, nil
+}
+
+func readIssuer(path string) (ed25519.PrivateKey, error) {
+	data, err := creds.ReadSecretFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("keystore: %w", err)
+	}
+	defer wipe(data)
+	block, _ := pem.Decode(data)
+	if block == nil || block.Type != "PRIVATE KEY" {
+		return nil, fmt.Errorf("keystore: %s: not a PKCS#8 PEM private key", path)
+	}
+	defer wipe(block.Bytes)
+	key, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("keystore: %s: %w", path, err)
+	}
+	priv, ok := key.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("keystore: %s: not an Ed25519 key", path)
+	}
+	return priv, nil
+}
+
+func readSecret32(path string) ([]byte, error) {
+	data, err := creds.ReadSecretFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("keystore: %w", err)
+	}
+	defer wipe(data)
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(data)))
+	if err != nil || len(raw) != SecretLen {
+		wipe(raw)
+		return nil, fmt.Errorf("keystore: %s: want %d bytes in base64", path, SecretLen)
+	}
+	return raw, nil
+}
+
+// Thumbprint returns the RFC 7638 JWK thumbprint of an Ed25519 public key (the bearer kid).
+func Thumbprint(pub ed25519.PublicKey) string {
+	x := base64.RawURLEncoding.EncodeToString(pub)
+	sum := sha256.Sum256([]byte(`{"crv":"Ed25519","kty":"OKP","x":"` + x + `"}`))
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// Broker returns the broker's public facts.
+func (s *Store) Broker() *trust.Broker { return s.broker }
+
+// Space returns a loaded space by name.
+func (s *Store) Space(name string) (*Space, bool) {
+	sp, ok := s.spaces[name]
+	return sp, ok
+}
+
+// Spaces returns the loaded space names, sorted.
+func (s *Store) Spaces() []string { return append([]string(nil), s.names...) }
+
+// Close wipes every key. The store must not be used afterwards.
+func (s *Store) Close() {
+	for _, sp := range s.spaces {
+		sp.wipe()
+	}
+}
+
+func (sp *Space) wipe() {
+	if sp.DataSigning != nil {
+		sp.DataSigning.Wipe()
+	}
+	if sp.AuthSigning != nil {
+		sp.AuthSigning.Wipe()
+	}
+	if sp.xkey != nil {
+		sp.xkey.Wipe()
+	}
+	wipe(sp.issuer)
+	wipe(sp.ownerSecret)
+	wipe(sp.macKey)
+}

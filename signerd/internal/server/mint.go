@@ -1,0 +1,210 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/profiles"
+	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/signerd/internal/keystore"
+	"github.com/cotalgo/cotal/signerd/internal/policy"
+)
+
+// MaxRequestIDLen bounds a Mint request_id.
+const MaxRequestIDLen = 128
+
+// Mint signs a user JWT for the caller's user public key with the named profile.
+func (s *Service) Mint(ctx context.Context, req *signerv1.MintRequest) (*signerv1.MintResponse, error) {
+	c, err := s.begin(ctx, policy.RPCMint)
+	var resp *signerv1.MintResponse
+	if err == nil {
+		resp, err = s.mint(c, req)
+	}
+	if err := s.finish(ctx, c, err); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+func (s *Service) mint(c *call, req *signerv1.MintRequest) (*signerv1.MintResponse, error) {
+	c.space, c.subject, c.requestID = req.GetSpace(), req.GetUserPublicKey(), req.GetRequestId()
+	if err := validRequestID(c.requestID); err != nil {
+		c.requestID = ""
+		return nil, err
+	}
+	if err := space.ValidateName(c.space); err != nil {
+		return nil, invalid(err.Error())
+	}
+	name, err := ProfileName(req.GetProfile())
+	if err != nil {
+		return nil, invalid(err.Error())
+	}
+	c.profile = string(name)
+	if !nkeys.IsValidPublicUserKey(c.subject) {
+		c.subject = ""
+		return nil, invalid("user_public_key is not a user public nkey")
+	}
+	requested, err := durationOf(req.GetTtl())
+	if err != nil {
+		return nil, err
+	}
+	params := paramsOf(req.GetParams())
+	// Validate and build before asking the policy: the policy judges values that are known to
+	// fit the grammars, and a wildcard never reaches a pattern match.
+	spec, err := profiles.Build(c.space, name, params)
+	if err != nil {
+		return nil, invalid(err.Error())
+	}
+	d, err := s.decide(policy.Request{Caller: c.caller, RPC: policy.RPCMint, Space: c.space, Profile: name, TTL: requested, Params: params})
+	if err != nil {
+		return nil, err
+	}
+	sp, err := s.space(c.space)
+	if err != nil {
+		return nil, err
+	}
+
+	var digest [32]byte
+	if c.requestID != "" {
+		digest = requestDigest(req)
+		if prev, same, found := s.idem.get(idemKey{c.caller, c.requestID}, digest, s.now()); found {
+			return s.replay(c, prev, same)
+		}
+	}
+
+	cred, err := s.sign(sp, spec, c.subject, s.now(), requested, d.TTLCap, MinterTag(c.caller))
+	if err != nil {
+		return nil, err
+	}
+	resp := &signerv1.MintResponse{Credential: cred}
+	if c.requestID != "" {
+		stored, same := s.idem.put(idemKey{c.caller, c.requestID}, digest, resp, s.now())
+		if stored != proto.Message(resp) {
+			return s.replay(c, stored, same)
+		}
+	}
+	c.jti, c.expiry = cred.GetJti(), cred.GetExpiresAt().AsTime()
+	return resp, nil
+}
+
+// replay answers a repeated request_id: the same answer for the same request, ALREADY_EXISTS
+// for a different one.
+func (s *Service) replay(c *call, prev proto.Message, same bool) (*signerv1.MintResponse, error) {
+	if !same {
+		return nil, refuse(codes.AlreadyExists, reasonRequestIDConflict, "request_id was already used for a different request")
+	}
+	resp := prev.(*signerv1.MintResponse)
+	c.replay = true
+	c.jti, c.expiry = resp.GetCredential().GetJti(), resp.GetCredential().GetExpiresAt().AsTime()
+	return resp, nil
+}
+
+// sign builds the claims from spec for subject, caps the lifetime, adds the minter tag and signs
+// with the key of the profile's account.
+func (s *Service) sign(sp *keystore.Space, spec *profiles.Spec, subject string, now time.Time, requested, policyCap time.Duration, minterTag string) (*signerv1.Credential, error) {
+	ttl, capped := grantTTL(requested, spec.Lifetime, policyCap)
+	key, account := s.accountKey(sp, spec.Account)
+	if key == nil {
+		return nil, fmt.Errorf("server: profile %s has no signing account", spec.Profile)
+	}
+	uc, err := spec.Claims(subject, account, now, ttl)
+	if err != nil {
+		var pe *profiles.ParamError
+		if errors.As(err, &pe) {
+			return nil, invalid(err.Error())
+		}
+		return nil, err
+	}
+	uc.Tags = append(uc.Tags, minterTag)
+	return s.encode(uc, key, spec.Profile, capped)
+}
+
+// encode signs uc with key and describes the result.
+func (s *Service) encode(uc *jwt.UserClaims, key *keystore.SigningKey, profile profiles.Name, capped bool) (*signerv1.Credential, error) {
+	token, err := uc.Encode(key)
+	if err != nil {
+		return nil, fmt.Errorf("server: encode user JWT: %w", err)
+	}
+	cred := &signerv1.Credential{
+		Jwt: token, Jti: uc.ID, UserPublicKey: uc.Subject, IssuerAccount: uc.IssuerAccount,
+		SigningKey: key.Public(), IssuedAt: timestamppb.New(time.Unix(uc.IssuedAt, 0)),
+		TtlCapped: capped, Profile: ProfileEnum(profile),
+	}
+	if uc.Expires != 0 {
+		cred.ExpiresAt = timestamppb.New(time.Unix(uc.Expires, 0))
+	}
+	return cred, nil
+}
+
+// accountKey returns the signing key and account public key for a profile's account.
+func (s *Service) accountKey(sp *keystore.Space, kind profiles.AccountKind) (*keystore.SigningKey, string) {
+	switch kind {
+	case profiles.AccountData:
+		return sp.DataSigning, sp.Trust.DataAccountPublicKey()
+	case profiles.AccountAuth:
+		return sp.AuthSigning, sp.Trust.AuthAccountPublicKey()
+	default:
+		return nil, ""
+	}
+}
+
+func paramsOf(p *signerv1.ProfileParams) profiles.Params {
+	return profiles.Params{
+		Owner: p.GetOwner(), Actor: p.GetActor(), LifecycleUID: p.GetLifecycleUid(), Role: p.GetRole(),
+		Subscribe: p.GetSubscribe(), AllowSubscribe: p.GetAllowSubscribe(), AllowPublish: p.GetAllowPublish(),
+		Capabilities: p.GetCapabilities(),
+	}
+}
+
+// durationOf converts an optional proto duration; negative or malformed is refused.
+func durationOf(d *durationpb.Duration) (time.Duration, error) {
+	if d == nil {
+		return 0, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, refuse(codes.InvalidArgument, policy.ReasonTTLInvalid, "ttl is malformed")
+	}
+	v := d.AsDuration()
+	if v < 0 {
+		return 0, refuse(codes.InvalidArgument, policy.ReasonTTLInvalid, "ttl is negative")
+	}
+	return v, nil
+}
+
+func validRequestID(id string) error {
+	if id == "" {
+		return nil
+	}
+	if len(id) > MaxRequestIDLen {
+		return invalid(fmt.Sprintf("request_id is longer than %d bytes", MaxRequestIDLen))
+	}
+	for i := 0; i < len(id); i++ {
+		ch := id[i]
+		ok := ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '_' || ch == '.' || ch == ':' || ch == '-'
+		if !ok {
+			return invalid("request_id may hold only [A-Za-z0-9_.:-]")
+		}
+	}
+	return nil
+}
+
+// requestDigest hashes the request deterministically, request_id included.
+func requestDigest(req proto.Message) [32]byte {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	if err != nil {
+		// A message that cannot be marshalled cannot match any stored digest.
+		return sha256.Sum256([]byte(err.Error()))
+	}
+	return sha256.Sum256(b)
+}

@@ -1,0 +1,285 @@
+// Package signerdtest runs a real signerd in process for tests: `signerd init` into a temporary
+// directory, a test PKI, a policy, an audit log, and the mTLS gRPC listener on 127.0.0.1. It also
+// starts an embedded nats-server (operator mode, JetStream) that trusts exactly the accounts
+// signerd signs for, so a minted credential can be proven by connecting with it.
+//
+// It is for tests only: its CA key lives in memory so tests can issue client certificates for
+// any identity, including ones the policy does not know.
+package signerdtest
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/cotalgo/cotal/pkg/creds"
+	"github.com/cotalgo/cotal/pkg/mtls"
+	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/pkg/trust"
+	"github.com/cotalgo/cotal/signerd/internal/keystore"
+	"github.com/cotalgo/cotal/signerd/internal/serve"
+	"github.com/cotalgo/cotal/signerd/internal/setup"
+)
+
+// TrustDomain is the SPIFFE trust domain of every test identity.
+const TrustDomain = "cotal.local"
+
+// DefaultPolicy lets each daemon act on its own space only: managerd mints agents and its
+// supervisor, deliveryd its delivery credential, authd its callout user.
+const DefaultPolicy = `version: 1
+callers:
+  - id: spiffe://cotal.local/managerd/{space}
+    rpcs: [Mint, Remint, GetSpace]
+    spaces: ["{space}"]
+    rate: {per_second: 1000, burst: 1000}
+    profiles:
+      agent:
+        ttl_max: 1h
+        any_owner: true
+        channels: ["general", "team.*"]
+        roles: [reviewer]
+        capabilities: [spawn]
+      supervisor: {ttl_max: 24h, any_owner: true}
+      probe: {ttl_max: 1m, remint: none}
+  - id: spiffe://cotal.local/deliveryd/{space}
+    rpcs: [Mint, Remint, GetSpace]
+    spaces: ["{space}"]
+    rate: {per_second: 1000, burst: 1000}
+    profiles:
+      delivery: {ttl_max: 24h, any_owner: true}
+  - id: spiffe://cotal.local/authd/{space}
+    rpcs: [Mint, Remint, GetSpace]
+    spaces: ["{space}"]
+    rate: {per_second: 1000, burst: 1000}
+    profiles:
+      auth-callout: {ttl_max: 24h}
+`
+
+// Options configure Start.
+type Options struct {
+	// Spaces to create; default ["alpha"].
+	Spaces []string
+	// Policy is the policy YAML; default DefaultPolicy.
+	Policy string
+	// Now is signerd's clock; nil means time.Now.
+	Now func() time.Time
+	// AuditMaxDelay is passed to the audit log (group-commit wait); default 0.
+	AuditMaxDelay time.Duration
+}
+
+// Signer is a running test signerd.
+type Signer struct {
+	// Dir is the `signerd init` directory.
+	Dir string
+	// Addr is the gRPC listener, host:port on 127.0.0.1.
+	Addr string
+	// ServerCAFile is the CA bundle clients verify signerd with.
+	ServerCAFile string
+	// PolicyPath and AuditPath are the files signerd reads and writes.
+	PolicyPath, AuditPath string
+	// Spaces are the space names served.
+	Spaces []string
+	// Serve is the running server.
+	Serve *serve.Signer
+
+	ca      *mtls.CA
+	certDir string
+}
+
+// Start runs a signerd until the test ends.
+func Start(t testing.TB, opts Options) *Signer {
+	t.Helper()
+	if len(opts.Spaces) == 0 {
+		opts.Spaces = []string{"alpha"}
+	}
+	if opts.Policy == "" {
+		opts.Policy = DefaultPolicy
+	}
+	root := t.TempDir()
+	dir := filepath.Join(root, "cotal")
+	if _, err := setup.Init(setup.Options{Dir: dir, Spaces: opts.Spaces, Port: -1}); err != nil {
+		t.Fatalf("signerdtest: init: %v", err)
+	}
+	ca, err := mtls.NewCA("signerdtest CA", time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
+	if err != nil {
+		t.Fatalf("signerdtest: CA: %v", err)
+	}
+	s := &Signer{Dir: dir, Spaces: opts.Spaces, ca: ca, certDir: filepath.Join(root, "pki")}
+	mustMkdir(t, s.certDir)
+	s.ServerCAFile = filepath.Join(s.certDir, "ca.pem")
+	mustWrite(t, s.ServerCAFile, ca.CertPEM(), 0o644)
+	leaf, err := ca.Issue(mtls.LeafSpec{
+		CommonName: "signerd", URIs: []string{"spiffe://" + TrustDomain + "/signerd"},
+		DNSNames: []string{"localhost"}, IPAddresses: loopbackIPs(),
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		ExtKeyUsage: serverUsages(),
+	})
+	if err != nil {
+		t.Fatalf("signerdtest: server cert: %v", err)
+	}
+	certFile, keyFile := s.writeLeaf(t, "signerd", leaf)
+
+	s.PolicyPath = filepath.Join(root, "policy.yaml")
+	mustWrite(t, s.PolicyPath, []byte(opts.Policy), 0o600)
+	s.AuditPath = filepath.Join(root, "audit", "signerd.audit")
+
+	cfg, err := serve.ParseConfig([]byte(`
+listen: 127.0.0.1:0
+tls: {cert: ` + certFile + `, key: ` + keyFile + `, client_ca: ` + s.ServerCAFile + `, reload_interval: 100ms}
+key_dir: ` + filepath.Join(dir, setup.SignerDir) + `
+public_dir: ` + filepath.Join(dir, setup.PublicDir) + `
+policy: ` + s.PolicyPath + `
+policy_reload_interval: 100ms
+audit: {path: ` + s.AuditPath + `, replica: test-1, max_delay: ` + opts.AuditMaxDelay.String() + `}
+shutdown_timeout: 5s
+`))
+	if err != nil {
+		t.Fatalf("signerdtest: config: %v", err)
+	}
+	srv, err := serve.Start(cfg, nil, serve.Options{Now: opts.Now})
+	if err != nil {
+		t.Fatalf("signerdtest: start: %v", err)
+	}
+	s.Serve, s.Addr = srv, srv.Addr().String()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Run(context.Background()) }()
+	t.Cleanup(func() {
+		srv.Stop()
+		if err := <-errc; err != nil {
+			t.Errorf("signerdtest: run: %v", err)
+		}
+	})
+	return s
+}
+
+// ID returns the SPIFFE ID of a daemon kind for a space: spiffe://cotal.local/<kind>/<token>.
+func ID(kind, spaceName string) string {
+	return "spiffe://" + TrustDomain + "/" + kind + "/" + space.Token(spaceName)
+}
+
+// Client issues a client certificate whose only URI SAN is id (any string, valid or not) and
+// returns the files for mtls.NewClientTLS.
+func (s *Signer) Client(t testing.TB, id string) mtls.ClientFiles {
+	t.Helper()
+	return s.ClientSpec(t, mtls.LeafSpec{URIs: []string{id}})
+}
+
+// ClientSpec issues a client certificate from spec (validity defaults to now ± 1h).
+func (s *Signer) ClientSpec(t testing.TB, spec mtls.LeafSpec) mtls.ClientFiles {
+	t.Helper()
+	if spec.NotBefore.IsZero() {
+		spec.NotBefore = time.Now().Add(-time.Hour)
+	}
+	if spec.NotAfter.IsZero() {
+		spec.NotAfter = time.Now().Add(time.Hour)
+	}
+	if spec.CommonName == "" {
+		spec.CommonName = "test client"
+	}
+	leaf, err := s.ca.Issue(spec)
+	if err != nil {
+		t.Fatalf("signerdtest: client cert: %v", err)
+	}
+	cert, key := s.writeLeaf(t, "", leaf)
+	return mtls.ClientFiles{CertFile: cert, KeyFile: key, ServerCAFile: s.ServerCAFile}
+}
+
+// ClientFor issues the certificate of daemon kind for a space.
+func (s *Signer) ClientFor(t testing.TB, kind, spaceName string) mtls.ClientFiles {
+	t.Helper()
+	return s.Client(t, ID(kind, spaceName))
+}
+
+// SetPolicy replaces the policy file atomically; signerd picks it up within its reload interval.
+func (s *Signer) SetPolicy(t testing.TB, yaml string) {
+	t.Helper()
+	tmp := s.PolicyPath + ".new"
+	mustWrite(t, tmp, []byte(yaml), 0o600)
+	if err := os.Rename(tmp, s.PolicyPath); err != nil {
+		t.Fatalf("signerdtest: %v", err)
+	}
+}
+
+// Trust returns the broker and spaces signerd signs for, read from the init directory.
+func (s *Signer) Trust(t testing.TB) (*trust.Broker, []*trust.Space) {
+	t.Helper()
+	pub := filepath.Join(s.Dir, setup.PublicDir)
+	pb, err := keystore.ReadPublicBroker(pub)
+	if err != nil {
+		t.Fatalf("signerdtest: %v", err)
+	}
+	b, err := trust.LoadBroker(pb.OperatorJWT, pb.SystemAccountJWT)
+	if err != nil {
+		t.Fatalf("signerdtest: %v", err)
+	}
+	var spaces []*trust.Space
+	for _, name := range s.Spaces {
+		ps, err := keystore.ReadPublicSpace(keystore.PublicSpacePath(pub, name))
+		if err != nil {
+			t.Fatalf("signerdtest: %v", err)
+		}
+		sp, err := trust.LoadSpace(b, name, ps.DataAccountJWT, ps.AuthAccountJWT)
+		if err != nil {
+			t.Fatalf("signerdtest: %v", err)
+		}
+		spaces = append(spaces, sp)
+	}
+	return b, spaces
+}
+
+// StartBroker starts an embedded nats-server on 127.0.0.1 (random port, JetStream in a temp
+// dir) that trusts signerd's operator and spaces, and returns its client URL.
+func (s *Signer) StartBroker(t testing.TB) string {
+	t.Helper()
+	b, spaces := s.Trust(t)
+	opts, err := trust.ServerOptions(trust.ServerConfig{Host: "127.0.0.1", Port: -1, StoreDir: t.TempDir(), Broker: b, Spaces: spaces})
+	if err != nil {
+		t.Fatalf("signerdtest: broker options: %v", err)
+	}
+	opts.NoLog, opts.NoSigs = true, true
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatalf("signerdtest: broker: %v", err)
+	}
+	ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("signerdtest: broker not ready")
+	}
+	return ns.ClientURL()
+}
+
+func (s *Signer) writeLeaf(t testing.TB, name string, leaf *mtls.Leaf) (certFile, keyFile string) {
+	t.Helper()
+	dir, err := os.MkdirTemp(s.certDir, name+"*")
+	if err != nil {
+		t.Fatalf("signerdtest: %v", err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	mustWrite(t, certFile, leaf.CertPEM(), 0o644)
+	if err := creds.WriteFileAtomic(keyFile, leaf.KeyPEM()); err != nil {
+		t.Fatalf("signerdtest: %v", err)
+	}
+	return certFile, keyFile
+}
+
+func mustMkdir(t testing.TB, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatalf("signerdtest: %v", err)
+	}
+}
+
+func mustWrite(t testing.TB, path string, data []byte, mode os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(path, data, mode); err != nil {
+		t.Fatalf("signerdtest: %v", err)
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		t.Fatalf("signerdtest: %v", err)
+	}
+}
