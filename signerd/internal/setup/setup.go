@@ -45,7 +45,7 @@ const (
 	// BrokerConfigFile is the rendered nats-server configuration inside DIR/broker/.
 	BrokerConfigFile = "nats.conf"
 	// BrokerName names the operator (cotal-<name>).
-	BrokerName = "cotal"
+	BrokerName = "broker"
 )
 
 // Operator identity seed files inside DIR/operator/.
@@ -129,30 +129,27 @@ func Init(opts Options) (*Result, error) {
 			return nil, fmt.Errorf("setup: --callout-user names space %q, which is not being created", name)
 		}
 		if !nkeys.IsValidPublicUserKey(pub) {
-			return nil, fmt.Errorf("setup: --callout-user for space %q: %q is not a user public key", name, pub)
+			return nil, fmt.Errorf("setup: --callout-user for space %q: %s", name, describeKey(pub))
 		}
 	}
-	d := dirs(opts.Dir)
+	// nats.conf names the JetStream store by this path, and nats-server resolves a relative
+	// store_dir against its own working directory, not the config file's.
+	root, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("setup: --dir: %w", err)
+	}
+	d := dirs(root)
 	if err := d.make(); err != nil {
 		return nil, err
 	}
 
-	var (
-		broker *trust.Broker
-		op     *trust.OperatorIdentity
-		err    error
-	)
-	if opts.AddSpace {
-		broker, op, err = d.loadOperator()
-	} else {
-		broker, op, err = d.createOperator()
+	// Refuse before writing anything: an existing operator (unless adding), then any space
+	// that exists already. Only then is the operator created or loaded.
+	if !opts.AddSpace {
+		if err := d.refuseOperator(); err != nil {
+			return nil, err
+		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	defer op.Wipe()
-
-	// Refuse before writing anything for any space that exists already.
 	for _, name := range opts.Spaces {
 		seg := space.Segment(name)
 		for _, p := range []string{filepath.Join(d.signer, seg), filepath.Join(d.operator, seg), keystore.PublicSpacePath(d.public, name), filepath.Join(d.authd, seg)} {
@@ -163,6 +160,26 @@ func Init(opts Options) (*Result, error) {
 			}
 		}
 	}
+
+	var (
+		broker *trust.Broker
+		op     *trust.OperatorIdentity
+	)
+	if opts.AddSpace {
+		broker, op, err = d.loadOperator()
+		if err == nil {
+			err = d.refuseTokenCollisions(opts.Spaces)
+			if err != nil {
+				op.Wipe()
+			}
+		}
+	} else {
+		broker, op, err = d.createOperator()
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer op.Wipe()
 
 	res := &Result{OperatorDir: d.operator, SignerDir: d.signer, PublicDir: d.public}
 	for _, name := range opts.Spaces {
@@ -209,15 +226,41 @@ func (d layout) make() error {
 	return nil
 }
 
-func (d layout) createOperator() (*trust.Broker, *trust.OperatorIdentity, error) {
+// refuseOperator returns an *ExistsError naming the first operator seed or broker facts file
+// that exists already.
+func (d layout) refuseOperator() error {
 	for _, f := range []string{fileOperator, fileOperatorSigning, fileSystemAccount} {
 		if p := filepath.Join(d.operator, f); exists(p) {
-			return nil, nil, &ExistsError{Path: p}
+			return &ExistsError{Path: p}
 		}
 	}
 	if p := filepath.Join(d.public, keystore.BrokerFile); exists(p) {
-		return nil, nil, &ExistsError{Path: p}
+		return &ExistsError{Path: p}
 	}
+	return nil
+}
+
+// refuseTokenCollisions refuses a new space whose wire token an existing space already uses:
+// both data accounts would carry the same name, the broker configuration could not be
+// rendered any more, and the new space's files would be left behind unusable.
+func (d layout) refuseTokenCollisions(names []string) error {
+	existing, err := keystore.ListPublicSpaces(d.public)
+	if err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	for _, name := range names {
+		for _, old := range existing {
+			if space.Token(old) == space.Token(name) {
+				return fmt.Errorf("setup: space %q shares its wire token %q with existing space %q", name, space.Token(name), old)
+			}
+		}
+	}
+	return nil
+}
+
+// createOperator creates the operator and system account and writes their seeds and the
+// public broker facts. The caller has run refuseOperator.
+func (d layout) createOperator() (*trust.Broker, *trust.OperatorIdentity, error) {
 	broker, op, err := trust.NewBroker(BrokerName)
 	if err != nil {
 		return nil, nil, fmt.Errorf("setup: %w", err)
@@ -431,6 +474,15 @@ func (d layout) renderBroker(broker *trust.Broker, host string, port int) (strin
 		return "", fmt.Errorf("setup: %w", err)
 	}
 	return path, nil
+}
+
+// describeKey says why v is not a user public key without quoting v unless it is some other
+// kind of public key: an operator who pastes a seed by mistake must not find it in a log.
+func describeKey(v string) string {
+	if nkeys.IsValidPublicKey(v) {
+		return fmt.Sprintf("%q is not a user public key (U…)", v)
+	}
+	return fmt.Sprintf("the value (%d characters, not shown: it may be a secret) is not a user public key (U…)", len(v))
 }
 
 func exists(p string) bool {

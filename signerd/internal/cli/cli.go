@@ -1,0 +1,402 @@
+// Package cli is signerd's command line: init, pki init, serve, policy check, policy explain,
+// audit verify and version. main only calls Main; every subcommand is a function that returns an
+// exit code, so each is testable without a process.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/cotalgo/cotal/pkg/mtls"
+	"github.com/cotalgo/cotal/pkg/profiles"
+	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/signerd/internal/audit"
+	"github.com/cotalgo/cotal/signerd/internal/policy"
+	"github.com/cotalgo/cotal/signerd/internal/serve"
+	"github.com/cotalgo/cotal/signerd/internal/setup"
+)
+
+// Version is set at build time with -ldflags "-X github.com/cotalgo/cotal/signerd/internal/cli.Version=...".
+var Version = ""
+
+const usage = `signerd: the only Cotal process that holds signing seeds.
+
+Usage:
+  signerd init --dir DIR --space NAME [--space NAME]... [--add-space] [--callout-user [NAME=]PUBKEY]
+  signerd pki init --dir DIR --space NAME [--space NAME]... [--trust-domain cotal.local]
+  signerd serve --config FILE
+  signerd policy check FILE
+  signerd policy explain --policy FILE --caller ID --rpc RPC --space NAME [--profile P] [params]
+  signerd audit verify FILE
+  signerd version | --version
+  signerd help | --help
+
+Run "signerd COMMAND --help" for a command's flags.
+`
+
+// Main runs signerd with args (without the program name) and returns the exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "help", "--help", "-h", "-help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, "signerd", version())
+		return 0
+	case "init":
+		return runInit(args[1:], stdout, stderr)
+	case "pki":
+		if len(args) < 2 || args[1] != "init" {
+			fmt.Fprintln(stderr, "usage: signerd pki init --dir DIR --space NAME [--space NAME]... [--trust-domain TD]")
+			return 2
+		}
+		return runPKIInit(args[2:], stdout, stderr)
+	case "serve":
+		return runServe(ctx, args[1:], stdout, stderr)
+	case "policy":
+		if len(args) >= 2 && args[1] == "check" {
+			return runPolicyCheck(args[2:], stdout, stderr)
+		}
+		if len(args) >= 2 && args[1] == "explain" {
+			return runPolicyExplain(args[2:], stdout, stderr)
+		}
+		fmt.Fprintln(stderr, "usage: signerd policy check FILE | signerd policy explain --policy FILE ...")
+		return 2
+	case "audit":
+		if len(args) >= 2 && args[1] == "verify" {
+			return runAuditVerify(args[2:], stdout, stderr)
+		}
+		fmt.Fprintln(stderr, "usage: signerd audit verify FILE")
+		return 2
+	default:
+		fmt.Fprintf(stderr, "signerd: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+}
+
+func version() string {
+	if Version != "" {
+		return Version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		return bi.Main.Version + " (" + bi.GoVersion + ")"
+	}
+	return "(unknown)"
+}
+
+// newFlags returns a flag set that prints its usage to stdout on --help and errors to stderr.
+func newFlags(name, synopsis string, stdout, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: %s\n\nFlags:\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args; it returns (code, true) when the command should exit now.
+func parse(fs *flag.FlagSet, args []string, stdout io.Writer) (int, bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return 0, true
+		}
+		return 2, true
+	}
+	return 0, false
+}
+
+// list is a repeatable string flag.
+type list []string
+
+func (l *list) String() string     { return strings.Join(*l, ",") }
+func (l *list) Set(v string) error { *l = append(*l, v); return nil }
+
+func runInit(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("init", "signerd init --dir DIR --space NAME [--space NAME]... [--add-space] [--callout-user [NAME=]PUBKEY] [--host H] [--port P]", stdout, stderr)
+	dir := fs.String("dir", "", "init directory (required)")
+	var spaces, callouts list
+	fs.Var(&spaces, "space", "space name to create (repeatable, at least one)")
+	fs.Var(&callouts, "callout-user", "register this user public key as authd's callout user instead of generating one; NAME=PUBKEY, or PUBKEY with exactly one --space (repeatable)")
+	add := fs.Bool("add-space", false, "add the spaces to the existing broker trust in DIR")
+	host := fs.String("host", "", "broker listen host written to nats.conf (default 127.0.0.1)")
+	port := fs.Int("port", 0, "broker client port written to nats.conf (default 4222)")
+	if code, exit := parse(fs, args, stdout); exit {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "signerd init: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	cu := map[string]string{}
+	for _, c := range callouts {
+		name, pub, ok := strings.Cut(c, "=")
+		if !ok {
+			if len(spaces) != 1 {
+				fmt.Fprintln(stderr, "signerd init: --callout-user PUBKEY needs exactly one --space; use NAME=PUBKEY")
+				return 2
+			}
+			name, pub = spaces[0], c
+		}
+		cu[name] = pub
+	}
+	res, err := setup.Init(setup.Options{Dir: *dir, Spaces: spaces, AddSpace: *add, CalloutUsers: cu, Host: *host, Port: *port})
+	if err != nil {
+		fmt.Fprintln(stderr, "signerd init:", err)
+		return 1
+	}
+	for _, sp := range res.Spaces {
+		fmt.Fprintf(stdout, "space %q (%s): public facts %s\n", sp.Name, sp.Segment, sp.PublicFile)
+		if sp.CalloutSeedFile != "" {
+			fmt.Fprintf(stdout, "  authd callout user %s, seed in %s (hand it to authd only)\n", sp.CalloutUser, sp.CalloutSeedFile)
+		} else {
+			fmt.Fprintf(stdout, "  authd callout user %s (given)\n", sp.CalloutUser)
+		}
+	}
+	fmt.Fprintf(stdout, "signer keys:       %s (signerd's uid only)\n", res.SignerDir)
+	fmt.Fprintf(stdout, "operator identity: %s (keep offline; needed only for --add-space and rotation)\n", res.OperatorDir)
+	fmt.Fprintf(stdout, "broker config:     %s\n", res.BrokerConfig)
+	return 0
+}
+
+func runPKIInit(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("pki init", "signerd pki init --dir DIR --space NAME [--space NAME]... [--trust-domain cotal.local] [--validity 8760h]", stdout, stderr)
+	dir := fs.String("dir", "", "directory for the dev CA and certificates (required)")
+	var spaces list
+	fs.Var(&spaces, "space", "space name (repeatable, at least one)")
+	td := fs.String("trust-domain", "cotal.local", "SPIFFE trust domain")
+	validity := fs.Duration("validity", mtls.DefaultDevValidity, "certificate lifetime")
+	if code, exit := parse(fs, args, stdout); exit {
+		return code
+	}
+	if *dir == "" || len(spaces) == 0 {
+		fmt.Fprintln(stderr, "signerd pki init: --dir and at least one --space are required")
+		return 2
+	}
+	var tokens []string
+	for _, s := range spaces {
+		if err := space.ValidateName(s); err != nil {
+			fmt.Fprintln(stderr, "signerd pki init:", err)
+			return 2
+		}
+		tokens = append(tokens, space.Token(s))
+	}
+	res, err := mtls.WriteDevPKI(mtls.PKIOptions{Dir: *dir, TrustDomain: *td, Spaces: tokens, Validity: *validity})
+	if err != nil {
+		fmt.Fprintln(stderr, "signerd pki init:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "dev CA:  %s (key %s; production brings its own CA)\n", res.CACertFile, res.CAKeyFile)
+	fmt.Fprintf(stdout, "signerd: %s, %s (%s)\n", res.Server.CertFile, res.Server.KeyFile, res.ServerID)
+	for _, c := range res.Clients {
+		fmt.Fprintf(stdout, "client:  %s %s\n", c.ID, c.Files.CertFile)
+	}
+	fmt.Fprintf(stdout, "valid until %s\n", res.NotAfter.UTC().Format(time.RFC3339))
+	return 0
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("serve", "signerd serve --config FILE", stdout, stderr)
+	path := fs.String("config", "", "configuration file (required)")
+	if code, exit := parse(fs, args, stdout); exit {
+		return code
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "signerd serve: --config is required")
+		return 2
+	}
+	cfg, err := serve.LoadConfig(*path)
+	if err != nil {
+		fmt.Fprintln(stderr, "signerd serve:", err)
+		return 1
+	}
+	level := slog.LevelInfo
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	s, err := serve.Start(cfg, log, serve.Options{})
+	if err != nil {
+		log.Error("start-up refused", "err", err)
+		return 1
+	}
+	if err := s.Run(ctx); err != nil {
+		log.Error("serve", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func runPolicyCheck(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("policy check", "signerd policy check FILE", stdout, stderr)
+	if code, exit := parse(fs, args, stdout); exit {
+		return code
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: signerd policy check FILE")
+		return 2
+	}
+	p, err := policy.Load(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintln(stderr, "signerd policy check:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok, %d callers, sha256 %s\n", fs.Arg(0), len(p.Rules()), p.Digest())
+	return 0
+}
+
+func runAuditVerify(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("audit verify", "signerd audit verify FILE", stdout, stderr)
+	if code, exit := parse(fs, args, stdout); exit {
+		return code
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: signerd audit verify FILE")
+		return 2
+	}
+	f, err := os.Open(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintln(stderr, "signerd audit verify:", err)
+		return 1
+	}
+	defer f.Close()
+	sum, err := audit.Verify(f)
+	if err != nil {
+		fmt.Fprintf(stderr, "signerd audit verify: %s: %v\n", fs.Arg(0), err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok, %d lines\n", fs.Arg(0), sum.Lines)
+	for _, h := range sum.Chains {
+		out, _ := json.Marshal(h)
+		fmt.Fprintf(stdout, "  chain head %s\n", out)
+	}
+	return 0
+}
+
+func runPolicyExplain(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("policy explain", "signerd policy explain --policy FILE --caller ID --rpc RPC --space NAME [--profile P] [--owner O] [--actor A] [--uid U] [--role R] [--subscribe CH]... [--allow-subscribe CH]... [--allow-publish CH]... [--capability C]... [--ttl D] [--minter ID] [--user-key PUBKEY]", stdout, stderr)
+	path := fs.String("policy", "", "policy file (required)")
+	caller := fs.String("caller", "", "caller identity, a SPIFFE ID (required)")
+	rpc := fs.String("rpc", "Mint", "RPC name")
+	spaceName := fs.String("space", "", "space name (required)")
+	profile := fs.String("profile", "", "profile name (Mint, Remint)")
+	var p profiles.Params
+	fs.StringVar(&p.Owner, "owner", "", "owner parameter")
+	fs.StringVar(&p.Actor, "actor", "", "actor parameter")
+	fs.StringVar(&p.LifecycleUID, "uid", "", "lifecycle uid parameter")
+	fs.StringVar(&p.Role, "role", "", "role parameter")
+	var sub, asub, apub, caps list
+	fs.Var(&sub, "subscribe", "joined channel (repeatable)")
+	fs.Var(&asub, "allow-subscribe", "readable channel (repeatable)")
+	fs.Var(&apub, "allow-publish", "writable channel (repeatable)")
+	fs.Var(&caps, "capability", "capability (repeatable)")
+	ttl := fs.Duration("ttl", 0, "requested TTL (0: profile default)")
+	minter := fs.String("minter", "", "for Remint: the identity recorded as minter (default: the caller)")
+	userKey := fs.String("user-key", "", "user public key to show in the claims (default: a throwaway key)")
+	if code, exit := parse(fs, args, stdout); exit {
+		return code
+	}
+	if *path == "" || *caller == "" || *spaceName == "" {
+		fmt.Fprintln(stderr, "signerd policy explain: --policy, --caller and --space are required")
+		return 2
+	}
+	p.Subscribe, p.AllowSubscribe, p.AllowPublish, p.Capabilities = sub, asub, apub, caps
+	pol, err := policy.Load(*path)
+	if err != nil {
+		fmt.Fprintln(stderr, "signerd policy explain:", err)
+		return 1
+	}
+	req := policy.Request{Caller: *caller, RPC: policy.RPC(*rpc), Space: *spaceName, TTL: *ttl, Params: p, Minter: *minter}
+	if req.Minter == "" {
+		req.Minter = *caller
+	}
+	var spec *profiles.Spec
+	if *profile != "" {
+		name, err := profiles.Parse(*profile)
+		if err != nil {
+			fmt.Fprintln(stderr, "signerd policy explain:", err)
+			return 1
+		}
+		req.Profile = name
+		if req.RPC.TakesProfile() && req.RPC != policy.RPCRemint {
+			if spec, err = profiles.Build(*spaceName, name, p); err != nil {
+				fmt.Fprintf(stdout, "decision: denied\nreason:   invalid-argument\ndetail:   %v\n", err)
+				return 1
+			}
+		}
+	}
+	ex := pol.Explain(req)
+	d := ex.Decision
+	fmt.Fprintf(stdout, "decision: %s\nreason:   %s\n", map[bool]string{true: "allowed", false: "denied"}[d.Allow], d.Reason)
+	if d.Detail != "" {
+		fmt.Fprintf(stdout, "detail:   %s\n", d.Detail)
+	}
+	if ex.Rule != nil {
+		fmt.Fprintf(stdout, "rule:     callers[%d] %s (line %d)\n", ex.Rule.Index, ex.Rule.ID, ex.Rule.Line)
+	} else {
+		fmt.Fprintln(stdout, "rule:     none matched")
+	}
+	if !d.Allow {
+		return 1
+	}
+	if spec == nil {
+		return 0
+	}
+	granted, err := grantedTTL(*ttl, spec.Lifetime, d.TTLCap)
+	if err != nil {
+		fmt.Fprintln(stdout, "ttl:     ", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "ttl:      %s (requested %s, profile max %s, policy cap %s)\n", granted, *ttl, spec.Lifetime.Max, d.TTLCap)
+	sub0 := *userKey
+	if sub0 == "" {
+		kp, _ := nkeys.CreateUser()
+		sub0, _ = kp.PublicKey()
+		kp.Wipe()
+	}
+	akp, err := nkeys.CreateAccount()
+	if err != nil {
+		fmt.Fprintln(stderr, "signerd policy explain:", err)
+		return 1
+	}
+	account, _ := akp.PublicKey()
+	akp.Wipe()
+	uc, err := spec.Claims(sub0, account, time.Now(), granted)
+	if err != nil {
+		fmt.Fprintln(stdout, "claims:  ", err)
+		return 1
+	}
+	out, _ := json.MarshalIndent(uc, "", "  ")
+	fmt.Fprintf(stdout, "claims (not signed; issuer_account is a throwaway key standing for the space's %s account):\n%s\n", spec.Account, out)
+	return 0
+}
+
+// grantedTTL mirrors the server: min(requested or default, profile max, policy cap).
+func grantedTTL(requested time.Duration, lt profiles.Lifetime, policyCap time.Duration) (time.Duration, error) {
+	ttl, err := lt.TTL(requested)
+	if err != nil && requested > lt.Max && lt.Max > 0 {
+		ttl, err = lt.Max, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if policyCap > 0 && ttl > policyCap {
+		ttl = policyCap
+	}
+	return ttl, nil
+}
