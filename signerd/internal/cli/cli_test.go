@@ -1,0 +1,176 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cotalgo/cotal/signerd/internal/audit"
+)
+
+func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = Main(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"ok/help", []string{"--help"}, 0, "Usage:"},
+		{"ok/version", []string{"--version"}, 0, "signerd "},
+		{"ok/init-help", []string{"init", "--help"}, 0, "--space"},
+		{"ok/serve-help", []string{"serve", "--help"}, 0, "--config"},
+		{"fail/no-args", nil, 2, "Usage:"},
+		{"fail/unknown-command", []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{"fail/serve-without-config", []string{"serve"}, 2, "--config is required"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errs := run(t, tc.args...)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d (stderr %q)", code, tc.code, errs)
+			}
+			if !strings.Contains(out+errs, tc.want) {
+				t.Fatalf("output %q lacks %q", out+errs, tc.want)
+			}
+		})
+	}
+}
+
+// seedText matches an encoded nkey seed of any kind.
+var seedText = regexp.MustCompile(`S[OAUX][A-Z2-7]{56}`)
+
+func TestInitAndPKI(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cotal")
+	code, out, errs := run(t, "init", "--dir", dir, "--space", "alpha")
+	if code != 0 {
+		t.Fatalf("init: exit %d: %s", code, errs)
+	}
+	if !strings.Contains(out, "callout.nk") || seedText.MatchString(out+errs) {
+		t.Fatalf("init output unexpected (or holds a seed): %s", out)
+	}
+	code, _, errs = run(t, "init", "--dir", dir, "--space", "alpha")
+	if code != 1 || !strings.Contains(errs, filepath.Join(dir, "operator", "operator.nk")) {
+		t.Fatalf("re-init: exit %d, stderr %q; want 1 naming operator.nk", code, errs)
+	}
+	code, out, errs = run(t, "init", "--dir", dir, "--space", "beta", "--add-space")
+	if code != 0 || !strings.Contains(out, `space "beta"`) {
+		t.Fatalf("add-space: exit %d: %s %s", code, out, errs)
+	}
+	code, out, errs = run(t, "pki", "init", "--dir", filepath.Join(dir, "pki"), "--space", "alpha")
+	if code != 0 || !strings.Contains(out, "spiffe://cotal.local/managerd/alpha") {
+		t.Fatalf("pki init: exit %d: %s %s", code, out, errs)
+	}
+	code, _, errs = run(t, "pki", "init", "--dir", filepath.Join(dir, "pki"), "--space", "alpha")
+	if code != 1 || !strings.Contains(errs, "ca.pem") && !strings.Contains(errs, "ca.key") {
+		t.Fatalf("pki re-init: exit %d, stderr %q; want a refusal naming the file", code, errs)
+	}
+}
+
+const testPolicy = `version: 1
+callers:
+  - id: spiffe://cotal.local/managerd/{space}
+    rpcs: [Mint, Remint, GetSpace]
+    spaces: ["{space}"]
+    rate: {per_second: 10, burst: 10}
+    profiles:
+      agent: {ttl_max: 1h, any_owner: true, channels: ["general"]}
+`
+
+func writePolicy(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestPolicyCheck(t *testing.T) {
+	code, out, _ := run(t, "policy", "check", writePolicy(t, testPolicy))
+	if code != 0 || !strings.Contains(out, "ok, 1 callers") {
+		t.Fatalf("check good: exit %d, %q", code, out)
+	}
+	code, _, errs := run(t, "policy", "check", writePolicy(t, testPolicy+"    surprise: true\n"))
+	if code != 1 || !strings.Contains(errs, "surprise") {
+		t.Fatalf("check bad: exit %d, stderr %q; want 1 naming the unknown key", code, errs)
+	}
+}
+
+func TestPolicyExplain(t *testing.T) {
+	p := writePolicy(t, testPolicy)
+	base := []string{"policy", "explain", "--policy", p, "--caller", "spiffe://cotal.local/managerd/alpha", "--rpc", "Mint", "--space", "alpha", "--profile", "agent",
+		"--owner", "alice", "--actor", "bot", "--uid", "abcdefghijklmnopqrstuvwxyz"}
+	for _, tc := range []struct {
+		name  string
+		extra []string
+		code  int
+		want  []string
+	}{
+		{"ok/allowed-with-claims", []string{"--allow-publish", "general", "--ttl", "2h"}, 0,
+			[]string{"decision: allowed", "ttl:      1h0m0s", `"cotal.alpha.chat.alice.bot.general"`, "callers[0]"}},
+		{"fail/channel-not-allowed", []string{"--allow-publish", "secret"}, 1, []string{"decision: denied", "channel-not-allowed"}},
+		{"fail/wildcard-channel", []string{"--allow-publish", "team.*"}, 1, []string{"decision: denied", "invalid-argument"}},
+		{"fail/other-space", []string{"--space", "beta"}, 1, []string{"decision: denied", "space-not-allowed"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errs := run(t, append(append([]string{}, base...), tc.extra...)...)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d\n%s%s", code, tc.code, out, errs)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Fatalf("output lacks %q:\n%s", w, out)
+				}
+			}
+			if strings.Contains(out, "eyJ") {
+				t.Fatal("explain printed something that looks like a JWT")
+			}
+		})
+	}
+}
+
+func TestAuditVerify(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit", "signerd.audit")
+	l, err := audit.New(audit.Config{Path: path, Replica: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		rec := audit.Record{Caller: "spiffe://cotal.local/managerd/alpha", RPC: "Mint", Space: "alpha", Profile: "agent",
+			Decision: audit.Granted, JTI: "JTI" + string(rune('A'+i)), Expiry: time.Now().Add(time.Hour)}
+		if err := l.Append(context.Background(), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := run(t, "audit", "verify", path)
+	if code != 0 || !strings.Contains(out, "ok, 5 lines") {
+		t.Fatalf("verify intact: exit %d: %s %s", code, out, errs)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(data), "\n")
+	lines[2] = strings.Replace(lines[2], `"granted"`, `"denied"`, 1)
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = run(t, "audit", "verify", path)
+	if code != 1 || !strings.Contains(errs, "line 3") {
+		t.Fatalf("verify tampered: exit %d, stderr %q; want 1 reporting line 3", code, errs)
+	}
+}
