@@ -7,9 +7,20 @@ GO        ?= go
 BUF       := $(GO) tool -modfile=tools/buf.mod buf
 STATICCHECK := $(GO) tool -modfile=tools/staticcheck.mod staticcheck
 DEV_DIR   ?= .cotal-dev
-FUZZTIME  ?= 5s
-# package:FuzzTarget pairs run by `make fuzz` (and so by `make check`) for $(FUZZTIME) each.
-FUZZ_TARGETS ?=
+FUZZTIME  ?= 4s
+# package:FuzzTarget pairs run by `make fuzz` (and so by `make check`) for $(FUZZTIME) each:
+# every decoder of untrusted bytes.
+FUZZ_TARGETS ?= \
+	signerd/internal/server:FuzzParseMint \
+	signerd/internal/policy:FuzzParse \
+	signerd/internal/policy:FuzzChannelMatch \
+	signerd/internal/audit:FuzzVerify \
+	pkg/space:FuzzNames \
+	pkg/profiles:FuzzBuild \
+	pkg/creds:FuzzParseCreds \
+	pkg/trust:FuzzLoadSpace \
+	pkg/mtls:FuzzParseID \
+	pkg/mtls:FuzzParseCAPool
 
 .PHONY: all generate check-generated lint test fuzz bench check run build clean
 
@@ -42,7 +53,7 @@ fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		pkg="$${t%%:*}"; fn="$${t##*:}"; \
 		echo "fuzz $$fn in $$pkg for $(FUZZTIME)"; \
-		$(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(FUZZTIME) "./$$pkg"; \
+		$(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=1s "./$$pkg"; \
 	done
 
 ## bench: the benchmarks recorded in BENCHMARKS.md.

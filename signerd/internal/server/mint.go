@@ -37,36 +37,54 @@ func (s *Service) Mint(ctx context.Context, req *signerv1.MintRequest) (*signerv
 	return resp, nil
 }
 
-func (s *Service) mint(c *call, req *signerv1.MintRequest) (*signerv1.MintResponse, error) {
-	c.space, c.subject, c.requestID = req.GetSpace(), req.GetUserPublicKey(), req.GetRequestId()
-	if err := validRequestID(c.requestID); err != nil {
-		c.requestID = ""
+// mintInput is a Mint request after validation: every value fits its grammar and the profile
+// has been built from the parameters.
+type mintInput struct {
+	space, subject, requestID string
+	profile                   profiles.Name
+	ttl                       time.Duration
+	params                    profiles.Params
+	spec                      *profiles.Spec
+}
+
+// parseMint validates a Mint request without touching keys, policy or clock. It is the first
+// thing that reads caller bytes, and it is fuzzed (FuzzParseMint).
+func parseMint(req *signerv1.MintRequest) (*mintInput, error) {
+	in := &mintInput{space: req.GetSpace(), subject: req.GetUserPublicKey(), requestID: req.GetRequestId()}
+	if err := validRequestID(in.requestID); err != nil {
 		return nil, err
 	}
-	if err := space.ValidateName(c.space); err != nil {
+	if err := space.ValidateName(in.space); err != nil {
 		return nil, invalid(err.Error())
 	}
 	name, err := ProfileName(req.GetProfile())
 	if err != nil {
 		return nil, invalid(err.Error())
 	}
-	c.profile = string(name)
-	if !nkeys.IsValidPublicUserKey(c.subject) {
-		c.subject = ""
+	in.profile = name
+	if !nkeys.IsValidPublicUserKey(in.subject) {
 		return nil, invalid("user_public_key is not a user public nkey")
 	}
-	requested, err := durationOf(req.GetTtl())
-	if err != nil {
+	if in.ttl, err = durationOf(req.GetTtl()); err != nil {
 		return nil, err
 	}
-	params := paramsOf(req.GetParams())
-	// Validate and build before asking the policy: the policy judges values that are known to
-	// fit the grammars, and a wildcard never reaches a pattern match.
-	spec, err := profiles.Build(c.space, name, params)
-	if err != nil {
+	in.params = paramsOf(req.GetParams())
+	// Build before the policy is asked: the policy judges values known to fit the grammars, and
+	// a wildcard never reaches a pattern match.
+	if in.spec, err = profiles.Build(in.space, name, in.params); err != nil {
 		return nil, invalid(err.Error())
 	}
-	d, err := s.decide(policy.Request{Caller: c.caller, RPC: policy.RPCMint, Space: c.space, Profile: name, TTL: requested, Params: params})
+	return in, nil
+}
+
+func (s *Service) mint(c *call, req *signerv1.MintRequest) (*signerv1.MintResponse, error) {
+	in, err := parseMint(req)
+	if err != nil {
+		recordWellFormed(c, req)
+		return nil, err
+	}
+	c.space, c.subject, c.requestID, c.profile = in.space, in.subject, in.requestID, string(in.profile)
+	d, err := s.decide(policy.Request{Caller: c.caller, RPC: policy.RPCMint, Space: in.space, Profile: in.profile, TTL: in.ttl, Params: in.params})
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +101,7 @@ func (s *Service) mint(c *call, req *signerv1.MintRequest) (*signerv1.MintRespon
 		}
 	}
 
-	cred, err := s.sign(sp, spec, c.subject, s.now(), requested, d.TTLCap, MinterTag(c.caller))
+	cred, err := s.sign(sp, in.spec, c.subject, s.now(), in.ttl, d.TTLCap, MinterTag(c.caller))
 	if err != nil {
 		return nil, err
 	}
@@ -96,6 +114,23 @@ func (s *Service) mint(c *call, req *signerv1.MintRequest) (*signerv1.MintRespon
 	}
 	c.jti, c.expiry = cred.GetJti(), cred.GetExpiresAt().AsTime()
 	return resp, nil
+}
+
+// recordWellFormed copies into the audit record only the request values that fit their
+// grammars, so a refused request cannot put arbitrary bytes into the audit log.
+func recordWellFormed(c *call, req *signerv1.MintRequest) {
+	if space.ValidateName(req.GetSpace()) == nil {
+		c.space = req.GetSpace()
+	}
+	if nkeys.IsValidPublicUserKey(req.GetUserPublicKey()) {
+		c.subject = req.GetUserPublicKey()
+	}
+	if validRequestID(req.GetRequestId()) == nil {
+		c.requestID = req.GetRequestId()
+	}
+	if n, err := ProfileName(req.GetProfile()); err == nil {
+		c.profile = string(n)
+	}
 }
 
 // replay answers a repeated request_id: the same answer for the same request, ALREADY_EXISTS
