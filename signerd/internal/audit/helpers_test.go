@@ -149,3 +149,17 @@ func seqs(t *testing.T, lines [][]byte) []uint64 {
 	}
 	return out
 }
+
+// recv receives from ch or fails after five seconds, so a lost wake-up fails
+// the test instead of hanging it.
+func recv[T any](t *testing.T, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(5 * time.Second):
+		t.Fatal("timed out waiting for a result")
+	}
+	var zero T
+	return zero
+}
