@@ -69,7 +69,8 @@ build:
 
 ## run: the local stack from ./$(DEV_DIR).
 run:
-	$(GO) run ./deploy/local/cotal-dev --dir $(DEV_DIR)
+	$(GO) build -o bin/signerd ./signerd
+	$(GO) run ./deploy/local/cotal-dev --dir $(DEV_DIR) --signerd bin/signerd
 
 clean:
 	rm -rf bin
