@@ -262,8 +262,9 @@ func (l *Log) Head() Head {
 
 // Append writes r to the chain and returns once its line is fsynced, or with
 // the error that kept it from being. It fills Time (when zero) and overwrites
-// Replica, Seq, Prev and Hash; it sanitizes free-text fields (see sanitize)
-// and refuses an unknown decision, a denial without a reason, a reason that
+// Replica, Seq, Prev and Hash. Free-text fields are made valid UTF-8, cut to
+// MaxFieldBytes and replaced by Redacted when they look like a credential.
+// Append refuses an unknown decision, a denial without a reason, a reason that
 // is not a code and a missing caller or RPC with *FieldError, before using a
 // seq. After a failed write every Append returns ErrBroken; after Close,
 // ErrClosed.

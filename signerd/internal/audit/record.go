@@ -114,6 +114,9 @@ func checkReplica(id string) error {
 	if len(id) > maxReplicaBytes {
 		return &FieldError{Field: "replica", Reason: fmt.Sprintf("longer than %d bytes", maxReplicaBytes)}
 	}
+	if looksSecret(id) {
+		return &FieldError{Field: "replica", Reason: "looks like a credential"}
+	}
 	for _, c := range []byte(id) {
 		if !isIDByte(c) {
 			return &FieldError{Field: "replica", Reason: fmt.Sprintf("%q: only letters, digits, '.', '_', '-' and ':' allowed", id)}
@@ -127,6 +130,9 @@ func checkReplica(id string) error {
 func checkReason(reason string) error {
 	if len(reason) > maxReasonBytes {
 		return &FieldError{Field: "reason", Reason: fmt.Sprintf("longer than %d bytes", maxReasonBytes)}
+	}
+	if looksSecret(reason) {
+		return &FieldError{Field: "reason", Reason: "looks like a credential"}
 	}
 	for _, c := range []byte(reason) {
 		if !isIDByte(c) {
