@@ -181,7 +181,9 @@ func TestAppendRefusesBadRecord(t *testing.T) {
 		{"fail/empty-decision", func(r *Record) { r.Decision = "" }, "decision"},
 		{"fail/denied-without-reason", func(r *Record) { r.Decision, r.Reason = Denied, "" }, "reason"},
 		{"fail/reason-not-a-code", func(r *Record) { r.Decision, r.Reason = Denied, "not allowed, sorry" }, "reason"},
-		{"fail/seed-as-reason", func(r *Record) { r.Decision, r.Reason = Denied, "SUAKYRHVIOREXV7EUZTBHUHL7NUMHPMAS7QMDU3GTIUWEI5LDNOXD43IZY" }, "reason"},
+		{"fail/seed-as-reason", func(r *Record) {
+			r.Decision, r.Reason = Denied, "SUAKYRHVIOREXV7EUZTBHUHL7NUMHPMAS7QMDU3GTIUWEI5LDNOXD43IZY"
+		}, "reason"},
 		{"fail/no-caller", func(r *Record) { r.Caller = "" }, "caller"},
 		{"fail/no-rpc", func(r *Record) { r.RPC = "" }, "rpc"},
 		{"fail/time-out-of-range", func(r *Record) { r.Time = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }, "time"},
