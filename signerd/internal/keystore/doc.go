@@ -26,5 +26,7 @@
 //	<public_dir>/<seg>.json           a space's account JWTs, keys and sentinel JWT
 //
 // A space is served only if its public facts and its signing seeds agree (trust.SpaceSigning
-// Verify): a key directory from another space or broker is refused.
+// Verify): a key directory from another space or broker is refused. The facts file's plain
+// fields (keys, token, callout users) must also equal what its account JWTs say, and its
+// sentinel must be the callout account's deny-all bearer user, because GetSpace serves them.
 package keystore

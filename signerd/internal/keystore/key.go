@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 
 	"github.com/nats-io/nkeys"
 )
@@ -22,7 +23,11 @@ type SigningKey struct {
 	priv   ed25519.PrivateKey
 }
 
-var _ nkeys.KeyPair = (*SigningKey)(nil)
+var (
+	_ nkeys.KeyPair  = (*SigningKey)(nil)
+	_ fmt.Formatter  = SigningKey{}
+	_ slog.LogValuer = SigningKey{}
+)
 
 // NewSigningKey parses an nkey seed (operator, account or user) into a SigningKey. The caller
 // still owns and must wipe seed; the raw seed bytes decoded here are wiped before returning.
@@ -96,6 +101,19 @@ func (k *SigningKey) SealWithRand([]byte, string, io.Reader) ([]byte, error) {
 
 // Open is not supported: a SigningKey is not a curve key.
 func (k *SigningKey) Open([]byte, string) ([]byte, error) { return nil, nkeys.ErrInvalidNKeyOperation }
+
+// String returns "SigningKey(<public key>)": the private key never prints.
+func (k SigningKey) String() string { return "SigningKey(" + k.public + ")" }
+
+// GoString is String, so %#v does not print the private key either.
+func (k SigningKey) GoString() string { return k.String() }
+
+// Format prints String for every verb (%v %+v %#v %s %x …). The receiver is a value so that a
+// SigningKey copied into another struct still redacts itself.
+func (k SigningKey) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(k.String())) }
+
+// LogValue makes slog print only the public key.
+func (k SigningKey) LogValue() slog.Value { return slog.StringValue(k.String()) }
 
 func wipe(b []byte) {
 	for i := range b {

@@ -8,10 +8,13 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 
 	"github.com/cotalgo/cotal/pkg/creds"
@@ -50,6 +53,24 @@ type Space struct {
 	macKey      []byte
 }
 
+var (
+	_ fmt.Formatter  = Space{}
+	_ slog.LogValuer = Space{}
+)
+
+// String returns "keystore.Space(<name>)". A Space holds the xkey, the issuer key, the owner
+// secret and the MAC key in unexported fields, which fmt would otherwise print byte by byte.
+func (sp Space) String() string { return "keystore.Space(" + sp.Name + ")" }
+
+// GoString is String, so %#v prints no key material either.
+func (sp Space) GoString() string { return sp.String() }
+
+// Format prints String for every verb; the value receiver keeps copies redacted too.
+func (sp Space) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(sp.String())) }
+
+// LogValue makes slog print only the space name.
+func (sp Space) LogValue() slog.Value { return slog.StringValue(sp.String()) }
+
 // Store holds every space signerd serves. It is read-only after Open and safe for concurrent use.
 type Store struct {
 	broker *trust.Broker
@@ -81,11 +102,12 @@ func Open(cfg Config) (st *Store, err error) {
 	if len(names) == 0 {
 		return nil, fmt.Errorf("keystore: no space facts (space.*.json) in %s", cfg.PublicDir)
 	}
-	st = &Store{broker: broker, spaces: make(map[string]*Space, len(names))}
+	// store is a local, not the named result: `return nil, err` sets st to nil before the
+	// deferred cleanup runs, and the spaces already loaded must still be wiped.
+	store := &Store{broker: broker, spaces: make(map[string]*Space, len(names))}
 	defer func() {
 		if err != nil {
-			st.Close()
-			st = nil
+			store.Close()
 		}
 	}()
 	for _, name := range names {
@@ -93,14 +115,14 @@ func Open(cfg Config) (st *Store, err error) {
 		if err != nil {
 			return nil, err
 		}
-		st.spaces[name] = sp
-		st.names = append(st.names, name)
+		store.spaces[name] = sp
+		store.names = append(store.names, name)
 	}
-	sort.Strings(st.names)
-	return st, nil
+	sort.Strings(store.names)
+	return store, nil
 }
 
-func openSpace(cfg Config, broker *trust.Broker, name string) (sp *Space, err error) {
+func openSpace(cfg Config, broker *trust.Broker, name string) (_ *Space, err error) {
 	pubPath := PublicSpacePath(cfg.PublicDir, name)
 	ps, err := ReadPublicSpace(pubPath)
 	if err != nil {
@@ -108,6 +130,9 @@ func openSpace(cfg Config, broker *trust.Broker, name string) (sp *Space, err er
 	}
 	ts, err := trust.LoadSpace(broker, name, ps.DataAccountJWT, ps.AuthAccountJWT)
 	if err != nil {
+		return nil, fmt.Errorf("keystore: %s: %w", pubPath, err)
+	}
+	if err := checkPublicFacts(broker, ts, ps); err != nil {
 		return nil, fmt.Errorf("keystore: %s: %w", pubPath, err)
 	}
 	if !cfg.Flat {
@@ -134,7 +159,8 @@ func openSpace(cfg Config, broker *trust.Broker, name string) (sp *Space, err er
 		return nil, fmt.Errorf("keystore: keys in %s do not belong to space %q: %w", filepath.Dir(path(FileDataSigning)), name, err)
 	}
 
-	sp = &Space{Name: name, Trust: ts, Public: ps}
+	// sp is a local for the same reason as store in Open: the cleanup must see it.
+	sp := &Space{Name: name, Trust: ts, Public: ps}
 	defer func() {
 		if err != nil {
 			sp.wipe()
@@ -160,6 +186,43 @@ func openSpace(cfg Config, broker *trust.Broker, name string) (sp *Space, err er
 		return nil, err
 	}
 	return sp, nil
+}
+
+// checkPublicFacts refuses a facts file whose plain fields disagree with its verified account
+// JWTs, or whose sentinel is not the callout account's deny-all bearer user. GetSpace hands
+// these fields to callers, so a stale or hand-edited file must not serve facts that the JWTs,
+// and therefore the broker, contradict.
+func checkPublicFacts(b *trust.Broker, ts *trust.Space, ps *PublicSpace) error {
+	for _, f := range []struct {
+		field     string
+		got, want []string
+	}{
+		{"token", []string{ps.Token}, []string{ts.Token()}},
+		{"operator_public_key", []string{ps.OperatorPublicKey}, []string{b.OperatorPublicKey()}},
+		{"data_account_public_key", []string{ps.DataAccountPublicKey}, []string{ts.DataAccountPublicKey()}},
+		{"data_signing_keys", ps.DataSigningKeys, ts.DataSigningKeys()},
+		{"auth_account_public_key", []string{ps.AuthAccountPublicKey}, []string{ts.AuthAccountPublicKey()}},
+		{"auth_signing_keys", ps.AuthSigningKeys, ts.AuthSigningKeys()},
+		{"xkey_public_key", []string{ps.XKeyPublicKey}, []string{ts.XKey()}},
+		{"callout_users", ps.CalloutUsers, ts.CalloutUsers()},
+	} {
+		if !slices.Equal(f.got, f.want) {
+			return fmt.Errorf("%s %v disagrees with the account JWTs (%v)", f.field, f.got, f.want)
+		}
+	}
+	uc, err := jwt.DecodeUserClaims(ps.SentinelJWT)
+	if err != nil {
+		return fmt.Errorf("sentinel_jwt: %w", err)
+	}
+	switch {
+	case uc.IssuerAccount != ts.AuthAccountPublicKey() || !slices.Contains(ts.AuthSigningKeys(), uc.Issuer):
+		return fmt.Errorf("sentinel_jwt is issued by %s for account %s, not by a signing key of the callout account %s", uc.Issuer, uc.IssuerAccount, ts.AuthAccountPublicKey())
+	case !uc.BearerToken || uc.Expires != 0 || uc.Resp != nil ||
+		len(uc.Pub.Allow) != 0 || len(uc.Sub.Allow) != 0 ||
+		!slices.Equal(uc.Pub.Deny, []string{">"}) || !slices.Equal(uc.Sub.Deny, []string{">"}):
+		return errors.New("sentinel_jwt is not a deny-all bearer user without expiry")
+	}
+	return nil
 }
 
 func readIssuer(path string) (ed25519.PrivateKey, error) {
