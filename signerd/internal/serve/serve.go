@@ -76,10 +76,20 @@ func Start(cfg *Config, log *slog.Logger, opts Options) (s *Signer, err error) {
 	if err := DisableCoreDumps(); err != nil {
 		return nil, err
 	}
-	s = &Signer{cfg: cfg, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	// sg, not the named result, is what the cleanup sees: `return nil, err` sets s to nil before
+	// deferred functions run.
+	sg := &Signer{cfg: cfg, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	s = sg
 	defer func() {
 		if err != nil {
-			s.closeAll()
+			// Serve never ran, so neither GracefulStop nor Shutdown will close the listeners.
+			if sg.lis != nil {
+				_ = sg.lis.Close()
+			}
+			if sg.mlis != nil {
+				_ = sg.mlis.Close()
+			}
+			sg.closeAll()
 			s = nil
 		}
 	}()
@@ -284,12 +294,6 @@ func (s *Signer) shutdown() {
 
 // closeAll closes the audit log and wipes the keys; safe on a partly started Signer.
 func (s *Signer) closeAll() {
-	if s.lis != nil && s.grpc == nil {
-		_ = s.lis.Close()
-	}
-	if s.mlis != nil && s.metrics == nil {
-		_ = s.mlis.Close()
-	}
 	if s.audit != nil {
 		if err := s.audit.Close(); err != nil {
 			s.log.Error("closing audit log", "err", err)
