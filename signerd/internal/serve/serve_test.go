@@ -1,0 +1,486 @@
+package serve_test
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+
+	"github.com/cotalgo/cotal/pkg/creds"
+	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/mtls"
+	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/signerd/internal/keystore"
+	"github.com/cotalgo/cotal/signerd/internal/serve"
+	"github.com/cotalgo/cotal/signerd/internal/setup"
+	"github.com/cotalgo/cotal/signerd/signerdtest"
+)
+
+const callTimeout = 10 * time.Second
+
+// fixture is everything `signerd serve` reads: an init directory with one space (alpha), a
+// server certificate and client CA, a client certificate for managerd of alpha, a policy file and
+// an audit path.
+type fixture struct {
+	root, keyDir, publicDir     string
+	cert, key, clientCA, policy string
+	auditPath                   string
+	client                      mtls.ClientFiles
+}
+
+func newFixture(t *testing.T) fixture {
+	t.Helper()
+	root := t.TempDir()
+	dir := filepath.Join(root, "cotal")
+	if _, err := setup.Init(setup.Options{Dir: dir, Spaces: []string{"alpha"}, Port: -1}); err != nil {
+		t.Fatalf("init: %v", err)
+	}
+	ca, err := mtls.NewCA("serve test CA", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pki := filepath.Join(root, "pki")
+	f := fixture{
+		root: root, keyDir: filepath.Join(dir, setup.SignerDir), publicDir: filepath.Join(dir, setup.PublicDir),
+		clientCA: filepath.Join(pki, "ca.pem"), policy: filepath.Join(root, "policy.yaml"),
+		auditPath: filepath.Join(root, "audit", "signerd.audit"),
+	}
+	mkdirSecret(t, pki)
+	writeFile(t, f.clientCA, ca.CertPEM(), 0o644)
+	writeFile(t, f.policy, []byte(signerdtest.DefaultPolicy), 0o600)
+	f.cert, f.key = issue(t, ca, filepath.Join(pki, "server"), mtls.LeafSpec{
+		CommonName: "signerd", URIs: []string{"spiffe://cotal.local/signerd"}, DNSNames: []string{"localhost"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	})
+	cert, key := issue(t, ca, filepath.Join(pki, "client"), mtls.LeafSpec{URIs: []string{signerdtest.ID("managerd", "alpha")}})
+	f.client = mtls.ClientFiles{CertFile: cert, KeyFile: key, ServerCAFile: f.clientCA}
+	return f
+}
+
+func issue(t *testing.T, ca *mtls.CA, dir string, spec mtls.LeafSpec) (certFile, keyFile string) {
+	t.Helper()
+	spec.NotBefore, spec.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+	leaf, err := ca.Issue(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mkdirSecret(t, dir)
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	writeFile(t, certFile, leaf.CertPEM(), 0o644)
+	if err := creds.WriteFileAtomic(keyFile, leaf.KeyPEM()); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+func mkdirSecret(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeFile(t *testing.T, path string, data []byte, mode os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(path, data, mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// yaml renders a configuration for f listening on listen; extra lines are appended verbatim and
+// keyDir "" leaves key_dir out.
+func (f fixture) yaml(listen, keyDir, extra string) string {
+	y := "listen: " + listen + "\n" +
+		"tls: {cert: " + f.cert + ", key: " + f.key + ", client_ca: " + f.clientCA + "}\n" +
+		"public_dir: " + f.publicDir + "\n" +
+		"policy: " + f.policy + "\n" +
+		"audit: {path: " + f.auditPath + ", replica: serve-test}\n" +
+		"shutdown_timeout: 5s\n"
+	if keyDir != "" {
+		y += "key_dir: " + keyDir + "\n"
+	}
+	return y + extra
+}
+
+func (f fixture) config(t *testing.T, listen, keyDir, extra string) *serve.Config {
+	t.Helper()
+	cfg, err := serve.ParseConfig([]byte(f.yaml(listen, keyDir, extra)))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	return cfg
+}
+
+// running is a started signer and the outcome of its Run.
+type running struct {
+	*serve.Signer
+	exited chan struct{} // closed when Run has returned; err is set before
+	err    error
+}
+
+// run starts cfg and runs it until the test ends (or the test stops it); at cleanup it stops
+// the signer and fails the test if Run did not return nil.
+func run(t *testing.T, cfg *serve.Config) *running {
+	t.Helper()
+	s, err := serve.Start(cfg, nil, serve.Options{})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	r := &running{Signer: s, exited: make(chan struct{})}
+	go func() {
+		r.err = s.Run(context.Background())
+		close(r.exited)
+	}()
+	t.Cleanup(func() {
+		s.Stop()
+		if err := r.wait(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return r
+}
+
+// wait waits (bounded) for Run to return and returns its error.
+func (r *running) wait() error {
+	select {
+	case <-r.exited:
+		return r.err
+	case <-time.After(10 * time.Second):
+		return errors.New("Run did not return within 10s")
+	}
+}
+
+func dial(t *testing.T, target string, files mtls.ClientFiles) *grpc.ClientConn {
+	t.Helper()
+	tlsCfg, _, err := mtls.NewClientTLS(files, "localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+func ctxT(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// getSpace calls GetSpace for alpha and fails t unless it is granted.
+func getSpace(t *testing.T, conn *grpc.ClientConn) {
+	t.Helper()
+	resp, err := signerv1.NewSignerServiceClient(conn).GetSpace(ctxT(t), &signerv1.GetSpaceRequest{Space: "alpha"})
+	if err != nil {
+		t.Fatalf("GetSpace: %v", err)
+	}
+	if resp.GetSpace() != "alpha" || resp.GetAccountPublicKey() == "" {
+		t.Fatalf("GetSpace answered %v", resp)
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	f := fixture{cert: "/c.pem", key: "/k.pem", clientCA: "/ca.pem", publicDir: "/pub", policy: "/p.yaml", auditPath: "/a/log"}
+	tests := []struct {
+		name string
+		yaml string
+		// want are substrings of the error; none means ParseConfig must succeed.
+		want []string
+	}{
+		{name: "ok/minimal", yaml: f.yaml("127.0.0.1:0", "/keys", "")},
+		{name: "ok/unix-listen", yaml: f.yaml("unix:/run/signerd.sock", "/keys", "")},
+		{name: "fail/unknown-key", yaml: f.yaml("127.0.0.1:0", "/keys", "metrics_listn: 127.0.0.1:0\n"), want: []string{"metrics_listn"}},
+		{name: "fail/unknown-nested-key", yaml: strings.Replace(f.yaml("127.0.0.1:0", "/keys", ""), "replica: serve-test}", "replica: serve-test, fsync: never}", 1), want: []string{"fsync"}},
+		{name: "fail/missing-required", yaml: "log_level: info\n",
+			want: []string{"listen", "tls.cert", "tls.key", "tls.client_ca", "public_dir", "policy", "audit.path", "audit.replica", "key_dir"}},
+		{name: "fail/missing-key-dir", yaml: f.yaml("127.0.0.1:0", "", ""), want: []string{"key_dir"}},
+		{name: "fail/empty-unix-path", yaml: f.yaml(`"unix:"`, "/keys", ""), want: []string{"unix"}},
+		{name: "fail/bad-log-level", yaml: f.yaml("127.0.0.1:0", "/keys", "log_level: loud\n"), want: []string{"loud"}},
+		{name: "fail/bad-duration", yaml: f.yaml("127.0.0.1:0", "/keys", "policy_reload_interval: soon\n"), want: []string{"soon"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := serve.ParseConfig([]byte(tt.yaml))
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("ParseConfig: %v", err)
+				}
+				if cfg.PolicyReloadInterval == 0 || cfg.TLS.ReloadInterval == 0 || cfg.ShutdownTimeout == 0 {
+					t.Fatalf("defaults not applied: %+v", cfg)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("ParseConfig accepted the configuration: %+v", cfg)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestStartRefusesLooseKeys: a seed file or key directory readable by others stops start-up,
+// naming the path, and nothing is left listening.
+func TestStartRefusesLooseKeys(t *testing.T) {
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	tests := []struct {
+		name string
+		// loosen returns the path it loosened.
+		loosen func(t *testing.T, f fixture) string
+	}{
+		{"fail/seed-mode-0644", func(t *testing.T, f fixture) string {
+			p := filepath.Join(f.keyDir, space.Segment("alpha"), keystore.FileDataSigning)
+			chmod(t, p, 0o644)
+			return p
+		}},
+		{"fail/keydir-mode-0755", func(t *testing.T, f fixture) string {
+			chmod(t, f.keyDir, 0o755)
+			return f.keyDir
+		}},
+		{"fail/space-keydir-mode-0750", func(t *testing.T, f fixture) string {
+			p := filepath.Join(f.keyDir, space.Segment("alpha"))
+			chmod(t, p, 0o750)
+			return p
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t)
+			path := tt.loosen(t, f)
+			s, err := serve.Start(f.config(t, "127.0.0.1:0", f.keyDir, ""), nil, serve.Options{})
+			if err == nil {
+				s.Stop()
+				t.Fatal("Start accepted loose key permissions")
+			}
+			if s != nil {
+				t.Fatal("Start returned a signer with its error")
+			}
+			if !strings.Contains(err.Error(), path) {
+				t.Fatalf("error %q does not name %s", err, path)
+			}
+		})
+	}
+}
+
+// TestStartFailureReleasesListeners: when a later part of Start fails (here the metrics port is
+// taken), the gRPC listener it already bound is closed again.
+func TestStartFailureReleasesListeners(t *testing.T) {
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	f := newFixture(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	sock := filepath.Join(f.root, "signerd.sock")
+	s, err := serve.Start(f.config(t, "unix:"+sock, f.keyDir, "metrics_listen: "+busy.Addr().String()+"\n"), nil, serve.Options{})
+	if err == nil {
+		s.Stop()
+		t.Fatal("Start succeeded on a taken metrics port")
+	}
+	if !strings.Contains(err.Error(), "metrics") {
+		t.Fatalf("error %q does not name the metrics listener", err)
+	}
+	if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
+		_ = c.Close()
+		t.Fatalf("gRPC socket %s still accepts connections after Start failed", sock)
+	}
+	// The audit log was released too: a second Start on the same files works.
+	run(t, f.config(t, "unix:"+sock, f.keyDir, ""))
+	getSpace(t, dial(t, "unix://"+sock, f.client))
+}
+
+func chmod(t *testing.T, path string, mode os.FileMode) {
+	t.Helper()
+	if err := os.Chmod(path, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCredentialsDirectory serves from a systemd-style credentials directory: flat files named
+// <seg>.<file>, read-only (0400) in a read-only (0500) directory, and no key_dir at all.
+func TestCredentialsDirectory(t *testing.T) {
+	f := newFixture(t)
+	flat := filepath.Join(f.root, "credentials")
+	mkdirSecret(t, flat)
+	seg := space.Segment("alpha")
+	for _, name := range keystore.SecretFiles {
+		data, err := os.ReadFile(filepath.Join(f.keyDir, seg, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(flat, seg+"."+name), data, 0o400)
+	}
+	chmod(t, flat, 0o500)
+	t.Cleanup(func() { _ = os.Chmod(flat, 0o700) })
+	// Hide the key directory so nothing can quietly fall back to it.
+	if err := os.Rename(f.keyDir, f.keyDir+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CREDENTIALS_DIRECTORY", flat)
+
+	t.Run("ok/credentials-directory", func(t *testing.T) {
+		s := run(t, f.config(t, "127.0.0.1:0", "", ""))
+		getSpace(t, dial(t, s.Addr().String(), f.client))
+	})
+}
+
+// TestStopIsGraceful: Stop ends Run cleanly while a client connection is still open, and the
+// listener is closed afterwards.
+func TestStopIsGraceful(t *testing.T) {
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	f := newFixture(t)
+	s := run(t, f.config(t, "127.0.0.1:0", f.keyDir, ""))
+	addr := s.Addr().String()
+	getSpace(t, dial(t, addr, f.client))
+
+	stopped := make(chan struct{})
+	go func() { s.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop did not return within 10s")
+	}
+	if err := s.wait(); err != nil {
+		t.Fatalf("Run after Stop: %v", err)
+	}
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		_ = c.Close()
+		t.Fatalf("%s still accepts connections after Stop", addr)
+	}
+	// Stop is idempotent.
+	s.Stop()
+}
+
+// TestUnixListen serves on a Unix socket created 0660 or stricter.
+func TestUnixListen(t *testing.T) {
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	f := newFixture(t)
+	sock := filepath.Join(f.root, "signerd.sock")
+	s := run(t, f.config(t, "unix:"+sock, f.keyDir, ""))
+	fi, err := os.Lstat(sock)
+	if err != nil {
+		t.Fatalf("socket: %v", err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("%s is %v, not a socket", sock, fi.Mode())
+	}
+	if perm := fi.Mode().Perm(); perm&^0o660 != 0 {
+		t.Fatalf("socket mode %v is looser than 0660", perm)
+	}
+	if got := s.Addr().Network(); got != "unix" {
+		t.Fatalf("Addr network = %q", got)
+	}
+	getSpace(t, dial(t, "unix://"+sock, f.client))
+}
+
+// TestOperations: the health service, server reflection and the metrics listener.
+func TestOperations(t *testing.T) {
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	f := newFixture(t)
+	s := run(t, f.config(t, "127.0.0.1:0", f.keyDir, "metrics_listen: 127.0.0.1:0\n"))
+	conn := dial(t, s.Addr().String(), f.client)
+
+	t.Run("ok/health", func(t *testing.T) {
+		for _, svc := range []string{"", signerv1.SignerService_ServiceDesc.ServiceName} {
+			resp, err := healthpb.NewHealthClient(conn).Check(ctxT(t), &healthpb.HealthCheckRequest{Service: svc})
+			if err != nil {
+				t.Fatalf("health %q: %v", svc, err)
+			}
+			if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				t.Fatalf("health %q = %v, want SERVING", svc, resp.GetStatus())
+			}
+		}
+	})
+
+	t.Run("ok/reflection", func(t *testing.T) {
+		stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&reflectionpb.ServerReflectionRequest{
+			MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{ListServices: ""},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = stream.CloseSend()
+		var names []string
+		for _, svc := range resp.GetListServicesResponse().GetService() {
+			names = append(names, svc.GetName())
+		}
+		if !slices.Contains(names, "cotal.signer.v1.SignerService") {
+			t.Fatalf("reflection lists %v, want cotal.signer.v1.SignerService", names)
+		}
+	})
+
+	t.Run("ok/metrics", func(t *testing.T) {
+		if s.MetricsAddr() == nil {
+			t.Fatal("no metrics listener")
+		}
+		getSpace(t, conn)
+		req, err := http.NewRequestWithContext(ctxT(t), http.MethodGet, "http://"+s.MetricsAddr().String()+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /metrics: %s", resp.Status)
+		}
+		want := `signerd_requests_total{decision="granted",reason="",rpc="GetSpace"} 1`
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("metrics lack %q:\n%s", want, grep(string(body), "signerd_"))
+		}
+		for _, bad := range []string{"managerd", "spiffe://", "alpha"} {
+			if strings.Contains(grep(string(body), "signerd_"), bad) {
+				t.Fatalf("signerd metrics carry %q", bad)
+			}
+		}
+	})
+}
+
+// grep returns the lines of text containing sub.
+func grep(text, sub string) string {
+	var out []string
+	for line := range strings.Lines(text) {
+		if strings.Contains(line, sub) {
+			out = append(out, strings.TrimRight(line, "\n"))
+		}
+	}
+	return strings.Join(out, "\n")
+}
