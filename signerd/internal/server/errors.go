@@ -45,7 +45,9 @@ func refuse(code codes.Code, reason policy.Reason, detail string) *refusal {
 	return &refusal{code: code, reason: reason, detail: detail}
 }
 
-func invalid(detail string) *refusal { return refuse(codes.InvalidArgument, reasonInvalidArgument, detail) }
+func invalid(detail string) *refusal {
+	return refuse(codes.InvalidArgument, reasonInvalidArgument, detail)
+}
 
 // codeFor is the gRPC code of a policy denial.
 func codeFor(r policy.Reason) codes.Code {
