@@ -1,0 +1,435 @@
+package signerclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/space"
+)
+
+// Rail defaults.
+const (
+	// DefaultRetryInterval is how long a failed renewal waits before the next attempt (less
+	// when that would pass the current credential's expiry).
+	DefaultRetryInterval = 60 * time.Second
+	// DefaultProveTimeout bounds the throwaway broker connection that proves a credential.
+	DefaultProveTimeout = 10 * time.Second
+	// RenewFraction is the point of a credential's lifetime (iat to exp) at which Run renews it.
+	RenewFraction = 0.75
+	// minRetry is the shortest wait between renewal attempts (unless RetryInterval is shorter),
+	// so retries near expiry never spin.
+	minRetry = 100 * time.Millisecond
+)
+
+// Rail errors.
+var (
+	// ErrNotStarted: Run or a connection was used before Start adopted a credential.
+	ErrNotStarted = errors.New("signerclient: rail not started")
+	// ErrStarted: Start was called twice.
+	ErrStarted = errors.New("signerclient: rail already started")
+	// ErrClosed: the rail was closed and its key wiped.
+	ErrClosed = errors.New("signerclient: rail closed")
+	// ErrExpired: the current credential expired before any renewal succeeded. Remint cannot
+	// renew an expired credential, so Run gives up and returns an *ExpiredError.
+	ErrExpired = errors.New("signerclient: credential expired without renewal")
+	// ErrSubjectChanged: a renewed credential names another user key than the rail's.
+	ErrSubjectChanged = errors.New("signerclient: renewed credential has another subject")
+)
+
+// ExpiredError says the current credential expired while renewals kept failing. It matches
+// ErrExpired and wraps the last renewal error.
+type ExpiredError struct {
+	JTI     string
+	Expires time.Time
+	Last    error
+}
+
+// Error names the credential and the last failure.
+func (e *ExpiredError) Error() string {
+	return fmt.Sprintf("signerclient: credential %s expired at %s without renewal: %v", e.JTI, e.Expires.UTC().Format(time.RFC3339), e.Last)
+}
+
+// Is reports whether target is ErrExpired.
+func (e *ExpiredError) Is(target error) bool { return target == ErrExpired }
+
+// Unwrap returns the last renewal error.
+func (e *ExpiredError) Unwrap() error { return e.Last }
+
+// ProofError says the broker refused a credential on the throwaway proof connection; the
+// credential was not adopted.
+type ProofError struct {
+	JTI string
+	Err error
+}
+
+// Error names the credential (by jti, never the JWT) and the broker's answer.
+func (e *ProofError) Error() string {
+	return fmt.Sprintf("signerclient: broker refused credential %s: %v", e.JTI, e.Err)
+}
+
+// Unwrap returns the connection error.
+func (e *ProofError) Unwrap() error { return e.Err }
+
+// RailConfig is what NewRail needs. Client, Space, Profile and NatsURL are required.
+type RailConfig struct {
+	// Client calls signerd.
+	Client *Client
+	// Space is the space to mint in.
+	Space string
+	// Profile and Params describe the credential; signerd builds the permissions.
+	Profile signerv1.Profile
+	Params  *signerv1.ProfileParams
+	// TTL is the requested lifetime of each credential; zero means the profile default (signerd
+	// caps it at the profile maximum and the caller's policy). Negative values are refused.
+	TTL time.Duration
+	// NatsURL is the broker every credential is proven against before it is adopted.
+	NatsURL string
+	// Logger receives adoption and renewal lines; nil discards. No JWT or seed is ever logged.
+	Logger *slog.Logger
+	// Now is the clock for scheduling and Remint proofs; nil means time.Now.
+	Now func() time.Time
+	// RetryInterval is the wait after a failed renewal; zero means DefaultRetryInterval.
+	RetryInterval time.Duration
+	// ProveTimeout bounds each proof connection; zero means DefaultProveTimeout.
+	ProveTimeout time.Duration
+	// OnRenew, if set, is called after each renewed credential is adopted (not for the first,
+	// which Start adopts), with its jti and expiry.
+	OnRenew func(jti string, expires time.Time)
+}
+
+// credential is one adopted JWT with the facts read from its own claims.
+type credential struct {
+	jwt     string
+	jti     string
+	account string
+	issued  time.Time
+	expires time.Time
+}
+
+// Rail keeps one broker credential alive for a process. Its user nkey is generated in memory by
+// NewRail and never leaves it: not to disk, not to a log, not to signerd (which sees only the
+// public key and proofs). A Rail is safe for concurrent use.
+type Rail struct {
+	cfg    RailConfig
+	log    *slog.Logger
+	pub    string
+	inbox  string
+	cur    atomic.Pointer[credential]
+	closed chan struct{}
+
+	// mu guards key: sign holds it for reading, Close for writing while it wipes the key.
+	mu  sync.RWMutex
+	key nkeys.KeyPair
+
+	startOnce atomic.Bool
+	closeOnce sync.Once
+}
+
+// NewRail validates cfg and generates the rail's user nkey. It refuses a nil client, an invalid
+// space name, an unspecified profile, an empty broker URL and negative durations.
+func NewRail(cfg RailConfig) (*Rail, error) {
+	switch {
+	case cfg.Client == nil:
+		return nil, errors.New("signerclient: RailConfig.Client is nil")
+	case cfg.Profile == signerv1.Profile_PROFILE_UNSPECIFIED:
+		return nil, errors.New("signerclient: RailConfig.Profile is unspecified")
+	case cfg.NatsURL == "":
+		return nil, errors.New("signerclient: RailConfig.NatsURL is empty")
+	case cfg.TTL < 0 || cfg.RetryInterval < 0 || cfg.ProveTimeout < 0:
+		return nil, fmt.Errorf("signerclient: negative duration in RailConfig (TTL %v, RetryInterval %v, ProveTimeout %v)", cfg.TTL, cfg.RetryInterval, cfg.ProveTimeout)
+	}
+	if err := space.ValidateName(cfg.Space); err != nil {
+		return nil, fmt.Errorf("signerclient: RailConfig.Space: %w", err)
+	}
+	if cfg.RetryInterval == 0 {
+		cfg.RetryInterval = DefaultRetryInterval
+	}
+	if cfg.ProveTimeout == 0 {
+		cfg.ProveTimeout = DefaultProveTimeout
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	key, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, fmt.Errorf("signerclient: generate user nkey: %w", err)
+	}
+	pub, err := key.PublicKey()
+	if err != nil {
+		key.Wipe()
+		return nil, fmt.Errorf("signerclient: user nkey: %w", err)
+	}
+	r := &Rail{cfg: cfg, pub: pub, inbox: "_INBOX_" + pub, key: key, closed: make(chan struct{})}
+	r.log = log.With("space", cfg.Space, "profile", cfg.Profile.String(), "user", pub)
+	return r, nil
+}
+
+// PublicKey returns the rail's user public key, the subject of every credential it holds.
+func (r *Rail) PublicKey() string { return r.pub }
+
+// Current returns the jti and expiry of the credential in use; zero values before Start.
+func (r *Rail) Current() (jti string, expires time.Time) {
+	c := r.cur.Load()
+	if c == nil {
+		return "", time.Time{}
+	}
+	return c.jti, c.expires
+}
+
+// LogValue describes the rail without its key or JWT.
+func (r *Rail) LogValue() slog.Value {
+	jti, exp := r.Current()
+	return slog.GroupValue(slog.String("user", r.pub), slog.String("space", r.cfg.Space), slog.String("jti", jti), slog.Time("expires", exp))
+}
+
+// Close wipes the key. Connections made with NatsOptions can no longer authenticate, and Run
+// returns ErrClosed.
+func (r *Rail) Close() {
+	r.closeOnce.Do(func() {
+		close(r.closed)
+		r.mu.Lock()
+		r.key.Wipe()
+		r.key = nil
+		r.mu.Unlock()
+	})
+}
+
+// sign signs with the rail's key; it refuses after Close.
+func (r *Rail) sign(b []byte) ([]byte, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.key == nil {
+		return nil, ErrClosed
+	}
+	return r.key.Sign(b)
+}
+
+// NatsOptions returns the options a broker connection needs to authenticate with the rail:
+// the current JWT, read again at every connect and reconnect (the broker closes a connection
+// when the JWT it connected with expires, and nats.go then reconnects with the freshest one),
+// the nonce signed with the rail's key, and the reply-inbox prefix _INBOX_<user public key>,
+// the only inbox a data-account credential may subscribe to.
+//
+// It also sets IgnoreAuthErrorAbort: by default nats.go gives up for good after the same auth
+// error twice on one server, and every renewal ends an old connection with the same
+// "authentication expired" error. And it sets an ErrorHandler that logs asynchronous errors to
+// the rail's logger (an expiry at debug level, since it is the normal end of a credential)
+// instead of nats.go's default, which prints to stderr; append your own ErrorHandler after
+// these options to replace it.
+func (r *Rail) NatsOptions() []nats.Option {
+	return []nats.Option{
+		nats.UserJWT(func() (string, error) {
+			c := r.cur.Load()
+			if c == nil {
+				return "", ErrNotStarted
+			}
+			return c.jwt, nil
+		}, r.sign),
+		nats.CustomInboxPrefix(r.inbox),
+		nats.IgnoreAuthErrorAbort(),
+		nats.ErrorHandler(r.asyncError),
+	}
+}
+
+// asyncError logs a broker connection's asynchronous error.
+func (r *Rail) asyncError(_ *nats.Conn, sub *nats.Subscription, err error) {
+	if errors.Is(err, nats.ErrAuthExpired) {
+		r.log.Debug("broker closed a connection whose credential expired; reconnecting with the current one")
+		return
+	}
+	if sub != nil {
+		r.log.Warn("broker connection error", "subject", sub.Subject, "err", err)
+		return
+	}
+	r.log.Warn("broker connection error", "err", err)
+}
+
+// Start mints the first credential, proves it on a throwaway broker connection and adopts it.
+// It refuses to run twice or after Close, and fails if signerd refuses the Mint or the broker
+// refuses the credential.
+func (r *Rail) Start(ctx context.Context) error {
+	select {
+	case <-r.closed:
+		return ErrClosed
+	default:
+	}
+	if !r.startOnce.CompareAndSwap(false, true) {
+		return ErrStarted
+	}
+	req := &signerv1.MintRequest{Space: r.cfg.Space, Profile: r.cfg.Profile, UserPublicKey: r.pub, Params: r.cfg.Params}
+	if r.cfg.TTL > 0 {
+		req.Ttl = durationpb.New(r.cfg.TTL)
+	}
+	cred, err := r.cfg.Client.Mint(ctx, req)
+	if err != nil {
+		r.startOnce.Store(false)
+		return fmt.Errorf("signerclient: start: mint: %w", err)
+	}
+	c, err := r.accept(ctx, cred, "")
+	if err != nil {
+		r.startOnce.Store(false)
+		return fmt.Errorf("signerclient: start: %w", err)
+	}
+	r.cur.Store(c)
+	r.log.Info("credential adopted", "jti", c.jti, "expires", c.expires)
+	return nil
+}
+
+// accept checks a credential from signerd and proves it on the broker. account, when set, is
+// the issuer account the credential must keep (a renewal stays in the first one's account).
+func (r *Rail) accept(ctx context.Context, cred *signerv1.Credential, account string) (*credential, error) {
+	uc, err := jwt.DecodeUserClaims(cred.GetJwt())
+	if err != nil {
+		return nil, &ResponseError{Field: "jwt", Want: "a valid user JWT", Got: "undecodable"}
+	}
+	if uc.Subject != r.pub {
+		return nil, fmt.Errorf("%w: %s, want %s", ErrSubjectChanged, uc.Subject, r.pub)
+	}
+	if account != "" && uc.IssuerAccount != account {
+		return nil, &ResponseError{Field: "issuer_account", Want: account, Got: uc.IssuerAccount}
+	}
+	if uc.Expires == 0 {
+		return nil, &ResponseError{Field: "expires", Want: "an expiry", Got: "none"}
+	}
+	c := &credential{
+		jwt: cred.GetJwt(), jti: uc.ID, account: uc.IssuerAccount,
+		issued: time.Unix(uc.IssuedAt, 0), expires: time.Unix(uc.Expires, 0),
+	}
+	if !r.cfg.Now().Before(c.expires) {
+		return nil, &ResponseError{Field: "expires", Want: "in the future", Got: c.expires.UTC().Format(time.RFC3339)}
+	}
+	if err := r.prove(ctx, c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// prove connects to the broker with c alone, flushes and closes: the broker has then checked
+// the JWT's signature chain, expiry and our nonce signature. A connection that never comes up
+// is a refusal.
+func (r *Rail) prove(ctx context.Context, c *credential) error {
+	timeout := r.cfg.ProveTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	if timeout <= 0 {
+		return &ProofError{JTI: c.jti, Err: context.DeadlineExceeded}
+	}
+	nc, err := nats.Connect(r.cfg.NatsURL,
+		nats.Name("cotal-credential-proof"),
+		nats.NoReconnect(),
+		nats.Timeout(timeout),
+		nats.UserJWT(func() (string, error) { return c.jwt, nil }, r.sign),
+		nats.CustomInboxPrefix(r.inbox),
+		// The outcome is read from Connect and Flush; nothing asynchronous is of interest.
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}),
+	)
+	if err != nil {
+		return &ProofError{JTI: c.jti, Err: err}
+	}
+	defer nc.Close()
+	if err := nc.FlushTimeout(timeout); err != nil {
+		return &ProofError{JTI: c.jti, Err: err}
+	}
+	return nil
+}
+
+// renewAt is when Run renews c: RenewFraction of the way from iat to exp.
+func renewAt(c *credential) time.Time {
+	life := c.expires.Sub(c.issued)
+	return c.issued.Add(time.Duration(float64(life) * RenewFraction))
+}
+
+// retryDelay is the wait after a failed renewal at now: RetryInterval, or half of what is left
+// when RetryInterval would pass expiry, but never less than minRetry (or RetryInterval, if that
+// is shorter).
+func retryDelay(now, expires time.Time, interval time.Duration) time.Duration {
+	d := interval
+	if left := expires.Sub(now); now.Add(d).After(expires) {
+		d = left / 2
+	}
+	return max(d, min(minRetry, interval))
+}
+
+// Run renews the credential until ctx is done (returns nil) or the rail is closed (ErrClosed).
+// Each renewal is a Remint proven by the rail's key; the new credential must name the same
+// subject and account and pass a proof connection before it replaces the current one, in one
+// atomic swap. A failed renewal logs a warning and is retried after RetryInterval (sooner near
+// expiry) while the current credential stays in use; if it expires first, Run returns an
+// *ExpiredError, because signerd does not renew an expired credential.
+func (r *Rail) Run(ctx context.Context) error {
+	if r.cur.Load() == nil {
+		return ErrNotStarted
+	}
+	next := renewAt(r.cur.Load())
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var last error
+	for {
+		timer.Reset(max(next.Sub(r.cfg.Now()), 0))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.closed:
+			return ErrClosed
+		case <-timer.C:
+		}
+		cur := r.cur.Load()
+		now := r.cfg.Now()
+		if !now.Before(cur.expires) {
+			if last == nil {
+				last = errors.New("no renewal attempted before expiry")
+			}
+			r.log.Error("credential expired without renewal", "jti", cur.jti, "expires", cur.expires, "err", last)
+			return &ExpiredError{JTI: cur.jti, Expires: cur.expires, Last: last}
+		}
+		c, err := r.renew(ctx, cur)
+		if err != nil {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-r.closed:
+				return ErrClosed
+			default:
+			}
+			last = err
+			now = r.cfg.Now()
+			delay := retryDelay(now, cur.expires, r.cfg.RetryInterval)
+			next = now.Add(delay)
+			r.log.Warn("credential renewal failed; keeping the current credential",
+				"err", err, "jti", cur.jti, "expires", cur.expires, "retry_in", delay)
+			continue
+		}
+		last = nil
+		r.cur.Store(c)
+		next = renewAt(c)
+		r.log.Info("credential renewed", "jti", c.jti, "expires", c.expires, "previous_jti", cur.jti)
+		if r.cfg.OnRenew != nil {
+			r.cfg.OnRenew(c.jti, c.expires)
+		}
+	}
+}
+
+// renew remints cur and accepts the result.
+func (r *Rail) renew(ctx context.Context, cur *credential) (*credential, error) {
+	cred, err := r.cfg.Client.remint(ctx, r.cfg.Space, cur.jwt, r.sign, r.cfg.TTL, r.cfg.Now())
+	if err != nil {
+		return nil, fmt.Errorf("remint: %w", err)
+	}
+	return r.accept(ctx, cred, cur.account)
+}

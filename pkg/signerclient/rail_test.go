@@ -1,0 +1,353 @@
+package signerclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
+
+	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/testkit"
+)
+
+// runRail runs r.Run in the background until the test ends and returns the channel its result
+// arrives on (buffered, so a test may also read it itself).
+func runRail(t *testing.T, r *Rail) <-chan error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		done <- r.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-exited
+	})
+	return done
+}
+
+func TestRailRenewsLiveConnection(t *testing.T) {
+	t.Run("ok/rail-renews-live-connection", func(t *testing.T) {
+		e := startEnv(t, shortPolicy("3s", "own"))
+		var logs logBuffer
+		var (
+			mu       sync.Mutex
+			subjects []string
+		)
+		var r *Rail
+		r = newRail(t, e, func(c *RailConfig) {
+			c.Logger = newLogger(&logs)
+			c.RetryInterval = 200 * time.Millisecond
+			c.OnRenew = func(jti string, _ time.Time) {
+				uc, err := jwt.DecodeUserClaims(r.cur.Load().jwt)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					subjects = append(subjects, "undecodable: "+err.Error())
+					return
+				}
+				subjects = append(subjects, uc.Subject)
+			}
+		})
+		if err := r.Start(ctxT(t)); err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		origJTI, origExp := r.Current()
+
+		var reconnects atomic.Int32
+		opts := append(r.NatsOptions(),
+			nats.ReconnectWait(50*time.Millisecond),
+			nats.MaxReconnects(-1),
+			nats.ReconnectHandler(func(*nats.Conn) { reconnects.Add(1) }),
+		)
+		c := connectChat(t, e.url, opts...)
+		if err := c.roundTrip(5 * time.Second); err != nil {
+			t.Fatalf("first round trip: %v", err)
+		}
+
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+
+		testkit.Eventually(t, 15*time.Second, func() error {
+			if !time.Now().After(origExp) {
+				return fmt.Errorf("original credential %s not yet expired (%v)", origJTI, origExp)
+			}
+			mu.Lock()
+			n := len(subjects)
+			mu.Unlock()
+			if n == 0 {
+				return errors.New("no renewal yet")
+			}
+			if reconnects.Load() == 0 {
+				return errors.New("connection has not reconnected since the original credential expired")
+			}
+			return c.roundTrip(time.Second)
+		})
+
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run returned %v after cancellation, want nil", err)
+		}
+		jti, exp := r.Current()
+		if jti == origJTI || !exp.After(origExp) {
+			t.Fatalf("Current = %s %v, want a renewed credential after %s %v", jti, exp, origJTI, origExp)
+		}
+		mu.Lock()
+		for i, s := range subjects {
+			if s != r.PublicKey() {
+				t.Errorf("renewal %d subject = %q, want %q", i, s, r.PublicKey())
+			}
+		}
+		mu.Unlock()
+		if !c.nc.IsConnected() {
+			t.Fatalf("connection status = %v, want connected", c.nc.Status())
+		}
+		out := logs.String()
+		if !strings.Contains(out, "credential renewed") {
+			t.Fatalf("log has no renewal line:\n%s", out)
+		}
+		if strings.Contains(out, "eyJ") || strings.Contains(out, r.cur.Load().jwt) {
+			t.Fatalf("log contains JWT text:\n%s", out)
+		}
+	})
+}
+
+func TestRailRenewalFailure(t *testing.T) {
+	t.Run("ok/renewal-failure-keeps-current", func(t *testing.T) {
+		e := startEnv(t, shortPolicy("5s", "own"))
+		var logs logBuffer
+		r := newRail(t, e, func(c *RailConfig) {
+			c.Logger = newLogger(&logs)
+			c.RetryInterval = 100 * time.Millisecond
+		})
+		if err := r.Start(ctxT(t)); err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		origJTI, origExp := r.Current()
+		origJWT := r.cur.Load().jwt
+		seed, err := r.key.Seed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := connectChat(t, e.url, r.NatsOptions()...)
+
+		// Refuse remint of agents, and wait until signerd has reloaded the policy: a probe
+		// credential of our own stops being renewable.
+		e.s.SetPolicy(t, shortPolicy("5s", "none"))
+		kp, pub := newUser(t)
+		probe := mintAgent(t, e.client, pub)
+		testkit.Eventually(t, 5*time.Second, func() error {
+			_, err := e.client.Remint(ctxT(t), testSpace, probe.GetJwt(), kp, 0)
+			if got := ReasonOf(err); got != signerv1.Reason_REASON_REMINT_NOT_ALLOWED {
+				return fmt.Errorf("probe remint: reason %v (err %v), want REMINT_NOT_ALLOWED", got, err)
+			}
+			return nil
+		})
+
+		done := runRail(t, r)
+		const warning = "credential renewal failed"
+		testkit.Eventually(t, 10*time.Second, func() error {
+			if n := logs.count(warning); n < 2 {
+				return fmt.Errorf("%d renewal warnings, want at least 2 (a failure and a retry)", n)
+			}
+			return nil
+		})
+		if jti, exp := r.Current(); jti != origJTI || !exp.Equal(origExp) {
+			t.Fatalf("Current = %s %v after failed renewals, want the original %s %v", jti, exp, origJTI, origExp)
+		}
+		if r.cur.Load().jwt != origJWT {
+			t.Fatal("the served JWT changed after failed renewals")
+		}
+		if err := c.roundTrip(time.Second); err != nil {
+			t.Fatalf("round trip on the current credential: %v", err)
+		}
+
+		// Once the credential expires, Run gives up with the last refusal wrapped.
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrExpired) || !errors.Is(err, ErrDenied) || ReasonOf(err) != signerv1.Reason_REASON_REMINT_NOT_ALLOWED {
+				t.Fatalf("Run = %v, want ErrExpired wrapping a REMINT_NOT_ALLOWED denial", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return after the credential expired")
+		}
+
+		out := logs.String()
+		if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "REMINT_NOT_ALLOWED") {
+			t.Fatalf("log lacks the warning and its reason:\n%s", out)
+		}
+		for name, secret := range map[string]string{"JWT": origJWT, "probe JWT": probe.GetJwt(), "seed": string(seed)} {
+			if strings.Contains(out, secret) {
+				t.Fatalf("log contains the %s:\n%s", name, out)
+			}
+		}
+		if strings.Contains(out, "eyJ") {
+			t.Fatalf("log contains JWT-shaped text:\n%s", out)
+		}
+	})
+}
+
+func TestRailStartRefusals(t *testing.T) {
+	e := startEnv(t, "")
+	other := testkit.StartBroker(t, testSpace)
+	tests := []struct {
+		name   string
+		mutate func(*RailConfig)
+		want   func(error) bool
+	}{
+		{
+			name:   "fail/broker-refuses",
+			mutate: func(c *RailConfig) { c.NatsURL = other.URL; c.ProveTimeout = 2 * time.Second },
+			want:   func(err error) bool { var pe *ProofError; return errors.As(err, &pe) },
+		},
+		{
+			name: "fail/profile-denied",
+			mutate: func(c *RailConfig) {
+				c.Profile = signerv1.Profile_PROFILE_ADMIN
+				c.Params = &signerv1.ProfileParams{Owner: testOwner, Actor: testActor}
+			},
+			want: func(err error) bool {
+				return errors.Is(err, ErrDenied) && ReasonOf(err) == signerv1.Reason_REASON_PROFILE_NOT_ALLOWED
+			},
+		},
+		{
+			name:   "fail/channel-denied",
+			mutate: func(c *RailConfig) { p := agentParams(); p.AllowPublish = []string{"secret"}; c.Params = p },
+			want:   func(err error) bool { return errors.Is(err, ErrDenied) },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRail(t, e, tt.mutate)
+			err := r.Start(ctxT(t))
+			if err == nil || !tt.want(err) {
+				t.Fatalf("Start = %v", err)
+			}
+			if jti, _ := r.Current(); jti != "" {
+				t.Fatalf("a refused credential was adopted: %s", jti)
+			}
+			if err := r.Run(ctxT(t)); !errors.Is(err, ErrNotStarted) {
+				t.Fatalf("Run before a successful Start = %v, want ErrNotStarted", err)
+			}
+		})
+	}
+
+	t.Run("fail/start-twice", func(t *testing.T) {
+		r := newRail(t, e, nil)
+		if err := r.Start(ctxT(t)); err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		if err := r.Start(ctxT(t)); !errors.Is(err, ErrStarted) {
+			t.Fatalf("second Start = %v, want ErrStarted", err)
+		}
+	})
+
+	t.Run("fail/other-subject-rejected", func(t *testing.T) {
+		r := newRail(t, e, nil)
+		if err := r.Start(ctxT(t)); err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		jti, _ := r.Current()
+		_, pub := newUser(t)
+		foreign := mintAgent(t, e.client, pub)
+		if _, err := r.accept(ctxT(t), foreign, r.cur.Load().account); !errors.Is(err, ErrSubjectChanged) {
+			t.Fatalf("accept(credential for %s) = %v, want ErrSubjectChanged", pub, err)
+		}
+		if got, _ := r.Current(); got != jti {
+			t.Fatalf("Current = %s after a rejected credential, want %s", got, jti)
+		}
+	})
+
+	t.Run("ok/close-stops-run-and-signing", func(t *testing.T) {
+		r := newRail(t, e, nil)
+		if err := r.Start(ctxT(t)); err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- r.Run(context.Background()) }()
+		r.Close()
+		if err := <-done; !errors.Is(err, ErrClosed) {
+			t.Fatalf("Run after Close = %v, want ErrClosed", err)
+		}
+		if _, err := r.sign([]byte("nonce")); !errors.Is(err, ErrClosed) {
+			t.Fatalf("sign after Close = %v, want ErrClosed", err)
+		}
+		if _, err := nats.Connect(e.url, r.NatsOptions()...); err == nil {
+			t.Fatal("connect after Close succeeded")
+		}
+	})
+}
+
+func TestNewRailConfig(t *testing.T) {
+	c := &Client{}
+	base := RailConfig{Client: c, Space: testSpace, Profile: signerv1.Profile_PROFILE_AGENT, NatsURL: "nats://127.0.0.1:4222"}
+	tests := []struct {
+		name   string
+		mutate func(*RailConfig)
+		ok     bool
+	}{
+		{name: "ok/minimal", mutate: func(*RailConfig) {}, ok: true},
+		{name: "fail/no-client", mutate: func(c *RailConfig) { c.Client = nil }},
+		{name: "fail/bad-space", mutate: func(c *RailConfig) { c.Space = " padded" }},
+		{name: "fail/no-profile", mutate: func(c *RailConfig) { c.Profile = signerv1.Profile_PROFILE_UNSPECIFIED }},
+		{name: "fail/no-url", mutate: func(c *RailConfig) { c.NatsURL = "" }},
+		{name: "fail/negative-ttl", mutate: func(c *RailConfig) { c.TTL = -time.Second }},
+		{name: "fail/negative-retry", mutate: func(c *RailConfig) { c.RetryInterval = -time.Second }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := base
+			tt.mutate(&cfg)
+			r, err := NewRail(cfg)
+			if (err == nil) != tt.ok {
+				t.Fatalf("NewRail err = %v, want ok=%v", err, tt.ok)
+			}
+			if r == nil {
+				return
+			}
+			defer r.Close()
+			if !strings.HasPrefix(r.PublicKey(), "U") || r.cfg.RetryInterval != DefaultRetryInterval || r.cfg.ProveTimeout != DefaultProveTimeout {
+				t.Fatalf("rail = %s retry %v prove %v", r.PublicKey(), r.cfg.RetryInterval, r.cfg.ProveTimeout)
+			}
+		})
+	}
+}
+
+func TestSchedule(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	t.Run("ok/renew-at-75-percent", func(t *testing.T) {
+		c := &credential{issued: t0, expires: t0.Add(time.Hour)}
+		if got, want := renewAt(c), t0.Add(45*time.Minute); !got.Equal(want) {
+			t.Fatalf("renewAt = %v, want %v", got, want)
+		}
+	})
+	tests := []struct {
+		name     string
+		left     time.Duration
+		interval time.Duration
+		want     time.Duration
+	}{
+		{name: "ok/interval-fits", left: time.Hour, interval: time.Minute, want: time.Minute},
+		{name: "ok/midpoint-near-expiry", left: 30 * time.Second, interval: time.Minute, want: 15 * time.Second},
+		{name: "ok/floor-no-busy-loop", left: 10 * time.Millisecond, interval: time.Minute, want: minRetry},
+		{name: "ok/floor-after-expiry", left: -time.Second, interval: time.Minute, want: minRetry},
+		{name: "ok/short-interval-is-its-own-floor", left: 10 * time.Millisecond, interval: 20 * time.Millisecond, want: 20 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := retryDelay(t0, t0.Add(tt.left), tt.interval); got != tt.want {
+				t.Fatalf("retryDelay = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
