@@ -201,6 +201,22 @@ func WriteFileAtomic(path string, data []byte) (err error) {
 		// that is not a file is a mistake in the caller's path.
 		return &TypeError{Path: path, Mode: fi.Mode(), Want: "regular file"}
 	}
+	return replaceFile(dir, path, data, FileMode)
+}
+
+// WritePublicFile writes a file that holds no secret (a rendered broker configuration, public
+// account facts) atomically in the same way as WriteFileAtomic, with the given mode, which must
+// not be group- or world-writable. Its directory must exist.
+func WritePublicFile(path string, data []byte, mode fs.FileMode) error {
+	if mode&0o022 != 0 || mode&^fs.ModePerm != 0 {
+		return fmt.Errorf("%s: refusing mode %v for a public file (no group or world write)", path, mode)
+	}
+	return replaceFile(filepath.Dir(path), path, data, mode)
+}
+
+// replaceFile writes data to a temporary file in dir with mode, fsyncs it, renames it over path
+// and fsyncs dir.
+func replaceFile(dir, path string, data []byte, mode fs.FileMode) (err error) {
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
@@ -212,7 +228,7 @@ func WriteFileAtomic(path string, data []byte) (err error) {
 			_ = os.Remove(tmp)
 		}
 	}()
-	if err = f.Chmod(FileMode); err != nil {
+	if err = f.Chmod(mode); err != nil {
 		return err
 	}
 	if _, err = f.Write(data); err != nil {

@@ -475,3 +475,45 @@ func userCredsText(tok string, s *creds.Seed) ([]byte, error) {
 	})
 	return out, err
 }
+
+func TestWritePublicFile(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		mode fs.FileMode
+		ok   bool
+	}{
+		{"ok/0644", 0o644, true},
+		{"ok/0600", 0o600, true},
+		{"fail/group-writable", 0o664, false},
+		{"fail/world-writable", 0o646, false},
+		{"fail/setuid", fs.ModeSetuid | 0o644, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, "/", "_"))
+			err := creds.WritePublicFile(path, []byte("public\n"), tc.mode)
+			if !tc.ok {
+				if err == nil || !strings.Contains(err.Error(), path) {
+					t.Fatalf("err = %v, want a refusal naming %s", err, path)
+				}
+				if _, statErr := os.Stat(path); !errors.Is(statErr, fs.ErrNotExist) {
+					t.Fatalf("refused write left %s behind", path)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			fi, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm() != tc.mode.Perm() {
+				t.Fatalf("mode %v, want %v", fi.Mode().Perm(), tc.mode.Perm())
+			}
+			if got, _ := os.ReadFile(path); string(got) != "public\n" {
+				t.Fatalf("content %q", got)
+			}
+		})
+	}
+}

@@ -2,12 +2,12 @@ package keystore
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/cotalgo/cotal/pkg/creds"
 	"github.com/cotalgo/cotal/pkg/space"
 )
 
@@ -145,54 +145,10 @@ func WriteJSON(path string, v any, mode os.FileMode) error {
 		return err
 	}
 	data = append(data, '\n')
-	return writePublicFile(path, data, mode)
-}
-
-// writePublicFile writes a non-secret file atomically (temp file, fsync, rename).
-func writePublicFile(path string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	name := tmp.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			_ = os.Remove(name)
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(name, path); err != nil {
-		return err
-	}
-	ok = true
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
-		return err
-	}
-	return nil
+	return creds.WritePublicFile(path, data, mode)
 }
 
 // WritePublicFile writes a non-secret file atomically with mode.
 func WritePublicFile(path string, data []byte, mode os.FileMode) error {
-	return writePublicFile(path, data, mode)
+	return creds.WritePublicFile(path, data, mode)
 }
