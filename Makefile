@@ -7,6 +7,10 @@ GO        ?= go
 BUF       := $(GO) tool -modfile=tools/buf.mod buf
 STATICCHECK := $(GO) tool -modfile=tools/staticcheck.mod staticcheck
 DEV_DIR   ?= .cotal-dev
+NPM       ?= npm
+TS_DIR    := sdk/ts
+# Everything buf generates; `make check-generated` fails when any of it differs from the commit.
+GEN_DIRS  := pkg/gen $(TS_DIR)/src/gen
 FUZZTIME  ?= 4s
 # package:FuzzTarget pairs run by `make fuzz` (and so by `make check`) for $(FUZZTIME) each:
 # every decoder of untrusted bytes.
@@ -22,19 +26,26 @@ FUZZ_TARGETS ?= \
 	pkg/mtls:FuzzParseID \
 	pkg/mtls:FuzzParseCAPool
 
-.PHONY: all generate check-generated lint test fuzz bench check run build clean
+.PHONY: all generate check-generated lint test test-go test-ts fuzz bench check run build clean
 
 all: check
 
-## generate: regenerate pkg/gen from proto/ with buf and the pinned local plugins.
-generate:
+## generate: regenerate pkg/gen (Go) and sdk/ts/src/gen (TypeScript) from proto/ with buf and the
+## pinned local plugins (Go tools in go.mod, protoc-gen-es from sdk/ts's lockfile).
+generate: $(TS_DIR)/node_modules
 	$(BUF) generate
 
-## check-generated: regenerate and fail if the committed generated code differs.
+## sdk/ts/node_modules: the TypeScript SDK's dependencies, exactly as its lockfile pins them.
+$(TS_DIR)/node_modules: $(TS_DIR)/package.json $(TS_DIR)/package-lock.json
+	cd $(TS_DIR) && $(NPM) ci --no-audit --no-fund
+	@touch $@
+
+## check-generated: regenerate and fail if the committed generated code differs or a generated
+## file is not committed.
 check-generated: generate
-	@if [ -n "$$(git status --porcelain -- pkg/gen)" ]; then \
+	@if [ -n "$$(git status --porcelain --untracked-files=all -- $(GEN_DIRS))" ]; then \
 		echo "generated code is stale; run 'make generate' and commit:"; \
-		git status --porcelain -- pkg/gen; git --no-pager diff --stat -- pkg/gen; exit 1; \
+		git status --porcelain --untracked-files=all -- $(GEN_DIRS); git --no-pager diff --stat -- $(GEN_DIRS); exit 1; \
 	fi
 
 ## lint: buf lint, gofmt, go vet, staticcheck.
@@ -44,9 +55,18 @@ lint:
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 
-## test: every test with the race detector (the README's test command).
-test:
+## test: every test: the Go tests with the race detector, then the TypeScript SDK's.
+test: test-go test-ts
+
+## test-go: the Go tests with the race detector.
+test-go:
 	$(GO) test -race -count=1 ./...
+
+## test-ts: build bin/signerd, then the TypeScript SDK (tsc) and its node --test suite against
+## that signerd.
+test-ts: $(TS_DIR)/node_modules
+	$(GO) build -o bin/signerd ./signerd
+	cd $(TS_DIR) && SIGNERD_BIN="$(CURDIR)/bin/signerd" $(NPM) test
 
 ## fuzz: run each fuzz target briefly.
 fuzz:
@@ -73,4 +93,4 @@ run:
 	$(GO) run ./deploy/local/cotal-dev --dir $(DEV_DIR) --signerd bin/signerd
 
 clean:
-	rm -rf bin
+	rm -rf bin $(TS_DIR)/dist $(TS_DIR)/dist-test

@@ -1,0 +1,232 @@
+// The mTLS transport to signerd: gRPC over HTTP/2, TLS 1.3, the client certificate and key read
+// from PEM files, signerd's certificate verified against a CA bundle for a fixed server name (and
+// optionally its SPIFFE ID). Generation cannot produce this part: it is configuration, not API.
+
+import { closeSync, constants, fstatSync, openSync, readFileSync } from "node:fs";
+import { isIP } from "node:net";
+import { checkServerIdentity, type PeerCertificate } from "node:tls";
+import type { SecureClientSessionOptions } from "node:http2";
+
+import { createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+
+import { SignerService } from "./gen/cotal/signer/v1/signer_pb.js";
+import { signerErrors } from "./errors.js";
+
+/** DEFAULT_SERVER_NAME is the name signerd's certificate is verified for unless serverName says
+ * otherwise (`signerd pki init` issues signerd's certificate for localhost and 127.0.0.1). */
+export const DEFAULT_SERVER_NAME = "localhost";
+
+/** DEFAULT_TIMEOUT_MS bounds every call that sets no timeout of its own. */
+export const DEFAULT_TIMEOUT_MS = 10_000;
+
+/** maxPEMBytes bounds each certificate, key and CA file read. */
+const maxPEMBytes = 1 << 20;
+
+/** SignerTransportOptions configure createSignerTransport. address, caFile, certFile and keyFile
+ * are required: signerd serves only callers with a verified client certificate. */
+export interface SignerTransportOptions {
+  /** signerd's TCP address as in its `listen` ("127.0.0.1:7443", "[::1]:7443", "signer.example:7443")
+   * or an https:// URL. Unix sockets and plain http:// are refused. */
+  address: string;
+  /** PEM bundle of the CA(s) signerd's certificate must chain to. */
+  caFile: string;
+  /** PEM client certificate; its only URI SAN is the caller's identity
+   * (spiffe://cotal.local/managerd/<space>). */
+  certFile: string;
+  /** PEM private key of certFile. Refused when it is a symlink, not a regular file, readable by
+   * group or others, or owned by another user. */
+  keyFile: string;
+  /** The name signerd's certificate is verified for; DEFAULT_SERVER_NAME when unset. */
+  serverName?: string;
+  /** When set, signerd's certificate must carry exactly this URI SAN
+   * (e.g. "spiffe://cotal.local/signerd"); any other server fails the handshake. */
+  serverId?: string;
+  /** Timeout of each call that sets none; DEFAULT_TIMEOUT_MS when unset. Must be positive. */
+  timeoutMs?: number;
+  /** Further interceptors, run inside the one that turns failures into SignerErrors. */
+  interceptors?: Interceptor[];
+}
+
+/** SignerTransport is a Connect transport to signerd that can be closed. */
+export interface SignerTransport extends Transport {
+  /** close ends the HTTP/2 connection; calls made after it fail. */
+  close(): void;
+}
+
+/** SignerConfigError is a refused transport configuration; path names the offending file, if any. */
+export class SignerConfigError extends Error {
+  override name = "SignerConfigError";
+  /** The file that was refused, or "" when the problem is not a file. */
+  readonly path: string;
+
+  constructor(message: string, path = "", options?: ErrorOptions) {
+    super(path === "" ? `signer: ${message}` : `signer: ${path}: ${message}`, options);
+    this.path = path;
+  }
+}
+
+/**
+ * createSignerTransport reads the PEM files and returns a gRPC (HTTP/2) transport to signerd over
+ * TLS 1.3 with this caller's client certificate. Every call through it fails with a SignerError.
+ * The connection is made by the first call, so it does not fail when signerd is down; calls do,
+ * with Code.Unavailable.
+ *
+ * It throws SignerConfigError for a missing option, an unsupported address, or a file it cannot
+ * read or will not trust (a client key looser than 0600, a symlink, another owner's file).
+ */
+export function createSignerTransport(opts: SignerTransportOptions): SignerTransport {
+  for (const k of ["address", "caFile", "certFile", "keyFile"] as const) {
+    if (typeof opts[k] !== "string" || opts[k] === "") {
+      throw new SignerConfigError(`option ${k} is required`);
+    }
+  }
+  const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
+    throw new SignerConfigError(`timeoutMs ${timeoutMs} is not a positive number`);
+  }
+  const baseUrl = baseUrlOf(opts.address);
+  const serverName = opts.serverName ?? DEFAULT_SERVER_NAME;
+  const serverId = opts.serverId ?? "";
+  const tlsOptions: SecureClientSessionOptions = {
+    ca: readPublicFile(opts.caFile),
+    cert: readPublicFile(opts.certFile),
+    key: readSecretFile(opts.keyFile),
+    minVersion: "TLSv1.3",
+    // Explicit, so NODE_TLS_REJECT_UNAUTHORIZED=0 in the environment cannot switch it off.
+    rejectUnauthorized: true,
+    // SNI cannot carry an IP address; the name is verified below either way.
+    ...(isIP(serverName) === 0 ? { servername: serverName } : {}),
+    checkServerIdentity: (_host: string, cert: PeerCertificate) => {
+      const err = checkServerIdentity(serverName, cert);
+      if (err !== undefined) {
+        return err;
+      }
+      if (serverId !== "") {
+        const uris = uriSANs(cert.subjectaltname ?? "");
+        if (uris.length !== 1 || uris[0] !== serverId) {
+          // The code Node uses for a certificate that does not name the expected server.
+          return Object.assign(new Error(`signer: server certificate URI SANs [${uris.join(", ")}] are not exactly ${serverId}`), {
+            code: "ERR_TLS_CERT_ALTNAME_INVALID",
+          });
+        }
+      }
+      return undefined;
+    },
+  };
+  const sessionManager = new Http2SessionManager(baseUrl, undefined, tlsOptions);
+  const transport = createGrpcTransport({
+    baseUrl,
+    sessionManager,
+    defaultTimeoutMs: timeoutMs,
+    interceptors: [signerErrors, ...(opts.interceptors ?? [])],
+  });
+  return Object.assign(transport, { close: () => sessionManager.abort() });
+}
+
+/** SignerClient is the generated SignerService client. */
+export type SignerClient = Client<typeof SignerService>;
+
+/** createSignerClient returns the generated SignerService client over transport (see
+ * createSignerTransport); its calls fail with SignerError when transport is a SignerTransport. */
+export function createSignerClient(transport: Transport): SignerClient {
+  return createClient(SignerService, transport);
+}
+
+/** baseUrlOf turns signerd's address into the https base URL of its gRPC service. */
+function baseUrlOf(address: string): string {
+  if (address.startsWith("unix:")) {
+    throw new SignerConfigError(`address ${address}: unix sockets are not supported; use a TCP listener`);
+  }
+  if (address.includes("://")) {
+    let u: URL;
+    try {
+      u = new URL(address);
+    } catch (err) {
+      throw new SignerConfigError(`address ${address} is not a URL`, "", { cause: err });
+    }
+    if (u.protocol !== "https:") {
+      throw new SignerConfigError(`address ${address}: only https:// is supported (signerd requires TLS)`);
+    }
+    return u.origin;
+  }
+  let u: URL;
+  try {
+    u = new URL(`https://${address}`);
+  } catch (err) {
+    throw new SignerConfigError(`address ${address} is not host:port`, "", { cause: err });
+  }
+  if (u.port === "" || u.pathname !== "/" || u.username !== "" || u.search !== "") {
+    throw new SignerConfigError(`address ${address} is not host:port`);
+  }
+  return u.origin;
+}
+
+/** uriSANs lists the URI entries of a Node subjectaltname string. Node quotes entries holding
+ * separators; such an entry never equals a plain SPIFFE ID, so it is refused, not parsed. */
+function uriSANs(subjectAltName: string): string[] {
+  return subjectAltName
+    .split(", ")
+    .filter((e) => e.startsWith("URI:"))
+    .map((e) => e.slice("URI:".length));
+}
+
+/** readPublicFile reads a certificate or CA bundle. */
+function readPublicFile(path: string): Buffer {
+  let data: Buffer;
+  try {
+    data = readFileSync(path);
+  } catch (err) {
+    throw new SignerConfigError(errorText(err), path, { cause: err });
+  }
+  if (data.length > maxPEMBytes) {
+    throw new SignerConfigError(`larger than ${maxPEMBytes} bytes`, path);
+  }
+  return data;
+}
+
+/** readSecretFile reads the client key the way the Go side reads secret files: not through a
+ * symlink, a regular file, no group or other permission bit, owned by this process's user,
+ * checked on the open descriptor. */
+function readSecretFile(path: string): Buffer {
+  let fd: number;
+  try {
+    fd = openSync(path, constants.O_RDONLY | (constants.O_NOFOLLOW ?? 0));
+  } catch (err) {
+    const text = (err as NodeJS.ErrnoException).code === "ELOOP" ? "is a symlink; want a regular file" : errorText(err);
+    throw new SignerConfigError(text, path, { cause: err });
+  }
+  try {
+    const st = fstatSync(fd);
+    if (!st.isFile()) {
+      throw new SignerConfigError("is not a regular file", path);
+    }
+    if ((st.mode & 0o077) !== 0) {
+      throw new SignerConfigError(`mode ${(st.mode & 0o777).toString(8).padStart(4, "0")} is looser than 0600`, path);
+    }
+    const euid = process.geteuid?.();
+    if (euid !== undefined && st.uid !== euid) {
+      throw new SignerConfigError(`owned by uid ${st.uid}, not ${euid}`, path);
+    }
+    if (st.size > maxPEMBytes) {
+      throw new SignerConfigError(`larger than ${maxPEMBytes} bytes`, path);
+    }
+    return readFileSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** errorText describes a failed open or read without repeating the path. */
+function errorText(err: unknown): string {
+  switch ((err as NodeJS.ErrnoException).code) {
+    case "ENOENT":
+      return "does not exist";
+    case "EACCES":
+      return "permission denied";
+    case "EISDIR":
+      return "is a directory";
+    default:
+      return err instanceof Error ? err.message : String(err);
+  }
+}

@@ -1,0 +1,448 @@
+// The SDK against a live signerd: the Go binary (bin/signerd, or $SIGNERD_BIN) is initialised
+// into a temporary directory with a dev PKI and a test policy, served on 127.0.0.1, and called
+// from Node over mTLS exactly as a hosted platform would.
+
+import assert from "node:assert/strict";
+import { spawn, execFile, type ChildProcess } from "node:child_process";
+import { chmodSync, copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+
+import { create } from "@bufbuild/protobuf";
+import { BinaryWriter } from "@bufbuild/protobuf/wire";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { createUser } from "nkeys.js";
+
+import {
+  ERROR_DOMAIN,
+  Profile,
+  ProfileParamsSchema,
+  Reason,
+  SignerConfigError,
+  SignerError,
+  SignerService,
+  createSignerClient,
+  createSignerTransport,
+  reasonOf,
+  remint,
+  signerErrors,
+  remintProof,
+  toSignerError,
+  type SignerClient,
+  type SignerTransport,
+  type SignerTransportOptions,
+} from "@cotalgo/signer";
+
+const run = promisify(execFile);
+
+const SPACE = "alpha";
+const SERVER_ID = "spiffe://cotal.local/signerd";
+/** The policy cap on agent credentials; Mint asks for more to see it applied. */
+const TTL_MAX_SECONDS = 600;
+/** Per-test deadline: every case is a handful of loopback calls. */
+const TIMEOUT = { timeout: 15_000 };
+
+/** managerd of alpha may Mint, Remint and read its space, and mint agents for at most 10 minutes
+ * on channel "general"; it may not mint a supervisor. */
+const POLICY = `version: 1
+callers:
+  - id: spiffe://cotal.local/managerd/{space}
+    rpcs: [Mint, Remint, GetSpace]
+    spaces: ["{space}"]
+    rate: {per_second: 1000, burst: 1000}
+    profiles:
+      agent:
+        ttl_max: 10m
+        any_owner: true
+        channels: ["general"]
+`;
+
+const repoRoot = fileURLToPath(new URL("../../../", import.meta.url));
+const signerdBin = process.env.SIGNERD_BIN ?? join(repoRoot, "bin", "signerd");
+
+let dir = "";
+let signerd: ChildProcess | undefined;
+let address = "";
+let transport: SignerTransport;
+let client: SignerClient;
+const opened: { close(): void }[] = [];
+
+before(
+  async () => {
+    assert.ok(existsSync(signerdBin), `${signerdBin} is missing: build it with 'make test-ts' (go build -o bin/signerd ./signerd)`);
+    dir = mkdtempSync(join(tmpdir(), "signer-ts-"));
+    await run(signerdBin, ["init", "--dir", dir, "--space", SPACE]);
+    await run(signerdBin, ["pki", "init", "--dir", join(dir, "pki"), "--space", SPACE]);
+    const policy = join(dir, "policy.yaml");
+    writeFileSync(policy, POLICY, { mode: 0o600 });
+    const config = join(dir, "serve.yaml");
+    // JSON is YAML: every path is quoted whatever the temporary directory is called.
+    writeFileSync(
+      config,
+      JSON.stringify({
+        listen: "127.0.0.1:0",
+        tls: { cert: join(dir, "pki", "signerd.pem"), key: join(dir, "pki", "signerd.key"), client_ca: join(dir, "pki", "ca.pem") },
+        key_dir: join(dir, "signer"),
+        public_dir: join(dir, "public"),
+        policy,
+        audit: { path: join(dir, "audit", "signerd.audit"), replica: "ts-1" },
+        shutdown_timeout: "5s",
+      }),
+      { mode: 0o600 },
+    );
+    const started = await startSignerd(config, 20_000);
+    signerd = started.child;
+    address = started.listen;
+    transport = createSignerTransport(managerd());
+    opened.push(transport);
+    client = createSignerClient(transport);
+  },
+  { timeout: 60_000 },
+);
+
+after(
+  async () => {
+    for (const t of opened) {
+      t.close();
+    }
+    try {
+      if (signerd !== undefined && signerd.exitCode === null) {
+        const code = await stopSignerd(signerd, 10_000);
+        assert.equal(code, 0, "signerd did not stop cleanly on SIGTERM");
+      }
+    } finally {
+      if (dir !== "") {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    }
+  },
+  { timeout: 20_000 },
+);
+
+test("ok/mint-agent", TIMEOUT, async () => {
+  const agent = createUser();
+  const { credential } = await client.mint({
+    space: SPACE,
+    profile: Profile.AGENT,
+    userPublicKey: agent.getPublicKey(),
+    params: agentParams(),
+    ttl: { seconds: 3600n },
+  });
+  assert.ok(credential !== undefined, "Mint returned no credential");
+  const claims = jwtPayload(credential.jwt);
+  const account = dataAccount();
+  assert.equal(claims.sub, agent.getPublicKey());
+  assert.equal(claims.nats?.issuer_account, account);
+  assert.equal(credential.issuerAccount, account);
+  assert.equal((await client.getSpace({ space: SPACE })).accountPublicKey, account);
+  assert.equal(claims.jti, credential.jti);
+  assert.equal(credential.userPublicKey, agent.getPublicKey());
+  assert.equal(credential.profile, Profile.AGENT);
+  assert.ok(typeof claims.exp === "number" && typeof claims.iat === "number", "JWT lacks exp or iat");
+  const lifetime = claims.exp - claims.iat;
+  assert.ok(lifetime > 0 && lifetime <= TTL_MAX_SECONDS, `lifetime ${lifetime}s, want (0, ${TTL_MAX_SECONDS}]`);
+  assert.equal(credential.ttlCapped, true);
+  assert.ok(credential.expiresAt !== undefined, "credential has no expiresAt");
+  assert.equal(timestampDate(credential.expiresAt).getTime(), claims.exp * 1000);
+});
+
+test("fail/denied-profile", TIMEOUT, async () => {
+  const err = await rejection(
+    client.mint({ space: SPACE, profile: Profile.SUPERVISOR, userPublicKey: createUser().getPublicKey(), params: { owner: "u_ts", actor: "mgr" } }),
+  );
+  assert.ok(err instanceof SignerError, `want SignerError, got ${String(err)}`);
+  assert.ok(err instanceof ConnectError);
+  assert.equal(err.code, Code.PermissionDenied);
+  assert.equal(err.reason, "PROFILE_NOT_ALLOWED");
+  assert.equal(err.reasonValue, Reason.PROFILE_NOT_ALLOWED);
+  assert.equal(err.reasonCode, "profile-not-allowed");
+  assert.equal(reasonOf(err), Reason.PROFILE_NOT_ALLOWED);
+});
+
+test("ok/remint", TIMEOUT, async () => {
+  const agent = createUser();
+  const first = await mintAgent(agent.getPublicKey(), 300n);
+  // A lifetime other than the first one's: a NATS jti hashes the claims, so a renewal within the
+  // same second with the same lifetime would carry the same jti.
+  const renewed = await remint(client, { space: SPACE, jwt: first.jwt, holder: agent, ttlMs: 3_600_000 });
+  assert.notEqual(renewed.jti, first.jti);
+  assert.equal(renewed.userPublicKey, agent.getPublicKey());
+  assert.equal(jwtPayload(renewed.jwt).sub, agent.getPublicKey());
+  assert.equal(renewed.issuerAccount, first.issuerAccount);
+  assert.equal(renewed.profile, Profile.AGENT);
+  assert.equal(renewed.ttlCapped, true);
+});
+
+test("fail/remint-bad-proof", TIMEOUT, async () => {
+  const agent = createUser();
+  const first = await mintAgent(agent.getPublicKey());
+  const err = await rejection(remint(client, { space: SPACE, jwt: first.jwt, holder: createUser() }));
+  assert.ok(err instanceof SignerError, `want SignerError, got ${String(err)}`);
+  assert.equal(err.code, Code.PermissionDenied);
+  assert.equal(err.reason, "BAD_PROOF");
+  assert.equal(err.reasonCode, "bad-proof");
+});
+
+test("fail/remint-stale-proof", TIMEOUT, async () => {
+  const agent = createUser();
+  const first = await mintAgent(agent.getPublicKey());
+  const past = new Date(Date.now() - 10 * 60_000);
+  const err = await rejection(remint(client, { space: SPACE, jwt: first.jwt, holder: agent, now: () => past }));
+  assert.ok(err instanceof SignerError, `want SignerError, got ${String(err)}`);
+  assert.equal(err.reason, "STALE_PROOF");
+});
+
+test("fail/no-client-cert", TIMEOUT, async () => {
+  // Built with connect-node directly: createSignerTransport refuses to go without a certificate.
+  const baseUrl = `https://${address}`;
+  const sessions = new Http2SessionManager(baseUrl, undefined, {
+    ca: readFileSync(join(dir, "pki", "ca.pem")),
+    servername: "localhost",
+    minVersion: "TLSv1.3",
+  });
+  try {
+    const bare = createClient(
+      SignerService,
+      createGrpcTransport({ baseUrl, sessionManager: sessions, defaultTimeoutMs: 5_000, interceptors: [signerErrors] }),
+    );
+    const outcome = await bare.mint({ space: SPACE, profile: Profile.AGENT, userPublicKey: createUser().getPublicKey(), params: agentParams() }).then(
+      (resp) => ({ resp }),
+      (err: unknown) => ({ err }),
+    );
+    assert.ok(!("resp" in outcome), "a client without a certificate got a credential");
+    const err = outcome.err;
+    assert.ok(err instanceof SignerError, `want SignerError, got ${String(err)}`);
+    assert.ok(err.code === Code.Unavailable || err.code === Code.Unauthenticated, `code ${Code[err.code]} (${err.message}), want Unavailable or Unauthenticated`);
+    assert.equal(err.reason, "UNSPECIFIED");
+    // signerd's TLS 1.3 alert, so the refusal is the missing certificate and not, say, a closed port.
+    assert.match(err.rawMessage, /certificate required/);
+  } finally {
+    sessions.abort();
+  }
+});
+
+test("fail/wrong-server-id", TIMEOUT, async () => {
+  const t = createSignerTransport({ ...managerd(), serverId: "spiffe://cotal.local/not-signerd" });
+  opened.push(t);
+  const err = await rejection(createSignerClient(t).getSpace({ space: SPACE }));
+  assert.ok(err instanceof SignerError, `want SignerError, got ${String(err)}`);
+  assert.equal(err.code, Code.Unavailable);
+  assert.equal(err.reason, "UNSPECIFIED");
+  assert.match(err.rawMessage, /not exactly spiffe:\/\/cotal.local\/not-signerd/);
+});
+
+test("fail/transport-config", TIMEOUT, () => {
+  const base = managerd();
+  const loose = join(dir, "loose.key");
+  copyFileSync(base.keyFile, loose);
+  chmodSync(loose, 0o644);
+  const cases: { name: string; opts: SignerTransportOptions; path: string }[] = [
+    { name: "no cert", opts: { ...base, certFile: "" }, path: "" },
+    { name: "no key", opts: { ...base, keyFile: "" }, path: "" },
+    { name: "unix socket", opts: { ...base, address: "unix:/run/signerd.sock" }, path: "" },
+    { name: "plain http", opts: { ...base, address: "http://127.0.0.1:1" }, path: "" },
+    { name: "missing CA", opts: { ...base, caFile: join(dir, "nope.pem") }, path: join(dir, "nope.pem") },
+    { name: "key readable by others", opts: { ...base, keyFile: loose }, path: loose },
+  ];
+  for (const c of cases) {
+    assert.throws(
+      () => createSignerTransport(c.opts),
+      (err: unknown) => err instanceof SignerConfigError && err.path === c.path,
+      c.name,
+    );
+  }
+});
+
+test("fail/garbage-error-details", TIMEOUT, () => {
+  // The ErrorInfo decoder reads bytes from the network: random input must give no reason, and
+  // never throw. A well-formed detail of another domain is ignored too.
+  let seed = 0x2545f491;
+  const next = () => {
+    seed ^= seed << 13;
+    seed ^= seed >>> 17;
+    seed ^= seed << 5;
+    return seed >>> 0;
+  };
+  for (let i = 0; i < 2_000; i++) {
+    const bytes = Uint8Array.from({ length: next() % 64 }, () => next() & 0xff);
+    const ce = new ConnectError("x", Code.PermissionDenied);
+    ce.details = [{ type: "google.rpc.ErrorInfo", value: bytes }];
+    assert.equal(toSignerError(ce).code, Code.PermissionDenied);
+  }
+  const foreign = new ConnectError("x", Code.PermissionDenied);
+  foreign.details = [{ type: "google.rpc.ErrorInfo", value: errorInfo("BAD_PROOF", "example.com") }];
+  assert.equal(toSignerError(foreign).reason, "UNSPECIFIED");
+  const ours = new ConnectError("x", Code.PermissionDenied);
+  ours.details = [{ type: "google.rpc.ErrorInfo", value: errorInfo("BAD_PROOF", ERROR_DOMAIN) }];
+  assert.equal(toSignerError(ours).reason, "BAD_PROOF");
+  const prefixed = new ConnectError("x", Code.PermissionDenied);
+  prefixed.details = [{ type: "google.rpc.ErrorInfo", value: errorInfo("REASON_BAD_PROOF", ERROR_DOMAIN) }];
+  assert.equal(toSignerError(prefixed).reason, "UNSPECIFIED");
+});
+
+test("ok/remint-proof-message", TIMEOUT, () => {
+  const agent = createUser();
+  const token = fakeJWT({ jti: "JTI1", sub: agent.getPublicKey(), nats: { type: "user" } });
+  const at = new Date(1_700_000_000_500);
+  const { proofUnixSeconds, proof } = remintProof(SPACE, token, agent, at);
+  assert.equal(proofUnixSeconds, 1_700_000_000n);
+  const message = new TextEncoder().encode("cotal-remint/v1\0alpha\0JTI1\x001700000000");
+  assert.ok(agent.verify(message, proof), "proof does not verify over the documented message");
+  const err = (() => {
+    try {
+      remintProof(SPACE, "not.a.jwt", agent);
+    } catch (e) {
+      return e;
+    }
+    return undefined;
+  })();
+  assert.ok(err instanceof SignerError && err.code === Code.InvalidArgument, "a non-JWT token was not refused");
+});
+
+test("ok/readme-example", TIMEOUT, async () => {
+  // The README shows examples/mint-agent.mjs verbatim; it must run against this signerd.
+  const example = join(repoRoot, "sdk", "ts", "examples", "mint-agent.mjs");
+  const source = readFileSync(example, "utf8");
+  assert.ok(readFileSync(join(repoRoot, "README.md"), "utf8").includes(source), "README.md does not show examples/mint-agent.mjs verbatim");
+  const { stdout } = await run(process.execPath, [example], {
+    env: { ...process.env, SIGNERD_ADDR: address, SIGNERD_PKI: join(dir, "pki"), SIGNERD_SPACE: SPACE },
+    timeout: 10_000,
+  });
+  assert.match(stdout, /^minted \S+ for U[A-Z0-9]+ in account A[A-Z0-9]+$/m);
+  assert.match(stdout, /^reminted \S+, expires /m);
+});
+
+/** managerd returns the transport options of managerd of alpha, from the dev PKI. */
+function managerd(): SignerTransportOptions {
+  return {
+    address,
+    caFile: join(dir, "pki", "ca.pem"),
+    certFile: join(dir, "pki", "clients", `managerd-${SPACE}.pem`),
+    keyFile: join(dir, "pki", "clients", `managerd-${SPACE}.key`),
+    serverName: "localhost",
+    serverId: SERVER_ID,
+  };
+}
+
+function agentParams() {
+  return create(ProfileParamsSchema, {
+    owner: "u_ts",
+    actor: "worker",
+    lifecycleUid: "01hzyx0000000000000000000a",
+    subscribe: ["general"],
+    allowSubscribe: ["general"],
+    allowPublish: ["general"],
+  });
+}
+
+async function mintAgent(userPublicKey: string, ttlSeconds?: bigint) {
+  const { credential } = await client.mint({
+    space: SPACE,
+    profile: Profile.AGENT,
+    userPublicKey,
+    params: agentParams(),
+    ...(ttlSeconds !== undefined ? { ttl: { seconds: ttlSeconds } } : {}),
+  });
+  assert.ok(credential !== undefined, "Mint returned no credential");
+  return credential;
+}
+
+/** dataAccount reads the data account public key from signerd init's public facts, not from
+ * signerd, so the claim is checked against an independent source. */
+function dataAccount(): string {
+  const hex = Buffer.from(SPACE).toString("hex");
+  const facts = JSON.parse(readFileSync(join(dir, "public", `space.${hex}.json`), "utf8")) as { data_account_public_key: string };
+  return facts.data_account_public_key;
+}
+
+interface Claims {
+  jti?: string;
+  sub?: string;
+  iat?: number;
+  exp?: number;
+  nats?: { issuer_account?: string; type?: string };
+}
+
+function jwtPayload(token: string): Claims {
+  const part = token.split(".")[1];
+  assert.ok(part !== undefined, "not a JWT");
+  return JSON.parse(Buffer.from(part, "base64url").toString("utf8")) as Claims;
+}
+
+function fakeJWT(payload: object): string {
+  const enc = (v: object) => Buffer.from(JSON.stringify(v)).toString("base64url");
+  return `${enc({ typ: "JWT", alg: "ed25519-nkey" })}.${enc(payload)}.sig`;
+}
+
+/** errorInfo encodes a google.rpc.ErrorInfo the way signerd does. */
+function errorInfo(reason: string, domain: string): Uint8Array {
+  const w = new BinaryWriter();
+  w.tag(1, 2).string(reason);
+  w.tag(2, 2).string(domain);
+  w.tag(3, 2).fork().tag(1, 2).string("code").tag(2, 2).string("x").join();
+  return w.finish();
+}
+
+/** rejection awaits p and returns what it rejected with; it fails if p resolves. */
+async function rejection(p: Promise<unknown>): Promise<unknown> {
+  return p.then(
+    () => assert.fail("call succeeded; want a refusal"),
+    (err: unknown) => err,
+  );
+}
+
+/** startSignerd spawns `signerd serve` and resolves once it logs "signerd serving", with the
+ * address it listens on. It rejects if signerd exits first or the deadline passes. */
+function startSignerd(config: string, deadlineMs: number): Promise<{ child: ChildProcess; listen: string }> {
+  const child = spawn(signerdBin, ["serve", "--config", config], { stdio: ["ignore", "ignore", "pipe"] });
+  const stderr: string[] = [];
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill("SIGKILL");
+      reject(new Error(`signerd did not log "signerd serving" within ${deadlineMs} ms:\n${stderr.join("\n")}`));
+    }, deadlineMs);
+    child.once("exit", (code) => {
+      clearTimeout(timer);
+      reject(new Error(`signerd exited with ${code} before serving:\n${stderr.join("\n")}`));
+    });
+    child.once("error", (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+    // Keep reading after start-up, so signerd never blocks on a full pipe.
+    createInterface({ input: child.stderr! }).on("line", (line) => {
+      if (stderr.length < 200) {
+        stderr.push(line);
+      }
+      let entry: { msg?: unknown; listen?: unknown };
+      try {
+        entry = JSON.parse(line) as typeof entry;
+      } catch {
+        return;
+      }
+      if (entry.msg === "signerd serving" && typeof entry.listen === "string") {
+        clearTimeout(timer);
+        child.removeAllListeners("exit");
+        resolve({ child, listen: entry.listen });
+      }
+    });
+  });
+}
+
+/** stopSignerd sends SIGTERM and resolves with the exit code; SIGKILL after the deadline. */
+function stopSignerd(child: ChildProcess, deadlineMs: number): Promise<number | null> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => child.kill("SIGKILL"), deadlineMs);
+    child.once("exit", (code) => {
+      clearTimeout(timer);
+      resolve(code);
+    });
+    child.kill("SIGTERM");
+  });
+}
