@@ -31,10 +31,14 @@ const jwtShape = /eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*/g;
 /** signerErrorBrand marks SignerError instances. */
 const signerErrorBrand = Symbol.for("@cotalgo/signer/SignerError");
 
-/** SignerErrorInit is what a SignerError is made from; see toSignerError. */
-interface SignerErrorInit {
+/** SignerErrorInit is what a SignerError is made from besides its message and code; toSignerError
+ * fills it from a failed call. */
+export interface SignerErrorInit {
+  /** signerd's reason; Reason.UNSPECIFIED when there is none. */
   reason: Reason;
+  /** ErrorInfo.metadata.code ("profile-not-allowed"); empty when there is none. */
   reasonCode: string;
+  /** The error this one was made from, if any. */
   cause: unknown;
 }
 

@@ -17,7 +17,15 @@ export {
   type SignerTransport,
   type SignerTransportOptions,
 } from "./transport.js";
-export { ERROR_DOMAIN, SignerError, reasonOf, signerErrors, toSignerError, type ReasonName } from "./errors.js";
+export {
+  ERROR_DOMAIN,
+  SignerError,
+  reasonOf,
+  signerErrors,
+  toSignerError,
+  type ReasonName,
+  type SignerErrorInit,
+} from "./errors.js";
 export {
   REMINT_CONTEXT,
   SignerResponseError,
