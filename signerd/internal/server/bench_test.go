@@ -43,8 +43,8 @@ const (
 	benchSpace = "alpha"
 	benchTTL   = time.Hour
 	// remoteParallelism is the b.SetParallelism factor of the remote clients: GOMAXPROCS times
-	// this many goroutines share one connection, enough to keep both cores busy while requests
-	// wait on the audit fsync.
+	// this many goroutines share one connection. On 2 cores, 8 to 64 goroutines reached the same
+	// peak within noise (BENCHMARKS.md); more only deepens the queue.
 	remoteParallelism = 16
 	// peakWindow is how long BenchmarkMintLatency measures closed-loop peak throughput, and
 	// pacedWindow how long it then offers half of that rate.
