@@ -65,8 +65,9 @@ lint:
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 
-## test: every test: the Go tests with the race detector, then the TypeScript SDK's.
-test: test-go test-ts
+## test: every test: the TypeScript SDK's against a live signerd, then the Go tests with the race
+## detector (last, so a run ends on go test's summary).
+test: test-ts test-go
 
 ## test-go: the Go tests with the race detector.
 test-go:
@@ -91,7 +92,7 @@ bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./...
 
 ## check: everything CI runs.
-check: check-generated lint test fuzz
+check: check-generated lint fuzz test
 
 ## build: the binaries into ./bin.
 build:
