@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -143,22 +142,18 @@ func Start(cfg *Config, log *slog.Logger, opts Options) (s *Signer, err error) {
 	}
 	s.reloader = reloader
 
-	logf := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-		log.Log(ctx, slog.Level(lvl), msg, fields...)
-	})
+	// No per-call logging interceptor: every decision is in the audit log, and the service logs
+	// denials and internal errors itself. Recovery turns a handler panic into INTERNAL.
 	s.grpc = grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(tlsCfg)),
-		grpc.ChainUnaryInterceptor(
-			logging.UnaryServerInterceptor(logf, logging.WithLogOnEvents(logging.FinishCall), logging.WithLevels(debugUnlessServerError)),
-			recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
-				log.Error("panic in handler", "panic", fmt.Sprint(p))
-				return status.Error(codes.Internal, "internal error")
-			})),
-		),
-		grpc.ChainStreamInterceptor(
-			logging.StreamServerInterceptor(logf, logging.WithLogOnEvents(logging.FinishCall), logging.WithLevels(debugUnlessServerError)),
-			recovery.StreamServerInterceptor(),
-		),
+		grpc.ChainUnaryInterceptor(recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+			log.Error("panic in handler", "panic", fmt.Sprint(p))
+			return status.Error(codes.Internal, "internal error")
+		}))),
+		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+			log.Error("panic in stream handler", "panic", fmt.Sprint(p))
+			return status.Error(codes.Internal, "internal error")
+		}))),
 	)
 	svc.Register(s.grpc)
 	s.health = health.NewServer()
@@ -179,17 +174,6 @@ func Start(cfg *Config, log *slog.Logger, opts Options) (s *Signer, err error) {
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(signerv1.SignerService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	return s, nil
-}
-
-// debugUnlessServerError logs routine calls (denials included: the audit log has them) at debug
-// and server-side failures at error.
-func debugUnlessServerError(c codes.Code) logging.Level {
-	switch c {
-	case codes.Internal, codes.Unknown, codes.DataLoss, codes.Unavailable:
-		return logging.LevelError
-	default:
-		return logging.LevelDebug
-	}
 }
 
 // Addr is the gRPC listener's address.
