@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc/codes"
 
-	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/creds"
+	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
 	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
