@@ -49,6 +49,7 @@ type Signer struct {
 	metrics  *http.Server
 	mlis     net.Listener
 	reloader *mtls.Reloader
+	hup      chan os.Signal
 	stopOnce sync.Once
 	stop     chan struct{}
 	done     chan struct{}
@@ -171,6 +172,10 @@ func Start(cfg *Config, log *slog.Logger, opts Options) (s *Signer, err error) {
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		s.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	}
+	// SIGHUP is caught from here on, so a reload signal sent once Start returns never falls
+	// through to the default action (terminate).
+	s.hup = make(chan os.Signal, 1)
+	signal.Notify(s.hup, syscall.SIGHUP)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(signerv1.SignerService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	return s, nil
@@ -205,15 +210,13 @@ func (s *Signer) Run(ctx context.Context) error {
 		}
 	}()
 
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	defer signal.Stop(s.hup)
 	go func() {
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-hup:
+			case <-s.hup:
 				s.reloadPolicy(s.policy.ReloadFile(s.cfg.Policy))
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,18 +12,22 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/cotalgo/cotal/pkg/creds"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
 	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/signerd/internal/keystore"
 	"github.com/cotalgo/cotal/signerd/internal/serve"
 	"github.com/cotalgo/cotal/signerd/internal/setup"
@@ -483,4 +488,45 @@ func grep(text, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestSIGHUPReloadsPolicy: with file polling effectively off, SIGHUP alone swaps in a new policy.
+// (An invalid file keeping the old policy is shown through the file watch in the server tests.)
+func TestSIGHUPReloadsPolicy(t *testing.T) {
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	f := newFixture(t)
+	s := run(t, f.config(t, "127.0.0.1:0", f.keyDir, "policy_reload_interval: 1h\n"))
+	conn := dial(t, s.Addr().String(), f.client)
+	client := signerv1.NewSignerServiceClient(conn)
+	getSpaceCode := func() codes.Code {
+		_, err := client.GetSpace(ctxT(t), &signerv1.GetSpaceRequest{Space: "alpha"})
+		return status.Code(err)
+	}
+	if c := getSpaceCode(); c != codes.OK {
+		t.Fatalf("GetSpace before reload: %v", c)
+	}
+	hup := func() {
+		t.Helper()
+		if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A valid file that no longer lets managerd/alpha call GetSpace; only SIGHUP can load it.
+	writeFile(t, f.policy, []byte(`version: 1
+callers:
+  - id: spiffe://cotal.local/managerd/{space}
+    rpcs: [Mint]
+    spaces: ["{space}"]
+    rate: {per_second: 10, burst: 10}
+    profiles:
+      agent: {ttl_max: 1h, any_owner: true}
+`), 0o600)
+	hup()
+	testkit.Eventually(t, 5*time.Second, func() error {
+		if c := getSpaceCode(); c != codes.PermissionDenied {
+			return fmt.Errorf("GetSpace after SIGHUP: %v, want PermissionDenied", c)
+		}
+		return nil
+	})
 }
