@@ -29,7 +29,8 @@ import (
 const TrustDomain = "cotal.local"
 
 // DefaultPolicy lets each daemon act on its own space only: managerd mints agents and its
-// supervisor, deliveryd its delivery credential, authd its callout user.
+// supervisor, deliveryd its delivery credential, authd its callout user, the callout answers
+// (agents and observers), bearers, owner ids and registration MACs.
 const DefaultPolicy = `version: 1
 callers:
   - id: spiffe://cotal.local/managerd/{space}
@@ -52,11 +53,17 @@ callers:
     profiles:
       delivery: {ttl_max: 24h, any_owner: true}
   - id: spiffe://cotal.local/authd/{space}
-    rpcs: [Mint, Remint, GetSpace]
+    rpcs: [Mint, Remint, GetSpace, OpenCalloutRequest, SignCalloutResponse, SignBearer, GetJWKS, DeriveOwner, Mac]
     spaces: ["{space}"]
     rate: {per_second: 1000, burst: 1000}
     profiles:
       auth-callout: {ttl_max: 24h}
+      agent:
+        ttl_max: 1h
+        any_owner: true
+        channels: ["general", "team.*"]
+        capabilities: [spawn]
+      observer: {ttl_max: 1h, any_owner: true}
 `
 
 // Options configure Start.
