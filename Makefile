@@ -16,6 +16,8 @@ FUZZTIME  ?= 4s
 # every decoder of untrusted bytes.
 FUZZ_TARGETS ?= \
 	signerd/internal/server:FuzzParseMint \
+	signerd/internal/server:FuzzParseSignBearer \
+	signerd/internal/keystore:FuzzDeriveOwner \
 	signerd/internal/policy:FuzzParse \
 	signerd/internal/policy:FuzzChannelMatch \
 	signerd/internal/audit:FuzzVerify \
