@@ -132,6 +132,9 @@ type call struct {
 	jti       string
 	expiry    time.Time
 	replay    bool
+	// note is a reason code that qualifies a granted answer in its audit line (for example
+	// "callout-refusal"); empty for a plain grant.
+	note string
 }
 
 // begin authenticates the caller. A missing identity is returned as a refusal; the call is still
@@ -160,6 +163,8 @@ func (s *Service) finish(ctx context.Context, c *call, err error) error {
 		rec.JTI, rec.Expiry = c.jti, c.expiry
 		if c.replay {
 			rec.Reason = "replay"
+		} else if c.note != "" {
+			rec.Reason = c.note
 		}
 	} else {
 		rec.Decision = audit.Denied
