@@ -17,7 +17,10 @@ FUZZTIME  ?= 4s
 FUZZ_TARGETS ?= \
 	signerd/internal/server:FuzzParseMint \
 	signerd/internal/server:FuzzParseSignBearer \
+	signerd/internal/server:FuzzVerifyCalloutRequest \
+	signerd/internal/server:FuzzParseSignCallout \
 	signerd/internal/keystore:FuzzDeriveOwner \
+	signerd/internal/keystore:FuzzOpenCallout \
 	signerd/internal/policy:FuzzParse \
 	signerd/internal/policy:FuzzChannelMatch \
 	signerd/internal/audit:FuzzVerify \
