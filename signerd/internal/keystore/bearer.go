@@ -106,7 +106,7 @@ func (sp *Space) DeriveOwner(idpIssuer, subject string) (string, error) {
 	if err := CheckOwnerInput(idpIssuer, subject); err != nil {
 		return "", err
 	}
-	if wipedSecret(sp.ownerSecret) {
+	if sp.isClosed() {
 		return "", ErrSpaceClosed
 	}
 	msg := make([]byte, 0, len(OwnerContext)+len(idpIssuer)+len(subject)+16)
@@ -187,7 +187,7 @@ func (sp *Space) Mac(domain string, payload []byte) (string, error) {
 	if err := CheckMacInput(domain, payload); err != nil {
 		return "", err
 	}
-	if wipedSecret(sp.macKey) {
+	if sp.isClosed() {
 		return "", ErrSpaceClosed
 	}
 	mac := hmac.New(sha256.New, sp.macKey)
@@ -201,7 +201,7 @@ func (sp *Space) Mac(domain string, payload []byte) (string, error) {
 // issuer key today. It refuses after the store was closed (ErrSpaceClosed), because a wiped key
 // has no public half left to publish.
 func (sp *Space) IssuerJWKs() ([]JWK, error) {
-	if wipedSecret(sp.issuer) {
+	if sp.isClosed() {
 		return nil, ErrSpaceClosed
 	}
 	pub := sp.issuer.Public().(ed25519.PublicKey)
@@ -223,7 +223,7 @@ func (sp *Space) SignBearer(claims []byte) (token, kid string, err error) {
 	if len(claims) == 0 || claims[0] != '{' || !json.Valid(claims) {
 		return "", "", &InputError{Field: "claims", Reason: "is not a JSON object"}
 	}
-	if wipedSecret(sp.issuer) {
+	if sp.isClosed() {
 		return "", "", ErrSpaceClosed
 	}
 	enc := base64.RawURLEncoding
@@ -232,16 +232,4 @@ func (sp *Space) SignBearer(claims []byte) (token, kid string, err error) {
 	signing := enc.EncodeToString([]byte(header)) + "." + enc.EncodeToString(claims)
 	sig := ed25519.Sign(sp.issuer, []byte(signing))
 	return signing + "." + enc.EncodeToString(sig), sp.issuerKID, nil
-}
-
-// wipedSecret reports whether key is missing or all zero, which is what Close leaves behind. A
-// live key is never all zero: the owner secret and MAC key are 32 random bytes, and an Ed25519
-// private key carries its (non-zero) public half. The loop reads every byte so the answer does
-// not depend on where the first non-zero byte is.
-func wipedSecret(key []byte) bool {
-	var acc byte
-	for _, c := range key {
-		acc |= c
-	}
-	return acc == 0
 }

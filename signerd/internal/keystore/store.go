@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
@@ -46,6 +47,9 @@ type Space struct {
 	DataSigning *SigningKey
 	AuthSigning *SigningKey
 
+	// closed is set by wipe before any key is zeroed; every key operation checks it first. It is
+	// a pointer so the value-receiver redaction methods can copy a Space.
+	closed      *atomic.Bool
 	xkey        nkeys.KeyPair
 	issuer      ed25519.PrivateKey
 	issuerKID   string
@@ -160,7 +164,7 @@ func openSpace(cfg Config, broker *trust.Broker, name string) (_ *Space, err err
 	}
 
 	// sp is a local for the same reason as store in Open: the cleanup must see it.
-	sp := &Space{Name: name, Trust: ts, Public: ps}
+	sp := &Space{Name: name, Trust: ts, Public: ps, closed: new(atomic.Bool)}
 	defer func() {
 		if err != nil {
 			sp.wipe()
@@ -268,6 +272,9 @@ func Thumbprint(pub ed25519.PublicKey) string {
 	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
+// isClosed reports whether the store was closed and the keys wiped.
+func (sp *Space) isClosed() bool { return sp.closed != nil && sp.closed.Load() }
+
 // Broker returns the broker's public facts.
 func (s *Store) Broker() *trust.Broker { return s.broker }
 
@@ -288,6 +295,10 @@ func (s *Store) Close() {
 }
 
 func (sp *Space) wipe() {
+	if sp.closed == nil { // a Space not built by Open (tests)
+		sp.closed = new(atomic.Bool)
+	}
+	sp.closed.Store(true)
 	if sp.DataSigning != nil {
 		sp.DataSigning.Wipe()
 	}

@@ -39,6 +39,9 @@ func (sp *Space) OpenCallout(sealed []byte, serverXKey string) ([]byte, error) {
 	if sp.xkey == nil {
 		return nil, ErrNoXKey
 	}
+	if sp.isClosed() {
+		return nil, ErrSpaceClosed
+	}
 	if !nkeys.IsValidPublicCurveKey(serverXKey) {
 		return nil, &XKeyError{Op: "open", Space: sp.Name, Peer: serverXKey, Err: nkeys.ErrInvalidSender}
 	}
@@ -55,6 +58,9 @@ func (sp *Space) OpenCallout(sealed []byte, serverXKey string) ([]byte, error) {
 func (sp *Space) SealCallout(data []byte, serverXKey string) ([]byte, error) {
 	if sp.xkey == nil {
 		return nil, ErrNoXKey
+	}
+	if sp.isClosed() {
+		return nil, ErrSpaceClosed
 	}
 	if !nkeys.IsValidPublicCurveKey(serverXKey) {
 		return nil, &XKeyError{Op: "seal", Space: sp.Name, Peer: serverXKey, Err: nkeys.ErrInvalidRecipient}

@@ -137,7 +137,8 @@ func TestCalloutXKey(t *testing.T) {
 	})
 }
 
-// TestCalloutXKeyAfterClose: Close wipes the xkey, so a request sealed before cannot be opened.
+// TestCalloutXKeyAfterClose: Close wipes the xkey, so a request sealed before cannot be opened:
+// the closed store refuses before touching the key, and the wiped key itself no longer opens it.
 func TestCalloutXKeyAfterClose(t *testing.T) {
 	f := newFixture(t, "alpha")
 	st, err := keystore.Open(f.config())
@@ -151,8 +152,11 @@ func TestCalloutXKeyAfterClose(t *testing.T) {
 		t.Fatalf("before Close: %v", err)
 	}
 	st.Close()
-	if got, err := sp.OpenCallout(sealed, serverPub); !errors.Is(err, nkeys.ErrCouldNotDecrypt) || got != nil {
-		t.Fatalf("after Close: %d bytes, error %v; want %v", len(got), err, nkeys.ErrCouldNotDecrypt)
+	if got, err := sp.OpenCallout(sealed, serverPub); !errors.Is(err, keystore.ErrSpaceClosed) || got != nil {
+		t.Fatalf("after Close: %d bytes, error %v; want %v", len(got), err, keystore.ErrSpaceClosed)
+	}
+	if got, err := keystore.OpenWithWipedKeyForTest(sp, sealed, serverPub); !errors.Is(err, nkeys.ErrCouldNotDecrypt) || got != nil {
+		t.Fatalf("wiped xkey: %d bytes, error %v; want %v", len(got), err, nkeys.ErrCouldNotDecrypt)
 	}
 }
 
