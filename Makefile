@@ -106,7 +106,8 @@ build:
 ## run: the local stack from ./$(DEV_DIR).
 run:
 	$(GO) build -o bin/signerd ./signerd
-	$(GO) run ./deploy/local/cotal-dev --dir $(DEV_DIR) --signerd bin/signerd
+	$(GO) build -o bin/cotal-dev ./deploy/local/cotal-dev
+	bin/cotal-dev --dir $(DEV_DIR) --signerd bin/signerd
 
 clean:
 	rm -rf bin $(TS_DIR)/dist $(TS_DIR)/dist-test
