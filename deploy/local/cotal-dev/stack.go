@@ -165,6 +165,8 @@ func startSignerd(ctx context.Context, bin string, l layout) (string, func(), er
 		return "", nil, err
 	}
 	cmd := exec.Command(bin, "serve", "--config", l.config)
+	// If cotal-dev dies without stopping it (a panic, SIGKILL), the kernel stops signerd too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		logf.Close()
