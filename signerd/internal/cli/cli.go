@@ -24,6 +24,7 @@ import (
 	"github.com/cotalgo/cotal/signerd/internal/audit"
 	"github.com/cotalgo/cotal/signerd/internal/policy"
 	"github.com/cotalgo/cotal/signerd/internal/serve"
+	"github.com/cotalgo/cotal/signerd/internal/server"
 	"github.com/cotalgo/cotal/signerd/internal/setup"
 )
 
@@ -357,12 +358,8 @@ func runPolicyExplain(args []string, stdout, stderr io.Writer) int {
 	if spec == nil {
 		return 0
 	}
-	granted, err := grantedTTL(*ttl, spec.Lifetime, d.TTLCap)
-	if err != nil {
-		fmt.Fprintln(stdout, "ttl:     ", err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "ttl:      %s (requested %s, profile max %s, policy cap %s)\n", granted, *ttl, spec.Lifetime.Max, d.TTLCap)
+	granted, capped := server.GrantTTL(*ttl, spec.Lifetime, d.TTLCap)
+	fmt.Fprintf(stdout, "ttl:      %s (requested %s, profile max %s, policy cap %s, capped %t)\n", granted, *ttl, spec.Lifetime.Max, d.TTLCap, capped)
 	sub0 := *userKey
 	if sub0 == "" {
 		kp, _ := nkeys.CreateUser()
@@ -384,19 +381,4 @@ func runPolicyExplain(args []string, stdout, stderr io.Writer) int {
 	out, _ := json.MarshalIndent(uc, "", "  ")
 	fmt.Fprintf(stdout, "claims (not signed; issuer_account is a throwaway key standing for the space's %s account):\n%s\n", spec.Account, out)
 	return 0
-}
-
-// grantedTTL mirrors the server: min(requested or default, profile max, policy cap).
-func grantedTTL(requested time.Duration, lt profiles.Lifetime, policyCap time.Duration) (time.Duration, error) {
-	ttl, err := lt.TTL(requested)
-	if err != nil && requested > lt.Max && lt.Max > 0 {
-		ttl, err = lt.Max, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	if policyCap > 0 && ttl > policyCap {
-		ttl = policyCap
-	}
-	return ttl, nil
 }

@@ -155,7 +155,7 @@ func (s *Service) replay(c *call, prev proto.Message, same bool) (*signerv1.Mint
 // sign builds the claims from spec for subject, caps the lifetime, adds the minter tag and signs
 // with the key of the profile's account.
 func (s *Service) sign(sp *keystore.Space, spec *profiles.Spec, subject string, now time.Time, requested, policyCap time.Duration, minterTag string) (*signerv1.Credential, error) {
-	ttl, capped := grantTTL(requested, spec.Lifetime, policyCap)
+	ttl, capped := GrantTTL(requested, spec.Lifetime, policyCap)
 	key, account := s.accountKey(sp, spec.Account)
 	if key == nil {
 		return nil, fmt.Errorf("server: profile %s has no signing account", spec.Profile)

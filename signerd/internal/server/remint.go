@@ -107,7 +107,7 @@ func (s *Service) remint(c *call, req *signerv1.RemintRequest) (*signerv1.Remint
 
 	// Re-issue the same subject, name, permissions, limits and tags (the minter tag included):
 	// the credential was built by this signer from its profile, so its permissions are ours.
-	ttl, capped := grantTTL(requested, name.Lifetime(), d.TTLCap)
+	ttl, capped := GrantTTL(requested, name.Lifetime(), d.TTLCap)
 	if ttl <= 0 {
 		return nil, invalid("profile has no renewable lifetime")
 	}

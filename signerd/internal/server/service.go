@@ -238,8 +238,10 @@ func MinterTag(caller string) string {
 	return MinterTagPrefix + hex.EncodeToString(sum[:16])
 }
 
-// grantTTL returns min(requested or default, profile max, policy cap) and whether it capped.
-func grantTTL(requested time.Duration, lt profiles.Lifetime, policyCap time.Duration) (time.Duration, bool) {
+// GrantTTL returns min(requested or default, profile max, policy cap) and whether it capped the
+// request. It is the one rule for every credential signerd signs; `signerd policy explain`
+// shows its result.
+func GrantTTL(requested time.Duration, lt profiles.Lifetime, policyCap time.Duration) (time.Duration, bool) {
 	ttl := requested
 	if ttl == 0 {
 		ttl = lt.Default
