@@ -147,8 +147,3 @@ func WriteJSON(path string, v any, mode os.FileMode) error {
 	data = append(data, '\n')
 	return creds.WritePublicFile(path, data, mode)
 }
-
-// WritePublicFile writes a non-secret file atomically with mode.
-func WritePublicFile(path string, data []byte, mode os.FileMode) error {
-	return creds.WritePublicFile(path, data, mode)
-}

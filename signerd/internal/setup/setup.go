@@ -470,7 +470,7 @@ func (d layout) renderBroker(broker *trust.Broker, host string, port int) (strin
 		return "", fmt.Errorf("setup: %w", err)
 	}
 	path := filepath.Join(d.broker, BrokerConfigFile)
-	if err := keystore.WritePublicFile(path, conf, 0o644); err != nil {
+	if err := creds.WritePublicFile(path, conf, 0o644); err != nil {
 		return "", fmt.Errorf("setup: %w", err)
 	}
 	return path, nil
