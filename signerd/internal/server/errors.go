@@ -70,11 +70,12 @@ func EnumName(r policy.Reason) string {
 // status converts a refusal into a gRPC status with an ErrorInfo detail.
 func (r *refusal) status() error {
 	st := status.New(r.code, r.detail)
-	name := strings.TrimPrefix(EnumName(r.reason), "REASON_")
-	if _, ok := signerv1.Reason_value["REASON_"+name]; !ok {
+	enum := EnumName(r.reason)
+	if _, ok := signerv1.Reason_value[enum]; !ok {
 		return st.Err()
 	}
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: name, Domain: ErrorDomain, Metadata: map[string]string{"code": string(r.reason)}}); err == nil {
+	info := &errdetails.ErrorInfo{Reason: strings.TrimPrefix(enum, "REASON_"), Domain: ErrorDomain, Metadata: map[string]string{"code": string(r.reason)}}
+	if d, err := st.WithDetails(info); err == nil {
 		return d.Err()
 	}
 	return st.Err()
