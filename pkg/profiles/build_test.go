@@ -3,6 +3,7 @@ package profiles
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -220,7 +221,8 @@ func TestBuildOK(t *testing.T) {
 			t.Fatalf("equal inputs gave different specs:\n%+v\n%+v", a, b)
 		}
 		want := []string{"cotal.demo_space.ctl.delivery.local.bob.>", "cotal.demo_space.chat.*.*.alpha",
-			"cotal.demo_space.chat.*.*.general", "cotal.demo_space.chat.*.*.zeta"}
+			"cotal.demo_space.chat.*.*.general", "cotal.demo_space.chat.*.*.zeta",
+			"$KV.cotal_presence_demo_space.>", "$KV.cotal_channels_demo_space.>"}
 		if !reflect.DeepEqual([]string(a.Sub.Allow), want) {
 			t.Fatalf("sub allow = %v, want %v", a.Sub.Allow, want)
 		}
@@ -278,4 +280,56 @@ func TestBuildOK(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestNonDaemonConsumerRows is issue 8's rule as data: a non-daemon profile (agent, observer,
+// admin, operator) holds no consumer row that reaches another principal's consumer. Every
+// consumer verb it is allowed names one consumer of its own (no '>' or '*' in the name slot), it
+// never holds the legacy bare create (whose consumer name rides the body), and it holds no
+// $JS.FC.> (which only push consumers use). Observer, admin and operator hold no consumer verb
+// at all and deny them all.
+func TestNonDaemonConsumerRows(t *testing.T) {
+	own := map[Name][]string{
+		Agent: {"chathist_local-bob-" + mxUID, "dm_local-bob-" + mxUID, "dlv_local-bob-" + mxUID, "svc_review"},
+	}
+	for _, name := range []Name{Agent, Observer, Admin, Operator} {
+		t.Run("ok/"+string(name), func(t *testing.T) {
+			s, err := Build(mxSpace, name, mxGoldenParams[name])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, row := range s.Pub.Allow {
+				if row == "$JS.FC.>" {
+					t.Fatalf("%s holds %s", name, row)
+				}
+				consumerRow := strings.HasPrefix(row, "$JS.API.CONSUMER.") || strings.HasPrefix(row, "$JS.ACK.")
+				if !consumerRow {
+					continue
+				}
+				tok := strings.Split(row, ".")
+				// $JS.API.CONSUMER.<VERB>[.<VERB2>].<stream>.<consumer>...; $JS.ACK.<stream>.<consumer>...
+				i := 5
+				switch {
+				case tok[1] == "ACK":
+					i = 3
+				case tok[3] == "MSG" || tok[3] == "DURABLE":
+					i = 6
+				}
+				if len(tok) <= i {
+					t.Fatalf("%s holds %s, which names no consumer", name, row)
+				}
+				if !slices.Contains(own[name], tok[i]) {
+					t.Fatalf("%s holds %s, on consumer %q that is not its own %v", name, row, tok[i], own[name])
+				}
+			}
+			if name == Agent {
+				return
+			}
+			for _, want := range []string{"$JS.API.CONSUMER.>", "$JS.ACK.>"} {
+				if !slices.Contains(s.Pub.Deny, want) {
+					t.Fatalf("%s does not deny %s: %v", name, want, s.Pub.Deny)
+				}
+			}
+		})
+	}
 }
