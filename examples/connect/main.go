@@ -1,6 +1,8 @@
-// Mint an agent credential through signerd, write it as a .creds file and connect with it.
-//   go run ./examples/connect -signerd 127.0.0.1:PORT
-// The flag defaults are the layout `make run` uses: space demo, .cotal-dev/pki, nats on :4222.
+// Command connect mints an agent credential through signerd, writes it as a .creds file and
+// connects with it. Its flag defaults are the layout `make run` uses (space demo,
+// .cotal-dev/pki, nats on :4222):
+//
+//	go run ./examples/connect -signerd 127.0.0.1:PORT
 package main
 
 import (
