@@ -333,3 +333,77 @@ func TestNonDaemonConsumerRows(t *testing.T) {
 		})
 	}
 }
+
+// TestOnlyOwnersTouchDurables is issue 8's ownership rule as data, over every profile: only
+// delivery may fetch from, ack on, create (and so rewrite) or delete fanout and reader; a member's
+// dm_ and dlv_ durables are fetched and acked only by that member's agent, deleted only by the
+// deprovisioner naming it, and created only by the provisioner, which pre-creates them. A
+// publish is allowed when an allow row matches it and no deny row does, as the broker decides.
+func TestOnlyOwnersTouchDurables(t *testing.T) {
+	const tk = "demo_space"
+	bob := "local-bob-" + mxUID
+	other := "local-carol-" + mxUID
+	verbs := func(stream, consumer string) map[string]string {
+		return map[string]string{
+			"next":           "$JS.API.CONSUMER.MSG.NEXT." + stream + "." + consumer,
+			"ack":            "$JS.ACK." + stream + "." + consumer + ".1.1.1.0.0",
+			"delete":         "$JS.API.CONSUMER.DELETE." + stream + "." + consumer,
+			"create":         "$JS.API.CONSUMER.CREATE." + stream + "." + consumer,
+			"create-filter":  "$JS.API.CONSUMER.CREATE." + stream + "." + consumer + ".cotal." + tk + ".x",
+			"durable-create": "$JS.API.CONSUMER.DURABLE.CREATE." + stream + "." + consumer,
+		}
+	}
+	targets := []struct {
+		stream, consumer string
+		may              map[Name][]string // profile -> verbs it may use
+	}{
+		{"CHAT_" + tk, "fanout", map[Name][]string{Delivery: {"next", "ack", "delete", "create", "create-filter", "durable-create"}}},
+		// deliveryd creates reader with a filter on the subject or by the legacy durable form.
+		{"INBOX_" + tk, "reader", map[Name][]string{Delivery: {"next", "ack", "delete", "create-filter", "durable-create"}}},
+		{"DM_" + tk, "dm_" + bob, map[Name][]string{Agent: {"next", "ack"}, Deprovisioner: {"delete"}, Provisioner: {"create", "create-filter", "durable-create"}}},
+		{"DLV_" + tk, "dlv_" + bob, map[Name][]string{Agent: {"next", "ack"}, Deprovisioner: {"delete"}, Provisioner: {"create", "create-filter", "durable-create"}}},
+		{"DM_" + tk, "dm_" + other, map[Name][]string{Provisioner: {"create", "create-filter", "durable-create"}}},
+		{"DLV_" + tk, "dlv_" + other, map[Name][]string{Provisioner: {"create", "create-filter", "durable-create"}}},
+	}
+	for _, name := range All() {
+		if name.Account() != AccountData {
+			continue // the AUTH account has no JetStream
+		}
+		s, err := Build(mxSpace, name, mxGoldenParams[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tg := range targets {
+			for verb, subject := range verbs(tg.stream, tg.consumer) {
+				want := slices.Contains(tg.may[name], verb)
+				if got := pubAllowed(s, subject); got != want {
+					t.Errorf("%s %s on %s: allowed %v, want %v", name, verb, tg.consumer, got, want)
+				}
+			}
+		}
+	}
+}
+
+func pubAllowed(s *Spec, subject string) bool {
+	match := func(rows []string) bool {
+		return slices.ContainsFunc(rows, func(p string) bool { return subjectMatch(p, subject) })
+	}
+	return match(s.Pub.Allow) && !match(s.Pub.Deny)
+}
+
+// subjectMatch reports whether the literal subject matches the NATS pattern ('*' one token,
+// a trailing '>' one or more).
+func subjectMatch(pattern, subject string) bool {
+	p, s := strings.Split(pattern, "."), strings.Split(subject, ".")
+	for i, tok := range p {
+		switch {
+		case tok == ">":
+			return len(s) > i
+		case i >= len(s):
+			return false
+		case tok != "*" && tok != s[i]:
+			return false
+		}
+	}
+	return len(p) == len(s)
+}

@@ -115,6 +115,7 @@ func TestNarrowReadersCannotTouchOthersConsumers(t *testing.T) {
 	observer := principal{profiles.Observer, profiles.Params{Owner: "u_viewer", Actor: "web"}}
 	admin := principal{profiles.Admin, profiles.Params{Owner: "u_viewer", Actor: "web"}}
 	agent := principal{profiles.Agent, agentO1}
+	operator := principal{profiles.Operator, profiles.Params{Owner: "o1", Actor: "human"}}
 	tests := []struct {
 		name    string
 		user    principal
@@ -139,6 +140,8 @@ func TestNarrowReadersCannotTouchOthersConsumers(t *testing.T) {
 		{"fail/agent deletes a consumer on the presence stream", agent, must(space.ConsumerDelete(pres, "watch1")), ""},
 		{"fail/agent creates a legacy consumer on CHAT", agent, must(space.ConsumerCreate(chat)), ""},
 		{"fail/agent fetches from fanout", agent, must(space.ConsumerNext(chat, fanout)), `{"batch":1}`},
+		{"fail/operator creates a named consumer on the presence stream", operator, must(space.ConsumerCreateNamed(pres, "watch1")), ""},
+		{"fail/operator creates a legacy consumer on the channels stream", operator, must(space.ConsumerCreate(must(n.BucketStream(space.Channels)))), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -315,6 +318,22 @@ func TestNarrowProfilesStillWork(t *testing.T) {
 		}
 		if errs := p.b.AsyncErrors(agent); len(errs) != 0 {
 			t.Fatalf("agent got broker errors: %v", errs)
+		}
+	})
+
+	t.Run("ok/operator writes its presence and reads the roster with gets", func(t *testing.T) {
+		ctx := testCtx(t)
+		nc := connectAs(t, p.b, principal{profiles.Operator, profiles.Params{Owner: "o1", Actor: "human"}})
+		putPresence(t, nc, presBucket, "o1.human", "here")
+		putPresence(t, agent, presBucket, "o1.a1", "idle")
+		kv, err := jsFor(t, nc).KeyValue(ctx, presBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for key, want := range map[string]string{"o1.human": "here", "o1.a1": "idle"} {
+			if e, err := kv.Get(ctx, key); err != nil || string(e.Value()) != want {
+				t.Fatalf("operator gets %s: %v %v", key, e, err)
+			}
 		}
 	})
 
