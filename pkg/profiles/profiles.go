@@ -38,7 +38,8 @@
 //
 //   - No profile but delivery may fetch from, ack on, update or delete fanout or reader, and none
 //     but the owner (bind-only) and the deprovisioner (delete by exact name) may touch a member's
-//     dm_ or dlv_ durable.
+//     dm_ or dlv_ durable; the provisioner creates them and reads none (TestOnlyOwnersTouchDurables
+//     checks this over every profile).
 //   - Observer and admin hold no consumer verb at all, and deny $JS.API.CONSUMER.> and $JS.ACK.>
 //     as defence in depth. They read history with message gets (STREAM.MSG.GET, and DIRECT.GET
 //     bare and by subject, for streams with allow_direct), whose request carries the sequence or
@@ -47,8 +48,9 @@
 //   - No non-daemon profile (agent, observer, admin, operator) may create a KV-watch consumer. A
 //     watch is an ordered push consumer: nats.go names it with a random hash and puts its deliver
 //     subject in the request body. The broker checks neither against the creator's permissions
-//     (narrow_test.go shows an upstream agent pushing presence into CHAT), and a create row cannot
-//     pin a name the client does not choose, so the row is refused, not granted. Instead they read
+//     (issue 8 saw an upstream agent's presence pushed into CHAT; narrow_test.go shows the broker
+//     accepting a deliver subject its creator may neither publish nor subscribe to), and a create
+//     row cannot pin a name the client does not choose, so the row is refused, not granted. Instead they read
 //     a bucket with gets and follow it with a core subscription on its put subjects
 //     ($KV.<bucket>.>): agent on presence and channels, observer and admin on presence, channels
 //     and membership; the operator, which receives no feed, reads with gets only. This reads what a
