@@ -38,7 +38,9 @@ func provision(t *testing.T) provisioned {
 	pjs := jsFor(t, connectAs(t, b, principal{profiles.Provisioner, none}))
 	for _, s := range []jetstream.StreamConfig{
 		{Name: n.ChatStream(), Subjects: []string{n.ChatAll()}},
-		{Name: n.DMStream(), Subjects: []string{n.InstAll()}},
+		// DM allows direct gets, so the admin's history read takes the bare DIRECT.GET path and the
+		// observer's on CHAT the leader-served STREAM.MSG.GET path: both rows are exercised.
+		{Name: n.DMStream(), Subjects: []string{n.InstAll()}, AllowDirect: true},
 	} {
 		if _, err := pjs.CreateStream(ctx, s); err != nil {
 			t.Fatalf("provisioner creates %s: %v", s.Name, err)
