@@ -3,6 +3,7 @@ package profiles
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -220,7 +221,8 @@ func TestBuildOK(t *testing.T) {
 			t.Fatalf("equal inputs gave different specs:\n%+v\n%+v", a, b)
 		}
 		want := []string{"cotal.demo_space.ctl.delivery.local.bob.>", "cotal.demo_space.chat.*.*.alpha",
-			"cotal.demo_space.chat.*.*.general", "cotal.demo_space.chat.*.*.zeta"}
+			"cotal.demo_space.chat.*.*.general", "cotal.demo_space.chat.*.*.zeta",
+			"$KV.cotal_presence_demo_space.>", "$KV.cotal_channels_demo_space.>"}
 		if !reflect.DeepEqual([]string(a.Sub.Allow), want) {
 			t.Fatalf("sub allow = %v, want %v", a.Sub.Allow, want)
 		}
@@ -278,4 +280,130 @@ func TestBuildOK(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestNonDaemonConsumerRows is issue 8's rule as data: a non-daemon profile (agent, observer,
+// admin, operator) holds no consumer row that reaches another principal's consumer. Every
+// consumer verb it is allowed names one consumer of its own (no '>' or '*' in the name slot), it
+// never holds the legacy bare create (whose consumer name rides the body), and it holds no
+// $JS.FC.> (which only push consumers use). Observer, admin and operator hold no consumer verb
+// at all and deny them all.
+func TestNonDaemonConsumerRows(t *testing.T) {
+	own := map[Name][]string{
+		Agent: {"chathist_local-bob-" + mxUID, "dm_local-bob-" + mxUID, "dlv_local-bob-" + mxUID, "svc_review"},
+	}
+	for _, name := range []Name{Agent, Observer, Admin, Operator} {
+		t.Run("ok/"+string(name), func(t *testing.T) {
+			s, err := Build(mxSpace, name, mxGoldenParams[name])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, row := range s.Pub.Allow {
+				if row == "$JS.FC.>" {
+					t.Fatalf("%s holds %s", name, row)
+				}
+				consumerRow := strings.HasPrefix(row, "$JS.API.CONSUMER.") || strings.HasPrefix(row, "$JS.ACK.")
+				if !consumerRow {
+					continue
+				}
+				tok := strings.Split(row, ".")
+				// $JS.API.CONSUMER.<VERB>[.<VERB2>].<stream>.<consumer>...; $JS.ACK.<stream>.<consumer>...
+				i := 5
+				switch {
+				case tok[1] == "ACK":
+					i = 3
+				case tok[3] == "MSG" || tok[3] == "DURABLE":
+					i = 6
+				}
+				if len(tok) <= i {
+					t.Fatalf("%s holds %s, which names no consumer", name, row)
+				}
+				if !slices.Contains(own[name], tok[i]) {
+					t.Fatalf("%s holds %s, on consumer %q that is not its own %v", name, row, tok[i], own[name])
+				}
+			}
+			if name == Agent {
+				return
+			}
+			for _, want := range []string{"$JS.API.CONSUMER.>", "$JS.ACK.>"} {
+				if !slices.Contains(s.Pub.Deny, want) {
+					t.Fatalf("%s does not deny %s: %v", name, want, s.Pub.Deny)
+				}
+			}
+		})
+	}
+}
+
+// TestOnlyOwnersTouchDurables is issue 8's ownership rule as data, over every profile: only
+// delivery may fetch from, ack on, create (and so rewrite) or delete fanout and reader; a member's
+// dm_ and dlv_ durables are fetched and acked only by that member's agent, deleted only by the
+// deprovisioner naming it, and created only by the provisioner, which pre-creates them. A
+// publish is allowed when an allow row matches it and no deny row does, as the broker decides.
+func TestOnlyOwnersTouchDurables(t *testing.T) {
+	const tk = "demo_space"
+	bob := "local-bob-" + mxUID
+	other := "local-carol-" + mxUID
+	verbs := func(stream, consumer string) map[string]string {
+		return map[string]string{
+			"next":           "$JS.API.CONSUMER.MSG.NEXT." + stream + "." + consumer,
+			"ack":            "$JS.ACK." + stream + "." + consumer + ".1.1.1.0.0",
+			"delete":         "$JS.API.CONSUMER.DELETE." + stream + "." + consumer,
+			"create":         "$JS.API.CONSUMER.CREATE." + stream + "." + consumer,
+			"create-filter":  "$JS.API.CONSUMER.CREATE." + stream + "." + consumer + ".cotal." + tk + ".x",
+			"durable-create": "$JS.API.CONSUMER.DURABLE.CREATE." + stream + "." + consumer,
+		}
+	}
+	targets := []struct {
+		stream, consumer string
+		may              map[Name][]string // profile -> verbs it may use
+	}{
+		{"CHAT_" + tk, "fanout", map[Name][]string{Delivery: {"next", "ack", "delete", "create", "create-filter", "durable-create"}}},
+		// deliveryd creates reader with a filter on the subject or by the legacy durable form.
+		{"INBOX_" + tk, "reader", map[Name][]string{Delivery: {"next", "ack", "delete", "create-filter", "durable-create"}}},
+		{"DM_" + tk, "dm_" + bob, map[Name][]string{Agent: {"next", "ack"}, Deprovisioner: {"delete"}, Provisioner: {"create", "create-filter", "durable-create"}}},
+		{"DLV_" + tk, "dlv_" + bob, map[Name][]string{Agent: {"next", "ack"}, Deprovisioner: {"delete"}, Provisioner: {"create", "create-filter", "durable-create"}}},
+		{"DM_" + tk, "dm_" + other, map[Name][]string{Provisioner: {"create", "create-filter", "durable-create"}}},
+		{"DLV_" + tk, "dlv_" + other, map[Name][]string{Provisioner: {"create", "create-filter", "durable-create"}}},
+	}
+	for _, name := range All() {
+		if name.Account() != AccountData {
+			continue // the AUTH account has no JetStream
+		}
+		s, err := Build(mxSpace, name, mxGoldenParams[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tg := range targets {
+			for verb, subject := range verbs(tg.stream, tg.consumer) {
+				want := slices.Contains(tg.may[name], verb)
+				if got := pubAllowed(s, subject); got != want {
+					t.Errorf("%s %s on %s: allowed %v, want %v", name, verb, tg.consumer, got, want)
+				}
+			}
+		}
+	}
+}
+
+func pubAllowed(s *Spec, subject string) bool {
+	match := func(rows []string) bool {
+		return slices.ContainsFunc(rows, func(p string) bool { return subjectMatch(p, subject) })
+	}
+	return match(s.Pub.Allow) && !match(s.Pub.Deny)
+}
+
+// subjectMatch reports whether the literal subject matches the NATS pattern ('*' one token,
+// a trailing '>' one or more).
+func subjectMatch(pattern, subject string) bool {
+	p, s := strings.Split(pattern, "."), strings.Split(subject, ".")
+	for i, tok := range p {
+		switch {
+		case tok == ">":
+			return len(s) > i
+		case i >= len(s):
+			return false
+		case tok != "*" && tok != s[i]:
+			return false
+		}
+	}
+	return len(p) == len(s)
 }

@@ -36,6 +36,13 @@ func (b *builder) kvWatch(k space.BucketKind) {
 	b.pub(space.ConsumerDeleteAny(s))
 }
 
+// kvFeed lets a non-daemon profile follow a bucket live with a core subscription to its put
+// subjects ($KV.<bucket>.>) instead of a watch consumer (see the package doc): together with kvGet
+// for the current values it reads what a watch reads, and leaves no consumer behind.
+func (b *builder) kvFeed(k space.BucketKind) {
+	b.sub(b.n.KVAll(k))
+}
+
 // kvRead is bind + get + watch.
 func (b *builder) kvRead(k space.BucketKind) {
 	b.kvBind(k)
@@ -54,9 +61,9 @@ func (b *builder) bindConsumer(stream, consumer string, err error) {
 	b.pub(space.Ack(stream, consumer))
 }
 
-// readStream lets a client create, read, ack and delete any consumer on a stream it may read
-// whole (observer/admin on CHAT and DM, delivery on CHAT). The bare create covers multi-filter
-// and unnamed ephemerals; the .> form covers named ones.
+// readStream lets a daemon create, read, ack and delete any consumer on a stream it may read
+// whole (delivery on CHAT). The bare create covers multi-filter and unnamed ephemerals; the .>
+// form covers named ones.
 func (b *builder) readStream(s string) {
 	b.pub(space.StreamInfo(s))
 	b.pub(space.ConsumerCreate(s))
@@ -65,6 +72,25 @@ func (b *builder) readStream(s string) {
 	b.pub(space.ConsumerNextAny(s))
 	b.pub(space.ConsumerDeleteAny(s))
 	b.pub(space.AckAny(s))
+}
+
+// getStream lets a client read a whole stream by message get, the request carrying the sequence
+// or next_by_subj filter, the answer coming to its own inbox: the leader-served STREAM.MSG.GET and
+// both DIRECT.GET forms (the bare one for batches, the .> one for last-by-subject). No consumer is
+// created, so there is nothing to fetch from, ack, rewrite or delete.
+func (b *builder) getStream(s string) {
+	b.pub(space.StreamInfo(s))
+	b.pub(space.StreamMsgGet(s))
+	b.pub(space.DirectGet(s))
+	b.pub(space.DirectGetAny(s))
+}
+
+// denyConsumers refuses every consumer verb and every ack on every stream: defence in depth for
+// the profiles that hold no consumer row at all (observer, admin, operator), so a row added later
+// by mistake cannot reach another principal's durable.
+func (b *builder) denyConsumers() {
+	b.deny(space.JSConsumerAPI, nil)
+	b.deny(space.JSAckAll, nil)
 }
 
 // denyCreate refuses every consumer-create form on a stream (bare, named, legacy durable).
@@ -82,6 +108,11 @@ func (b *builder) ownPresence() {
 // as itself, ask the delivery daemon for durable joins, read history of and live-subscribe its
 // AllowSubscribe channels, bind (never create) its own DM, DLV and role TASK consumers, publish
 // its own presence key and read the roster, channel registry and delivery lease.
+//
+// Narrowed from upstream: the roster and the channel registry are read with gets and followed
+// with a core subscription on their $KV subjects, not watched through a consumer, so the agent
+// holds no consumer-create row on a bucket stream and no $JS.FC.> (see the package doc). Its only
+// create row is the name- and filter-pinned chathist_ consumer.
 //
 // Deferred: the v0.4 endpoint baseline rows, the spawn/run/admin capability rows and the ep reply
 // rail (ep.reply.*.*.*.<o>.<a>.<uid>.*), the goal-progress rows and issued-authority rows.
@@ -124,11 +155,9 @@ func agentPerms(b *builder) {
 	dlvC, err := n.DlvConsumer(p.Owner, p.Actor, p.LifecycleUID)
 	b.bindConsumer(dlv, dlvC, err)
 
-	b.kvWatch(space.Presence)
-	b.pub(space.JSFlowControl, nil)
+	b.kvGet(space.Presence)
 	b.ownPresence()
 	b.kvGet(space.Channels)
-	b.kvWatch(space.Channels)
 	b.kvBind(space.Delivery)
 	b.kvGet(space.Delivery)
 
@@ -149,6 +178,8 @@ func agentPerms(b *builder) {
 	for _, ch := range p.AllowSubscribe {
 		b.sub(n.ChatRead(ch))
 	}
+	b.kvFeed(space.Presence)
+	b.kvFeed(space.Channels)
 }
 
 // supervisorPerms is upstream's supervisor arm: the manager's standing credential. It holds its
@@ -271,35 +302,44 @@ func deliveryPerms(b *builder) {
 	b.sub(n.CtlDeliveryAdminServe(), nil)
 }
 
-// observerPerms is upstream's observer arm: read-only chat (live and history), roster, channel
-// registry and membership feed. No DM, anycast or endpoint subject is named, so those stay
-// invisible.
+// observerPerms is upstream's observer arm, narrowed: read-only chat (live and history), roster,
+// channel registry and membership feed. History is read with message gets (getStream) and live
+// chat with a core subscription; the buckets with gets and a core subscription on their $KV
+// subjects. Upstream grants every consumer verb on CHAT instead, which reaches deliveryd's fanout
+// durable; here the observer holds no consumer verb at all and denies them all. No DM, anycast or
+// endpoint subject is named, so those stay invisible.
 func observerPerms(b *builder) {
 	n := b.n
 	b.pub(space.JSAPIInfo, nil)
-	b.readStream(n.ChatStream())
-	b.kvBind(space.Presence)
-	b.kvWatch(space.Presence)
-	b.kvRead(space.Channels)
-	b.kvRead(space.Membership)
-	b.pub(space.JSFlowControl, nil)
+	b.getStream(n.ChatStream())
+	for _, k := range []space.BucketKind{space.Presence, space.Channels, space.Membership} {
+		b.kvBind(k)
+		b.kvGet(k)
+	}
+	b.denyConsumers()
 	b.sub(n.ChatAll(), nil)
+	for _, k := range []space.BucketKind{space.Presence, space.Channels, space.Membership} {
+		b.kvFeed(k)
+	}
 }
 
-// adminPerms is upstream's admin arm: the observer plus DM history reads and live DM and anycast
-// subscriptions. It is a god-view over messaging, so signer policy should grant it only to a
-// trusted audit dashboard; endpoint planes stay excluded.
+// adminPerms is upstream's admin arm, narrowed like the observer: the observer plus DM history by
+// message get and live DM and anycast subscriptions. Upstream grants every consumer verb on DM,
+// which consumes agents' dm_ durables; here the admin holds none. It is a god-view over messaging,
+// so signer policy should grant it only to a trusted audit dashboard; endpoint planes stay
+// excluded.
 func adminPerms(b *builder) {
 	observerPerms(b)
 	n := b.n
-	b.readStream(n.DMStream())
+	b.getStream(n.DMStream())
 	b.sub(n.InstAll(), nil)
 	b.sub(n.SvcAll(), nil)
 }
 
 // operatorPerms is upstream's operator arm, the one-shot human CLI credential: post as itself to
 // any channel, DM and anycast as itself, publish its presence, and read the roster and channel
-// registry. It receives no feed.
+// registry. It receives no feed. Narrowed from upstream: it reads both buckets with gets, not a
+// watch consumer, and denies every consumer verb (see the package doc).
 func operatorPerms(b *builder) {
 	n, p := b.n, b.p
 	b.pub(n.ChatFrom(p.Owner, p.Actor))
@@ -308,9 +348,10 @@ func operatorPerms(b *builder) {
 	b.ownPresence()
 	b.pub(space.JSAPIInfo, nil)
 	b.kvBind(space.Presence)
-	b.kvWatch(space.Presence)
-	b.kvRead(space.Channels)
-	b.pub(space.JSFlowControl, nil)
+	b.kvGet(space.Presence)
+	b.kvBind(space.Channels)
+	b.kvGet(space.Channels)
+	b.denyConsumers()
 }
 
 // probePerms is upstream's probe arm: connect and nothing else.

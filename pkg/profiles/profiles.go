@@ -30,6 +30,53 @@
 //     carries CONSUMER.DELETE as well as CREATE and INFO, because an ordered consumer deletes its
 //     predecessor when it rebuilds (upstream added it to the agent and observer for that reason).
 //
+// Narrowed from upstream (issue 8), each proved on the broker by narrow_test.go. Upstream's rows let
+// the observer consume, ack, rewrite and delete deliveryd's fanout durable on CHAT and the admin do
+// the same to every agent's dm_ durable on DM, and let every non-daemon profile create any
+// consumer on the bucket streams it watches; the example signer policy mints observer for any
+// signed-in owner, so any user could stall delivery for a space. The rules here:
+//
+//   - No profile but delivery may fetch from, ack on, update or delete fanout or reader, and none
+//     but the owner (bind-only) and the deprovisioner (delete by exact name) may touch a member's
+//     dm_ or dlv_ durable; the provisioner creates them and reads none (TestOnlyOwnersTouchDurables
+//     checks this over every profile).
+//   - Observer and admin hold no consumer verb at all, and deny $JS.API.CONSUMER.> and $JS.ACK.>
+//     as defence in depth. They read history with message gets (STREAM.MSG.GET, and DIRECT.GET
+//     bare and by subject, for streams with allow_direct), whose request carries the sequence or
+//     next_by_subj filter and whose answer comes to their own inbox, and read live traffic with the
+//     core subscriptions upstream already grants. A get leaves no server-side state to steal.
+//   - No non-daemon profile (agent, observer, admin, operator) may create a KV-watch consumer. A
+//     watch is an ordered push consumer: nats.go names it with a random hash and puts its deliver
+//     subject in the request body. The broker checks neither against the creator's permissions
+//     (issue 8 saw an upstream agent's presence pushed into CHAT; narrow_test.go shows the broker
+//     accepting a deliver subject its creator may neither publish nor subscribe to), and a create
+//     row cannot pin a name the client does not choose, so the row is refused, not granted. Instead they read
+//     a bucket with gets and follow it with a core subscription on its put subjects
+//     ($KV.<bucket>.>): agent on presence and channels, observer and admin on presence, channels
+//     and membership; the operator, which receives no feed, reads with gets only. This reads what a
+//     watch reads. $JS.FC.> (flow control, used only by push consumers) goes with the watch rows.
+//     Clients use KeyValue.Get and a subscription, not KeyValue.Watch/Keys.
+//   - The legacy bare $JS.API.CONSUMER.CREATE.<stream> is never granted to a non-daemon profile: the
+//     server takes that consumer's name from the request body (the broker test shows a create named
+//     by its body), so no permission can pin it. Named creates ($JS.API.CONSUMER.CREATE.<stream>.
+//     <name>.<filter>) pin the name and, since the server refuses a body filter that differs from
+//     the subject's, the filter; the agent's chathist_<o>-<a>-<uid> rows are the only create rows a
+//     non-daemon profile holds.
+//
+// What the broker cannot express, and what is left:
+//
+//   - A create row cannot restrict a consumer to pull mode or its deliver subject to the holder's
+//     inbox: both ride the body. So the agent can still make its own chathist_ consumer a push
+//     consumer delivering elsewhere; what it pushes is only channel history the agent may read,
+//     and it is the one create row kept, since no permission can pin a per-channel history read
+//     any other way (a get's next_by_subj filter rides the body too).
+//   - The broker checks no reply subject. The answer to any request (a JetStream API response, a
+//     message get, a pull fetch) goes to whatever reply subject the requester chose, published by
+//     the server, so a stream capturing that subject stores it; the broker test shows an agent's
+//     $JS.API.INFO answer stored in CHAT under another principal's chat subject. No permission row
+//     can close this for any profile holding a JetStream verb; consumers of the space's streams
+//     must not take a stored message's subject alone as proof of its sender.
+//
 // Deferred, and said so where each row would go: the v0.4 endpoint (ep.*) rows and everything that
 // hangs off them (the agent's baseline and capability rows, its ep reply rail and goal-progress
 // rows, the delivery daemon's timer writer on ept.*, the provisioner's endpoint-plane streams and

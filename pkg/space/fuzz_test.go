@@ -163,6 +163,8 @@ func FuzzNames(f *testing.F) {
 		pattern("ConsumerCreateNamed", s, err, nil, true)
 		s, err = Ack(owner, actor)
 		pattern("Ack", s, err, nil, true)
+		s, err = DirectGet(owner)
+		concrete("DirectGet", s, err)
 		s, err = DirectGetAny(role)
 		pattern("DirectGetAny", s, err, nil, true)
 		if read, err := n.ChatRead(channel); err == nil {

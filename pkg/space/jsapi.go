@@ -14,6 +14,10 @@ const (
 	AuthCalloutSubject = "$SYS.REQ.USER.AUTH"
 	// All matches every subject.
 	All = ">"
+	// JSConsumerAPI is every consumer verb of the JetStream API, on every stream.
+	JSConsumerAPI = "$JS.API.CONSUMER.>"
+	// JSAckAll is every ack subject of every consumer.
+	JSAckAll = "$JS.ACK.>"
 )
 
 const jsAPI = "$JS.API."
@@ -48,6 +52,10 @@ func StreamUpdate(stream string) (string, error) { return stream1("STREAM.UPDATE
 // StreamMsgGet is $JS.API.STREAM.MSG.GET.<stream>, the leader-served read; the requested key or
 // sequence rides the payload, so the grant is stream-wide.
 func StreamMsgGet(stream string) (string, error) { return stream1("STREAM.MSG.GET", stream) }
+
+// DirectGet is the bare $JS.API.DIRECT.GET.<stream>, the direct read whose request (sequence,
+// next_by_subj filter, batch) rides the payload; like StreamMsgGet it reaches the whole stream.
+func DirectGet(stream string) (string, error) { return stream1("DIRECT.GET", stream) }
 
 // DirectGetAny is $JS.API.DIRECT.GET.<stream>.>, the direct read the Go KV client uses on
 // allow_direct buckets; like StreamMsgGet it reaches every key of the stream.

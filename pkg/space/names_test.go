@@ -141,6 +141,8 @@ func TestJSAPI(t *testing.T) {
 		{"ok/stream update", func() (string, error) { return StreamUpdate("KV_x") }, "$JS.API.STREAM.UPDATE.KV_x"},
 		{"ok/msg get", func() (string, error) { return StreamMsgGet("KV_x") }, "$JS.API.STREAM.MSG.GET.KV_x"},
 		{"ok/direct get", func() (string, error) { return DirectGetAny("KV_x") }, "$JS.API.DIRECT.GET.KV_x.>"},
+		{"ok/direct get bare", func() (string, error) { return DirectGet("CHAT_t") }, "$JS.API.DIRECT.GET.CHAT_t"},
+		{"fail/direct get bare gt", func() (string, error) { return DirectGet(">") }, ""},
 		{"ok/consumer create bare", func() (string, error) { return ConsumerCreate("CHAT_t") }, "$JS.API.CONSUMER.CREATE.CHAT_t"},
 		{"ok/consumer create any", func() (string, error) { return ConsumerCreateAny("CHAT_t") }, "$JS.API.CONSUMER.CREATE.CHAT_t.>"},
 		{"ok/consumer create named", func() (string, error) { return ConsumerCreateNamed("INBOX_t", "reader") }, "$JS.API.CONSUMER.CREATE.INBOX_t.reader.>"},
