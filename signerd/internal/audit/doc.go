@@ -45,6 +45,11 @@
 // log, another machine) and checks later that the chain still reaches it.
 //
 // Never a JWT, never a seed: [Record] has no field meant to hold either, and
-// [Log.Append] replaces any field value that looks like a JWT, an nkey seed or
-// a PEM private key with [Redacted] before it is written.
+// [Log.Append] replaces a field value that holds one with [Redacted] before it
+// is written. A credential is recognised by its structure, not by a look-alike
+// substring: a JWT is three base64url segments whose first decodes to a JOSE
+// header (a JSON object with "alg" or "typ"), a seed is 58 base32 characters
+// that nkeys decodes as a seed, checksum included, and a PEM private key has
+// its armour line. Caller and space are never redacted (a space "heyJude" is
+// a name, not a token).
 package audit

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -47,6 +48,45 @@ func FuzzVerify(f *testing.F) {
 		}
 		if total != uint64(lines) {
 			t.Fatalf("chains hold %d lines, file has %d", total, lines)
+		}
+	})
+}
+
+// FuzzRedact checks redaction by structure: a JWT or seed set in any text is
+// always redacted, caller and space never are, and a value is redacted only
+// when it could hold one (two dots for a JWT, 58 characters for a seed, a PEM
+// armour line).
+func FuzzRedact(f *testing.F) {
+	f.Add("heyJude", "x", "y")
+	f.Add("spiffe://cotal.local/managerd/heyJude", "eyJ", ".")
+	f.Add(testJWT, "", "")
+	f.Add(testSeed, "a", "b")
+	f.Add("eyJhbGciOiJub25lIn0.e30.", "", "")
+	f.Add(strings.Repeat("S", 70), "-----BEGIN ", "PRIVATE KEY-----")
+	f.Fuzz(func(t *testing.T, s, before, after string) {
+		if looksSecret(s) {
+			hasShape := strings.Count(s, ".") >= 2 || len(s) >= seedChars && strings.Contains(s, "S") ||
+				strings.Contains(s, "PRIVATE KEY-----")
+			if !hasShape {
+				t.Fatalf("%q redacted without the shape of a credential", s)
+			}
+		}
+		for _, secret := range []string{testJWT, testSeed} {
+			// Separated from the text around it by a byte outside both
+			// alphabets, a credential is found wherever it sits.
+			v := before + " " + secret + " " + after
+			if !looksSecret(v) {
+				t.Fatalf("%q not redacted", v)
+			}
+			if len(before) < MaxFieldBytes-len(secret)-2 && clean(v) != Redacted {
+				t.Fatalf("clean(%q) = %q, want %s", v, clean(v), Redacted)
+			}
+		}
+		r := Record{Caller: s, Space: before + s + after}
+		want := Record{Caller: bound(strings.ToValidUTF8(r.Caller, "\uFFFD")), Space: bound(strings.ToValidUTF8(r.Space, "\uFFFD"))}
+		sanitize(&r)
+		if r.Caller != want.Caller || r.Space != want.Space {
+			t.Fatalf("sanitize changed caller %q or space %q beyond UTF-8 and length", r.Caller, r.Space)
 		}
 	})
 }

@@ -12,6 +12,13 @@ import (
 	"time"
 )
 
+// testJWT is shaped like a NATS user JWT (JOSE header, payload, signature);
+// testSeed is a user nkey seed that decodes, checksum included.
+const (
+	testJWT  = "eyJ0eXAiOiJKV1QiLCJhbGciOiJlZDI1NTE5LW5rZXkifQ.eyJqdGkiOiJYIn0.sig"
+	testSeed = "SUAKYRHVIOREXV7EUZTBHUHL7NUMHPMAS7QMDU3GTIUWEI5LDNOXD43IZY"
+)
+
 // base is the fixed start of test clocks.
 var base = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
