@@ -42,6 +42,12 @@ func logPath(t *testing.T) string {
 	return filepath.Join(t.TempDir(), "audit", "signerd.log")
 }
 
+// open is New with the fsync replaced, so tests can observe and fail it.
+func open(cfg Config, syncFn func(*os.File) error) (*Log, error) {
+	cfg.IO.Sync = syncFn
+	return New(cfg)
+}
+
 // openLog opens a Log on path with the given fsync and closes it at cleanup.
 func openLog(t *testing.T, cfg Config, syncFn func(*os.File) error) *Log {
 	t.Helper()

@@ -35,6 +35,17 @@ type Config struct {
 	// every batch made durable (for a histogram the caller owns). It must
 	// not block or call back into the Log.
 	OnBatch func(n int)
+	// IO replaces the writer's write and fsync calls; its zero value means
+	// the file's own. It exists so tests can make the disk fail (ENOSPC,
+	// EIO) under the real writer and its failure handling.
+	IO IO
+}
+
+// IO is the two calls the writer makes to put a batch on disk. A nil field
+// means the *os.File method of the same name.
+type IO struct {
+	Write func(f *os.File, b []byte) (int, error)
+	Sync  func(f *os.File) error
 }
 
 const defaultMaxBatch = 256
@@ -72,7 +83,7 @@ type Log struct {
 	f       *os.File
 	now     func() time.Time
 	onBatch func(int)
-	sync    func(*os.File) error
+	io      IO
 
 	maxBatch int
 	maxDelay time.Duration
@@ -80,6 +91,7 @@ type Log struct {
 	wake    chan struct{} // capacity 1: "the queue changed"
 	stop    chan struct{} // closed by Close
 	stopped chan struct{} // closed when the writer has drained and exited
+	failed  chan struct{} // closed when the log breaks
 
 	mu      sync.Mutex
 	seq     uint64   // seq of the last line queued; mu must be held
@@ -106,11 +118,6 @@ type pending struct {
 // another Log holds, a broken chain (the error wraps *BreakError naming the
 // line) and a file that holds another replica's chain.
 func New(cfg Config) (*Log, error) {
-	return open(cfg, (*os.File).Sync)
-}
-
-// open is New with the fsync injectable, so tests can observe and fail it.
-func open(cfg Config, syncFn func(*os.File) error) (*Log, error) {
 	if cfg.Path == "" {
 		return nil, &FieldError{Field: "path", Reason: "required"}
 	}
@@ -133,12 +140,19 @@ func open(cfg Config, syncFn func(*os.File) error) (*Log, error) {
 		f:        f,
 		now:      cfg.Now,
 		onBatch:  cfg.OnBatch,
-		sync:     syncFn,
+		io:       cfg.IO,
 		maxBatch: cfg.MaxBatch,
 		maxDelay: cfg.MaxDelay,
 		wake:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
+		failed:   make(chan struct{}),
+	}
+	if l.io.Write == nil {
+		l.io.Write = (*os.File).Write
+	}
+	if l.io.Sync == nil {
+		l.io.Sync = (*os.File).Sync
 	}
 	if l.now == nil {
 		l.now = time.Now
@@ -322,6 +336,19 @@ func (l *Log) Append(ctx context.Context, r Record) error {
 	}
 }
 
+// Failed is closed when the log breaks: a write or fsync failed and every
+// later Append fails. A signer watches it to stop serving and report why
+// (Err), because a signer that cannot audit must not look healthy.
+func (l *Log) Failed() <-chan struct{} { return l.failed }
+
+// Err returns the error that broke the log (wrapping ErrBroken and the
+// write or fsync error), or nil while it is healthy.
+func (l *Log) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.broken
+}
+
 // Close writes what is queued, stops the writer and closes the file. It
 // returns the error that broke the log, if one did. Calling it again returns
 // the same result.
@@ -378,10 +405,10 @@ func (l *Log) run() {
 }
 
 func (l *Log) write(buf []byte) error {
-	if _, err := l.f.Write(buf); err != nil {
+	if _, err := l.io.Write(l.f, buf); err != nil {
 		return err
 	}
-	return l.sync(l.f)
+	return l.io.Sync(l.f)
 }
 
 // fail poisons the log and fails the batch and everything queued behind it:
@@ -389,10 +416,16 @@ func (l *Log) write(buf []byte) error {
 func (l *Log) fail(batch []*pending, cause error) {
 	err := fmt.Errorf("%w: %s: %w", ErrBroken, l.path, cause)
 	l.mu.Lock()
-	l.broken = err
+	first := l.broken == nil
+	if first {
+		l.broken = err
+	}
 	rest := l.queue
 	l.queue = nil
 	l.mu.Unlock()
+	if first {
+		close(l.failed)
+	}
 	for _, p := range batch {
 		p.done <- err
 	}

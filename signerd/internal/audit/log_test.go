@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -544,5 +545,64 @@ func TestAppendCanceledWhileWaiting(t *testing.T) {
 	sum, err := Verify(bytes.NewReader(join(readLines(t, path))))
 	if err != nil || sum.Lines != 1 {
 		t.Fatalf("Verify = %+v, %v; want the canceled line on the chain", sum, err)
+	}
+}
+
+// TestBrokenLogIsVisible (finding 5): a write or fsync failure closes Failed
+// and Err names the cause, so a signer can stop looking healthy.
+func TestBrokenLogIsVisible(t *testing.T) {
+	tests := []struct {
+		name string
+		io   IO
+	}{
+		{"fail/write-enospc", IO{Write: func(*os.File, []byte) (int, error) { return 0, syscall.ENOSPC }}},
+		{"fail/short-write-enospc", IO{Write: func(f *os.File, b []byte) (int, error) {
+			n, err := f.Write(b[:len(b)/2])
+			if err != nil {
+				return n, err
+			}
+			return n, syscall.ENOSPC
+		}}},
+		{"fail/fsync-eio", IO{Sync: func(*os.File) error { return syscall.EIO }}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := logPath(t)
+			healthy := openLog(t, Config{Path: path}, nil)
+			if err := healthy.Append(context.Background(), sample(0)); err != nil {
+				t.Fatal(err)
+			}
+			if err := healthy.Close(); err != nil {
+				t.Fatal(err)
+			}
+			l, err := New(Config{Path: path, Replica: "r1", IO: tc.io})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = l.Close() }()
+			select {
+			case <-l.Failed():
+				t.Fatal("Failed closed before any failure")
+			default:
+			}
+			if l.Err() != nil {
+				t.Fatalf("Err = %v before any failure", l.Err())
+			}
+			if err := l.Append(context.Background(), sample(1)); !errors.Is(err, ErrBroken) {
+				t.Fatalf("Append = %v, want ErrBroken", err)
+			}
+			select {
+			case <-l.Failed():
+			case <-time.After(5 * time.Second):
+				t.Fatal("Failed not closed after the log broke")
+			}
+			err = l.Err()
+			if !errors.Is(err, ErrBroken) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("Err = %v, want ErrBroken naming %s", err, path)
+			}
+			if want := tc.io.Sync == nil; want != errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("Err = %v: ENOSPC reported %v, want %v", err, !want, want)
+			}
+		})
 	}
 }
