@@ -37,6 +37,17 @@ func FuzzVerify(f *testing.F) {
 			if be.Line < 1 || be.Line > lines+1 || sum.Lines != be.Line-1 {
 				t.Fatalf("break at line %d, summary %d lines, file has %d newlines", be.Line, sum.Lines, lines)
 			}
+			// A torn line is the unterminated rest after the summary's
+			// bytes, and what precedes it verifies on its own.
+			if be.Torn {
+				if sum.Bytes > int64(len(data)) || bytes.IndexByte(data[sum.Bytes:], '\n') >= 0 || be.Line != lines+1 {
+					t.Fatalf("torn at line %d with %d of %d bytes whole", be.Line, sum.Bytes, len(data))
+				}
+				again, err := Verify(bytes.NewReader(data[:sum.Bytes]))
+				if err != nil || again.Lines != sum.Lines {
+					t.Fatalf("whole lines before a torn one do not verify: %v", err)
+				}
+			}
 			return
 		}
 		if sum.Lines != lines || (len(data) > 0 && data[len(data)-1] != '\n') {

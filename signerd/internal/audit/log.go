@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -39,6 +39,9 @@ type Config struct {
 	// the file's own. It exists so tests can make the disk fail (ENOSPC,
 	// EIO) under the real writer and its failure handling.
 	IO IO
+	// Logger receives what the Log does on its own: cutting a torn final
+	// line at start, rotating. nil discards.
+	Logger *slog.Logger
 }
 
 // IO is the two calls the writer makes to put a batch on disk. A nil field
@@ -84,6 +87,7 @@ type Log struct {
 	now     func() time.Time
 	onBatch func(int)
 	io      IO
+	log     *slog.Logger
 
 	maxBatch int
 	maxDelay time.Duration
@@ -130,7 +134,7 @@ func New(cfg Config) (*Log, error) {
 	if cfg.MaxDelay < 0 {
 		return nil, &FieldError{Field: "max_delay", Reason: fmt.Sprintf("%v is negative", cfg.MaxDelay)}
 	}
-	f, err := openFile(cfg.Path)
+	f, err := openFile(cfg.Path, true)
 	if err != nil {
 		return nil, err
 	}
@@ -141,6 +145,7 @@ func New(cfg Config) (*Log, error) {
 		now:      cfg.Now,
 		onBatch:  cfg.OnBatch,
 		io:       cfg.IO,
+		log:      cfg.Logger,
 		maxBatch: cfg.MaxBatch,
 		maxDelay: cfg.MaxDelay,
 		wake:     make(chan struct{}, 1),
@@ -157,6 +162,9 @@ func New(cfg Config) (*Log, error) {
 	if l.now == nil {
 		l.now = time.Now
 	}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
 	if l.maxBatch == 0 {
 		l.maxBatch = defaultMaxBatch
 	}
@@ -168,11 +176,16 @@ func New(cfg Config) (*Log, error) {
 	return l, nil
 }
 
-// openFile checks the directory, opens the file without following a symlink,
-// checks what was opened (not the name, which could be swapped) and locks it.
-func openFile(path string) (*os.File, error) {
+// openFile checks the directory, opens the file without following a symlink
+// (creating it, and its directory, when create is set), checks what was
+// opened (not the name, which could be swapped) and locks it.
+func openFile(path string, create bool) (*os.File, error) {
 	dir := filepath.Dir(path)
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+	flags := os.O_RDWR | os.O_APPEND | syscall.O_NOFOLLOW
+	if create {
+		flags |= os.O_CREATE
+	}
+	if _, err := os.Stat(dir); create && errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("audit: create directory %s: %w", dir, err)
 		}
@@ -184,7 +197,7 @@ func openFile(path string) (*os.File, error) {
 	if err := checkMode(dir, di, true); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	f, err := os.OpenFile(path, flags, 0o600)
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
 			return nil, &ModeError{Path: path, Mode: fs.ModeSymlink, Reason: "is a symlink"}
@@ -243,15 +256,16 @@ func syncDir(dir string) error {
 	return nil
 }
 
-// recover verifies the existing file and sets the chain head from it.
+// recover verifies the existing file, cuts a torn final line (see Repair)
+// and sets the chain head from it.
 func (l *Log) recover() error {
-	fi, err := l.f.Stat()
+	rep, sum, err := repairOpen(l.f, l.path, l.now)
 	if err != nil {
-		return fmt.Errorf("audit: %w", err)
+		return err
 	}
-	sum, err := Verify(io.NewSectionReader(l.f, 0, fi.Size()))
-	if err != nil {
-		return fmt.Errorf("audit: %s: refusing to append to a broken chain: %w", l.path, err)
+	if rep.Line > 0 {
+		l.log.Warn("audit: cut a torn final line (a write that never completed, never acknowledged) and saved it aside",
+			"path", l.path, "line", rep.Line, "bytes", rep.Bytes, "saved_to", rep.SavedTo)
 	}
 	l.prev = genesis(l.replica)
 	l.durable = Head{Replica: l.replica, Hash: GenesisHash(l.replica)}

@@ -32,7 +32,10 @@ type Head struct {
 // chain, sorted by replica. When Verify fails it covers the lines before the
 // broken one.
 type Summary struct {
-	Lines  int
+	Lines int
+	// Bytes is the length of those lines, newlines included: where a torn
+	// final line starts.
+	Bytes  int64
 	Chains []Head
 }
 
@@ -42,6 +45,9 @@ type Summary struct {
 type BreakError struct {
 	Line   int
 	Reason string
+	// Torn is set when the only fault is a final line without a newline: a
+	// write that never completed, so never acknowledged (see Repair).
+	Torn bool
 }
 
 func (e *BreakError) Error() string {
@@ -77,7 +83,7 @@ func Verify(r io.Reader) (Summary, error) {
 			if len(line) == 0 {
 				return summary(), nil
 			}
-			return summary(), &BreakError{Line: n, Reason: "final line has no newline (torn write or truncated file)"}
+			return summary(), &BreakError{Line: n, Reason: "final line has no newline (torn write or truncated file)", Torn: true}
 		default:
 			return summary(), fmt.Errorf("audit: read line %d: %w", n, err)
 		}
@@ -85,6 +91,7 @@ func Verify(r io.Reader) (Summary, error) {
 			return summary(), &BreakError{Line: n, Reason: reason}
 		}
 		sum.Lines = n
+		sum.Bytes += int64(len(line)) + 1
 	}
 }
 

@@ -40,6 +40,7 @@ Usage:
   signerd policy check FILE
   signerd policy explain --policy FILE --caller ID --rpc RPC --space NAME [--profile P] [params]
   signerd audit verify FILE
+  signerd audit repair FILE
   signerd version | --version
   signerd help | --help
 
@@ -82,7 +83,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if len(args) >= 2 && args[1] == "verify" {
 			return runAuditVerify(args[2:], stdout, stderr)
 		}
-		fmt.Fprintln(stderr, "usage: signerd audit verify FILE")
+		if len(args) >= 2 && args[1] == "repair" {
+			return runAuditRepair(args[2:], stdout, stderr)
+		}
+		fmt.Fprintln(stderr, "usage: signerd audit verify FILE | signerd audit repair FILE")
 		return 2
 	default:
 		fmt.Fprintf(stderr, "signerd: unknown command %q\n\n%s", args[0], usage)
@@ -286,6 +290,31 @@ func runAuditVerify(args []string, stdout, stderr io.Writer) int {
 		out, _ := json.Marshal(h)
 		fmt.Fprintf(stdout, "  chain head %s\n", out)
 	}
+	return 0
+}
+
+// runAuditRepair cuts a torn final line (a write that never completed) from a stopped signerd's
+// audit file and saves it aside; serve does the same at start. Any other break is refused.
+func runAuditRepair(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("audit repair", "signerd audit repair FILE", stdout, stderr)
+	if code, exit := parse(fs, args, stdout); exit {
+		return code
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: signerd audit repair FILE")
+		return 2
+	}
+	res, err := audit.Repair(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintln(stderr, "signerd audit repair:", err)
+		return 1
+	}
+	if res.Line == 0 {
+		fmt.Fprintf(stdout, "%s: ok, %d lines, nothing torn\n", fs.Arg(0), res.Lines)
+		return 0
+	}
+	fmt.Fprintf(stdout, "%s: cut torn line %d (%d bytes, never acknowledged), saved to %s; %d lines kept\n",
+		fs.Arg(0), res.Line, res.Bytes, res.SavedTo, res.Lines)
 	return 0
 }
 

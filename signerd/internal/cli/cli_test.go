@@ -174,3 +174,68 @@ func TestAuditVerify(t *testing.T) {
 		t.Fatalf("verify tampered: exit %d, stderr %q; want 1 reporting line 3", code, errs)
 	}
 }
+
+// TestAuditRepair (finding 5): a torn final line that blocked every restart is cut and saved
+// aside by `signerd audit repair`; a corrupt terminated line is refused, naming file and line.
+func TestAuditRepair(t *testing.T) {
+	path := writeAudit(t, 3)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	torn := []byte(`{"time":"2026-`)
+	if err := os.WriteFile(path, append(data, torn...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := run(t, "audit", "verify", path); code != 1 || !strings.Contains(errs, "line 4") {
+		t.Fatalf("verify torn: exit %d, %s", code, errs)
+	}
+	code, out, errs := run(t, "audit", "repair", path)
+	if code != 0 || !strings.Contains(out, "cut torn line 4") || !strings.Contains(out, path+".torn.") {
+		t.Fatalf("repair: exit %d: %s %s", code, out, errs)
+	}
+	saved, err := filepath.Glob(path + ".torn.*")
+	if err != nil || len(saved) != 1 {
+		t.Fatalf("saved torn files %v (%v), want one", saved, err)
+	}
+	if got, err := os.ReadFile(saved[0]); err != nil || !bytes.Equal(got, torn) {
+		t.Fatalf("saved %q (%v), want %q", got, err, torn)
+	}
+	if code, out, errs := run(t, "audit", "verify", path); code != 0 || !strings.Contains(out, "ok, 3 lines") {
+		t.Fatalf("verify after repair: exit %d: %s %s", code, out, errs)
+	}
+	if code, out, _ := run(t, "audit", "repair", path); code != 0 || !strings.Contains(out, "nothing torn") {
+		t.Fatalf("second repair: exit %d: %s", code, out)
+	}
+
+	lines := strings.SplitAfter(string(data), "\n")
+	lines[1] = strings.Replace(lines[1], `"granted"`, `"denied"`, 1)
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = run(t, "audit", "repair", path)
+	if code != 1 || !strings.Contains(errs, "line 2") || !strings.Contains(errs, path) {
+		t.Fatalf("repair corrupt: exit %d, stderr %q; want 1 naming %s and line 2", code, errs, path)
+	}
+}
+
+// writeAudit writes n granted lines to a new audit file and returns its path.
+func writeAudit(t *testing.T, n int) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "audit", "signerd.audit")
+	l, err := audit.New(audit.Config{Path: path, Replica: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		rec := audit.Record{Caller: "spiffe://cotal.local/managerd/alpha", RPC: "Mint", Space: "alpha", Profile: "agent",
+			Decision: audit.Granted, JTI: "JTI" + string(rune('A'+i)), Expiry: time.Now().Add(time.Hour)}
+		if err := l.Append(context.Background(), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

@@ -125,7 +125,7 @@ func Start(cfg *Config, log *slog.Logger, opts Options) (s *Signer, err error) {
 	if s.audit, err = audit.New(audit.Config{
 		Path: cfg.Audit.Path, Replica: cfg.Audit.Replica, MaxBatch: cfg.Audit.MaxBatch,
 		MaxDelay: time.Duration(cfg.Audit.MaxDelay), Now: now, OnBatch: metrics.ObserveAuditBatch,
-		IO: opts.AuditIO,
+		IO: opts.AuditIO, Logger: log,
 	}); err != nil {
 		return nil, err
 	}
