@@ -26,6 +26,12 @@ func FuzzVerify(f *testing.F) {
 	f.Add([]byte("null\n"))
 	f.Add([]byte(`{"time":"2026-03-01T12:00:00Z","replica":"r1","seq":1}` + "\n"))
 	f.Add(bytes.Repeat([]byte("x"), MaxLineBytes+2))
+	// A rotated file's successor: a continuation line, then a decision.
+	cont := Record{Time: base, Replica: "r1", Seq: 4, Caller: ContinueCaller, RPC: ContinueRPC, Decision: Granted, Reason: reasonRequest}
+	line1, sum := seal(genesis("x"), &cont)
+	next := Record{Time: base, Replica: "r1", Seq: 5, Caller: "c", RPC: "Mint", Decision: Granted}
+	line2, _ := seal(sum, &next)
+	f.Add(append(line1, line2...))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		sum, err := Verify(bytes.NewReader(data))
 		lines := bytes.Count(data, []byte("\n"))
@@ -54,8 +60,8 @@ func FuzzVerify(f *testing.F) {
 			t.Fatalf("passed with %d lines for %d newlines", sum.Lines, lines)
 		}
 		var total uint64
-		for _, h := range sum.Chains {
-			total += h.Seq
+		for i, h := range sum.Chains {
+			total += h.Seq - sum.Starts[i].Seq
 		}
 		if total != uint64(lines) {
 			t.Fatalf("chains hold %d lines, file has %d", total, lines)

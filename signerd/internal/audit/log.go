@@ -24,6 +24,10 @@ type Config struct {
 	Replica string
 	// MaxBatch caps the lines written per fsync. 0 means 256.
 	MaxBatch int
+	// MaxBytes is the size at which the file is rotated: a line that would
+	// take it past MaxBytes goes to a new file (see Rotate). 0 means
+	// DefaultMaxBytes (64 MiB); less than MinMaxBytes (64 KiB) is refused.
+	MaxBytes int64
 	// MaxDelay is how long the writer may wait for more lines before it
 	// writes a batch smaller than MaxBatch. 0 means no wait: lines that
 	// arrive while an fsync runs form the next batch, which is already
@@ -91,6 +95,7 @@ type Log struct {
 
 	maxBatch int
 	maxDelay time.Duration
+	maxBytes int64
 
 	wake    chan struct{} // capacity 1: "the queue changed"
 	stop    chan struct{} // closed by Close
@@ -105,15 +110,22 @@ type Log struct {
 	broken  error
 	durable Head // last line known to be on disk; mu must be held
 
+	// The current file, counting lines queued for it; mu must be held.
+	first     uint64 // seq of its first line (of the next line when empty)
+	size      int64  // bytes
+	decisions int    // lines other than its continuation line
+	resume    bool   // empty after an interrupted rotation: the next line continues the newest rotated file
+
 	closeOnce sync.Once
 	closeErr  error
 }
 
 // pending is one line waiting for its batch's fsync.
 type pending struct {
-	line []byte
-	head Head
-	done chan error // capacity 1, written exactly once by the writer
+	line     []byte
+	head     Head
+	rotateTo string     // if set, the writer renames the current file to this name and starts a new one with line
+	done     chan error // capacity 1, written exactly once by the writer
 }
 
 // New opens (or creates) the audit file, verifies the chain already in it
@@ -134,7 +146,13 @@ func New(cfg Config) (*Log, error) {
 	if cfg.MaxDelay < 0 {
 		return nil, &FieldError{Field: "max_delay", Reason: fmt.Sprintf("%v is negative", cfg.MaxDelay)}
 	}
-	f, err := openFile(cfg.Path, true)
+	if cfg.MaxBytes == 0 {
+		cfg.MaxBytes = DefaultMaxBytes
+	}
+	if cfg.MaxBytes < MinMaxBytes {
+		return nil, &FieldError{Field: "max_bytes", Reason: fmt.Sprintf("%d is less than %d", cfg.MaxBytes, MinMaxBytes)}
+	}
+	f, err := openFile(cfg.Path, os.O_CREATE)
 	if err != nil {
 		return nil, err
 	}
@@ -148,6 +166,7 @@ func New(cfg Config) (*Log, error) {
 		log:      cfg.Logger,
 		maxBatch: cfg.MaxBatch,
 		maxDelay: cfg.MaxDelay,
+		maxBytes: cfg.MaxBytes,
 		wake:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
@@ -177,15 +196,12 @@ func New(cfg Config) (*Log, error) {
 }
 
 // openFile checks the directory, opens the file without following a symlink
-// (creating it, and its directory, when create is set), checks what was
-// opened (not the name, which could be swapped) and locks it.
-func openFile(path string, create bool) (*os.File, error) {
+// (with create, os.O_CREATE and maybe os.O_EXCL, creating the directory too),
+// checks what was opened (not the name, which could be swapped) and locks it.
+func openFile(path string, create int) (*os.File, error) {
 	dir := filepath.Dir(path)
-	flags := os.O_RDWR | os.O_APPEND | syscall.O_NOFOLLOW
-	if create {
-		flags |= os.O_CREATE
-	}
-	if _, err := os.Stat(dir); create && errors.Is(err, fs.ErrNotExist) {
+	flags := os.O_RDWR | os.O_APPEND | syscall.O_NOFOLLOW | create
+	if _, err := os.Stat(dir); create != 0 && errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("audit: create directory %s: %w", dir, err)
 		}
@@ -269,12 +285,22 @@ func (l *Log) recover() error {
 	}
 	l.prev = genesis(l.replica)
 	l.durable = Head{Replica: l.replica, Hash: GenesisHash(l.replica)}
-	for _, h := range sum.Chains {
+	l.first, l.size, l.decisions = 1, sum.Bytes, sum.Lines
+	for i, h := range sum.Chains {
 		if h.Replica != l.replica {
 			return &FieldError{Field: "replica", Reason: fmt.Sprintf("%s holds replica %q's chain, not %q", l.path, h.Replica, l.replica)}
 		}
 		prev, _ := decodeHash(h.Hash) // Verify checked it
 		l.seq, l.prev, l.durable = h.Seq, prev, h
+		if start := sum.Starts[i]; start.Seq > 0 {
+			l.decisions-- // the continuation line
+			l.first = start.Seq + 1
+		}
+	}
+	if sum.Lines == 0 {
+		if _, err := l.resumeFrom(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -328,9 +354,19 @@ func (l *Log) Append(ctx context.Context, r Record) error {
 	}
 	r.Expiry = r.Expiry.UTC()
 	r.Replica = l.replica
+	if l.resume {
+		l.queueContinuation(reasonResumed, false)
+	}
 	r.Seq = l.seq + 1
 	line, sum := seal(l.prev, &r)
+	if l.decisions > 0 && l.size+int64(len(line)) > l.maxBytes {
+		l.queueContinuation(reasonMaxBytes, true)
+		r.Seq = l.seq + 1
+		line, sum = seal(l.prev, &r)
+	}
 	l.seq, l.prev = r.Seq, sum
+	l.size += int64(len(line))
+	l.decisions++
 	p := &pending{
 		line: line,
 		head: Head{Replica: r.Replica, Seq: r.Seq, Hash: r.Hash, Time: r.Time},
@@ -338,15 +374,20 @@ func (l *Log) Append(ctx context.Context, r Record) error {
 	}
 	l.queue = append(l.queue, p)
 	l.mu.Unlock()
-	select {
-	case l.wake <- struct{}{}:
-	default:
-	}
+	l.kick()
 	select {
 	case err := <-p.done:
 		return err
 	case <-ctx.Done():
 		return fmt.Errorf("audit: waiting for seq %d to be durable: %w", r.Seq, ctx.Err())
+	}
+}
+
+// kick wakes the writer.
+func (l *Log) kick() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -396,11 +437,17 @@ func (l *Log) run() {
 		if len(batch) == 0 {
 			return
 		}
+		var err error
+		if to := batch[0].rotateTo; to != "" {
+			err = l.rotateFile(to)
+		}
 		buf = buf[:0]
 		for _, p := range batch {
 			buf = append(buf, p.line...)
 		}
-		err := l.write(buf)
+		if err == nil {
+			err = l.write(buf)
+		}
 		if err != nil {
 			l.fail(batch, err)
 			continue
@@ -472,6 +519,13 @@ func (l *Log) next(batch []*pending) []*pending {
 		}
 		l.mu.Lock()
 		k := min(len(l.queue), l.maxBatch)
+		// A batch goes to one file: it ends before the next rotation.
+		for i := 1; i < k; i++ {
+			if l.queue[i].rotateTo != "" {
+				k = i
+				break
+			}
+		}
 		batch = append(batch, l.queue[:k]...)
 		rest := copy(l.queue, l.queue[k:])
 		clear(l.queue[rest:])

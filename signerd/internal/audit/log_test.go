@@ -482,6 +482,8 @@ func TestNewRefuses(t *testing.T) {
 		{"fail/replica-with-space", func(t *testing.T) Config { return Config{Path: logPath(t), Replica: "r 1"} }, wantField("replica")},
 		{"fail/negative-max-batch", func(t *testing.T) Config { return Config{Path: logPath(t), Replica: "r1", MaxBatch: -1} }, wantField("max_batch")},
 		{"fail/negative-max-delay", func(t *testing.T) Config { return Config{Path: logPath(t), Replica: "r1", MaxDelay: -1} }, wantField("max_delay")},
+		{"fail/max-bytes-below-minimum", func(t *testing.T) Config { return Config{Path: logPath(t), Replica: "r1", MaxBytes: MinMaxBytes - 1} }, wantField("max_bytes")},
+		{"fail/negative-max-bytes", func(t *testing.T) Config { return Config{Path: logPath(t), Replica: "r1", MaxBytes: -1} }, wantField("max_bytes")},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -176,6 +176,9 @@ func checkInput(r *Record) error {
 	if r.RPC == "" {
 		return &FieldError{Field: "rpc", Reason: "required"}
 	}
+	if r.RPC == ContinueRPC {
+		return &FieldError{Field: "rpc", Reason: ContinueRPC + " is reserved for the Log's own continuation lines"}
+	}
 	if !r.Time.IsZero() {
 		if err := checkTime("time", r.Time); err != nil {
 			return err

@@ -197,6 +197,7 @@ func TestAppendRefusesBadRecord(t *testing.T) {
 		}, "reason"},
 		{"fail/no-caller", func(r *Record) { r.Caller = "" }, "caller"},
 		{"fail/no-rpc", func(r *Record) { r.RPC = "" }, "rpc"},
+		{"fail/continuation-rpc-reserved", func(r *Record) { r.RPC = ContinueRPC }, "rpc"},
 		{"fail/time-out-of-range", func(r *Record) { r.Time = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }, "time"},
 		{"fail/expiry-out-of-range", func(r *Record) { r.Expiry = time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC) }, "expiry"},
 	}

@@ -32,7 +32,7 @@ type Repaired struct {
 // line that does not verify), naming the file and the line: that needs a
 // person, not a tool. A file with nothing torn is left as it is.
 func Repair(path string) (Repaired, error) {
-	f, err := openFile(path, false)
+	f, err := openFile(path, 0)
 	if err != nil {
 		return Repaired{}, err
 	}
