@@ -5,6 +5,15 @@ import (
 	"fmt"
 )
 
+// rotateAudit starts a new audit file on SIGHUP (the signal that already reloads the policy, so
+// one signal from logrotate or an operator does both). A file with no decision since the last
+// rotation is left alone; the audit package logs each rotation. A failed rotation breaks the log, and watchAudit stops the signer.
+func (s *Signer) rotateAudit(ctx context.Context) {
+	if err := s.audit.Rotate(ctx); err != nil {
+		s.log.Error("audit log not rotated", "path", s.cfg.Audit.Path, "err", err)
+	}
+}
+
 // watchAudit ends Run when the audit log breaks (a write or fsync failed, e.g. the disk is full):
 // a signer that cannot audit refuses every call, so it must not look healthy either. Health
 // turns NOT_SERVING on every service name at once, before the graceful stop, and the error

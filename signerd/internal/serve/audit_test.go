@@ -8,12 +8,14 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/signerd/internal/audit"
 	"github.com/cotalgo/cotal/signerd/internal/serve"
 )
@@ -92,4 +94,64 @@ func TestBrokenAuditStopsServing(t *testing.T) {
 	// Space freed: a restart on the same files verifies the chain and serves.
 	s2 := run(t, f.config(t, "127.0.0.1:0", f.keyDir, ""))
 	getSpace(t, dial(t, s2.Addr().String(), f.client))
+}
+
+// TestSIGHUPRotatesAudit (issue 7 deliverable 5): SIGHUP, which reloads the policy, also starts a
+// new audit file; the rotated file and the new one verify as one chain.
+func TestSIGHUPRotatesAudit(t *testing.T) {
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	f := newFixture(t)
+	s := run(t, f.config(t, "127.0.0.1:0", f.keyDir, "policy_reload_interval: 1h\n"))
+	conn := dial(t, s.Addr().String(), f.client)
+	getSpace(t, conn)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	rotated := audit.RotatedName(f.auditPath, 1)
+	testkit.Eventually(t, 5*time.Second, func() error {
+		_, err := os.Stat(rotated)
+		return err
+	})
+	getSpace(t, conn)
+	sum, err := audit.VerifyFiles([]string{rotated, f.auditPath}, audit.FilesOptions{})
+	if err != nil {
+		t.Fatalf("VerifyFiles: %v", err)
+	}
+	// GetSpace, the continuation line, GetSpace.
+	if sum.Lines != 3 || sum.Chains[0].Seq != 3 {
+		t.Fatalf("summary %+v, want 3 lines on one chain across the two files", sum)
+	}
+}
+
+// TestAuditMaxBytesConfig: audit.max_bytes defaults to 64 MiB and refuses less than 64 KiB.
+func TestAuditMaxBytesConfig(t *testing.T) {
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	f := fixture{cert: "/c.pem", key: "/k.pem", clientCA: "/ca.pem", publicDir: "/pub", policy: "/p.yaml", auditPath: "/a/log"}
+	for _, tc := range []struct {
+		name string
+		edit string // replaces "replica: serve-test}"
+		want int64  // 0: refused
+	}{
+		{"ok/default-64MiB", "replica: serve-test}", 64 << 20},
+		{"ok/set", "replica: serve-test, max_bytes: 1048576}", 1 << 20},
+		{"fail/below-64KiB", "replica: serve-test, max_bytes: 65535}", 0},
+		{"fail/negative", "replica: serve-test, max_bytes: -1}", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			y := strings.Replace(f.yaml("127.0.0.1:0", "/keys", ""), "replica: serve-test}", tc.edit, 1)
+			cfg, err := serve.ParseConfig([]byte(y))
+			if tc.want == 0 {
+				if err == nil || !strings.Contains(err.Error(), "audit.max_bytes") {
+					t.Fatalf("ParseConfig = %v, want an error naming audit.max_bytes", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Audit.MaxBytes != tc.want {
+				t.Fatalf("audit.max_bytes = %d, want %d", cfg.Audit.MaxBytes, tc.want)
+			}
+		})
+	}
 }

@@ -125,7 +125,7 @@ func Start(cfg *Config, log *slog.Logger, opts Options) (s *Signer, err error) {
 	if s.audit, err = audit.New(audit.Config{
 		Path: cfg.Audit.Path, Replica: cfg.Audit.Replica, MaxBatch: cfg.Audit.MaxBatch,
 		MaxDelay: time.Duration(cfg.Audit.MaxDelay), Now: now, OnBatch: metrics.ObserveAuditBatch,
-		IO: opts.AuditIO, Logger: log,
+		MaxBytes: cfg.Audit.MaxBytes, IO: opts.AuditIO, Logger: log,
 	}); err != nil {
 		return nil, err
 	}
@@ -196,8 +196,8 @@ func (s *Signer) MetricsAddr() net.Addr {
 	return s.mlis.Addr()
 }
 
-// Run serves until ctx ends or SIGTERM/SIGINT arrives, reloading the policy on SIGHUP and when
-// the file changes, and the TLS files when they change. It then stops gracefully (in-flight
+// Run serves until ctx ends or SIGTERM/SIGINT arrives, reloading the policy and rotating the audit
+// log on SIGHUP, reloading the policy when the file changes, and the TLS files when they change. It then stops gracefully (in-flight
 // calls finish within ShutdownTimeout, then the rest are cut), closes the audit log and wipes
 // every key. A clean stop returns nil; a broken audit log stops it with an error (see
 // watchAudit), and so does any stop after the log broke.
@@ -223,6 +223,7 @@ func (s *Signer) Run(ctx context.Context) error {
 				return
 			case <-s.hup:
 				s.reloadPolicy(s.policy.ReloadFile(s.cfg.Policy))
+				s.rotateAudit(ctx)
 			}
 		}
 	}()
