@@ -197,9 +197,9 @@ func (s *Signer) MetricsAddr() net.Addr {
 }
 
 // Run serves until ctx ends or SIGTERM/SIGINT arrives, reloading the policy and rotating the audit
-// log on SIGHUP, reloading the policy when the file changes, and the TLS files when they change. It then stops gracefully (in-flight
-// calls finish within ShutdownTimeout, then the rest are cut), closes the audit log and wipes
-// every key. A clean stop returns nil; a broken audit log stops it with an error (see
+// log on SIGHUP, reloading the policy when the file changes, and the TLS files when they change.
+// It then stops gracefully (in-flight calls finish within ShutdownTimeout, then the rest are
+// cut), closes the audit log and wipes every key. A clean stop returns nil; a broken audit log stops it with an error (see
 // watchAudit), and so does any stop after the log broke.
 func (s *Signer) Run(ctx context.Context) error {
 	defer close(s.done)
