@@ -239,3 +239,65 @@ func writeAudit(t *testing.T, n int) string {
 	}
 	return path
 }
+
+// TestAuditVerifyFiles (issue 7 deliverable 5): `signerd audit verify` over rotated files in
+// order passes, and names a gap, a reordering and a missing file.
+func TestAuditVerifyFiles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit", "signerd.audit")
+	l, err := audit.New(audit.Config{Path: path, Replica: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 12 {
+		rec := audit.Record{Caller: "spiffe://cotal.local/managerd/alpha", RPC: "Mint", Space: "alpha", Profile: "agent",
+			Decision: audit.Granted, JTI: "JTI" + string(rune('A'+i))}
+		if err := l.Append(context.Background(), rec); err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 2 && i < 11 {
+			if err := l.Rotate(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rotated, err := audit.Rotated(path)
+	if err != nil || len(rotated) != 3 {
+		t.Fatalf("rotated %v (%v), want 3 files", rotated, err)
+	}
+	f := append(rotated, path) // seqs 1-3 | 4-7 | 8-11 | 12-15
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want []string // in stdout for 0, stderr otherwise
+	}{
+		{"ok/rotated", []string{"--rotated", path}, 0, []string{"ok, 15 lines in 4 files", `"Seq":15`}},
+		{"ok/in-order", f, 0, []string{"ok, 15 lines in 4 files"}},
+		{"ok/partial", append([]string{"--partial"}, f[2:]...), 0, []string{"ok, 8 lines in 2 files", `chain start {"Replica":"r1","Seq":7`}},
+		{"fail/gap", []string{f[0], f[2], f[3]}, 1, []string{f[2], "gap after " + f[0], "lines 4..7 are missing"}},
+		{"fail/reordered", []string{f[0], f[2], f[1], f[3]}, 1, []string{f[2], "out of order", f[1]}},
+		{"fail/missing-first-file", f[1:], 1, []string{f[1], "seq 1..3 are missing"}},
+		{"fail/current-alone", []string{path}, 1, []string{"seq 1..11 are missing", "--rotated"}},
+		{"fail/rotated-takes-one-file", []string{"--rotated", f[0], path}, 2, []string{"usage"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errs := run(t, append([]string{"audit", "verify"}, tc.args...)...)
+			got := errs
+			if tc.code == 0 {
+				got = out
+			}
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d: %s %s", code, tc.code, out, errs)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("output %q lacks %q", got, w)
+				}
+			}
+		})
+	}
+}
