@@ -141,21 +141,7 @@ func TestPolicyExplain(t *testing.T) {
 }
 
 func TestAuditVerify(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "audit", "signerd.audit")
-	l, err := audit.New(audit.Config{Path: path, Replica: "r1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 5; i++ {
-		rec := audit.Record{Caller: "spiffe://cotal.local/managerd/alpha", RPC: "Mint", Space: "alpha", Profile: "agent",
-			Decision: audit.Granted, JTI: "JTI" + string(rune('A'+i)), Expiry: time.Now().Add(time.Hour)}
-		if err := l.Append(context.Background(), rec); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
+	path := writeAudit(t, 5)
 	code, out, errs := run(t, "audit", "verify", path)
 	if code != 0 || !strings.Contains(out, "ok, 5 lines") {
 		t.Fatalf("verify intact: exit %d: %s %s", code, out, errs)
