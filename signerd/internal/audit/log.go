@@ -61,9 +61,10 @@ const defaultMaxBatch = 256
 var ErrClosed = errors.New("audit: log closed")
 
 // ErrBroken marks every error from a Log whose write or fsync failed. Once
-// broken, a Log fails every Append: a signer must not sign without audit.
-// Restarting re-verifies the file and refuses it if the failed write left a
-// torn line, so an operator looks before signing resumes.
+// broken, a Log fails every Append and closes Failed: a signer must not sign
+// without audit, and must not look healthy either. Restarting re-verifies the
+// file, cuts a torn final line the failed write left (saving it aside) and
+// refuses any other break, naming the line.
 var ErrBroken = errors.New("audit: log broken")
 
 // ErrInUse is returned by New when another Log (in this or another process)
@@ -317,10 +318,12 @@ func (l *Log) Head() Head {
 // Append writes r to the chain and returns once its line is fsynced, or with
 // the error that kept it from being. It fills Time (when zero) and overwrites
 // Replica, Seq, Prev and Hash. Free-text fields are made valid UTF-8, cut to
-// MaxFieldBytes and replaced by Redacted when they look like a credential.
+// MaxFieldBytes and replaced by Redacted when they hold a credential (by its
+// structure; never Caller or Space, see the package doc).
 // Append refuses an unknown decision, a denial without a reason, a reason that
-// is not a code and a missing caller or RPC with *FieldError, before using a
-// seq. After a failed write every Append returns ErrBroken; after Close,
+// is not a code, a missing caller or RPC and the reserved ContinueRPC with
+// *FieldError, before using a seq. A line that would take the file past
+// MaxBytes goes to a new file (see Rotate). After a failed write every Append returns ErrBroken; after Close,
 // ErrClosed.
 //
 // If ctx ends while the line is queued, Append returns ctx's error but the

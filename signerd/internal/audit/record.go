@@ -66,7 +66,7 @@ type Record struct {
 	Hash string `json:"hash"`
 }
 
-// Redacted replaces a field value that looks like a credential.
+// Redacted replaces a field value that holds a credential.
 const Redacted = "REDACTED"
 
 // Limits on what one line may hold. A caller controls some fields (subject,
@@ -250,8 +250,8 @@ func isB64URL(c byte) bool {
 
 // hasJWT reports whether s contains header.payload.signature where header is
 // base64url of a JSON object with an "alg" or "typ" member. The header may be
-// glued to text before it, so every 'e' in a segment is tried as its start
-// (a JSON object's base64url begins with 'e', the encoding of '{').
+// glued to text before it, so every "ey" or "ew" in a segment is tried as its
+// start.
 func hasJWT(s string) bool {
 	for i := 0; i < len(s); {
 		if !isB64URL(s[i]) && s[i] != '.' {
@@ -268,7 +268,9 @@ func hasJWT(s string) bool {
 				continue
 			}
 			for h := segs[k]; h != ""; h = h[1:] {
-				if h[0] == 'e' && isJOSEHeader(h) {
+				// '{' followed by '"' or JSON whitespace encodes as "ey"
+				// or "ew": every JOSE header starts so.
+				if (strings.HasPrefix(h, "ey") || strings.HasPrefix(h, "ew")) && isJOSEHeader(h) {
 					return true
 				}
 			}
