@@ -18,6 +18,7 @@ import (
 	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/signerd/internal/audit"
 	"github.com/cotalgo/cotal/signerd/internal/serve"
+	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
 
 // TestBrokenAuditStopsServing (finding 5): when the audit disk fills, the signer refuses the call,
@@ -153,5 +154,29 @@ func TestAuditMaxBytesConfig(t *testing.T) {
 				t.Fatalf("audit.max_bytes = %d, want %d", cfg.Audit.MaxBytes, tc.want)
 			}
 		})
+	}
+}
+
+// TestAuditKeepsSpaceNames (finding 9): over mTLS, a request for space "heyJude" is audited with
+// that space and the caller's identity, not REDACTED.
+func TestAuditKeepsSpaceNames(t *testing.T) {
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	f := newFixture(t)
+	s := run(t, f.config(t, "127.0.0.1:0", f.keyDir, ""))
+	conn := dial(t, s.Addr().String(), f.client)
+	_, err := signerv1.NewSignerServiceClient(conn).GetSpace(ctxT(t), &signerv1.GetSpaceRequest{Space: "heyJude"})
+	if status.Code(err) == codes.OK {
+		t.Fatal("GetSpace for a space alpha's managerd may not read was granted")
+	}
+	data, err := os.ReadFile(f.auditPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	last := lines[len(lines)-1]
+	for _, want := range []string{`"caller":"` + signerdtest.ID("managerd", "alpha") + `"`, `"space":"heyJude"`, `"decision":"denied"`} {
+		if !strings.Contains(last, want) {
+			t.Fatalf("audit line %s lacks %s", last, want)
+		}
 	}
 }
