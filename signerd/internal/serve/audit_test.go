@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -21,16 +22,18 @@ import (
 	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
 
-// TestBrokenAuditStopsServing (finding 5): when the audit disk fills, the signer refuses the call,
-// turns health NOT_SERVING on every service name and Run returns an error naming the cause, so
-// the process exits non-zero and its supervisor sees it. A restart on the same files serves again.
+// TestBrokenAuditStopsServing (finding 5): when the audit disk fills mid-write, the signer refuses
+// the call, turns health NOT_SERVING on every service name and Run returns an error naming the
+// cause, so the process exits non-zero and its supervisor sees it. The restart on the same files
+// cuts the torn line the write left, saves it aside and serves again.
 func TestBrokenAuditStopsServing(t *testing.T) {
 	t.Setenv("CREDENTIALS_DIRECTORY", "")
 	f := newFixture(t)
 	var full atomic.Bool
 	write := func(file *os.File, b []byte) (int, error) {
 		if full.Load() {
-			return 0, syscall.ENOSPC
+			n, _ := file.Write(b[:len(b)/2]) // the disk fills halfway through the line
+			return n, syscall.ENOSPC
 		}
 		return file.Write(b)
 	}
@@ -92,9 +95,15 @@ func TestBrokenAuditStopsServing(t *testing.T) {
 		t.Fatalf("Run = %v, want the audit failure naming %s and ENOSPC", err, f.auditPath)
 	}
 
-	// Space freed: a restart on the same files verifies the chain and serves.
+	// Space freed: a restart on the same files cuts the torn line and serves.
 	s2 := run(t, f.config(t, "127.0.0.1:0", f.keyDir, ""))
 	getSpace(t, dial(t, s2.Addr().String(), f.client))
+	if torn, err := filepath.Glob(f.auditPath + ".torn.*"); err != nil || len(torn) != 1 {
+		t.Fatalf("torn line saved to %v (%v), want one file", torn, err)
+	}
+	if _, err := audit.VerifyFiles([]string{f.auditPath}, audit.FilesOptions{}); err != nil {
+		t.Fatalf("audit file after restart: %v", err)
+	}
 }
 
 // TestSIGHUPRotatesAudit (issue 7 deliverable 5): SIGHUP, which reloads the policy, also starts a
