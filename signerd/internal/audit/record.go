@@ -253,6 +253,9 @@ func isB64URL(c byte) bool {
 // glued to text before it, so every "ey" or "ew" in a segment is tried as its
 // start.
 func hasJWT(s string) bool {
+	if strings.Count(s, ".") < 2 {
+		return false
+	}
 	for i := 0; i < len(s); {
 		if !isB64URL(s[i]) && s[i] != '.' {
 			i++
