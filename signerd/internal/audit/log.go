@@ -323,8 +323,8 @@ func (l *Log) Head() Head {
 // Append refuses an unknown decision, a denial without a reason, a reason that
 // is not a code, a missing caller or RPC and the reserved ContinueRPC with
 // *FieldError, before using a seq. A line that would take the file past
-// MaxBytes goes to a new file (see Rotate). After a failed write every Append returns ErrBroken; after Close,
-// ErrClosed.
+// MaxBytes goes to a new file (see Rotate). After a failed write every Append
+// returns ErrBroken; after Close, ErrClosed.
 //
 // If ctx ends while the line is queued, Append returns ctx's error but the
 // line may still be written: an audit line for a decision that did not take
