@@ -189,3 +189,31 @@ func TestAuditKeepsSpaceNames(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditRotatesBySize: audit.max_bytes reaches the log; granted calls past it start a new file
+// that continues the chain.
+func TestAuditRotatesBySize(t *testing.T) {
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	f := newFixture(t)
+	cfg := f.config(t, "127.0.0.1:0", f.keyDir, "")
+	cfg.Audit.MaxBytes = audit.MinMaxBytes
+	s := run(t, cfg)
+	conn := dial(t, s.Addr().String(), f.client)
+	var rotated []string
+	for calls := 0; len(rotated) == 0; calls++ {
+		if calls == 1000 {
+			t.Fatalf("no rotation after %d calls at %d bytes a file", calls, audit.MinMaxBytes)
+		}
+		getSpace(t, conn)
+		var err error
+		if rotated, err = audit.Rotated(f.auditPath); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := audit.VerifyFiles(append(rotated, f.auditPath), audit.FilesOptions{}); err != nil {
+		t.Fatalf("VerifyFiles: %v", err)
+	}
+	if fi, err := os.Stat(rotated[0]); err != nil || fi.Size() > audit.MinMaxBytes || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("rotated file %v (%v): want at most %d bytes, mode 0600", fi, err, audit.MinMaxBytes)
+	}
+}
