@@ -24,6 +24,8 @@ FUZZ_TARGETS ?= \
 	signerd/internal/policy:FuzzParse \
 	signerd/internal/policy:FuzzChannelMatch \
 	signerd/internal/audit:FuzzVerify \
+	signerd/internal/audit:FuzzSealVerify \
+	signerd/internal/audit:FuzzRedact \
 	pkg/space:FuzzNames \
 	pkg/profiles:FuzzBuild \
 	pkg/creds:FuzzParseCreds \

@@ -35,6 +35,23 @@
 // duplicated or reordered line breaks the seq/prev link at the position where
 // it happened. Lines of several replicas may be interleaved in one file.
 //
+// # Files
+//
+// A Log rotates its file when the next line would pass Config.MaxBytes
+// (64 MiB by default) and on [Log.Rotate]: the file is renamed to
+// path.<seq of its first line, 20 digits> (never over an existing name; the
+// names sort in chain order) and the chain goes on in a new file whose first
+// line is a continuation line (rpc [ContinueRPC], caller [ContinueCaller]):
+// its seq and prev are those of the rotated file's last line plus one, so
+// the chain runs across files and each file still verifies alone. A chain
+// may begin in a file only at seq 1 or with a continuation line.
+// [VerifyFiles] checks files in order and names a gap (a missing file), a
+// reordering, a replaced file or a renamed one. At start a final line
+// without a newline (a write that never completed, so never acknowledged) is
+// cut and saved aside (path.torn.<unix>, see [Repair]); any other break
+// refuses the file. An empty current file after an interrupted rotation
+// continues the newest rotated file.
+//
 // # What the chain cannot show
 //
 // The chain is not keyed: someone who can write the file can rewrite a whole
@@ -45,6 +62,11 @@
 // log, another machine) and checks later that the chain still reaches it.
 //
 // Never a JWT, never a seed: [Record] has no field meant to hold either, and
-// [Log.Append] replaces any field value that looks like a JWT, an nkey seed or
-// a PEM private key with [Redacted] before it is written.
+// [Log.Append] replaces a field value that holds one with [Redacted] before it
+// is written. A credential is recognised by its structure, not by a look-alike
+// substring: a JWT is three base64url segments whose first decodes to a JOSE
+// header (a JSON object with "alg" or "typ"), a seed is 58 base32 characters
+// that nkeys decodes as a seed, checksum included, and a PEM private key has
+// its armour line. Caller and space are never redacted (a space "heyJude" is
+// a name, not a token).
 package audit

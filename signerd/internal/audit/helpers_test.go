@@ -12,6 +12,13 @@ import (
 	"time"
 )
 
+// testJWT is shaped like a NATS user JWT (JOSE header, payload, signature);
+// testSeed is a user nkey seed that decodes, checksum included.
+const (
+	testJWT  = "eyJ0eXAiOiJKV1QiLCJhbGciOiJlZDI1NTE5LW5rZXkifQ.eyJqdGkiOiJYIn0.sig"
+	testSeed = "SUAKYRHVIOREXV7EUZTBHUHL7NUMHPMAS7QMDU3GTIUWEI5LDNOXD43IZY"
+)
+
 // base is the fixed start of test clocks.
 var base = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
@@ -33,6 +40,12 @@ func noSync(*os.File) error { return nil }
 func logPath(t *testing.T) string {
 	t.Helper()
 	return filepath.Join(t.TempDir(), "audit", "signerd.log")
+}
+
+// open is New with the fsync replaced, so tests can observe and fail it.
+func open(cfg Config, syncFn func(*os.File) error) (*Log, error) {
+	cfg.IO.Sync = syncFn
+	return New(cfg)
 }
 
 // openLog opens a Log on path with the given fsync and closes it at cleanup.

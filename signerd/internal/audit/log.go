@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -24,6 +24,10 @@ type Config struct {
 	Replica string
 	// MaxBatch caps the lines written per fsync. 0 means 256.
 	MaxBatch int
+	// MaxBytes is the size at which the file is rotated: a line that would
+	// take it past MaxBytes goes to a new file (see Rotate). 0 means
+	// DefaultMaxBytes (64 MiB); less than MinMaxBytes (64 KiB) is refused.
+	MaxBytes int64
 	// MaxDelay is how long the writer may wait for more lines before it
 	// writes a batch smaller than MaxBatch. 0 means no wait: lines that
 	// arrive while an fsync runs form the next batch, which is already
@@ -35,6 +39,20 @@ type Config struct {
 	// every batch made durable (for a histogram the caller owns). It must
 	// not block or call back into the Log.
 	OnBatch func(n int)
+	// IO replaces the writer's write and fsync calls; its zero value means
+	// the file's own. It exists so tests can make the disk fail (ENOSPC,
+	// EIO) under the real writer and its failure handling.
+	IO IO
+	// Logger receives what the Log does on its own: cutting a torn final
+	// line at start, rotating. nil discards.
+	Logger *slog.Logger
+}
+
+// IO is the two calls the writer makes to put a batch on disk. A nil field
+// means the *os.File method of the same name.
+type IO struct {
+	Write func(f *os.File, b []byte) (int, error)
+	Sync  func(f *os.File) error
 }
 
 const defaultMaxBatch = 256
@@ -43,9 +61,10 @@ const defaultMaxBatch = 256
 var ErrClosed = errors.New("audit: log closed")
 
 // ErrBroken marks every error from a Log whose write or fsync failed. Once
-// broken, a Log fails every Append: a signer must not sign without audit.
-// Restarting re-verifies the file and refuses it if the failed write left a
-// torn line, so an operator looks before signing resumes.
+// broken, a Log fails every Append and closes Failed: a signer must not sign
+// without audit, and must not look healthy either. Restarting re-verifies the
+// file, cuts a torn final line the failed write left (saving it aside) and
+// refuses any other break, naming the line.
 var ErrBroken = errors.New("audit: log broken")
 
 // ErrInUse is returned by New when another Log (in this or another process)
@@ -72,14 +91,17 @@ type Log struct {
 	f       *os.File
 	now     func() time.Time
 	onBatch func(int)
-	sync    func(*os.File) error
+	io      IO
+	log     *slog.Logger
 
 	maxBatch int
 	maxDelay time.Duration
+	maxBytes int64
 
 	wake    chan struct{} // capacity 1: "the queue changed"
 	stop    chan struct{} // closed by Close
 	stopped chan struct{} // closed when the writer has drained and exited
+	failed  chan struct{} // closed when the log breaks
 
 	mu      sync.Mutex
 	seq     uint64   // seq of the last line queued; mu must be held
@@ -89,15 +111,22 @@ type Log struct {
 	broken  error
 	durable Head // last line known to be on disk; mu must be held
 
+	// The current file, counting lines queued for it; mu must be held.
+	first     uint64 // seq of its first line (of the next line when empty)
+	size      int64  // bytes
+	decisions int    // lines other than its continuation line
+	resume    bool   // empty after an interrupted rotation: the next line continues the newest rotated file
+
 	closeOnce sync.Once
 	closeErr  error
 }
 
 // pending is one line waiting for its batch's fsync.
 type pending struct {
-	line []byte
-	head Head
-	done chan error // capacity 1, written exactly once by the writer
+	line     []byte
+	head     Head
+	rotateTo string     // if set, the writer renames the current file to this name and starts a new one with line
+	done     chan error // capacity 1, written exactly once by the writer
 }
 
 // New opens (or creates) the audit file, verifies the chain already in it
@@ -106,11 +135,6 @@ type pending struct {
 // another Log holds, a broken chain (the error wraps *BreakError naming the
 // line) and a file that holds another replica's chain.
 func New(cfg Config) (*Log, error) {
-	return open(cfg, (*os.File).Sync)
-}
-
-// open is New with the fsync injectable, so tests can observe and fail it.
-func open(cfg Config, syncFn func(*os.File) error) (*Log, error) {
 	if cfg.Path == "" {
 		return nil, &FieldError{Field: "path", Reason: "required"}
 	}
@@ -123,7 +147,13 @@ func open(cfg Config, syncFn func(*os.File) error) (*Log, error) {
 	if cfg.MaxDelay < 0 {
 		return nil, &FieldError{Field: "max_delay", Reason: fmt.Sprintf("%v is negative", cfg.MaxDelay)}
 	}
-	f, err := openFile(cfg.Path)
+	if cfg.MaxBytes == 0 {
+		cfg.MaxBytes = DefaultMaxBytes
+	}
+	if cfg.MaxBytes < MinMaxBytes {
+		return nil, &FieldError{Field: "max_bytes", Reason: fmt.Sprintf("%d is less than %d", cfg.MaxBytes, MinMaxBytes)}
+	}
+	f, err := openFile(cfg.Path, os.O_CREATE)
 	if err != nil {
 		return nil, err
 	}
@@ -133,15 +163,27 @@ func open(cfg Config, syncFn func(*os.File) error) (*Log, error) {
 		f:        f,
 		now:      cfg.Now,
 		onBatch:  cfg.OnBatch,
-		sync:     syncFn,
+		io:       cfg.IO,
+		log:      cfg.Logger,
 		maxBatch: cfg.MaxBatch,
 		maxDelay: cfg.MaxDelay,
+		maxBytes: cfg.MaxBytes,
 		wake:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
+		failed:   make(chan struct{}),
+	}
+	if l.io.Write == nil {
+		l.io.Write = (*os.File).Write
+	}
+	if l.io.Sync == nil {
+		l.io.Sync = (*os.File).Sync
 	}
 	if l.now == nil {
 		l.now = time.Now
+	}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
 	}
 	if l.maxBatch == 0 {
 		l.maxBatch = defaultMaxBatch
@@ -154,11 +196,13 @@ func open(cfg Config, syncFn func(*os.File) error) (*Log, error) {
 	return l, nil
 }
 
-// openFile checks the directory, opens the file without following a symlink,
+// openFile checks the directory, opens the file without following a symlink
+// (with create, os.O_CREATE and maybe os.O_EXCL, creating the directory too),
 // checks what was opened (not the name, which could be swapped) and locks it.
-func openFile(path string) (*os.File, error) {
+func openFile(path string, create int) (*os.File, error) {
 	dir := filepath.Dir(path)
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+	flags := os.O_RDWR | os.O_APPEND | syscall.O_NOFOLLOW | create
+	if _, err := os.Stat(dir); create != 0 && errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("audit: create directory %s: %w", dir, err)
 		}
@@ -170,7 +214,7 @@ func openFile(path string) (*os.File, error) {
 	if err := checkMode(dir, di, true); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	f, err := os.OpenFile(path, flags, 0o600)
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
 			return nil, &ModeError{Path: path, Mode: fs.ModeSymlink, Reason: "is a symlink"}
@@ -229,24 +273,35 @@ func syncDir(dir string) error {
 	return nil
 }
 
-// recover verifies the existing file and sets the chain head from it.
+// recover verifies the existing file, cuts a torn final line (see Repair)
+// and sets the chain head from it.
 func (l *Log) recover() error {
-	fi, err := l.f.Stat()
+	rep, sum, err := repairOpen(l.f, l.path, l.now)
 	if err != nil {
-		return fmt.Errorf("audit: %w", err)
+		return err
 	}
-	sum, err := Verify(io.NewSectionReader(l.f, 0, fi.Size()))
-	if err != nil {
-		return fmt.Errorf("audit: %s: refusing to append to a broken chain: %w", l.path, err)
+	if rep.Line > 0 {
+		l.log.Warn("audit: cut a torn final line (a write that never completed, never acknowledged) and saved it aside",
+			"path", l.path, "line", rep.Line, "bytes", rep.Bytes, "saved_to", rep.SavedTo)
 	}
 	l.prev = genesis(l.replica)
 	l.durable = Head{Replica: l.replica, Hash: GenesisHash(l.replica)}
-	for _, h := range sum.Chains {
+	l.first, l.size, l.decisions = 1, sum.Bytes, sum.Lines
+	for i, h := range sum.Chains {
 		if h.Replica != l.replica {
 			return &FieldError{Field: "replica", Reason: fmt.Sprintf("%s holds replica %q's chain, not %q", l.path, h.Replica, l.replica)}
 		}
 		prev, _ := decodeHash(h.Hash) // Verify checked it
 		l.seq, l.prev, l.durable = h.Seq, prev, h
+		if start := sum.Starts[i]; start.Seq > 0 {
+			l.decisions-- // the continuation line
+			l.first = start.Seq + 1
+		}
+	}
+	if sum.Lines == 0 {
+		if _, err := l.resumeFrom(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -263,11 +318,13 @@ func (l *Log) Head() Head {
 // Append writes r to the chain and returns once its line is fsynced, or with
 // the error that kept it from being. It fills Time (when zero) and overwrites
 // Replica, Seq, Prev and Hash. Free-text fields are made valid UTF-8, cut to
-// MaxFieldBytes and replaced by Redacted when they look like a credential.
+// MaxFieldBytes and replaced by Redacted when they hold a credential (by its
+// structure; never Caller or Space, see the package doc).
 // Append refuses an unknown decision, a denial without a reason, a reason that
-// is not a code and a missing caller or RPC with *FieldError, before using a
-// seq. After a failed write every Append returns ErrBroken; after Close,
-// ErrClosed.
+// is not a code, a missing caller or RPC and the reserved ContinueRPC with
+// *FieldError, before using a seq. A line that would take the file past
+// MaxBytes goes to a new file (see Rotate). After a failed write every Append
+// returns ErrBroken; after Close, ErrClosed.
 //
 // If ctx ends while the line is queued, Append returns ctx's error but the
 // line may still be written: an audit line for a decision that did not take
@@ -300,9 +357,19 @@ func (l *Log) Append(ctx context.Context, r Record) error {
 	}
 	r.Expiry = r.Expiry.UTC()
 	r.Replica = l.replica
+	if l.resume {
+		l.queueContinuation(reasonResumed, false)
+	}
 	r.Seq = l.seq + 1
 	line, sum := seal(l.prev, &r)
+	if l.decisions > 0 && l.size+int64(len(line)) > l.maxBytes {
+		l.queueContinuation(reasonMaxBytes, true)
+		r.Seq = l.seq + 1
+		line, sum = seal(l.prev, &r)
+	}
 	l.seq, l.prev = r.Seq, sum
+	l.size += int64(len(line))
+	l.decisions++
 	p := &pending{
 		line: line,
 		head: Head{Replica: r.Replica, Seq: r.Seq, Hash: r.Hash, Time: r.Time},
@@ -310,16 +377,34 @@ func (l *Log) Append(ctx context.Context, r Record) error {
 	}
 	l.queue = append(l.queue, p)
 	l.mu.Unlock()
-	select {
-	case l.wake <- struct{}{}:
-	default:
-	}
+	l.kick()
 	select {
 	case err := <-p.done:
 		return err
 	case <-ctx.Done():
 		return fmt.Errorf("audit: waiting for seq %d to be durable: %w", r.Seq, ctx.Err())
 	}
+}
+
+// kick wakes the writer.
+func (l *Log) kick() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Failed is closed when the log breaks: a write or fsync failed and every
+// later Append fails. A signer watches it to stop serving and report why
+// (Err), because a signer that cannot audit must not look healthy.
+func (l *Log) Failed() <-chan struct{} { return l.failed }
+
+// Err returns the error that broke the log (wrapping ErrBroken and the
+// write or fsync error), or nil while it is healthy.
+func (l *Log) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.broken
 }
 
 // Close writes what is queued, stops the writer and closes the file. It
@@ -355,11 +440,17 @@ func (l *Log) run() {
 		if len(batch) == 0 {
 			return
 		}
+		var err error
+		if to := batch[0].rotateTo; to != "" {
+			err = l.rotateFile(to)
+		}
 		buf = buf[:0]
 		for _, p := range batch {
 			buf = append(buf, p.line...)
 		}
-		err := l.write(buf)
+		if err == nil {
+			err = l.write(buf)
+		}
 		if err != nil {
 			l.fail(batch, err)
 			continue
@@ -378,10 +469,10 @@ func (l *Log) run() {
 }
 
 func (l *Log) write(buf []byte) error {
-	if _, err := l.f.Write(buf); err != nil {
+	if _, err := l.io.Write(l.f, buf); err != nil {
 		return err
 	}
-	return l.sync(l.f)
+	return l.io.Sync(l.f)
 }
 
 // fail poisons the log and fails the batch and everything queued behind it:
@@ -389,10 +480,16 @@ func (l *Log) write(buf []byte) error {
 func (l *Log) fail(batch []*pending, cause error) {
 	err := fmt.Errorf("%w: %s: %w", ErrBroken, l.path, cause)
 	l.mu.Lock()
-	l.broken = err
+	first := l.broken == nil
+	if first {
+		l.broken = err
+	}
 	rest := l.queue
 	l.queue = nil
 	l.mu.Unlock()
+	if first {
+		close(l.failed)
+	}
 	for _, p := range batch {
 		p.done <- err
 	}
@@ -425,6 +522,13 @@ func (l *Log) next(batch []*pending) []*pending {
 		}
 		l.mu.Lock()
 		k := min(len(l.queue), l.maxBatch)
+		// A batch goes to one file: it ends before the next rotation.
+		for i := 1; i < k; i++ {
+			if l.queue[i].rotateTo != "" {
+				k = i
+				break
+			}
+		}
 		batch = append(batch, l.queue[:k]...)
 		rest := copy(l.queue, l.queue[k:])
 		clear(l.queue[rest:])

@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -333,8 +335,10 @@ func TestReopen(t *testing.T) {
 		{"fail/reopen-broken-chain", func(lines [][]byte) []byte {
 			return join(replaceIn(lines, 2, func(s string) string { return strings.Replace(s, "agent", "admin", 1) }))
 		}, 2},
-		{"fail/reopen-torn-tail", func(lines [][]byte) []byte {
-			return append(join(lines), lines[0][:20]...)
+		// Finding 5: a final line with a newline is not torn but corrupt, and
+		// still refuses start, naming file and line.
+		{"fail/reopen-corrupt-terminated-final-line", func(lines [][]byte) []byte {
+			return append(join(lines), append(lines[0][:20:20], '\n')...)
 		}, 4},
 	}
 	for _, tc := range brokenTests {
@@ -359,6 +363,52 @@ func TestReopen(t *testing.T) {
 			}
 		})
 	}
+
+	// Finding 5: a torn final line (never acknowledged) is cut and saved
+	// aside at start, with a log line, and the chain continues.
+	t.Run("ok/reopen-cuts-torn-tail", func(t *testing.T) {
+		path := logPath(t)
+		l := openLog(t, Config{Path: path}, noSync)
+		for i := range 3 {
+			if err := l.Append(context.Background(), sample(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		lines := readLines(t, path)
+		torn := lines[0][:20]
+		if err := os.WriteFile(path, append(join(lines), torn...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var logged bytes.Buffer
+		l2, err := New(Config{Path: path, Replica: "r1", Now: stepClock(), IO: IO{Sync: noSync},
+			Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+		if err != nil {
+			t.Fatalf("New with a torn final line: %v", err)
+		}
+		defer func() { _ = l2.Close() }()
+		if h := l2.Head(); h.Seq != 3 {
+			t.Fatalf("head %+v, want seq 3 (the last whole line)", h)
+		}
+		saved := tornFiles(t, path)
+		if len(saved) != 1 {
+			t.Fatalf("torn files %v, want one", saved)
+		}
+		wantPrivate(t, saved[0], torn)
+		for _, w := range []string{"torn", path, saved[0], "line=4"} {
+			if !strings.Contains(logged.String(), w) {
+				t.Fatalf("log %q lacks %q", logged.String(), w)
+			}
+		}
+		if err := l2.Append(context.Background(), sample(3)); err != nil {
+			t.Fatal(err)
+		}
+		if got := seqs(t, readLines(t, path)); !slices.Equal(got, []uint64{1, 2, 3, 4}) {
+			t.Fatalf("seqs %v, want the chain to continue at 4", got)
+		}
+	})
 
 	t.Run("fail/reopen-other-replica", func(t *testing.T) {
 		path := logPath(t)
@@ -432,6 +482,8 @@ func TestNewRefuses(t *testing.T) {
 		{"fail/replica-with-space", func(t *testing.T) Config { return Config{Path: logPath(t), Replica: "r 1"} }, wantField("replica")},
 		{"fail/negative-max-batch", func(t *testing.T) Config { return Config{Path: logPath(t), Replica: "r1", MaxBatch: -1} }, wantField("max_batch")},
 		{"fail/negative-max-delay", func(t *testing.T) Config { return Config{Path: logPath(t), Replica: "r1", MaxDelay: -1} }, wantField("max_delay")},
+		{"fail/max-bytes-below-minimum", func(t *testing.T) Config { return Config{Path: logPath(t), Replica: "r1", MaxBytes: MinMaxBytes - 1} }, wantField("max_bytes")},
+		{"fail/negative-max-bytes", func(t *testing.T) Config { return Config{Path: logPath(t), Replica: "r1", MaxBytes: -1} }, wantField("max_bytes")},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -544,5 +596,109 @@ func TestAppendCanceledWhileWaiting(t *testing.T) {
 	sum, err := Verify(bytes.NewReader(join(readLines(t, path))))
 	if err != nil || sum.Lines != 1 {
 		t.Fatalf("Verify = %+v, %v; want the canceled line on the chain", sum, err)
+	}
+}
+
+// TestBrokenLogIsVisible (finding 5): a write or fsync failure closes Failed
+// and Err names the cause, so a signer can stop looking healthy.
+func TestBrokenLogIsVisible(t *testing.T) {
+	tests := []struct {
+		name string
+		io   IO
+	}{
+		{"fail/write-enospc", IO{Write: func(*os.File, []byte) (int, error) { return 0, syscall.ENOSPC }}},
+		{"fail/short-write-enospc", IO{Write: func(f *os.File, b []byte) (int, error) {
+			n, err := f.Write(b[:len(b)/2])
+			if err != nil {
+				return n, err
+			}
+			return n, syscall.ENOSPC
+		}}},
+		{"fail/fsync-eio", IO{Sync: func(*os.File) error { return syscall.EIO }}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := logPath(t)
+			healthy := openLog(t, Config{Path: path}, nil)
+			if err := healthy.Append(context.Background(), sample(0)); err != nil {
+				t.Fatal(err)
+			}
+			if err := healthy.Close(); err != nil {
+				t.Fatal(err)
+			}
+			l, err := New(Config{Path: path, Replica: "r1", IO: tc.io})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = l.Close() }()
+			select {
+			case <-l.Failed():
+				t.Fatal("Failed closed before any failure")
+			default:
+			}
+			if l.Err() != nil {
+				t.Fatalf("Err = %v before any failure", l.Err())
+			}
+			if err := l.Append(context.Background(), sample(1)); !errors.Is(err, ErrBroken) {
+				t.Fatalf("Append = %v, want ErrBroken", err)
+			}
+			select {
+			case <-l.Failed():
+			case <-time.After(5 * time.Second):
+				t.Fatal("Failed not closed after the log broke")
+			}
+			err = l.Err()
+			if !errors.Is(err, ErrBroken) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("Err = %v, want ErrBroken naming %s", err, path)
+			}
+			if want := tc.io.Sync == nil; want != errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("Err = %v: ENOSPC reported %v, want %v", err, !want, want)
+			}
+			// Space freed: a restart verifies the file, cuts what the failed
+			// write tore and continues the chain.
+			_ = l.Close()
+			again := openLog(t, Config{Path: path}, nil)
+			if err := again.Append(context.Background(), sample(2)); err != nil {
+				t.Fatalf("append after restart: %v", err)
+			}
+			if err := again.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Verify(bytes.NewReader(join(readLines(t, path)))); err != nil {
+				t.Fatalf("file after restart: %v", err)
+			}
+			if n := len(tornFiles(t, path)); (n == 1) != strings.Contains(tc.name, "short-write") {
+				t.Fatalf("%d torn files saved", n)
+			}
+		})
+	}
+}
+
+// tornFiles lists the files a torn tail of path was saved to.
+func tornFiles(t *testing.T, path string) []string {
+	t.Helper()
+	got, err := filepath.Glob(path + ".torn.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// wantPrivate asserts path is a 0600 file holding exactly want.
+func wantPrivate(t *testing.T, path string, want []byte) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("%s mode %v, want 0600", path, fi.Mode().Perm())
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s holds %q, want %q", path, got, want)
 	}
 }

@@ -2,12 +2,16 @@ package audit
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/nats-io/nkeys"
 )
 
 // Decision is the outcome a line records. Only [Granted] and [Denied] exist;
@@ -62,7 +66,7 @@ type Record struct {
 	Hash string `json:"hash"`
 }
 
-// Redacted replaces a field value that looks like a credential.
+// Redacted replaces a field value that holds a credential.
 const Redacted = "REDACTED"
 
 // Limits on what one line may hold. A caller controls some fields (subject,
@@ -172,6 +176,9 @@ func checkInput(r *Record) error {
 	if r.RPC == "" {
 		return &FieldError{Field: "rpc", Reason: "required"}
 	}
+	if r.RPC == ContinueRPC {
+		return &FieldError{Field: "rpc", Reason: ContinueRPC + " is reserved for the Log's own continuation lines"}
+	}
 	if !r.Time.IsZero() {
 		if err := checkTime("time", r.Time); err != nil {
 			return err
@@ -186,20 +193,34 @@ func checkInput(r *Record) error {
 }
 
 // sanitize makes the free-text fields safe to write: valid UTF-8, no
-// credential-shaped value, bounded length. Denials carry attacker-chosen
-// values, and a denial must still be audited, so these are rewritten rather
-// than refused.
+// credential, bounded length. Denials carry attacker-chosen values, and a
+// denial must still be audited, so these are rewritten rather than refused.
+// Caller and Space are never redacted: the caller is the verified certificate
+// identity and the space a name, and erasing either would hide who asked for
+// what (a space "heyJude" is not a JWT).
 func sanitize(r *Record) {
-	for _, f := range []*string{&r.Caller, &r.RPC, &r.Space, &r.Profile, &r.Subject, &r.JTI, &r.RequestID} {
+	for _, f := range []*string{&r.Caller, &r.Space} {
+		*f = bound(strings.ToValidUTF8(*f, "\uFFFD"))
+	}
+	for _, f := range []*string{&r.RPC, &r.Profile, &r.Subject, &r.JTI, &r.RequestID} {
 		*f = clean(*f)
 	}
 }
 
+// clean is bound with a value that holds a credential replaced by Redacted.
+// Only what bound could keep is searched, plus one seed's length so that a
+// seed cut in two by bound is caught too: the search is bounded, and a
+// credential wholly beyond the cut is never written anyway.
 func clean(s string) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
-	if looksSecret(s) {
+	if looksSecret(s[:min(len(s), MaxFieldBytes+seedChars)]) {
 		return Redacted
 	}
+	return bound(s)
+}
+
+// bound cuts s to MaxFieldBytes at a rune boundary, ending in "...".
+func bound(s string) string {
 	if len(s) <= MaxFieldBytes {
 		return s
 	}
@@ -210,24 +231,100 @@ func clean(s string) string {
 	return s[:cut] + "..."
 }
 
-// looksSecret reports values shaped like a JWT (base64url of `{"` starts every
-// JWT header), an nkey seed (58+ base32 characters from 'S'; public keys are
-// 56, JWT ids 52) or a PEM private key.
+// looksSecret reports whether s holds a credential by its structure, not by
+// a look-alike substring: a JWT (three base64url segments whose first decodes
+// to a JOSE header), an nkey seed (58 base32 characters from 'S' that decode,
+// checksum included, as a seed) or a PEM private key block. A value merely
+// containing "eyJ" or a long run of capitals is not one.
 func looksSecret(s string) bool {
-	if strings.Contains(s, "eyJ") || strings.Contains(s, "PRIVATE KEY") {
+	if i := strings.Index(s, "-----BEGIN "); i >= 0 && strings.Contains(s[i:], "PRIVATE KEY-----") {
 		return true
 	}
+	return hasJWT(s) || hasSeed(s)
+}
+
+// isB64URL reports whether c is in the base64url alphabet.
+func isB64URL(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
+}
+
+// hasJWT reports whether s contains header.payload.signature where header is
+// base64url of a JSON object with an "alg" or "typ" member. The header may be
+// glued to text before it, so every "ey" or "ew" in a segment is tried as its
+// start.
+func hasJWT(s string) bool {
+	if strings.Count(s, ".") < 2 {
+		return false
+	}
+	for i := 0; i < len(s); {
+		if !isB64URL(s[i]) && s[i] != '.' {
+			i++
+			continue
+		}
+		j := i
+		for j < len(s) && (isB64URL(s[j]) || s[j] == '.') {
+			j++
+		}
+		segs := strings.Split(s[i:j], ".")
+		for k := 0; k+2 < len(segs); k++ {
+			if segs[k+1] == "" || segs[k+2] == "" {
+				continue
+			}
+			for h := segs[k]; h != ""; h = h[1:] {
+				// '{' followed by '"' or JSON whitespace encodes as "ey"
+				// or "ew": every JOSE header starts so.
+				if (strings.HasPrefix(h, "ey") || strings.HasPrefix(h, "ew")) && isJOSEHeader(h) {
+					return true
+				}
+			}
+		}
+		i = j
+	}
+	return false
+}
+
+// isJOSEHeader reports whether seg is unpadded base64url of a JSON object
+// with an "alg" or "typ" member.
+func isJOSEHeader(seg string) bool {
+	raw, err := base64.RawURLEncoding.DecodeString(seg)
+	if err != nil {
+		return false
+	}
+	var hdr map[string]json.RawMessage
+	if json.Unmarshal(raw, &hdr) != nil {
+		return false
+	}
+	_, alg := hdr["alg"]
+	_, typ := hdr["typ"]
+	return alg || typ
+}
+
+// seedChars is the length of an encoded nkey seed: 2 prefix bytes, 32 seed
+// bytes and a 2-byte CRC, 36 bytes in unpadded base32.
+const seedChars = 58
+
+// hasSeed reports whether s contains 58 base32 characters starting with 'S'
+// that nkeys decodes as a seed (prefix and CRC-16 checked). Any spelling that
+// decodes is redacted, canonical or not: Go's base32 ignores the unused
+// trailing bits, so a non-canonical spelling is a working seed too.
+func hasSeed(s string) bool {
 	run := 0
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c >= 'A' && c <= 'Z' || c >= '2' && c <= '7' {
-			run++
-			if run >= 58 {
-				return true
-			}
+		if !(c >= 'A' && c <= 'Z' || c >= '2' && c <= '7') {
+			run = 0
 			continue
 		}
-		run = 0
+		run++
+		if run < seedChars {
+			continue
+		}
+		w := s[i+1-seedChars : i+1]
+		if w[0] == 'S' {
+			if _, _, err := nkeys.DecodeSeed([]byte(w)); err == nil {
+				return true
+			}
+		}
 	}
 	return false
 }

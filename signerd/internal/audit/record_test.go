@@ -132,8 +132,7 @@ func TestGolden(t *testing.T) {
 }
 
 func TestAppendSanitizes(t *testing.T) {
-	jwt := "eyJ0eXAiOiJKV1QiLCJhbGciOiJlZDI1NTE5LW5rZXkifQ.eyJqdGkiOiJYIn0.sig"
-	seed := "SUAKYRHVIOREXV7EUZTBHUHL7NUMHPMAS7QMDU3GTIUWEI5LDNOXD43IZY"
+	jwt, seed := testJWT, testSeed
 	tests := []struct {
 		name string
 		in   func(*Record)
@@ -143,11 +142,23 @@ func TestAppendSanitizes(t *testing.T) {
 		{"ok/jwt-in-subject-redacted", func(r *Record) { r.Subject = jwt }, func(r Record) string { return r.Subject }, Redacted},
 		{"ok/jwt-inside-request-id-redacted", func(r *Record) { r.RequestID = "x " + jwt }, func(r Record) string { return r.RequestID }, Redacted},
 		{"ok/seed-in-request-id-redacted", func(r *Record) { r.RequestID = seed }, func(r Record) string { return r.RequestID }, Redacted},
-		{"ok/pem-in-space-redacted", func(r *Record) { r.Space = "-----BEGIN PRIVATE KEY-----" }, func(r Record) string { return r.Space }, Redacted},
+		{"ok/pem-in-profile-redacted", func(r *Record) { r.Profile = "-----BEGIN PRIVATE KEY-----" }, func(r Record) string { return r.Profile }, Redacted},
+		{"ok/seed-across-the-cut-redacted", func(r *Record) { r.RequestID = strings.Repeat("x", MaxFieldBytes-10) + " " + seed },
+			func(r Record) string { return r.RequestID }, Redacted},
 		{"ok/public-key-kept", func(r *Record) {}, func(r Record) string { return r.Subject }, sample(0).Subject},
 		{"ok/long-value-cut", func(r *Record) { r.RequestID = strings.Repeat("é", 200) }, func(r Record) string { return r.RequestID },
 			strings.Repeat("é", (MaxFieldBytes-3)/2) + "..."},
 		{"ok/invalid-utf8-replaced", func(r *Record) { r.Profile = "a\xffb" }, func(r Record) string { return r.Profile }, "a\uFFFDb"},
+		// Finding 9: "eyJ" inside a word is not a JWT, and the caller and
+		// space are never redacted.
+		{"ok/space-heyJude-kept", func(r *Record) { r.Space = "heyJude" }, func(r Record) string { return r.Space }, "heyJude"},
+		{"ok/caller-heyJude-kept", func(r *Record) { r.Caller = "spiffe://cotal.local/managerd/heyJude" }, func(r Record) string { return r.Caller },
+			"spiffe://cotal.local/managerd/heyJude"},
+		{"ok/caller-never-redacted", func(r *Record) { r.Caller = "spiffe://x/" + jwt }, func(r Record) string { return r.Caller }, "spiffe://x/" + jwt},
+		{"ok/request-id-eyJ-word-kept", func(r *Record) { r.RequestID = "heyJude.eyJx.y" }, func(r Record) string { return r.RequestID }, "heyJude.eyJx.y"},
+		{"ok/long-base32-run-kept", func(r *Record) { r.RequestID = strings.Repeat("SA", 40) }, func(r Record) string { return r.RequestID }, strings.Repeat("SA", 40)},
+		{"ok/jwt-glued-to-text-redacted", func(r *Record) { r.Profile = "agent" + jwt + "." }, func(r Record) string { return r.Profile }, Redacted},
+		{"ok/seed-glued-to-text-redacted", func(r *Record) { r.JTI = "X" + seed + "Y" }, func(r Record) string { return r.JTI }, Redacted},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -163,7 +174,7 @@ func TestAppendSanitizes(t *testing.T) {
 				t.Fatalf("field = %q, want %q", got, tc.want)
 			}
 			for _, secret := range []string{jwt, seed, "PRIVATE KEY"} {
-				if bytes.Contains(lines[0], []byte(secret)) {
+				if bytes.Contains(lines[0], []byte(secret)) && !strings.HasPrefix(tc.name, "ok/caller-never-redacted") {
 					t.Fatalf("line holds a credential: %s", lines[0])
 				}
 			}
@@ -186,6 +197,7 @@ func TestAppendRefusesBadRecord(t *testing.T) {
 		}, "reason"},
 		{"fail/no-caller", func(r *Record) { r.Caller = "" }, "caller"},
 		{"fail/no-rpc", func(r *Record) { r.RPC = "" }, "rpc"},
+		{"fail/continuation-rpc-reserved", func(r *Record) { r.RPC = ContinueRPC }, "rpc"},
 		{"fail/time-out-of-range", func(r *Record) { r.Time = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }, "time"},
 		{"fail/expiry-out-of-range", func(r *Record) { r.Expiry = time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC) }, "expiry"},
 	}

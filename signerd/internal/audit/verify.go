@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -32,8 +33,17 @@ type Head struct {
 // chain, sorted by replica. When Verify fails it covers the lines before the
 // broken one.
 type Summary struct {
-	Lines  int
+	Lines int
+	// Bytes is the length of those lines, newlines included: where a torn
+	// final line starts.
+	Bytes  int64
 	Chains []Head
+	// Starts[i] is where this file picks Chains[i] up: seq 0 and the
+	// genesis hash for a chain that begins here, or the last seq and hash of
+	// the rotated file it continues (its first line is a continuation line,
+	// see ContinueRPC). A multi-file check (VerifyFiles) links the files
+	// through these.
+	Starts []Head
 }
 
 // BreakError reports the first line (1-based) at which a file stops being a
@@ -42,6 +52,9 @@ type Summary struct {
 type BreakError struct {
 	Line   int
 	Reason string
+	// Torn is set when the only fault is a final line without a newline: a
+	// write that never completed, so never acknowledged (see Repair).
+	Torn bool
 }
 
 func (e *BreakError) Error() string {
@@ -52,18 +65,20 @@ func (e *BreakError) Error() string {
 // replica's seq and prev links. It returns a *BreakError for the first broken
 // line and a wrapped read error if r fails. A file may hold one replica's
 // chain or several interleaved; each chain must start at seq 1 from its
-// genesis hash. Truncation of a chain's tail is not detectable here (see the
+// genesis hash, or with a continuation line (the file follows a rotated one;
+// Summary.Starts says from where, VerifyFiles checks the link). Truncation of a chain's tail is not detectable here (see the
 // package doc); compare the returned heads with an external anchor.
 func Verify(r io.Reader) (Summary, error) {
 	br := bufio.NewReaderSize(r, MaxLineBytes+1)
-	chains := map[string]*Head{}
+	chains := map[string]*chain{}
 	var sum Summary
 	summary := func() Summary {
-		sum.Chains = sum.Chains[:0]
-		for _, h := range chains {
-			sum.Chains = append(sum.Chains, *h)
+		names := slices.Sorted(maps.Keys(chains))
+		sum.Chains, sum.Starts = sum.Chains[:0], sum.Starts[:0]
+		for _, name := range names {
+			sum.Chains = append(sum.Chains, chains[name].head)
+			sum.Starts = append(sum.Starts, chains[name].start)
 		}
-		slices.SortFunc(sum.Chains, func(a, b Head) int { return strings.Compare(a.Replica, b.Replica) })
 		return sum
 	}
 	for n := 1; ; n++ {
@@ -77,7 +92,7 @@ func Verify(r io.Reader) (Summary, error) {
 			if len(line) == 0 {
 				return summary(), nil
 			}
-			return summary(), &BreakError{Line: n, Reason: "final line has no newline (torn write or truncated file)"}
+			return summary(), &BreakError{Line: n, Reason: "final line has no newline (torn write or truncated file)", Torn: true}
 		default:
 			return summary(), fmt.Errorf("audit: read line %d: %w", n, err)
 		}
@@ -85,12 +100,18 @@ func Verify(r io.Reader) (Summary, error) {
 			return summary(), &BreakError{Line: n, Reason: reason}
 		}
 		sum.Lines = n
+		sum.Bytes += int64(len(line)) + 1
 	}
+}
+
+// chain is one replica's chain as Verify has read it so far.
+type chain struct {
+	start, head Head
 }
 
 // checkLine verifies one line against the chains seen so far and advances
 // its chain. It returns "" when the line is good, else why it is not.
-func checkLine(line []byte, chains map[string]*Head) string {
+func checkLine(line []byte, chains map[string]*chain) string {
 	if len(line) == 0 {
 		return "empty line"
 	}
@@ -125,18 +146,28 @@ func checkLine(line []byte, chains map[string]*Head) string {
 	if hex.EncodeToString(got[:]) != want {
 		return "hash does not match the line's content (line altered)"
 	}
-	h := chains[r.Replica]
-	if h == nil {
-		if r.Seq != 1 {
+	continues := isContinuation(&r)
+	c := chains[r.Replica]
+	if c == nil {
+		switch {
+		case r.Seq == 0:
+			return fmt.Sprintf("replica %q's chain starts at seq 0, want 1", r.Replica)
+		case r.Seq > 1 && !continues:
 			return fmt.Sprintf("replica %q's chain starts at seq %d, want 1 (lines missing before it)", r.Replica, r.Seq)
-		}
-		if r.Prev != GenesisHash(r.Replica) {
+		case r.Seq == 1 && continues:
+			return fmt.Sprintf("replica %q: a continuation line at seq 1 continues nothing", r.Replica)
+		case r.Seq == 1 && r.Prev != GenesisHash(r.Replica):
 			return fmt.Sprintf("replica %q's first line does not link to its genesis hash", r.Replica)
 		}
-		h = &Head{Replica: r.Replica}
-		chains[r.Replica] = h
+		// A continuation line's prev and seq-1 are the rotated file's last
+		// line; VerifyFiles checks them against that file.
+		c = &chain{start: Head{Replica: r.Replica, Seq: r.Seq - 1, Hash: r.Prev}, head: Head{Replica: r.Replica}}
+		chains[r.Replica] = c
 	} else {
+		h := &c.head
 		switch {
+		case continues:
+			return fmt.Sprintf("replica %q: continuation line at seq %d is not the first line of its chain in this file", r.Replica, r.Seq)
 		case r.Seq == 0 || r.Seq <= h.Seq:
 			return fmt.Sprintf("replica %q: seq %d after seq %d (line duplicated or out of order)", r.Replica, r.Seq, h.Seq)
 		case r.Seq != h.Seq+1:
@@ -145,7 +176,7 @@ func checkLine(line []byte, chains map[string]*Head) string {
 			return fmt.Sprintf("replica %q: prev does not link to seq %d (line replaced)", r.Replica, h.Seq)
 		}
 	}
-	h.Seq, h.Hash, h.Time = r.Seq, want, r.Time
+	c.head.Seq, c.head.Hash, c.head.Time = r.Seq, want, r.Time
 	return ""
 }
 

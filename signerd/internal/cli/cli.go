@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -39,7 +38,8 @@ Usage:
   signerd serve --config FILE
   signerd policy check FILE
   signerd policy explain --policy FILE --caller ID --rpc RPC --space NAME [--profile P] [params]
-  signerd audit verify FILE
+  signerd audit verify [--rotated] [--partial] FILE...
+  signerd audit repair FILE
   signerd version | --version
   signerd help | --help
 
@@ -82,7 +82,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if len(args) >= 2 && args[1] == "verify" {
 			return runAuditVerify(args[2:], stdout, stderr)
 		}
-		fmt.Fprintln(stderr, "usage: signerd audit verify FILE")
+		if len(args) >= 2 && args[1] == "repair" {
+			return runAuditRepair(args[2:], stdout, stderr)
+		}
+		fmt.Fprintln(stderr, "usage: signerd audit verify [--rotated] [--partial] FILE... | signerd audit repair FILE")
 		return 2
 	default:
 		fmt.Fprintf(stderr, "signerd: unknown command %q\n\n%s", args[0], usage)
@@ -261,31 +264,77 @@ func runPolicyCheck(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// runAuditVerify verifies audit files as one chain, in the order given (or a current file and
+// its rotated predecessors with --rotated), naming the first broken line, gap, reordering or
+// missing file.
 func runAuditVerify(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("audit verify", "signerd audit verify FILE", stdout, stderr)
+	const synopsis = "signerd audit verify [--rotated] [--partial] FILE..."
+	fs := newFlags("audit verify", synopsis, stdout, stderr)
+	rotated := fs.Bool("rotated", false, "FILE is the current file: verify its rotated predecessors (FILE.<seq>) first, oldest first")
+	partial := fs.Bool("partial", false, "accept a first file that continues older files not given (archived); its start is printed to compare with an anchor")
+	if code, exit := parse(fs, args, stdout); exit {
+		return code
+	}
+	files := fs.Args()
+	if len(files) == 0 || *rotated && len(files) != 1 {
+		fmt.Fprintln(stderr, "usage:", synopsis, "(--rotated takes exactly one FILE)")
+		return 2
+	}
+	if *rotated {
+		pred, err := audit.Rotated(files[0])
+		if err != nil {
+			fmt.Fprintln(stderr, "signerd audit verify:", err)
+			return 1
+		}
+		files = append(pred, files[0])
+	}
+	sum, err := audit.VerifyFiles(files, audit.FilesOptions{Partial: *partial})
+	if err != nil {
+		fmt.Fprintln(stderr, "signerd audit verify:", err)
+		var se *audit.SequenceError
+		if errors.As(err, &se) && !*rotated && len(files) == 1 {
+			fmt.Fprintln(stderr, "signerd audit verify: give the rotated files before it in order, or use --rotated")
+		}
+		return 1
+	}
+	if len(files) == 1 {
+		fmt.Fprintf(stdout, "%s: ok, %d lines\n", files[0], sum.Lines)
+	} else {
+		fmt.Fprintf(stdout, "%s .. %s: ok, %d lines in %d files\n", files[0], files[len(files)-1], sum.Lines, len(files))
+	}
+	for i, h := range sum.Chains {
+		if st := sum.Starts[i]; st.Seq > 0 {
+			out, _ := json.Marshal(st)
+			fmt.Fprintf(stdout, "  chain start %s (continues files not given)\n", out)
+		}
+		out, _ := json.Marshal(h)
+		fmt.Fprintf(stdout, "  chain head %s\n", out)
+	}
+	return 0
+}
+
+// runAuditRepair cuts a torn final line (a write that never completed) from a stopped signerd's
+// audit file and saves it aside; serve does the same at start. Any other break is refused.
+func runAuditRepair(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("audit repair", "signerd audit repair FILE", stdout, stderr)
 	if code, exit := parse(fs, args, stdout); exit {
 		return code
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: signerd audit verify FILE")
+		fmt.Fprintln(stderr, "usage: signerd audit repair FILE")
 		return 2
 	}
-	f, err := os.Open(fs.Arg(0))
+	res, err := audit.Repair(fs.Arg(0))
 	if err != nil {
-		fmt.Fprintln(stderr, "signerd audit verify:", err)
+		fmt.Fprintln(stderr, "signerd audit repair:", err)
 		return 1
 	}
-	defer f.Close()
-	sum, err := audit.Verify(f)
-	if err != nil {
-		fmt.Fprintf(stderr, "signerd audit verify: %s: %v\n", fs.Arg(0), err)
-		return 1
+	if res.Line == 0 {
+		fmt.Fprintf(stdout, "%s: ok, %d lines, nothing torn\n", fs.Arg(0), res.Lines)
+		return 0
 	}
-	fmt.Fprintf(stdout, "%s: ok, %d lines\n", fs.Arg(0), sum.Lines)
-	for _, h := range sum.Chains {
-		out, _ := json.Marshal(h)
-		fmt.Fprintf(stdout, "  chain head %s\n", out)
-	}
+	fmt.Fprintf(stdout, "%s: cut torn line %d (%d bytes, never acknowledged), saved to %s; %d lines kept\n",
+		fs.Arg(0), res.Line, res.Bytes, res.SavedTo, res.Lines)
 	return 0
 }
 

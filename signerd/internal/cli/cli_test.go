@@ -141,21 +141,7 @@ func TestPolicyExplain(t *testing.T) {
 }
 
 func TestAuditVerify(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "audit", "signerd.audit")
-	l, err := audit.New(audit.Config{Path: path, Replica: "r1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 5; i++ {
-		rec := audit.Record{Caller: "spiffe://cotal.local/managerd/alpha", RPC: "Mint", Space: "alpha", Profile: "agent",
-			Decision: audit.Granted, JTI: "JTI" + string(rune('A'+i)), Expiry: time.Now().Add(time.Hour)}
-		if err := l.Append(context.Background(), rec); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
+	path := writeAudit(t, 5)
 	code, out, errs := run(t, "audit", "verify", path)
 	if code != 0 || !strings.Contains(out, "ok, 5 lines") {
 		t.Fatalf("verify intact: exit %d: %s %s", code, out, errs)
@@ -172,5 +158,132 @@ func TestAuditVerify(t *testing.T) {
 	code, _, errs = run(t, "audit", "verify", path)
 	if code != 1 || !strings.Contains(errs, "line 3") {
 		t.Fatalf("verify tampered: exit %d, stderr %q; want 1 reporting line 3", code, errs)
+	}
+}
+
+// TestAuditRepair (finding 5): a torn final line that blocked every restart is cut and saved
+// aside by `signerd audit repair`; a corrupt terminated line is refused, naming file and line.
+func TestAuditRepair(t *testing.T) {
+	path := writeAudit(t, 3)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	torn := []byte(`{"time":"2026-`)
+	if err := os.WriteFile(path, append(data, torn...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := run(t, "audit", "verify", path); code != 1 || !strings.Contains(errs, "line 4") {
+		t.Fatalf("verify torn: exit %d, %s", code, errs)
+	}
+	code, out, errs := run(t, "audit", "repair", path)
+	if code != 0 || !strings.Contains(out, "cut torn line 4") || !strings.Contains(out, path+".torn.") {
+		t.Fatalf("repair: exit %d: %s %s", code, out, errs)
+	}
+	saved, err := filepath.Glob(path + ".torn.*")
+	if err != nil || len(saved) != 1 {
+		t.Fatalf("saved torn files %v (%v), want one", saved, err)
+	}
+	if got, err := os.ReadFile(saved[0]); err != nil || !bytes.Equal(got, torn) {
+		t.Fatalf("saved %q (%v), want %q", got, err, torn)
+	}
+	if code, out, errs := run(t, "audit", "verify", path); code != 0 || !strings.Contains(out, "ok, 3 lines") {
+		t.Fatalf("verify after repair: exit %d: %s %s", code, out, errs)
+	}
+	if code, out, _ := run(t, "audit", "repair", path); code != 0 || !strings.Contains(out, "nothing torn") {
+		t.Fatalf("second repair: exit %d: %s", code, out)
+	}
+
+	lines := strings.SplitAfter(string(data), "\n")
+	lines[1] = strings.Replace(lines[1], `"granted"`, `"denied"`, 1)
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = run(t, "audit", "repair", path)
+	if code != 1 || !strings.Contains(errs, "line 2") || !strings.Contains(errs, path) {
+		t.Fatalf("repair corrupt: exit %d, stderr %q; want 1 naming %s and line 2", code, errs, path)
+	}
+}
+
+// writeAudit writes n granted lines to a new audit file and returns its path.
+func writeAudit(t *testing.T, n int) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "audit", "signerd.audit")
+	l, err := audit.New(audit.Config{Path: path, Replica: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		rec := audit.Record{Caller: "spiffe://cotal.local/managerd/alpha", RPC: "Mint", Space: "alpha", Profile: "agent",
+			Decision: audit.Granted, JTI: "JTI" + string(rune('A'+i)), Expiry: time.Now().Add(time.Hour)}
+		if err := l.Append(context.Background(), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestAuditVerifyFiles (issue 7 deliverable 5): `signerd audit verify` over rotated files in
+// order passes, and names a gap, a reordering and a missing file.
+func TestAuditVerifyFiles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit", "signerd.audit")
+	l, err := audit.New(audit.Config{Path: path, Replica: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 12 {
+		rec := audit.Record{Caller: "spiffe://cotal.local/managerd/alpha", RPC: "Mint", Space: "alpha", Profile: "agent",
+			Decision: audit.Granted, JTI: "JTI" + string(rune('A'+i))}
+		if err := l.Append(context.Background(), rec); err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 2 && i < 11 {
+			if err := l.Rotate(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rotated, err := audit.Rotated(path)
+	if err != nil || len(rotated) != 3 {
+		t.Fatalf("rotated %v (%v), want 3 files", rotated, err)
+	}
+	f := append(rotated, path) // seqs 1-3 | 4-7 | 8-11 | 12-15
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want []string // in stdout for 0, stderr otherwise
+	}{
+		{"ok/rotated", []string{"--rotated", path}, 0, []string{"ok, 15 lines in 4 files", `"Seq":15`}},
+		{"ok/in-order", f, 0, []string{"ok, 15 lines in 4 files"}},
+		{"ok/partial", append([]string{"--partial"}, f[2:]...), 0, []string{"ok, 8 lines in 2 files", `chain start {"Replica":"r1","Seq":7`}},
+		{"fail/gap", []string{f[0], f[2], f[3]}, 1, []string{f[2], "gap after " + f[0], "lines 4..7 are missing"}},
+		{"fail/reordered", []string{f[0], f[2], f[1], f[3]}, 1, []string{f[2], "out of order", f[1]}},
+		{"fail/missing-first-file", f[1:], 1, []string{f[1], "seq 1..3 are missing"}},
+		{"fail/current-alone", []string{path}, 1, []string{"seq 1..11 are missing", "--rotated"}},
+		{"fail/rotated-takes-one-file", []string{"--rotated", f[0], path}, 2, []string{"usage"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errs := run(t, append([]string{"audit", "verify"}, tc.args...)...)
+			got := errs
+			if tc.code == 0 {
+				got = out
+			}
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d: %s %s", code, tc.code, out, errs)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("output %q lacks %q", got, w)
+				}
+			}
+		})
 	}
 }

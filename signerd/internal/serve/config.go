@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/cotalgo/cotal/signerd/internal/audit"
 )
 
 // Config is signerd serve's configuration file.
@@ -62,6 +64,9 @@ type AuditConfig struct {
 	MaxBatch int `yaml:"max_batch"`
 	// MaxDelay lets the writer wait for more lines; 0 means none.
 	MaxDelay Duration `yaml:"max_delay"`
+	// MaxBytes is the size in bytes at which the file is rotated (SIGHUP rotates too). Default
+	// 64 MiB; at least 64 KiB.
+	MaxBytes int64 `yaml:"max_bytes"`
 }
 
 // Duration is a time.Duration written as "10s" in YAML.
@@ -147,6 +152,12 @@ func (c *Config) validate() error {
 	}
 	if c.Audit.MaxBatch < 0 {
 		return errors.New("audit.max_batch must not be negative")
+	}
+	if c.Audit.MaxBytes == 0 {
+		c.Audit.MaxBytes = audit.DefaultMaxBytes
+	}
+	if c.Audit.MaxBytes < audit.MinMaxBytes {
+		return fmt.Errorf("audit.max_bytes %d is less than %d", c.Audit.MaxBytes, audit.MinMaxBytes)
 	}
 	if c.PolicyReloadInterval == 0 {
 		c.PolicyReloadInterval = Duration(2 * time.Second)

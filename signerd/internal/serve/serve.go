@@ -61,6 +61,9 @@ type Options struct {
 	Now func() time.Time
 	// Registry receives the metrics; nil means a fresh registry.
 	Registry *prometheus.Registry
+	// AuditIO replaces the audit log's write and fsync; the zero value means the real ones.
+	// Tests use it to fail the disk (ENOSPC) under a running signer.
+	AuditIO audit.IO
 }
 
 // Start opens everything cfg names and binds the listeners; it returns once the server is ready
@@ -122,6 +125,7 @@ func Start(cfg *Config, log *slog.Logger, opts Options) (s *Signer, err error) {
 	if s.audit, err = audit.New(audit.Config{
 		Path: cfg.Audit.Path, Replica: cfg.Audit.Replica, MaxBatch: cfg.Audit.MaxBatch,
 		MaxDelay: time.Duration(cfg.Audit.MaxDelay), Now: now, OnBatch: metrics.ObserveAuditBatch,
+		MaxBytes: cfg.Audit.MaxBytes, IO: opts.AuditIO, Logger: log,
 	}); err != nil {
 		return nil, err
 	}
@@ -192,10 +196,11 @@ func (s *Signer) MetricsAddr() net.Addr {
 	return s.mlis.Addr()
 }
 
-// Run serves until ctx ends or SIGTERM/SIGINT arrives, reloading the policy on SIGHUP and when
-// the file changes, and the TLS files when they change. It then stops gracefully (in-flight
-// calls finish within ShutdownTimeout, then the rest are cut), closes the audit log and wipes
-// every key. A clean stop returns nil.
+// Run serves until ctx ends or SIGTERM/SIGINT arrives, reloading the policy and rotating the audit
+// log on SIGHUP, reloading the policy when the file changes, and the TLS files when they change.
+// It then stops gracefully (in-flight calls finish within ShutdownTimeout, then the rest are
+// cut), closes the audit log and wipes every key. A clean stop returns nil; a broken audit log stops it with an error (see
+// watchAudit), and so does any stop after the log broke.
 func (s *Signer) Run(ctx context.Context) error {
 	defer close(s.done)
 	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
@@ -218,6 +223,7 @@ func (s *Signer) Run(ctx context.Context) error {
 				return
 			case <-s.hup:
 				s.reloadPolicy(s.policy.ReloadFile(s.cfg.Policy))
+				s.rotateAudit(ctx)
 			}
 		}
 	}()
@@ -226,7 +232,8 @@ func (s *Signer) Run(ctx context.Context) error {
 		s.log.Warn("TLS files not reloaded; keeping the current ones", "err", err)
 	})
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
+	go s.watchAudit(ctx, errc)
 	go func() { errc <- s.grpc.Serve(s.lis) }()
 	if s.metrics != nil {
 		go func() {
@@ -243,7 +250,7 @@ func (s *Signer) Run(ctx context.Context) error {
 	case runErr = <-errc:
 	}
 	s.shutdown()
-	return runErr
+	return s.auditFailure(runErr)
 }
 
 func (s *Signer) reloadPolicy(err error) {
