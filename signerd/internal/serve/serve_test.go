@@ -262,6 +262,45 @@ func TestParseConfig(t *testing.T) {
 	}
 }
 
+// TestStartRefusesUntrustedIdentityFiles is finding 7 of issue 7: the client CA and the policy
+// decide who may mint what, so start-up refuses either when anyone but root or signerd's uid
+// could rewrite it (the file or a directory above it), naming the path.
+func TestStartRefusesUntrustedIdentityFiles(t *testing.T) {
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	for _, tt := range []struct {
+		name string
+		// loosen returns the path the error must name.
+		loosen func(t *testing.T, f fixture) string
+	}{
+		{"fail/client-ca-mode-0666", func(t *testing.T, f fixture) string {
+			chmod(t, f.clientCA, 0o666)
+			return f.clientCA
+		}},
+		{"fail/client-ca-dir-group-writable", func(t *testing.T, f fixture) string {
+			dir := filepath.Dir(f.clientCA)
+			chmod(t, dir, 0o770)
+			return dir
+		}},
+		{"fail/policy-mode-0666", func(t *testing.T, f fixture) string {
+			chmod(t, f.policy, 0o666)
+			return f.policy
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t)
+			path := tt.loosen(t, f)
+			s, err := serve.Start(f.config(t, "127.0.0.1:0", f.keyDir, ""), nil, serve.Options{})
+			if err == nil {
+				s.Stop()
+				t.Fatal("Start accepted an identity file others could rewrite")
+			}
+			if !strings.Contains(err.Error(), path) {
+				t.Fatalf("error %q does not name %s", err, path)
+			}
+		})
+	}
+}
+
 // TestStartRefusesLooseKeys: a seed file or key directory readable by others stops start-up,
 // naming the path, and nothing is left listening.
 func TestStartRefusesLooseKeys(t *testing.T) {
