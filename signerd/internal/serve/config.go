@@ -70,7 +70,8 @@ type LimitsConfig struct {
 	// MaxHeaderListBytes caps the request header list. Default 16384.
 	MaxHeaderListBytes int `yaml:"max_header_list_bytes"`
 	// KeepaliveMinTime is the shortest interval between client keepalive pings; a client that
-	// pings more often is disconnected, as is one that pings with no call open. Default 30s.
+	// pings more often (or, with no call open, more than once in two hours: gRPC's rule when
+	// pings without calls are not permitted) is disconnected. Default 30s.
 	KeepaliveMinTime Duration `yaml:"keepalive_min_time"`
 	// MaxConnectionIdle closes a connection with no call open for this long. Default 5m.
 	MaxConnectionIdle Duration `yaml:"max_connection_idle"`
