@@ -4,8 +4,10 @@
 // then stops gracefully within a deadline and wipes every key.
 //
 // It refuses to start on an unknown configuration key, a missing policy, a seed file or
-// directory looser than 0600/0700 or owned by another uid (naming the path), and a listener
-// address it cannot bind.
+// directory looser than 0600/0700 or owned by another uid (naming the path), a client CA or
+// policy file that anyone but root or signerd's uid could rewrite (naming the path), a limit
+// out of range, and a listener address it cannot bind. Once serving, it bounds connections and
+// streams by the limits configuration and closes connections over its caps at accept.
 package serve
 
 import (
