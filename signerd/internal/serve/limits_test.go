@@ -18,7 +18,9 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -284,4 +286,45 @@ func TestLimitsDoNotRefuseLargestRequest(t *testing.T) {
 	if st, _ := status.FromError(err); st.Code() != codes.PermissionDenied {
 		t.Fatalf("a 64 KiB Mac from managerd: %v, want PERMISSION_DENIED from the policy", err)
 	}
+}
+
+// TestConnectionAgeAndIdle is finding 4 (and 6) of issue 7: connections never aged out, so a
+// client verified once kept its connection forever. An aged connection is closed and the next
+// call makes a new one (a new handshake, verified afresh); an idle one is closed too.
+func TestConnectionAgeAndIdle(t *testing.T) {
+	t.Run("ok/aged-connection-replaced", func(t *testing.T) {
+		f, r, _ := startLimited(t, "{max_connection_age: 300ms, max_connection_age_grace: 100ms}")
+		conn := dial(t, r.Addr().String(), f.client)
+		first := localAddr(t, conn)
+		testkit.Eventually(t, closeWait, func() error {
+			if a := localAddr(t, conn); a == first {
+				return errors.New("calls still use the first connection")
+			}
+			return nil
+		})
+	})
+	t.Run("ok/idle-connection-closed", func(t *testing.T) {
+		f, r, _ := startLimited(t, "{max_connection_idle: 300ms}")
+		conn := dial(t, r.Addr().String(), f.client)
+		getSpace(t, conn)
+		testkit.Eventually(t, closeWait, func() error {
+			if s := conn.GetState(); s != connectivity.Idle {
+				return errors.New("client connection is " + s.String())
+			}
+			return nil
+		})
+	})
+}
+
+// localAddr makes one call on conn and returns the client side address it used.
+func localAddr(t *testing.T, conn *grpc.ClientConn) string {
+	t.Helper()
+	var p peer.Peer
+	if _, err := signerv1.NewSignerServiceClient(conn).GetSpace(ctxT(t), &signerv1.GetSpaceRequest{Space: "alpha"}, grpc.Peer(&p)); err != nil {
+		t.Fatalf("GetSpace: %v", err)
+	}
+	if p.LocalAddr == nil {
+		t.Fatal("no local address for the call")
+	}
+	return p.LocalAddr.String()
 }
