@@ -68,8 +68,8 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		src := sourceOf(c.RemoteAddr())
 		if reason := l.admit(src); reason != "" {
-			_ = c.Close()
 			l.refused.WithLabelValues(reason).Inc()
+			_ = c.Close()
 			continue
 		}
 		return &limitedConn{Conn: c, release: sync.OnceFunc(func() { l.release(src) })}, nil
