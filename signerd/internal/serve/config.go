@@ -60,7 +60,7 @@ type LimitsConfig struct {
 	// accept. Default 512.
 	MaxConnections int `yaml:"max_connections"`
 	// MaxConnectionsPerSource caps open connections from one source IP address (not applied
-	// to a Unix socket). Default 32.
+	// to a Unix socket). Default 64. Daemons on one host share one source address.
 	MaxConnectionsPerSource int `yaml:"max_connections_per_source"`
 	// MaxRecvMsgBytes is the largest request message accepted; a stream announcing a larger
 	// one is refused (RESOURCE_EXHAUSTED) before its body is read. The largest real requests
@@ -89,7 +89,7 @@ type LimitsConfig struct {
 const (
 	DefaultHandshakeTimeout        = 5 * time.Second
 	DefaultMaxConnections          = 512
-	DefaultMaxConnectionsPerSource = 32
+	DefaultMaxConnectionsPerSource = 64
 	DefaultMaxRecvMsgBytes         = 128 << 10
 	// MinRecvMsgBytes leaves room for a 64 KiB sealed callout request or Mac payload and the
 	// rest of its message.
