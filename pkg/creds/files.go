@@ -33,14 +33,20 @@ func (e *ModeError) Error() string {
 	return fmt.Sprintf("%s: mode %#o is looser than %#o", e.Path, uint32(e.Mode.Perm()), uint32(e.Want))
 }
 
-// OwnerError reports a secret file or directory not owned by the effective uid Want.
+// OwnerError reports a secret file or directory not owned by the effective uid Want (or, for a
+// trusted file, by neither Want nor root).
 type OwnerError struct {
 	Path string
 	UID  int
 	Want int
+	// OrRoot says root would also have been accepted (trusted files, see CheckTrustedFile).
+	OrRoot bool
 }
 
 func (e *OwnerError) Error() string {
+	if e.OrRoot && e.Want != 0 {
+		return fmt.Sprintf("%s: owned by uid %d, want uid %d or root", e.Path, e.UID, e.Want)
+	}
 	return fmt.Sprintf("%s: owned by uid %d, want uid %d", e.Path, e.UID, e.Want)
 }
 

@@ -96,8 +96,13 @@ func (e *PeerIDError) Error() string {
 // restart; established connections keep the identity they were verified with.
 //
 // It refuses, at the handshake: a client with no certificate, one not issued by the current
-// client CA, and one outside its validity period. It does not check the client's URI SAN; call
+// client CA, one outside its validity period, and one whose leaf does not list the clientAuth
+// extended key usage (ErrNoClientAuth: crypto/tls alone would take a leaf with no extended key
+// usage as good for any purpose). It does not check the client's URI SAN; call
 // IdentityFromContext in the handler or an interceptor and map its error to Unauthenticated.
+// A handshake is checked once: re-check every request with a CallerVerifier reading the
+// Reloader's CAPool, so an expired certificate or a removed CA also ends established
+// connections.
 // Session tickets are disabled so every connection is verified against the current client CA
 // rather than resumed from a session verified against an older one.
 func NewServerTLS(files ServerFiles, opts ...Option) (*tls.Config, *Reloader, error) {
@@ -111,7 +116,7 @@ func NewServerTLS(files ServerFiles, opts ...Option) (*tls.Config, *Reloader, er
 	if err := requireFiles("CertFile", files.CertFile, "KeyFile", files.KeyFile, "ClientCAFile", files.ClientCAFile); err != nil {
 		return nil, nil, err
 	}
-	r, err := newReloader(files.CertFile, files.KeyFile, files.ClientCAFile, o.interval)
+	r, err := newReloader(files.CertFile, files.KeyFile, files.ClientCAFile, o.interval, true)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -124,6 +129,7 @@ func NewServerTLS(files ServerFiles, opts ...Option) (*tls.Config, *Reloader, er
 			GetCertificate:         getCert,
 			SessionTicketsDisabled: true,
 			Time:                   o.now,
+			VerifyConnection:       verifyClientConnection,
 		}
 	}
 	cfg := perHandshake()
@@ -153,7 +159,7 @@ func NewClientTLS(files ClientFiles, serverName string, opts ...Option) (*tls.Co
 	if err := requireFiles("CertFile", files.CertFile, "KeyFile", files.KeyFile, "ServerCAFile", files.ServerCAFile); err != nil {
 		return nil, nil, err
 	}
-	r, err := newReloader(files.CertFile, files.KeyFile, files.ServerCAFile, o.interval)
+	r, err := newReloader(files.CertFile, files.KeyFile, files.ServerCAFile, o.interval, false)
 	if err != nil {
 		return nil, nil, err
 	}

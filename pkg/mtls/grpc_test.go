@@ -127,6 +127,35 @@ func TestHandshakeAndIdentity(t *testing.T) {
 			wantRefusal: isExpired,
 		},
 		{
+			// Finding 9 of issue 7: crypto/tls takes a leaf with no EKU as good for any
+			// purpose; a caller must be certified for client authentication.
+			name: "fail/no-eku",
+			client: func(t *testing.T, f *fixture) *tls.Config {
+				cfg, _ := f.client(t, "noeku", issue(t, f.clientCA, LeafSpec{CommonName: "noeku", URIs: []string{authdID}, OmitExtKeyUsage: true}))
+				return cfg
+			},
+			wantCode:    codes.Unavailable,
+			wantRefusal: func(err error) bool { return errors.Is(err, ErrNoClientAuth) },
+		},
+		{
+			name: "fail/any-eku",
+			client: func(t *testing.T, f *fixture) *tls.Config {
+				cfg, _ := f.client(t, "anyeku", issue(t, f.clientCA, LeafSpec{CommonName: "anyeku", URIs: []string{authdID}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}))
+				return cfg
+			},
+			wantCode:    codes.Unavailable,
+			wantRefusal: func(err error) bool { return errors.Is(err, ErrNoClientAuth) },
+		},
+		{
+			name: "fail/server-auth-only",
+			client: func(t *testing.T, f *fixture) *tls.Config {
+				cfg, _ := f.client(t, "srveku", issue(t, f.clientCA, LeafSpec{CommonName: "srveku", URIs: []string{authdID}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}))
+				return cfg
+			},
+			wantCode:    codes.Unavailable,
+			wantRefusal: errContains("incompatible key usage"),
+		},
+		{
 			name: "fail/tls12-client",
 			client: func(t *testing.T, f *fixture) *tls.Config {
 				cfg, _ := f.client(t, "authd", clientLeaf(t, f.clientCA, authdID))

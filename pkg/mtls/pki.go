@@ -107,6 +107,9 @@ type LeafSpec struct {
 	NotBefore, NotAfter time.Time
 	// ExtKeyUsage lists the extended key usages; empty means client authentication only.
 	ExtKeyUsage []x509.ExtKeyUsage
+	// OmitExtKeyUsage issues a certificate with no extended key usage extension at all, which
+	// crypto/x509 accepts for any purpose. Tests use it to show a caller needs clientAuth.
+	OmitExtKeyUsage bool
 }
 
 // Leaf is an issued certificate and its ECDSA P-256 private key. Its String and LogValue
@@ -149,7 +152,11 @@ func (ca *CA) Issue(spec LeafSpec) (*Leaf, error) {
 		uris = append(uris, u)
 	}
 	eku := spec.ExtKeyUsage
-	if len(eku) == 0 {
+	switch {
+	case spec.OmitExtKeyUsage && len(eku) != 0:
+		return nil, fmt.Errorf("mtls: Issue %q: OmitExtKeyUsage with ExtKeyUsage %v", spec.CommonName, eku)
+	case spec.OmitExtKeyUsage:
+	case len(eku) == 0:
 		eku = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -267,7 +274,7 @@ type PKIResult struct {
 
 // WriteDevPKI writes a development PKI into opts.Dir: an ECDSA P-256 CA (ca.pem, ca.key); the
 // signerd certificate (signerd.pem, signerd.key) for DNS localhost, IP 127.0.0.1 and URI
-// spiffe://<td>/signerd, usable for server and client authentication; and for each space and
+// spiffe://<td>/signerd, usable for server authentication only; and for each space and
 // each of authd, deliveryd and managerd a client certificate clients/<kind>-<space>.pem/.key
 // whose single URI SAN is spiffe://<td>/<kind>/<space>. Keys are 0600, certificates 0644,
 // directories 0700; each file is written atomically.
@@ -363,7 +370,9 @@ func WriteDevPKI(opts PKIOptions) (*PKIResult, error) {
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
 		NotBefore:   notBefore,
 		NotAfter:    notAfter,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		// serverAuth only: with clientAuth too, signerd's own certificate would be accepted
+		// as a caller certificate by any server trusting this CA.
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	})
 	if err != nil {
 		return nil, err

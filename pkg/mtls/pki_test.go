@@ -95,10 +95,16 @@ func TestWriteDevPKI(t *testing.T) {
 		if id, err := IdentityFromCert(c); err != nil || id != res.ServerID {
 			t.Fatalf("signerd identity = %q, %v", id, err)
 		}
-		for _, usage := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
-			if _, err := c.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: pkiNow, DNSName: "localhost", KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
-				t.Fatalf("signerd cert does not verify for %v: %v", usage, err)
-			}
+		// Finding 9 of issue 7: signerd's certificate is for serving only; with clientAuth
+		// it would be a caller certificate too.
+		if !slices.Equal(c.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}) {
+			t.Fatalf("signerd cert EKU = %v, want [serverAuth]", c.ExtKeyUsage)
+		}
+		if _, err := c.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: pkiNow, DNSName: "localhost", KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+			t.Fatalf("signerd cert does not verify for serverAuth: %v", err)
+		}
+		if _, err := c.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: pkiNow, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
+			t.Fatal("signerd cert verifies for clientAuth")
 		}
 		keyMatches(t, res.Server.CertFile, res.Server.KeyFile)
 	})

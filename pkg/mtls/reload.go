@@ -50,12 +50,18 @@ type material struct {
 // never replaces a valid one: the old material stays in use and the error is returned.
 // The key file must pass the project's secret-file rules (creds.ReadSecretFile: a regular
 // file, not a symlink, owned by the effective uid, no group or other permission bit, in a
-// directory with the same rules); the certificate and CA files are public.
+// directory with the same rules). On a server, the client CA file decides who may call, so it
+// must pass creds.CheckTrustedFile (owned by root or the effective uid, no group or other
+// write bit, the same for every directory up to /, symlink targets checked in full); a
+// refused CA file is refused at construction and on reload like any invalid set. The
+// certificate file, and a client's server CA file, are only read.
 // A Reloader is safe for concurrent use: handshakes read the current material through an
 // atomic pointer while Reload or Run swap it.
 type Reloader struct {
 	certFile, keyFile, caFile string
 	interval                  time.Duration
+	// trustedCA makes read apply creds.ReadTrustedFile to the CA file (servers: the client CA).
+	trustedCA bool
 
 	cur atomic.Pointer[material]
 
@@ -67,8 +73,8 @@ type Reloader struct {
 }
 
 // newReloader reads the files once; it fails if they are not valid now.
-func newReloader(certFile, keyFile, caFile string, interval time.Duration) (*Reloader, error) {
-	r := &Reloader{certFile: certFile, keyFile: keyFile, caFile: caFile, interval: interval}
+func newReloader(certFile, keyFile, caFile string, interval time.Duration, trustedCA bool) (*Reloader, error) {
+	r := &Reloader{certFile: certFile, keyFile: keyFile, caFile: caFile, interval: interval, trustedCA: trustedCA}
 	if err := r.Reload(); err != nil {
 		return nil, err
 	}
@@ -172,7 +178,12 @@ func (r *Reloader) read() (rawFiles, error) {
 	if f.key, err = creds.ReadSecretFile(r.keyFile); err != nil {
 		return f, &LoadError{Path: r.keyFile, Err: err}
 	}
-	if f.ca, err = readPublicFile(r.caFile); err != nil {
+	if r.trustedCA {
+		f.ca, err = creds.ReadTrustedFile(r.caFile, maxFileSize)
+	} else {
+		f.ca, err = readPublicFile(r.caFile)
+	}
+	if err != nil {
 		clear(f.key)
 		return f, &LoadError{Path: r.caFile, Err: err}
 	}

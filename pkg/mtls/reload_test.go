@@ -413,3 +413,95 @@ func FuzzParseCAPool(f *testing.F) {
 		}
 	})
 }
+
+// TestClientCATrust is finding 7 of issue 7: whoever can rewrite the client CA can mint as
+// anyone, so NewServerTLS (start) and Reload refuse a CA file anyone but root or signerd's uid
+// could rewrite, naming the path; a refused reload keeps the current pool.
+func TestClientCATrust(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// spoil makes the bad layout and returns the CA path to configure and the path the
+		// error must name.
+		spoil func(t *testing.T, f *fixture) (caFile, offender string)
+		root  bool
+		check func(t *testing.T, err error)
+	}{
+		{"fail/mode-0666", func(t *testing.T, f *fixture) (string, string) {
+			chmod(t, f.server.ClientCAFile, 0o666)
+			return f.server.ClientCAFile, f.server.ClientCAFile
+		}, false, func(t *testing.T, err error) {
+			var me *creds.ModeError
+			if !errors.As(err, &me) || me.Mode != 0o666 {
+				t.Fatalf("error = %v, want *creds.ModeError for mode 0666", err)
+			}
+		}},
+		{"fail/group-writable-parent", func(t *testing.T, f *fixture) (string, string) {
+			dir := filepath.Join(f.dir, "shared")
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			chmod(t, dir, 0o770)
+			return writeCA(t, dir, "client-ca", f.clientCA), dir
+		}, false, func(t *testing.T, err error) {
+			var me *creds.ModeError
+			if !errors.As(err, &me) || me.Mode != 0o770 {
+				t.Fatalf("error = %v, want *creds.ModeError for mode 0770", err)
+			}
+		}},
+		{"fail/symlink-to-foreign-owned-file", func(t *testing.T, f *fixture) (string, string) {
+			theirs := writeCA(t, f.dir, "theirs", f.clientCA)
+			if err := os.Chown(theirs, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+			link := filepath.Join(f.dir, "link-ca.pem")
+			if err := os.Symlink(theirs, link); err != nil {
+				t.Fatal(err)
+			}
+			return link, theirs
+		}, true, func(t *testing.T, err error) {
+			var oe *creds.OwnerError
+			if !errors.As(err, &oe) || oe.UID != 65534 {
+				t.Fatalf("error = %v, want *creds.OwnerError for uid 65534", err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.root && os.Geteuid() != 0 {
+				t.Skip("needs root to chown to another uid (CI runs as root)")
+			}
+			f := newFixture(t)
+			_, r, err := NewServerTLS(f.server)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pool := r.CAPool()
+			caFile, offender := tc.spoil(t, f)
+			files := f.server
+			files.ClientCAFile = caFile
+			// At start.
+			_, _, err = NewServerTLS(files)
+			wantLoadError(t, err, caFile)
+			if !strings.Contains(err.Error(), offender) {
+				t.Fatalf("error %q does not name %s", err, offender)
+			}
+			tc.check(t, err)
+			// At reload: point the running reloader's CA path at the bad file.
+			if caFile != f.server.ClientCAFile {
+				if err := os.Remove(f.server.ClientCAFile); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink(caFile, f.server.ClientCAFile); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err = r.Reload()
+			if err == nil || !strings.Contains(err.Error(), offender) {
+				t.Fatalf("Reload error = %v, want one naming %s", err, offender)
+			}
+			tc.check(t, err)
+			if r.CAPool() != pool {
+				t.Fatal("a refused CA file replaced the pool")
+			}
+		})
+	}
+}

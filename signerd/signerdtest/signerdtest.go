@@ -143,6 +143,10 @@ policy: ` + s.PolicyPath + `
 policy_reload_interval: 100ms
 audit: {path: ` + s.AuditPath + `, replica: test-1, max_delay: ` + opts.AuditMaxDelay.String() + `}
 shutdown_timeout: 5s
+# Every test client connects from 127.0.0.1 and table tests keep one connection per case open
+# until the test ends, so the per-source cap is the total cap here; the other limits are
+# signerd's defaults.
+limits: {max_connections_per_source: 512}
 `))
 	if err != nil {
 		t.Fatalf("signerdtest: config: %v", err)

@@ -9,7 +9,6 @@ import (
 	"io"
 	"maps"
 	"math"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/cotalgo/cotal/pkg/creds"
 	"github.com/cotalgo/cotal/pkg/profiles"
 	"github.com/cotalgo/cotal/pkg/space"
 )
@@ -239,9 +239,11 @@ func (p *Policy) Rate(caller string) (ratePerSec float64, burst int, ok bool) {
 	return r.Rate.PerSecond, r.Rate.Burst, true
 }
 
-// Load reads a policy file and parses it. It refuses a file that is not a regular file, that is
-// group- or world-writable (anyone who can write it can grant themselves signatures), or that
-// is larger than MaxFileSize; every error is an *Error naming path.
+// Load reads a policy file and parses it. The file decides who may mint what, so it must pass
+// creds.CheckTrustedFile: a regular file owned by root or signerd's uid, with no group or other
+// write bit, in directories (up to /) that pass the same rules; a symlink is followed and its
+// target checked in full. It refuses anything else and a file larger than MaxFileSize; every
+// error is an *Error naming path (and the reason names the offending file or directory).
 func Load(path string) (*Policy, error) {
 	data, err := readFile(path)
 	if err != nil {
@@ -250,31 +252,12 @@ func Load(path string) (*Policy, error) {
 	return parse(data, path)
 }
 
-// readFile reads a policy file after checking the opened file (not the path, which could be
-// swapped in between) is safe to trust.
+// readFile reads a policy file through creds.ReadTrustedFile, which checks the opened file (not
+// only the path, which could be swapped in between).
 func readFile(path string) ([]byte, error) {
-	fileErr := func(reason string) error { return &Error{Path: path, Caller: -1, Reason: reason} }
-	f, err := os.Open(path)
+	data, err := creds.ReadTrustedFile(path, MaxFileSize)
 	if err != nil {
-		return nil, fileErr(err.Error())
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fileErr(err.Error())
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fileErr(fmt.Sprintf("not a regular file (mode %s)", fi.Mode()))
-	}
-	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
-		return nil, fileErr(fmt.Sprintf("mode %#o is group- or world-writable; chmod go-w", perm))
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, fileErr(err.Error())
-	}
-	if len(data) > MaxFileSize {
-		return nil, fileErr(fmt.Sprintf("larger than %d bytes", MaxFileSize))
+		return nil, &Error{Path: path, Caller: -1, Reason: err.Error()}
 	}
 	return data, nil
 }

@@ -240,10 +240,10 @@ func TestLoad(t *testing.T) {
 	}{
 		{"ok/0600", func(t *testing.T) string { return writeFile(t, src, 0o600) }, nil},
 		{"ok/0644", func(t *testing.T) string { return writeFile(t, src, 0o644) }, nil},
-		{"fail/group-writable", func(t *testing.T) string { return writeFile(t, src, 0o660) }, []string{"group- or world-writable"}},
-		{"fail/world-writable", func(t *testing.T) string { return writeFile(t, src, 0o606) }, []string{"group- or world-writable"}},
+		{"fail/group-writable", func(t *testing.T) string { return writeFile(t, src, 0o660) }, []string{"is looser than 0644"}},
+		{"fail/world-writable", func(t *testing.T) string { return writeFile(t, src, 0o606) }, []string{"is looser than 0644"}},
 		{"fail/missing", func(t *testing.T) string { return filepath.Join(t.TempDir(), "nope.yaml") }, []string{"no such file"}},
-		{"fail/directory", func(t *testing.T) string { return t.TempDir() }, []string{"not a regular file"}},
+		{"fail/directory", func(t *testing.T) string { return t.TempDir() }, []string{"is a directory, want a regular file"}},
 		{"fail/too-large", func(t *testing.T) string {
 			return writeFile(t, src+"#"+strings.Repeat("x", MaxFileSize)+"\n", 0o600)
 		}, []string{"larger than"}},

@@ -84,28 +84,32 @@ func (s *Store) Watch(ctx context.Context, path string, interval time.Duration, 
 	}
 	var (
 		last    os.FileInfo
-		statErr string // the last stat failure reported, so a missing file is reported once
+		lastErr string // the last stat or read failure reported, so each is reported once
 	)
+	fail := func(err error) {
+		// A refused read is retried on every tick: what made it unsafe may be a parent
+		// directory or a symlink target, whose repair does not change the file's own stat.
+		last = nil
+		if msg := err.Error(); msg != lastErr {
+			lastErr = msg
+			report(err)
+		}
+	}
 	check := func() {
 		fi, err := os.Stat(path)
 		if err != nil {
-			last = nil
-			if msg := err.Error(); msg != statErr {
-				statErr = msg
-				report(&Error{Path: path, Caller: -1, Reason: msg})
-			}
+			fail(&Error{Path: path, Caller: -1, Reason: err.Error()})
 			return
 		}
-		statErr = ""
 		if last != nil && unchanged(last, fi) {
 			return
 		}
-		last = fi
 		data, err := readFile(path)
 		if err != nil {
-			report(err)
+			fail(err)
 			return
 		}
+		last, lastErr = fi, ""
 		if tried, err := s.reloadBytes(data, path); tried {
 			report(err)
 		}

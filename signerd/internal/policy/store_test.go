@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -60,7 +61,7 @@ func TestStoreReloadFile(t *testing.T) {
 			if err := os.Chmod(path, 0o666); err != nil {
 				t.Fatal(err)
 			}
-		}, []string{path, "world-writable"}},
+		}, []string{path, "mode 0666"}},
 		{"fail/missing", func() {
 			if err := os.Remove(path); err != nil {
 				t.Fatal(err)
@@ -214,5 +215,121 @@ func TestStoreWatchStopsOnCancel(t *testing.T) {
 	}
 	if errs := got.snapshot(); len(errs) != 1 || errs[0] != nil {
 		t.Errorf("reloads = %v, want one success", errs)
+	}
+}
+
+// TestPolicyFileTrust is finding 7 of issue 7: the policy decides who may mint what, so Load
+// (start) and every reload refuse a file that anyone but root or signerd's uid could rewrite,
+// naming the offending path; a refused reload keeps the policy in force.
+func TestPolicyFileTrust(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// setup makes the bad layout in dir (a 0700 directory holding the valid policy.yaml)
+		// and returns the path signerd is configured with and the path the error must name.
+		setup func(t *testing.T, dir string) (path, offender string)
+		root  bool // needs root to chown to another uid
+	}{
+		{"fail/mode-0666", func(t *testing.T, dir string) (string, string) {
+			p := filepath.Join(dir, "policy.yaml")
+			chmod(t, p, 0o666)
+			return p, p
+		}, false},
+		{"fail/group-writable-parent", func(t *testing.T, dir string) (string, string) {
+			chmod(t, dir, 0o770)
+			return filepath.Join(dir, "policy.yaml"), dir
+		}, false},
+		{"fail/symlink-to-foreign-owned-file", func(t *testing.T, dir string) (string, string) {
+			theirs := filepath.Join(dir, "theirs.yaml")
+			if err := os.WriteFile(theirs, []byte(storeV2), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(theirs, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+			link := filepath.Join(dir, "link.yaml")
+			if err := os.Symlink(theirs, link); err != nil {
+				t.Fatal(err)
+			}
+			return link, theirs
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.root && os.Geteuid() != 0 {
+				t.Skip("needs root to chown to another uid (CI runs as root)")
+			}
+			dir := filepath.Join(t.TempDir(), "etc")
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			good := filepath.Join(dir, "policy.yaml")
+			if err := os.WriteFile(good, []byte(storeV1), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			p, err := Load(good)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := NewStore(p)
+
+			path, offender := tc.setup(t, dir)
+			// At start.
+			_, err = Load(path)
+			wantErrContains(t, err, path, offender)
+			// At reload, explicit (SIGHUP) and polled; the old policy stays.
+			wantErrContains(t, s.ReloadFile(path), path, offender)
+			var got reloads
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan struct{})
+			go func() { defer close(done); s.Watch(ctx, path, 5*time.Millisecond, got.add) }()
+			waitFor(t, "the refusal to be reported", func() bool { return len(got.snapshot()) > 0 })
+			cancel()
+			<-done
+			wantErrContains(t, got.snapshot()[0], offender)
+			if s.Current() != p {
+				t.Fatal("a refused file replaced the policy")
+			}
+		})
+	}
+}
+
+// TestStoreWatchRetriesRefusedFile: repairing a parent directory does not change the file's own
+// stat, so Watch must retry a refused file rather than wait for the file to change.
+func TestStoreWatchRetriesRefusedFile(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "etc")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(path, []byte(storeV1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewStore(p)
+	chmod(t, dir, 0o777)
+	replaceFile(t, path, storeV2)
+	var got reloads
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Watch(ctx, path, 5*time.Millisecond, got.add) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "the refusal to be reported", func() bool { return len(got.snapshot()) == 1 })
+	wantErrContains(t, got.snapshot()[0], dir)
+	if s.Current() != p {
+		t.Fatal("a refused file replaced the policy")
+	}
+	chmod(t, dir, 0o700)
+	waitFor(t, "the repaired file to be loaded", func() bool { return !s.Current().Decide(readAlpha).Allow })
+	if errs := got.snapshot(); len(errs) != 2 || errs[1] != nil {
+		t.Fatalf("reports = %v, want [refusal, nil]", errs)
+	}
+}
+
+func chmod(t *testing.T, path string, mode os.FileMode) {
+	t.Helper()
+	if err := os.Chmod(path, mode); err != nil {
+		t.Fatal(err)
 	}
 }

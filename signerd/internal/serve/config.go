@@ -4,14 +4,17 @@
 // then stops gracefully within a deadline and wipes every key.
 //
 // It refuses to start on an unknown configuration key, a missing policy, a seed file or
-// directory looser than 0600/0700 or owned by another uid (naming the path), and a listener
-// address it cannot bind.
+// directory looser than 0600/0700 or owned by another uid (naming the path), a client CA or
+// policy file that anyone but root or signerd's uid could rewrite (naming the path), a limit
+// out of range, and a listener address it cannot bind. Once serving, it bounds connections and
+// streams by the limits configuration and closes connections over its caps at accept.
 package serve
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -45,6 +48,116 @@ type Config struct {
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `yaml:"log_level"`
+	// Limits bound connections and streams on the gRPC listener; every key has a safe default.
+	Limits LimitsConfig `yaml:"limits"`
+}
+
+// LimitsConfig bounds what clients, authenticated or not, can hold of signerd: file
+// descriptors, handshakes, streams and buffered request bytes. A zero value means the default.
+type LimitsConfig struct {
+	// HandshakeTimeout bounds the TLS handshake and HTTP/2 preface of a new connection, so a
+	// connection that never sends a ClientHello is closed. Default 5s.
+	HandshakeTimeout Duration `yaml:"handshake_timeout"`
+	// MaxConnections caps open connections on the listener; further ones are closed at
+	// accept. Default 512.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerSource caps open connections from one source IP address (not applied
+	// to a Unix socket). Default 64. Daemons on one host share one source address.
+	MaxConnectionsPerSource int `yaml:"max_connections_per_source"`
+	// MaxRecvMsgBytes is the largest request message accepted; a stream announcing a larger
+	// one is refused (RESOURCE_EXHAUSTED) before its body is read. The largest real requests
+	// are a 64 KiB sealed callout request and a 64 KiB Mac payload. Default 131072 (128 KiB);
+	// at least 69632 (68 KiB), at most 4194304.
+	MaxRecvMsgBytes int `yaml:"max_recv_msg_bytes"`
+	// MaxConcurrentStreams caps concurrent calls on one connection. Default 32.
+	MaxConcurrentStreams int `yaml:"max_concurrent_streams"`
+	// MaxHeaderListBytes caps the request header list. Default 16384.
+	MaxHeaderListBytes int `yaml:"max_header_list_bytes"`
+	// KeepaliveMinTime is the shortest interval between client keepalive pings; a client that
+	// pings more often (or, with no call open, more than once in two hours: gRPC's rule when
+	// pings without calls are not permitted) is disconnected. Default 30s.
+	KeepaliveMinTime Duration `yaml:"keepalive_min_time"`
+	// MaxConnectionIdle closes a connection with no call open for this long. Default 5m.
+	MaxConnectionIdle Duration `yaml:"max_connection_idle"`
+	// MaxConnectionAge closes a connection this old (plus or minus 10%), so every client
+	// handshakes again and is verified afresh. Default 1h.
+	MaxConnectionAge Duration `yaml:"max_connection_age"`
+	// MaxConnectionAgeGrace is how long calls in flight on an aged connection may still run
+	// before it is cut. Default 30s.
+	MaxConnectionAgeGrace Duration `yaml:"max_connection_age_grace"`
+}
+
+// Defaults and bounds of LimitsConfig.
+const (
+	DefaultHandshakeTimeout        = 5 * time.Second
+	DefaultMaxConnections          = 512
+	DefaultMaxConnectionsPerSource = 64
+	DefaultMaxRecvMsgBytes         = 128 << 10
+	// MinRecvMsgBytes leaves room for a 64 KiB sealed callout request or Mac payload and the
+	// rest of its message.
+	MinRecvMsgBytes = 68 << 10
+	// MaxRecvMsgBytes is gRPC's own default; a larger limit only lets more bytes be buffered.
+	MaxRecvMsgBytes              = 4 << 20
+	DefaultMaxConcurrentStreams  = 32
+	DefaultMaxHeaderListBytes    = 16 << 10
+	MinHeaderListBytes           = 1 << 10
+	DefaultKeepaliveMinTime      = 30 * time.Second
+	DefaultMaxConnectionIdle     = 5 * time.Minute
+	DefaultMaxConnectionAge      = time.Hour
+	DefaultMaxConnectionAgeGrace = 30 * time.Second
+)
+
+// validate refuses negative and out-of-range values and fills in the defaults.
+func (l *LimitsConfig) validate() error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"max_connections", l.MaxConnections}, {"max_connections_per_source", l.MaxConnectionsPerSource},
+		{"max_recv_msg_bytes", l.MaxRecvMsgBytes}, {"max_concurrent_streams", l.MaxConcurrentStreams},
+		{"max_header_list_bytes", l.MaxHeaderListBytes},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("limits.%s must not be negative", f.name)
+		}
+	}
+	setDefault(&l.HandshakeTimeout, DefaultHandshakeTimeout)
+	setDefault(&l.KeepaliveMinTime, DefaultKeepaliveMinTime)
+	setDefault(&l.MaxConnectionIdle, DefaultMaxConnectionIdle)
+	setDefault(&l.MaxConnectionAge, DefaultMaxConnectionAge)
+	setDefault(&l.MaxConnectionAgeGrace, DefaultMaxConnectionAgeGrace)
+	if l.MaxConnections == 0 {
+		l.MaxConnections = DefaultMaxConnections
+	}
+	if l.MaxConnectionsPerSource == 0 {
+		l.MaxConnectionsPerSource = min(DefaultMaxConnectionsPerSource, l.MaxConnections)
+	}
+	if l.MaxRecvMsgBytes == 0 {
+		l.MaxRecvMsgBytes = DefaultMaxRecvMsgBytes
+	}
+	if l.MaxConcurrentStreams == 0 {
+		l.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if l.MaxHeaderListBytes == 0 {
+		l.MaxHeaderListBytes = DefaultMaxHeaderListBytes
+	}
+	switch {
+	case l.MaxConnectionsPerSource > l.MaxConnections:
+		return fmt.Errorf("limits.max_connections_per_source %d is larger than limits.max_connections %d", l.MaxConnectionsPerSource, l.MaxConnections)
+	case l.MaxRecvMsgBytes < MinRecvMsgBytes || l.MaxRecvMsgBytes > MaxRecvMsgBytes:
+		return fmt.Errorf("limits.max_recv_msg_bytes %d: want %d to %d (the largest request is a 64 KiB sealed callout request)", l.MaxRecvMsgBytes, MinRecvMsgBytes, MaxRecvMsgBytes)
+	case int64(l.MaxConcurrentStreams) > math.MaxUint32:
+		return fmt.Errorf("limits.max_concurrent_streams %d is too large", l.MaxConcurrentStreams)
+	case l.MaxHeaderListBytes < MinHeaderListBytes || int64(l.MaxHeaderListBytes) > math.MaxUint32:
+		return fmt.Errorf("limits.max_header_list_bytes %d: want at least %d", l.MaxHeaderListBytes, MinHeaderListBytes)
+	}
+	return nil
+}
+
+func setDefault(d *Duration, def time.Duration) {
+	if *d == 0 {
+		*d = Duration(def)
+	}
 }
 
 // TLSConfig names the TLS files.
@@ -168,5 +281,5 @@ func (c *Config) validate() error {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = Duration(10 * time.Second)
 	}
-	return nil
+	return c.Limits.validate()
 }

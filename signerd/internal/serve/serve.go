@@ -129,11 +129,11 @@ func Start(cfg *Config, log *slog.Logger, opts Options) (s *Signer, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	svc, err := server.New(server.Config{
-		Keys: s.keys, Policy: s.policy, Limiter: policy.NewLimiter(s.policy.Current, now),
-		Audit: s.audit, Now: now, Logger: log, Metrics: metrics,
-	})
-	if err != nil {
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "signerd_connections_refused_total",
+		Help: "Connections closed at accept because a connection cap was reached, by cap (total, per-source).",
+	}, []string{"cap"})
+	if err := reg.Register(refused); err != nil {
 		return nil, err
 	}
 
@@ -146,10 +146,23 @@ func Start(cfg *Config, log *slog.Logger, opts Options) (s *Signer, err error) {
 		return nil, err
 	}
 	s.reloader = reloader
+	// Every request re-verifies its caller against the CA pool the reloader holds now.
+	peers, err := mtls.NewCallerVerifier(reloader.CAPool, now)
+	if err != nil {
+		return nil, err
+	}
+
+	svc, err := server.New(server.Config{
+		Keys: s.keys, Policy: s.policy, Limiter: policy.NewLimiter(s.policy.Current, now),
+		Audit: s.audit, Peers: peers, Now: now, Logger: log, Metrics: metrics,
+	})
+	if err != nil {
+		return nil, err
+	}
 
 	// No per-call logging interceptor: every decision is in the audit log, and the service logs
 	// denials and internal errors itself. Recovery turns a handler panic into INTERNAL.
-	s.grpc = grpc.NewServer(
+	s.grpc = grpc.NewServer(append(cfg.Limits.ServerOptions(),
 		grpc.Creds(credentials.NewTLS(tlsCfg)),
 		grpc.ChainUnaryInterceptor(recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 			log.Error("panic in handler", "panic", fmt.Sprint(p))
@@ -159,7 +172,7 @@ func Start(cfg *Config, log *slog.Logger, opts Options) (s *Signer, err error) {
 			log.Error("panic in stream handler", "panic", fmt.Sprint(p))
 			return status.Error(codes.Internal, "internal error")
 		}))),
-	)
+	)...)
 	svc.Register(s.grpc)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -168,6 +181,7 @@ func Start(cfg *Config, log *slog.Logger, opts Options) (s *Signer, err error) {
 	if s.lis, err = listen(cfg.Listen); err != nil {
 		return nil, err
 	}
+	s.lis = newLimitListener(s.lis, cfg.Limits, refused)
 	if cfg.MetricsListen != "" {
 		if s.mlis, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
 			return nil, fmt.Errorf("metrics listener: %w", err)

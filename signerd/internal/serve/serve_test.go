@@ -223,6 +223,14 @@ func TestParseConfig(t *testing.T) {
 		{name: "fail/empty-unix-path", yaml: f.yaml(`"unix:"`, "/keys", ""), want: []string{"unix"}},
 		{name: "fail/bad-log-level", yaml: f.yaml("127.0.0.1:0", "/keys", "log_level: loud\n"), want: []string{"loud"}},
 		{name: "fail/bad-duration", yaml: f.yaml("127.0.0.1:0", "/keys", "policy_reload_interval: soon\n"), want: []string{"soon"}},
+		{name: "ok/limits", yaml: f.yaml("127.0.0.1:0", "/keys", "limits: {handshake_timeout: 2s, max_connections: 100, max_connections_per_source: 10, max_recv_msg_bytes: 70000, max_concurrent_streams: 8, max_header_list_bytes: 8192, keepalive_min_time: 1m, max_connection_idle: 1m, max_connection_age: 10m, max_connection_age_grace: 5s}\n")},
+		{name: "fail/limits-unknown-key", yaml: f.yaml("127.0.0.1:0", "/keys", "limits: {max_conns: 1}\n"), want: []string{"max_conns"}},
+		{name: "fail/limits-negative", yaml: f.yaml("127.0.0.1:0", "/keys", "limits: {max_connections: -1}\n"), want: []string{"limits.max_connections", "negative"}},
+		{name: "fail/limits-per-source-over-total", yaml: f.yaml("127.0.0.1:0", "/keys", "limits: {max_connections: 4, max_connections_per_source: 5}\n"), want: []string{"max_connections_per_source"}},
+		{name: "fail/limits-recv-too-small", yaml: f.yaml("127.0.0.1:0", "/keys", "limits: {max_recv_msg_bytes: 4096}\n"), want: []string{"max_recv_msg_bytes", "4096"}},
+		{name: "fail/limits-recv-too-large", yaml: f.yaml("127.0.0.1:0", "/keys", "limits: {max_recv_msg_bytes: 16777216}\n"), want: []string{"max_recv_msg_bytes"}},
+		{name: "fail/limits-header-too-small", yaml: f.yaml("127.0.0.1:0", "/keys", "limits: {max_header_list_bytes: 10}\n"), want: []string{"max_header_list_bytes"}},
+		{name: "fail/limits-negative-duration", yaml: f.yaml("127.0.0.1:0", "/keys", "limits: {max_connection_age: -1s}\n"), want: []string{"negative"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -234,6 +242,12 @@ func TestParseConfig(t *testing.T) {
 				if cfg.PolicyReloadInterval == 0 || cfg.TLS.ReloadInterval == 0 || cfg.ShutdownTimeout == 0 {
 					t.Fatalf("defaults not applied: %+v", cfg)
 				}
+				l := cfg.Limits
+				if l.HandshakeTimeout == 0 || l.MaxConnections == 0 || l.MaxConnectionsPerSource == 0 || l.MaxRecvMsgBytes == 0 ||
+					l.MaxConcurrentStreams == 0 || l.MaxHeaderListBytes == 0 || l.KeepaliveMinTime == 0 || l.MaxConnectionIdle == 0 ||
+					l.MaxConnectionAge == 0 || l.MaxConnectionAgeGrace == 0 {
+					t.Fatalf("limits defaults not applied: %+v", l)
+				}
 				return
 			}
 			if err == nil {
@@ -243,6 +257,45 @@ func TestParseConfig(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not name %q", err, w)
 				}
+			}
+		})
+	}
+}
+
+// TestStartRefusesUntrustedIdentityFiles is finding 7 of issue 7: the client CA and the policy
+// decide who may mint what, so start-up refuses either when anyone but root or signerd's uid
+// could rewrite it (the file or a directory above it), naming the path.
+func TestStartRefusesUntrustedIdentityFiles(t *testing.T) {
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	for _, tt := range []struct {
+		name string
+		// loosen returns the path the error must name.
+		loosen func(t *testing.T, f fixture) string
+	}{
+		{"fail/client-ca-mode-0666", func(t *testing.T, f fixture) string {
+			chmod(t, f.clientCA, 0o666)
+			return f.clientCA
+		}},
+		{"fail/client-ca-dir-group-writable", func(t *testing.T, f fixture) string {
+			dir := filepath.Dir(f.clientCA)
+			chmod(t, dir, 0o770)
+			return dir
+		}},
+		{"fail/policy-mode-0666", func(t *testing.T, f fixture) string {
+			chmod(t, f.policy, 0o666)
+			return f.policy
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t)
+			path := tt.loosen(t, f)
+			s, err := serve.Start(f.config(t, "127.0.0.1:0", f.keyDir, ""), nil, serve.Options{})
+			if err == nil {
+				s.Stop()
+				t.Fatal("Start accepted an identity file others could rewrite")
+			}
+			if !strings.Contains(err.Error(), path) {
+				t.Fatalf("error %q does not name %s", err, path)
 			}
 		})
 	}

@@ -3,7 +3,8 @@
 // from pkg/profiles, caps the lifetime, signs with keys from the keystore, and writes an audit
 // line that is durable before any answer, granted or denied, leaves the process.
 //
-// It refuses: a caller without a verified SPIFFE identity (UNAUTHENTICATED), malformed requests
+// It refuses: a caller without a verified SPIFFE identity, or whose certificate has since
+// expired or no longer chains to the current client CA (UNAUTHENTICATED), malformed requests
 // and parameters that would widen a profile (INVALID_ARGUMENT), anything the policy does not
 // allow (PERMISSION_DENIED with a reason code), callers over their rate (RESOURCE_EXHAUSTED),
 // unknown spaces (NOT_FOUND), and every answer whose audit line could not be made durable
@@ -57,12 +58,23 @@ type Auditor interface {
 
 var _ Auditor = (*audit.Log)(nil)
 
-// Config is what a Service needs. Keys, Policy, Limiter and Audit are required.
+// PeerVerifier re-verifies the caller of each request: its certificate must still be valid now
+// and still chain to the current client CA. *mtls.CallerVerifier implements it.
+type PeerVerifier interface {
+	VerifyPeer(ctx context.Context) error
+}
+
+var _ PeerVerifier = (*mtls.CallerVerifier)(nil)
+
+// Config is what a Service needs. Keys, Policy, Limiter, Audit and Peers are required.
 type Config struct {
 	Keys    *keystore.Store
 	Policy  *policy.Store
 	Limiter *policy.Limiter
 	Audit   Auditor
+	// Peers re-verifies every request's caller certificate (the handshake checked it only
+	// once, when the connection was made).
+	Peers PeerVerifier
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger receives causes of internal errors and one line per denial; nil discards.
@@ -81,6 +93,7 @@ type Service struct {
 	policy  *policy.Store
 	limiter *policy.Limiter
 	audit   Auditor
+	peers   PeerVerifier
 	now     func() time.Time
 	log     *slog.Logger
 	metrics *Metrics
@@ -100,9 +113,11 @@ func New(cfg Config) (*Service, error) {
 		return nil, errors.New("server: no rate limiter")
 	case cfg.Audit == nil:
 		return nil, errors.New("server: no audit log")
+	case cfg.Peers == nil:
+		return nil, errors.New("server: no caller certificate verifier")
 	}
 	s := &Service{keys: cfg.Keys, policy: cfg.Policy, limiter: cfg.Limiter, audit: cfg.Audit,
-		now: cfg.Now, log: cfg.Logger, metrics: cfg.Metrics}
+		peers: cfg.Peers, now: cfg.Now, log: cfg.Logger, metrics: cfg.Metrics}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -148,6 +163,12 @@ func (s *Service) begin(ctx context.Context, rpc policy.RPC) (*call, error) {
 		return c, refuse(codes.Unauthenticated, reasonUnauthenticated, "client certificate carries no usable SPIFFE identity")
 	}
 	c.caller = id
+	// The handshake checked the certificate once; an expired one or a removed CA must also
+	// stop a connection made before.
+	if err := s.peers.VerifyPeer(ctx); err != nil {
+		s.log.Warn("caller certificate no longer verifies", "rpc", string(rpc), "caller", id, "err", err)
+		return c, refuse(codes.Unauthenticated, reasonUnauthenticated, "client certificate expired or no longer issued by a trusted CA")
+	}
 	return c, nil
 }
 
