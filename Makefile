@@ -76,9 +76,14 @@ lint:
 ## detector (last, so a run ends on go test's summary).
 test: test-ts test-go
 
-## test-go: the Go tests with the race detector.
-test-go:
-	$(GO) test -race -count=1 ./...
+## test-go: the Go tests with the race detector; the README's nats CLI commands run against the
+## CLI version pinned in tools/natscli.mod.
+test-go: bin/nats
+	NATS_CLI="$(CURDIR)/bin/nats" $(GO) test -race -count=1 ./...
+
+## bin/nats: the real nats CLI, pinned in its own modfile so it does not touch the main module.
+bin/nats: tools/natscli.mod tools/natscli.sum
+	$(GO) build -modfile=tools/natscli.mod -o $@ github.com/nats-io/natscli/nats
 
 ## test-ts: build bin/signerd, then the TypeScript SDK (tsc) and its node --test suite against
 ## that signerd.

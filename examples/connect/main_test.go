@@ -97,10 +97,7 @@ func TestReadmeConnectExample(t *testing.T) {
 	})
 
 	t.Run("ok/the printed nats CLI command publishes with the inbox prefix", func(t *testing.T) {
-		bin, err := exec.LookPath("nats")
-		if err != nil {
-			t.Skip("the nats CLI is not on PATH (go install github.com/nats-io/natscli/nats@latest)")
-		}
+		bin := natsCLI(t)
 		line := out.String()[strings.Index(out.String(), "nats --server"):]
 		args := strings.Fields(strings.TrimSpace(line))[1:]
 		cmd := exec.CommandContext(ctx, bin, append(args, "--timeout", "5s")...)
@@ -132,4 +129,23 @@ func TestReadmeConnectExample(t *testing.T) {
 			t.Fatalf("nats without --inbox-prefix failed for another reason:\n%s", got)
 		}
 	})
+}
+
+// natsCLI finds the real nats CLI: $NATS_CLI (make test builds the version pinned in
+// tools/natscli.mod into bin/nats and sets it), else nats on PATH. Under CI a missing CLI fails
+// the test instead of skipping it, so the README's CLI commands are always proven there.
+func natsCLI(t *testing.T) string {
+	t.Helper()
+	if bin := os.Getenv("NATS_CLI"); bin != "" {
+		return bin
+	}
+	bin, err := exec.LookPath("nats")
+	if err == nil {
+		return bin
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("the nats CLI is required under CI: set NATS_CLI (make test does) or put nats on PATH: %v", err)
+	}
+	t.Skip("the nats CLI is not on PATH: make test builds it (tools/natscli.mod), or set NATS_CLI")
+	return ""
 }
