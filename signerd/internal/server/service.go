@@ -8,6 +8,12 @@
 // allow (PERMISSION_DENIED with a reason code), callers over their rate (RESOURCE_EXHAUSTED),
 // unknown spaces (NOT_FOUND), and every answer whose audit line could not be made durable
 // (UNAVAILABLE). Causes of internal failures go to the log, never to the caller.
+//
+// The rate limit is asked first, right after the caller's certificate is read and before any
+// byte of the request is: every identity has a bucket (unknown ones, and certificates without
+// an identity by fingerprint, a small one), and a global bucket caps them all. A refusal past a
+// rate is not audited on its own line but counted, and Run writes the counts, one line per
+// caller and reason per interval.
 package server
 
 import (
@@ -85,6 +91,8 @@ type Service struct {
 	log     *slog.Logger
 	metrics *Metrics
 	idem    *idemCache
+	// refusals counts the refusals past a rate limit until Run writes them.
+	refusals *refusalTally
 }
 
 var _ signerv1.SignerServiceServer = (*Service)(nil)
@@ -102,7 +110,7 @@ func New(cfg Config) (*Service, error) {
 		return nil, errors.New("server: no audit log")
 	}
 	s := &Service{keys: cfg.Keys, policy: cfg.Policy, limiter: cfg.Limiter, audit: cfg.Audit,
-		now: cfg.Now, log: cfg.Logger, metrics: cfg.Metrics}
+		now: cfg.Now, log: cfg.Logger, metrics: cfg.Metrics, refusals: newRefusalTally()}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -135,25 +143,47 @@ type call struct {
 	// note is a reason code that qualifies a granted answer in its audit line (for example
 	// "callout-refusal"); empty for a plain grant.
 	note string
+	// limited is the reason of a refusal past a rate limit, which finish counts instead of
+	// auditing; limitKey is the caller key it was charged to (the identity, or the
+	// certificate's fingerprint when it has none).
+	limited  policy.Reason
+	limitKey string
 }
 
-// begin authenticates the caller. A missing identity is returned as a refusal; the call is still
-// audited by finish.
+// begin authenticates the caller and charges the request to its rate, before anything reads the
+// request. A caller past its rate, or past the global cap, is refused RESOURCE_EXHAUSTED and
+// counted by finish, not audited on its own line. A missing identity is returned as a refusal;
+// the call is still audited by finish.
 func (s *Service) begin(ctx context.Context, rpc policy.RPC) (*call, error) {
 	c := &call{start: s.now(), rpc: rpc}
-	id, err := mtls.IdentityFromContext(ctx)
-	if err != nil {
+	id, idErr := mtls.IdentityFromContext(ctx)
+	key := id
+	if idErr != nil {
 		c.caller = "-"
-		s.log.Warn("caller without a usable identity", "rpc", string(rpc), "err", err)
+		key = certKey(ctx)
+	} else {
+		c.caller = id
+	}
+	if v := s.limiter.Allow(key); v != policy.Allowed {
+		c.limited, c.limitKey = v.Reason(), key
+		return c, refuse(codes.ResourceExhausted, policy.ReasonRateLimited, "rate limit exceeded")
+	}
+	if idErr != nil {
+		s.log.Warn("caller without a usable identity", "rpc", string(rpc), "err", idErr)
 		return c, refuse(codes.Unauthenticated, reasonUnauthenticated, "client certificate carries no usable SPIFFE identity")
 	}
-	c.caller = id
 	return c, nil
 }
 
 // finish writes the audit line for c with the outcome err, records metrics, and returns what the
 // caller may see. If the audit line cannot be made durable, the answer is withheld.
 func (s *Service) finish(ctx context.Context, c *call, err error) error {
+	if c.limited != "" {
+		s.refusals.add(c.limitKey, c.limited, c.rpc, c.start)
+		s.metrics.observeRateLimited(string(c.rpc), string(c.limited))
+		s.metrics.observe(string(c.rpc), string(audit.Denied), string(c.limited), s.now().Sub(c.start).Seconds())
+		return publicError(err)
+	}
 	rec := audit.Record{
 		Time: c.start, Caller: c.caller, RPC: string(c.rpc), Space: c.space, Profile: c.profile,
 		Subject: c.subject, RequestID: c.requestID, Decision: audit.Granted,
@@ -188,14 +218,9 @@ func (s *Service) finish(ctx context.Context, c *call, err error) error {
 	return publicError(err)
 }
 
-// decide runs the policy and the rate limiter for req.
+// decide runs the policy for req. The rate was charged in begin.
 func (s *Service) decide(req policy.Request) (policy.Decision, error) {
 	d := s.policy.Current().Decide(req)
-	if d.Caller != "" && !s.limiter.Allow(req.Caller) {
-		if d.Allow {
-			return d, refuse(codes.ResourceExhausted, policy.ReasonRateLimited, "rate limit exceeded")
-		}
-	}
 	if !d.Allow {
 		return d, refuse(codeFor(d.Reason), d.Reason, d.Detail)
 	}
