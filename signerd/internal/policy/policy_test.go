@@ -349,3 +349,21 @@ func TestErrorString(t *testing.T) {
 		t.Error("errors.As failed")
 	}
 }
+
+// TestDecisionCarriesPolicyDigest: a decision names the policy that made it, so signerd can tie
+// what it grants (an idempotent Mint's cached answer) to that policy.
+func TestDecisionCarriesPolicyDigest(t *testing.T) {
+	a, b := mustParse(t, callers(readOnly)), mustParse(t, callers(readOnly)+"# edited\n")
+	if a.Digest() == "" || a.Digest() == b.Digest() {
+		t.Fatalf("digests %q and %q: want two different non-empty digests", a.Digest(), b.Digest())
+	}
+	req := Request{Caller: "spiffe://td/reader", RPC: RPCGetSpace, Space: "alpha"}
+	for _, p := range []*Policy{a, b} {
+		if d := p.Decide(req); d.PolicyDigest != p.Digest() {
+			t.Errorf("Decide: PolicyDigest %q, want %q", d.PolicyDigest, p.Digest())
+		}
+		if e := p.Explain(req); e.Decision.PolicyDigest != p.Digest() {
+			t.Errorf("Explain: PolicyDigest %q, want %q", e.Decision.PolicyDigest, p.Digest())
+		}
+	}
+}

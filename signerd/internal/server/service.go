@@ -41,8 +41,6 @@ import (
 const (
 	// IdempotencyWindow is how long a Mint request_id is remembered.
 	IdempotencyWindow = 10 * time.Minute
-	// DefaultIdempotencyEntries bounds the idempotency cache.
-	DefaultIdempotencyEntries = 100_000
 	// ProofWindow is how far a Remint proof's timestamp may be from signerd's clock.
 	ProofWindow = 60 * time.Second
 	// RemintContext is the domain separator of the Remint proof.
@@ -75,8 +73,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics is optional.
 	Metrics *Metrics
-	// IdempotencyEntries bounds the request_id cache; 0 means DefaultIdempotencyEntries.
-	IdempotencyEntries int
+	// IdempotencyBytes is the request_id cache's byte budget; 0 means DefaultIdempotencyBytes.
+	IdempotencyBytes int64
+	// IdempotencyCallerBytes is one caller's share of it (a caller over its share loses its
+	// own oldest entries); 0 means DefaultIdempotencyCallerBytes, and it is capped at
+	// IdempotencyBytes.
+	IdempotencyCallerBytes int64
 }
 
 // Service implements signerv1.SignerServiceServer.
@@ -108,6 +110,8 @@ func New(cfg Config) (*Service, error) {
 		return nil, errors.New("server: no rate limiter")
 	case cfg.Audit == nil:
 		return nil, errors.New("server: no audit log")
+	case cfg.IdempotencyBytes < 0 || cfg.IdempotencyCallerBytes < 0:
+		return nil, errors.New("server: negative idempotency cache budget")
 	}
 	s := &Service{keys: cfg.Keys, policy: cfg.Policy, limiter: cfg.Limiter, audit: cfg.Audit,
 		now: cfg.Now, log: cfg.Logger, metrics: cfg.Metrics, refusals: newRefusalTally()}
@@ -117,11 +121,14 @@ func New(cfg Config) (*Service, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	n := cfg.IdempotencyEntries
-	if n <= 0 {
-		n = DefaultIdempotencyEntries
+	budget, share := cfg.IdempotencyBytes, cfg.IdempotencyCallerBytes
+	if budget == 0 {
+		budget = DefaultIdempotencyBytes
 	}
-	s.idem = newIdemCache(IdempotencyWindow, n)
+	if share == 0 {
+		share = DefaultIdempotencyCallerBytes
+	}
+	s.idem = newIdemCache(IdempotencyWindow, budget, share)
 	return s, nil
 }
 
