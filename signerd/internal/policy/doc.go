@@ -65,7 +65,7 @@
 //	  # every identity no entry matches, and every certificate without a usable identity
 //	  # (keyed by its SHA-256 fingerprint): one bucket each
 //	  unknown_callers: {per_second: 1, burst: 5}
-//	  global: {per_second: 5000, burst: 10000}  # one bucket over every request of every caller
+//	  global: {per_second: 10000, burst: 20000}  # one bucket over every request of every caller
 //	  refusal_audit_interval: 10s     # refusals past a rate: one audit line per caller and
 //	                                  # reason per interval, with the count (1s..1h)
 //
