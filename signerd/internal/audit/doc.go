@@ -11,11 +11,11 @@
 //   - one JSON object, no whitespace, keys in this order: time, replica, seq,
 //     caller, rpc, space, profile, subject, jti, expiry (omitted when zero),
 //     request_id (omitted when empty), decision, reason (omitted when empty),
-//     prev, hash;
+//     count (omitted when zero), prev, hash;
 //   - strings escape only '"', '\\' and control characters (\b \f \n \r \t,
 //     otherwise \u00XX with lower-case hex); everything else is literal UTF-8;
 //   - times are UTC in RFC 3339 with nanoseconds, trailing zeros trimmed
-//     (time.RFC3339Nano); seq is a decimal integer.
+//     (time.RFC3339Nano); seq and count are decimal integers.
 //
 // [Verify] refuses a line that is valid JSON but not in this form, so that
 // changing any byte of a line (even whitespace or key case) is reported at that

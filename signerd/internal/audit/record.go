@@ -58,6 +58,10 @@ type Record struct {
 	Decision Decision `json:"decision"`
 	// Reason is a stable reason code; required for a denial.
 	Reason string `json:"reason,omitempty"`
+	// Count is how many decisions this one line stands for; omitted (0) for a line that
+	// records one. signerd sets it on the aggregate line it writes per caller and interval
+	// for refusals past a rate limit, which are not written one by one.
+	Count uint64 `json:"count,omitempty"`
 	// Prev is the lower-case hex hash of the previous line on this chain
 	// (the genesis hash for seq 1).
 	Prev string `json:"prev"`
@@ -352,6 +356,10 @@ func encode(b []byte, r *Record) []byte {
 	b = appendField(b, "decision", string(r.Decision))
 	if r.Reason != "" {
 		b = appendField(b, "reason", r.Reason)
+	}
+	if r.Count != 0 {
+		b = append(b, `,"count":`...)
+		b = strconv.AppendUint(b, r.Count, 10)
 	}
 	b = appendField(b, "prev", r.Prev)
 	b = appendField(b, "hash", r.Hash)

@@ -21,7 +21,7 @@ var update = flag.Bool("update", false, "rewrite golden files under testdata/")
 // recordKeys is every key a line may have. Adding a field to Record must be
 // a deliberate change here: nothing that can hold a JWT or a seed belongs.
 var recordKeys = []string{
-	"caller", "decision", "expiry", "hash", "jti", "prev", "profile", "reason",
+	"caller", "count", "decision", "expiry", "hash", "jti", "prev", "profile", "reason",
 	"replica", "request_id", "rpc", "seq", "space", "subject", "time",
 }
 
@@ -31,13 +31,13 @@ func TestRecordHasNoUnknownFields(t *testing.T) {
 	for i := range rt.NumField() {
 		goNames = append(goNames, rt.Field(i).Name)
 	}
-	wantNames := []string{"Time", "Replica", "Seq", "Caller", "RPC", "Space", "Profile", "Subject", "JTI", "Expiry", "RequestID", "Decision", "Reason", "Prev", "Hash"}
+	wantNames := []string{"Time", "Replica", "Seq", "Caller", "RPC", "Space", "Profile", "Subject", "JTI", "Expiry", "RequestID", "Decision", "Reason", "Count", "Prev", "Hash"}
 	if !slices.Equal(goNames, wantNames) {
 		t.Fatalf("Record fields %v, want exactly %v", goNames, wantNames)
 	}
 	full := Record{
 		Time: base, Replica: "r1", Seq: 1, Caller: "c", RPC: "Mint", Space: "s", Profile: "p",
-		Subject: "U", JTI: "J", Expiry: base, RequestID: "q", Decision: Denied, Reason: "x",
+		Subject: "U", JTI: "J", Expiry: base, RequestID: "q", Decision: Denied, Reason: "x", Count: 7,
 		Prev: GenesisHash("r1"), Hash: GenesisHash("r1"),
 	}
 	for name, data := range map[string][]byte{
@@ -69,6 +69,51 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestCountLine: an aggregate line carries its count between reason and prev, the count is
+// covered by the hash, and a zero count is written by leaving the key out, so "count":0 is not
+// canonical.
+func TestCountLine(t *testing.T) {
+	path := logPath(t)
+	l := openLog(t, Config{Path: path}, noSync)
+	agg := Record{Caller: "sha256:00ff", RPC: "Mint", Decision: Denied, Reason: "rate-limited", Count: 25504}
+	for i, r := range []Record{sample(0), agg, sample(1)} {
+		if err := l.Append(context.Background(), r); err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lines := readLines(t, path)
+	if _, err := Verify(bytes.NewReader(join(lines))); err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	if !bytes.Contains(lines[1], []byte(`"decision":"denied","reason":"rate-limited","count":25504,"prev":"`)) {
+		t.Fatalf("aggregate line %s does not carry its count in place", lines[1])
+	}
+	if bytes.Contains(lines[0], []byte(`"count"`)) {
+		t.Fatalf("single line %s carries a count", lines[0])
+	}
+	for _, tc := range []struct {
+		name   string
+		line   int
+		edit   func(string) string
+		reason string
+	}{
+		{"fail/count-changed", 2, func(s string) string { return strings.Replace(s, `"count":25504`, `"count":2`, 1) }, "hash does not match"},
+		{"fail/count-removed", 2, func(s string) string { return strings.Replace(s, `,"count":25504`, ``, 1) }, "hash does not match"},
+		{"fail/count-zero-written", 1, func(s string) string { return strings.Replace(s, `,"prev"`, `,"count":0,"prev"`, 1) }, "canonical"},
+		{"fail/count-negative", 2, func(s string) string { return strings.Replace(s, `"count":25504`, `"count":-1`, 1) }, "wrong type"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Verify(bytes.NewReader(join(replaceIn(lines, tc.line, tc.edit))))
+			if be := wantBreak(t, err, tc.line); !strings.Contains(be.Reason, tc.reason) {
+				t.Fatalf("reason %q does not contain %q", be.Reason, tc.reason)
+			}
+		})
+	}
 }
 
 func TestGenesisHash(t *testing.T) {

@@ -99,6 +99,10 @@ type Decision struct {
 	// the decision was made before a profile rule was found. signerd grants
 	// min(requested or default, profile maximum, TTLCap).
 	TTLCap time.Duration
+	// PolicyDigest is the Digest of the policy that decided, so what is granted can be tied to
+	// the policy it was granted under (signerd's idempotency cache serves a replay only under
+	// the same policy).
+	PolicyDigest string
 }
 
 // Explanation is a decision with the entry that produced it, for `signerd policy explain`.
@@ -114,6 +118,7 @@ type Explanation struct {
 func (p *Policy) Explain(req Request) Explanation {
 	r, bound, ok := p.match(req.Caller)
 	d := decide(req, r, bound, ok)
+	d.PolicyDigest = p.Digest()
 	e := Explanation{Decision: d, BoundSpace: bound}
 	if ok {
 		c := r.clone()
@@ -141,7 +146,9 @@ func (p *Policy) Explain(req Request) Explanation {
 // minimum of the request, the profile maximum and the cap.
 func (p *Policy) Decide(req Request) Decision {
 	r, bound, ok := p.match(req.Caller)
-	return decide(req, r, bound, ok)
+	d := decide(req, r, bound, ok)
+	d.PolicyDigest = p.Digest()
+	return d
 }
 
 func deny(r *rule, reason Reason, format string, args ...any) Decision {

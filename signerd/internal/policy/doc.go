@@ -61,6 +61,13 @@
 //	    rpcs: [GetSpace]
 //	    spaces: [alpha]
 //	    rate: {per_second: 1, burst: 1}
+//	limits:                           # optional, as is each key; the defaults are shown
+//	  # every identity no entry matches, and every certificate without a usable identity
+//	  # (keyed by its SHA-256 fingerprint): one bucket each
+//	  unknown_callers: {per_second: 1, burst: 5}
+//	  global: {per_second: 10000, burst: 20000}  # one bucket over every request of every caller
+//	  refusal_audit_interval: 10s     # refusals past a rate: one audit line per caller and
+//	                                  # reason per interval, with the count (1s..1h)
 //
 // Channel patterns are dotted names whose tokens are [A-Za-z0-9_-]+, or "*" (exactly one token),
 // or, last only, ">" (one or more trailing tokens). Owners are [A-Za-z0-9_]+; roles and
@@ -81,10 +88,21 @@
 // re-issues the presented credential's own permissions, so only its profile, the remint mode
 // and the recorded minter are checked, not its parameters.
 //
+// # Rates
+//
+// Every request is charged, before signerd reads it, to its caller's bucket and to the global
+// bucket (Limiter): a caller an entry matches at the entry's rate, one bucket per identity; any
+// other identity, and any certificate without a usable identity, at limits.unknown_callers. A
+// request either bucket refuses is answered RESOURCE_EXHAUSTED (REASON_RATE_LIMITED) without
+// being parsed, and is not audited on its own line: signerd counts such refusals and writes one
+// audit line per caller and reason every limits.refusal_audit_interval, with the count. The
+// audit and metrics reason is rate-limited for the caller's own bucket and global-rate-limited
+// for the global one.
+//
 // # Serving
 //
-// The server keeps a Store, takes Current() once per request, calls Decide, then Limiter.Allow
-// for any caller that matched an entry, audits the outcome, and grants
+// The server keeps a Store, takes Current() once per request, asks Limiter.Allow as soon as
+// the caller is authenticated, then calls Decide, audits the outcome, and grants
 // min(requested TTL or profile default, profile maximum, Decision.TTLCap). On SIGHUP it calls
 // Store.ReloadFile, which keeps the old policy if the new file is invalid.
 package policy

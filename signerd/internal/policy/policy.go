@@ -89,6 +89,39 @@ type Rate struct {
 	Burst     int
 }
 
+// Limits are the policy-wide limits, set by the file's optional top-level limits block. They
+// bound what the callers entries cannot: identities the policy does not list and the sum of
+// all callers.
+type Limits struct {
+	// UnknownCallers is the token bucket of each identity no entry matches, and of each client
+	// certificate without a usable identity (keyed by its SHA-256 fingerprint).
+	UnknownCallers Rate
+	// Global is one token bucket over every request from every caller, known or not.
+	Global Rate
+	// RefusalAuditInterval is how often the refusals past a rate limit are written to the
+	// audit log, one line per caller and reason with their count.
+	RefusalAuditInterval time.Duration
+}
+
+// DefaultLimits returns the limits of a policy whose file leaves them out. The unknown-caller
+// rate is small: such a caller can only be refused, and each refusal within its burst costs an
+// fsynced audit line. The global cap is a backstop above what one signerd signs on two cores
+// (7 000 to 11 000 Mint/s over mTLS, BENCHMARKS.md), so it never throttles a healthy deployment;
+// it bounds the requests audited one by one when many identities ask at once.
+func DefaultLimits() Limits { return defaultLimits }
+
+var defaultLimits = Limits{
+	UnknownCallers:       Rate{PerSecond: 1, Burst: 5},
+	Global:               Rate{PerSecond: 10000, Burst: 20000},
+	RefusalAuditInterval: 10 * time.Second,
+}
+
+// Bounds of limits.refusal_audit_interval.
+const (
+	MinRefusalAuditInterval = time.Second
+	MaxRefusalAuditInterval = time.Hour
+)
+
 // ProfileRule is what a caller may do with one profile. It is a read-only view: changing a
 // value returned by Policy has no effect on decisions.
 type ProfileRule struct {
@@ -158,6 +191,7 @@ type Policy struct {
 	rules    []*rule
 	exact    map[string]*rule
 	patterns []*rule // in file order
+	limits   Limits
 	digest   string
 }
 
@@ -185,6 +219,15 @@ func (p *Policy) Digest() string {
 		return ""
 	}
 	return p.digest
+}
+
+// Limits returns the policy-wide limits: the file's limits block with DefaultLimits for every
+// key it leaves out. A nil policy has DefaultLimits.
+func (p *Policy) Limits() Limits {
+	if p == nil || p.limits == (Limits{}) {
+		return defaultLimits
+	}
+	return p.limits
 }
 
 // Rules returns a copy of every caller entry in file order.
@@ -271,7 +314,14 @@ func Parse(data []byte) (*Policy, error) { return parse(data, "") }
 // The file form. Field names are the YAML keys; KnownFields makes any other key an error.
 type filePolicy struct {
 	Version int          `yaml:"version"`
+	Limits  *fileLimits  `yaml:"limits"`
 	Callers []fileCaller `yaml:"callers"`
+}
+
+type fileLimits struct {
+	UnknownCallers       *fileRate `yaml:"unknown_callers"`
+	Global               *fileRate `yaml:"global"`
+	RefusalAuditInterval string    `yaml:"refusal_audit_interval"`
 }
 
 type fileCaller struct {
@@ -309,6 +359,8 @@ var yamlTypeNames = strings.NewReplacer(
 	"policy.filePolicy", "the policy",
 	"policy.fileCaller", "a caller",
 	"policy.fileRate", "rate",
+	"policy.fileLimits", "limits",
+	"*policy.fileLimits", "limits",
 	"policy.fileProfile", "a profile rule",
 	"*policy.fileRate", "rate",
 )
@@ -492,6 +544,11 @@ func (c *compiler) compile(f *filePolicy) (*Policy, error) {
 			Reason: "no callers listed; a policy that allows nothing is refused as a likely mistake"}
 	}
 	p := &Policy{exact: make(map[string]*rule)}
+	limits, err := c.compileLimits(f.Limits)
+	if err != nil {
+		return nil, err
+	}
+	p.limits = limits
 	seen := make(map[string]int)
 	for i := range f.Callers {
 		r, err := c.compileCaller(i, &f.Callers[i])
@@ -516,6 +573,48 @@ func (c *compiler) compile(f *filePolicy) (*Policy, error) {
 		p.rules = append(p.rules, r)
 	}
 	return p, nil
+}
+
+// compileLimits checks the limits block and fills what it leaves out from DefaultLimits.
+func (c *compiler) compileLimits(fl *fileLimits) (Limits, error) {
+	l := defaultLimits
+	if fl == nil {
+		return l, nil
+	}
+	limitErr := func(field string, at []any, format string, args ...any) error {
+		return &Error{Path: c.path, Line: c.lines.at(append([]any{"limits"}, at...)...), Caller: -1,
+			Field: "limits." + field, Reason: fmt.Sprintf(format, args...)}
+	}
+	for _, r := range []struct {
+		key string
+		in  *fileRate
+		out *Rate
+	}{
+		{"unknown_callers", fl.UnknownCallers, &l.UnknownCallers},
+		{"global", fl.Global, &l.Global},
+	} {
+		if r.in == nil {
+			continue
+		}
+		if ps := r.in.PerSecond; !(ps > 0) || math.IsInf(ps, 0) {
+			return Limits{}, limitErr(r.key+".per_second", []any{r.key, "per_second"}, "must be a finite number > 0, got %v", ps)
+		}
+		if r.in.Burst < 1 {
+			return Limits{}, limitErr(r.key+".burst", []any{r.key, "burst"}, "must be >= 1, got %d", r.in.Burst)
+		}
+		*r.out = Rate{PerSecond: r.in.PerSecond, Burst: r.in.Burst}
+	}
+	if s := fl.RefusalAuditInterval; s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return Limits{}, limitErr("refusal_audit_interval", []any{"refusal_audit_interval"}, "%q: not a duration (for example 10s)", s)
+		}
+		if d < MinRefusalAuditInterval || d > MaxRefusalAuditInterval {
+			return Limits{}, limitErr("refusal_audit_interval", []any{"refusal_audit_interval"}, "%q: must be between %v and %v", s, MinRefusalAuditInterval, MaxRefusalAuditInterval)
+		}
+		l.RefusalAuditInterval = d
+	}
+	return l, nil
 }
 
 func (c *compiler) compileCaller(i int, fc *fileCaller) (*rule, error) {

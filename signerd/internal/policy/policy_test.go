@@ -104,6 +104,9 @@ func TestDocExampleParses(t *testing.T) {
 	if a, b := withoutLines(doc.Rules()), withoutLines(file.Rules()); !reflect.DeepEqual(a, b) {
 		t.Errorf("doc example and testdata/example.yaml differ:\n%+v\n%+v", a, b)
 	}
+	if doc.Limits() != file.Limits() || file.Limits() != DefaultLimits() {
+		t.Errorf("limits: doc %+v, example %+v; both should show the defaults %+v", doc.Limits(), file.Limits(), DefaultLimits())
+	}
 }
 
 func TestParseErrors(t *testing.T) {
@@ -191,6 +194,13 @@ func TestParseErrors(t *testing.T) {
 		{"fail/channel-duplicate", mint("      agent: {ttl_max: 1h, channels: [a, a]}\n"), 0, "profiles.agent.channels[1]", 8, []string{"duplicate"}},
 		{"fail/exclude-channel-malformed", mint("      agent:\n        ttl_max: 1h\n        exclude_channels: [\"a b\"]\n"), 0, "profiles.agent.exclude_channels[0]", 10, []string{"not one of"}},
 		{"fail/remint-mode", mint("      agent: {ttl_max: 1h, remint: mine}\n"), 0, "profiles.agent.remint", 8, []string{"own, any or none"}},
+		{"fail/limits-unknown-key", "version: 1\nlimits:\n  unknown: {per_second: 1, burst: 1}\ncallers:\n" + readOnly, -1, "unknown", 3, []string{"unknown key in limits"}},
+		{"fail/limits-unknown-rate-zero", "version: 1\nlimits:\n  unknown_callers: {per_second: 0, burst: 1}\ncallers:\n" + readOnly, -1, "limits.unknown_callers.per_second", 3, []string{"> 0"}},
+		{"fail/limits-global-burst-zero", "version: 1\nlimits:\n  global: {per_second: 10}\ncallers:\n" + readOnly, -1, "limits.global.burst", 3, []string{">= 1"}},
+		{"fail/limits-global-rate-inf", "version: 1\nlimits:\n  global: {per_second: .inf, burst: 1}\ncallers:\n" + readOnly, -1, "limits.global.per_second", 3, []string{"finite"}},
+		{"fail/limits-interval-unparsable", "version: 1\nlimits:\n  refusal_audit_interval: 10\ncallers:\n" + readOnly, -1, "limits.refusal_audit_interval", 3, []string{"not a duration"}},
+		{"fail/limits-interval-too-short", "version: 1\nlimits:\n  refusal_audit_interval: 100ms\ncallers:\n" + readOnly, -1, "limits.refusal_audit_interval", 3, []string{"between 1s and 1h0m0s"}},
+		{"fail/limits-interval-too-long", "version: 1\nlimits:\n  refusal_audit_interval: 2h\ncallers:\n" + readOnly, -1, "limits.refusal_audit_interval", 3, []string{"between"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := Parse([]byte(tc.src))
@@ -212,6 +222,35 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("error %q does not name the caller", err)
 			}
 		})
+	}
+}
+
+// TestParseLimits: the limits block is optional, each key in it too, and what it leaves out is
+// the default.
+func TestParseLimits(t *testing.T) {
+	def := DefaultLimits()
+	for _, tc := range []struct {
+		name string
+		src  string
+		want Limits
+	}{
+		{"ok/absent", callers(readOnly), def},
+		{"ok/empty", "limits: {}\n" + callers(readOnly), def},
+		{"ok/unknown-only", "limits:\n  unknown_callers: {per_second: 0.5, burst: 2}\n" + callers(readOnly),
+			Limits{UnknownCallers: Rate{PerSecond: 0.5, Burst: 2}, Global: def.Global, RefusalAuditInterval: def.RefusalAuditInterval}},
+		{"ok/all", "limits:\n  unknown_callers: {per_second: 2, burst: 3}\n  global: {per_second: 100, burst: 200}\n  refusal_audit_interval: 1m\n" + callers(readOnly),
+			Limits{UnknownCallers: Rate{PerSecond: 2, Burst: 3}, Global: Rate{PerSecond: 100, Burst: 200}, RefusalAuditInterval: time.Minute}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := mustParse(t, tc.src)
+			if got := p.Limits(); got != tc.want {
+				t.Errorf("Limits() = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	var nilPolicy *Policy
+	if got := nilPolicy.Limits(); got != def {
+		t.Errorf("nil policy Limits() = %+v, want the defaults %+v", got, def)
 	}
 }
 
@@ -308,5 +347,23 @@ func TestErrorString(t *testing.T) {
 	var target *Error
 	if !errors.As(error(e), &target) {
 		t.Error("errors.As failed")
+	}
+}
+
+// TestDecisionCarriesPolicyDigest: a decision names the policy that made it, so signerd can tie
+// what it grants (an idempotent Mint's cached answer) to that policy.
+func TestDecisionCarriesPolicyDigest(t *testing.T) {
+	a, b := mustParse(t, callers(readOnly)), mustParse(t, callers(readOnly)+"# edited\n")
+	if a.Digest() == "" || a.Digest() == b.Digest() {
+		t.Fatalf("digests %q and %q: want two different non-empty digests", a.Digest(), b.Digest())
+	}
+	req := Request{Caller: "spiffe://td/reader", RPC: RPCGetSpace, Space: "alpha"}
+	for _, p := range []*Policy{a, b} {
+		if d := p.Decide(req); d.PolicyDigest != p.Digest() {
+			t.Errorf("Decide: PolicyDigest %q, want %q", d.PolicyDigest, p.Digest())
+		}
+		if e := p.Explain(req); e.Decision.PolicyDigest != p.Digest() {
+			t.Errorf("Explain: PolicyDigest %q, want %q", e.Decision.PolicyDigest, p.Digest())
+		}
 	}
 }

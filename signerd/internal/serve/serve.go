@@ -43,6 +43,8 @@ type Signer struct {
 	keys     *keystore.Store
 	policy   *policy.Store
 	audit    *audit.Log
+	svc      *server.Service
+	flushEnd func() // ends svc.Run after its last write of refusal counts; set by Run
 	grpc     *grpc.Server
 	health   *health.Server
 	lis      net.Listener
@@ -159,6 +161,7 @@ func Start(cfg *Config, log *slog.Logger, opts Options) (s *Signer, err error) {
 	if err != nil {
 		return nil, err
 	}
+	s.svc = svc
 
 	// No per-call logging interceptor: every decision is in the audit log, and the service logs
 	// denials and internal errors itself. Recovery turns a handler panic into INTERNAL.
@@ -246,6 +249,13 @@ func (s *Signer) Run(ctx context.Context) error {
 		s.log.Warn("TLS files not reloaded; keeping the current ones", "err", err)
 	})
 
+	// The service's refusal flusher outlives serving: shutdown ends it once gRPC has stopped,
+	// so its last write holds every refusal counted, and before the audit log is closed.
+	flushCtx, stopFlush := context.WithCancel(context.WithoutCancel(ctx))
+	flushed := make(chan struct{})
+	go func() { defer close(flushed); _ = s.svc.Run(flushCtx) }()
+	s.flushEnd = func() { stopFlush(); <-flushed }
+
 	errc := make(chan error, 3)
 	go s.watchAudit(ctx, errc)
 	go func() { errc <- s.grpc.Serve(s.lis) }()
@@ -295,6 +305,9 @@ func (s *Signer) shutdown() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = s.metrics.Shutdown(ctx)
 		cancel()
+	}
+	if s.flushEnd != nil {
+		s.flushEnd()
 	}
 	s.closeAll()
 	s.log.Info("signerd stopped")

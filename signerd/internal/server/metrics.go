@@ -7,9 +7,10 @@ import (
 // Metrics are signerd's Prometheus instruments. They carry no caller identity, space or subject
 // labels: cardinality stays bounded and the metrics endpoint reveals nothing about who asked.
 type Metrics struct {
-	requests   *prometheus.CounterVec
-	latency    *prometheus.HistogramVec
-	auditBatch prometheus.Histogram
+	requests    *prometheus.CounterVec
+	rateLimited *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
+	auditBatch  prometheus.Histogram
 }
 
 // NewMetrics registers signerd's instruments with reg.
@@ -19,6 +20,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: "signerd", Name: "requests_total",
 			Help: "SignerService requests by RPC, decision (granted, denied, error) and reason code.",
 		}, []string{"rpc", "decision", "reason"}),
+		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "signerd", Name: "rate_limited_total",
+			Help: "Requests refused past a rate limit before being read, by RPC and reason " +
+				"(rate-limited: the caller's own rate; global-rate-limited: the global cap). They are " +
+				"audited in aggregate, one line per caller and reason per interval, and also counted in requests_total.",
+		}, []string{"rpc", "reason"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "signerd", Name: "request_duration_seconds",
 			Help:    "SignerService request latency, including the audit fsync.",
@@ -30,7 +37,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.auditBatch} {
+	for _, c := range []prometheus.Collector{m.requests, m.rateLimited, m.latency, m.auditBatch} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -51,4 +58,11 @@ func (m *Metrics) observe(rpc, decision, reason string, seconds float64) {
 	}
 	m.requests.WithLabelValues(rpc, decision, reason).Inc()
 	m.latency.WithLabelValues(rpc).Observe(seconds)
+}
+
+func (m *Metrics) observeRateLimited(rpc, reason string) {
+	if m == nil {
+		return
+	}
+	m.rateLimited.WithLabelValues(rpc, reason).Inc()
 }

@@ -103,7 +103,7 @@ func (s *Service) mint(c *call, req *signerv1.MintRequest) (*signerv1.MintRespon
 	var digest [32]byte
 	if c.requestID != "" {
 		digest = requestDigest(req)
-		if prev, same, found := s.idem.get(idemKey{c.caller, c.requestID}, digest, s.now()); found {
+		if prev, same, found := s.idem.get(idemKey{c.caller, c.requestID}, digest, d.PolicyDigest, s.now()); found {
 			return s.replay(c, prev, same)
 		}
 	}
@@ -114,7 +114,7 @@ func (s *Service) mint(c *call, req *signerv1.MintRequest) (*signerv1.MintRespon
 	}
 	resp := &signerv1.MintResponse{Credential: cred}
 	if c.requestID != "" {
-		stored, same := s.idem.put(idemKey{c.caller, c.requestID}, digest, resp, s.now())
+		stored, same := s.idem.put(idemKey{c.caller, c.requestID}, digest, d.PolicyDigest, resp, s.now())
 		if stored != proto.Message(resp) {
 			return s.replay(c, stored, same)
 		}

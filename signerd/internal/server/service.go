@@ -9,6 +9,12 @@
 // allow (PERMISSION_DENIED with a reason code), callers over their rate (RESOURCE_EXHAUSTED),
 // unknown spaces (NOT_FOUND), and every answer whose audit line could not be made durable
 // (UNAVAILABLE). Causes of internal failures go to the log, never to the caller.
+//
+// The rate limit is asked first, right after the caller's certificate is read and before any
+// byte of the request is: every identity has a bucket (unknown ones, and certificates without
+// an identity by fingerprint, a small one), and a global bucket caps them all. A refusal past a
+// rate is not audited on its own line but counted, and Run writes the counts, one line per
+// caller and reason per interval.
 package server
 
 import (
@@ -36,8 +42,6 @@ import (
 const (
 	// IdempotencyWindow is how long a Mint request_id is remembered.
 	IdempotencyWindow = 10 * time.Minute
-	// DefaultIdempotencyEntries bounds the idempotency cache.
-	DefaultIdempotencyEntries = 100_000
 	// ProofWindow is how far a Remint proof's timestamp may be from signerd's clock.
 	ProofWindow = 60 * time.Second
 	// RemintContext is the domain separator of the Remint proof.
@@ -81,8 +85,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics is optional.
 	Metrics *Metrics
-	// IdempotencyEntries bounds the request_id cache; 0 means DefaultIdempotencyEntries.
-	IdempotencyEntries int
+	// IdempotencyBytes is the request_id cache's byte budget; 0 means DefaultIdempotencyBytes.
+	IdempotencyBytes int64
+	// IdempotencyCallerBytes is one caller's share of it (a caller over its share loses its
+	// own oldest entries); 0 means DefaultIdempotencyCallerBytes, and it is capped at
+	// IdempotencyBytes.
+	IdempotencyCallerBytes int64
 }
 
 // Service implements signerv1.SignerServiceServer.
@@ -98,6 +106,8 @@ type Service struct {
 	log     *slog.Logger
 	metrics *Metrics
 	idem    *idemCache
+	// refusals counts the refusals past a rate limit until Run writes them.
+	refusals *refusalTally
 }
 
 var _ signerv1.SignerServiceServer = (*Service)(nil)
@@ -115,20 +125,25 @@ func New(cfg Config) (*Service, error) {
 		return nil, errors.New("server: no audit log")
 	case cfg.Peers == nil:
 		return nil, errors.New("server: no caller certificate verifier")
+	case cfg.IdempotencyBytes < 0 || cfg.IdempotencyCallerBytes < 0:
+		return nil, errors.New("server: negative idempotency cache budget")
 	}
 	s := &Service{keys: cfg.Keys, policy: cfg.Policy, limiter: cfg.Limiter, audit: cfg.Audit,
-		peers: cfg.Peers, now: cfg.Now, log: cfg.Logger, metrics: cfg.Metrics}
+		peers: cfg.Peers, now: cfg.Now, log: cfg.Logger, metrics: cfg.Metrics, refusals: newRefusalTally()}
 	if s.now == nil {
 		s.now = time.Now
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	n := cfg.IdempotencyEntries
-	if n <= 0 {
-		n = DefaultIdempotencyEntries
+	budget, share := cfg.IdempotencyBytes, cfg.IdempotencyCallerBytes
+	if budget == 0 {
+		budget = DefaultIdempotencyBytes
 	}
-	s.idem = newIdemCache(IdempotencyWindow, n)
+	if share == 0 {
+		share = DefaultIdempotencyCallerBytes
+	}
+	s.idem = newIdemCache(IdempotencyWindow, budget, share)
 	return s, nil
 }
 
@@ -150,21 +165,38 @@ type call struct {
 	// note is a reason code that qualifies a granted answer in its audit line (for example
 	// "callout-refusal"); empty for a plain grant.
 	note string
+	// limited is the reason of a refusal past a rate limit, which finish counts instead of
+	// auditing; limitKey is the caller key it was charged to (the identity, or the
+	// certificate's fingerprint when it has none).
+	limited  policy.Reason
+	limitKey string
 }
 
-// begin authenticates the caller. A missing identity is returned as a refusal; the call is still
-// audited by finish.
+// begin authenticates the caller and charges the request to its rate, before anything reads the
+// request. A caller past its rate, or past the global cap, is refused RESOURCE_EXHAUSTED and
+// counted by finish, not audited on its own line. A missing identity is returned as a refusal;
+// the call is still audited by finish.
 func (s *Service) begin(ctx context.Context, rpc policy.RPC) (*call, error) {
 	c := &call{start: s.now(), rpc: rpc}
-	id, err := mtls.IdentityFromContext(ctx)
-	if err != nil {
+	id, idErr := mtls.IdentityFromContext(ctx)
+	key := id
+	if idErr != nil {
 		c.caller = "-"
-		s.log.Warn("caller without a usable identity", "rpc", string(rpc), "err", err)
+		key = certKey(ctx)
+	} else {
+		c.caller = id
+	}
+	if v := s.limiter.Allow(key); v != policy.Allowed {
+		c.limited, c.limitKey = v.Reason(), key
+		return c, refuse(codes.ResourceExhausted, policy.ReasonRateLimited, "rate limit exceeded")
+	}
+	if idErr != nil {
+		s.log.Warn("caller without a usable identity", "rpc", string(rpc), "err", idErr)
 		return c, refuse(codes.Unauthenticated, reasonUnauthenticated, "client certificate carries no usable SPIFFE identity")
 	}
-	c.caller = id
 	// The handshake checked the certificate once; an expired one or a removed CA must also
-	// stop a connection made before.
+	// stop a connection made before. Asked after the rate limit, so a flood with a revoked
+	// certificate is counted, not audited line by line.
 	if err := s.peers.VerifyPeer(ctx); err != nil {
 		s.log.Warn("caller certificate no longer verifies", "rpc", string(rpc), "caller", id, "err", err)
 		return c, refuse(codes.Unauthenticated, reasonUnauthenticated, "client certificate expired or no longer issued by a trusted CA")
@@ -175,6 +207,12 @@ func (s *Service) begin(ctx context.Context, rpc policy.RPC) (*call, error) {
 // finish writes the audit line for c with the outcome err, records metrics, and returns what the
 // caller may see. If the audit line cannot be made durable, the answer is withheld.
 func (s *Service) finish(ctx context.Context, c *call, err error) error {
+	if c.limited != "" {
+		s.refusals.add(c.limitKey, c.limited, c.rpc, c.start)
+		s.metrics.observeRateLimited(string(c.rpc), string(c.limited))
+		s.metrics.observe(string(c.rpc), string(audit.Denied), string(c.limited), s.now().Sub(c.start).Seconds())
+		return publicError(err)
+	}
 	rec := audit.Record{
 		Time: c.start, Caller: c.caller, RPC: string(c.rpc), Space: c.space, Profile: c.profile,
 		Subject: c.subject, RequestID: c.requestID, Decision: audit.Granted,
@@ -209,14 +247,9 @@ func (s *Service) finish(ctx context.Context, c *call, err error) error {
 	return publicError(err)
 }
 
-// decide runs the policy and the rate limiter for req.
+// decide runs the policy for req. The rate was charged in begin.
 func (s *Service) decide(req policy.Request) (policy.Decision, error) {
 	d := s.policy.Current().Decide(req)
-	if d.Caller != "" && !s.limiter.Allow(req.Caller) {
-		if d.Allow {
-			return d, refuse(codes.ResourceExhausted, policy.ReasonRateLimited, "rate limit exceeded")
-		}
-	}
 	if !d.Allow {
 		return d, refuse(codeFor(d.Reason), d.Reason, d.Detail)
 	}
