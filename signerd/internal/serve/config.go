@@ -22,6 +22,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/cotalgo/cotal/signerd/internal/audit"
+	"github.com/cotalgo/cotal/signerd/internal/server"
 )
 
 // Config is signerd serve's configuration file.
@@ -50,6 +51,34 @@ type Config struct {
 	LogLevel string `yaml:"log_level"`
 	// Limits bound connections and streams on the gRPC listener; every key has a safe default.
 	Limits LimitsConfig `yaml:"limits"`
+	// Idempotency bounds the Mint request_id cache; every key has a safe default.
+	Idempotency IdempotencyConfig `yaml:"idempotency"`
+}
+
+// IdempotencyConfig bounds the memory the Mint request_id cache may hold. A zero value means the
+// server package default; a negative one, or a caller share above the total, stops start-up.
+type IdempotencyConfig struct {
+	// MaxBytes is the cache's byte budget. Default 64 MiB.
+	MaxBytes int64 `yaml:"max_bytes"`
+	// CallerBytes is one caller's share of it: a caller over its share loses its own oldest
+	// entries, never another caller's. Default 16 MiB.
+	CallerBytes int64 `yaml:"caller_bytes"`
+}
+
+func (c *IdempotencyConfig) validate() error {
+	if c.MaxBytes < 0 || c.CallerBytes < 0 {
+		return errors.New("idempotency: max_bytes and caller_bytes must not be negative")
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = server.DefaultIdempotencyBytes
+	}
+	if c.CallerBytes == 0 {
+		c.CallerBytes = min(server.DefaultIdempotencyCallerBytes, c.MaxBytes)
+	}
+	if c.CallerBytes > c.MaxBytes {
+		return fmt.Errorf("idempotency.caller_bytes %d is more than idempotency.max_bytes %d", c.CallerBytes, c.MaxBytes)
+	}
+	return nil
 }
 
 // LimitsConfig bounds what clients, authenticated or not, can hold of signerd: file
@@ -280,6 +309,9 @@ func (c *Config) validate() error {
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = Duration(10 * time.Second)
+	}
+	if err := c.Idempotency.validate(); err != nil {
+		return err
 	}
 	return c.Limits.validate()
 }

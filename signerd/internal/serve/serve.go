@@ -157,6 +157,7 @@ func Start(cfg *Config, log *slog.Logger, opts Options) (s *Signer, err error) {
 	svc, err := server.New(server.Config{
 		Keys: s.keys, Policy: s.policy, Limiter: policy.NewLimiter(s.policy.Current, now),
 		Audit: s.audit, Peers: peers, Now: now, Logger: log, Metrics: metrics,
+		IdempotencyBytes: cfg.Idempotency.MaxBytes, IdempotencyCallerBytes: cfg.Idempotency.CallerBytes,
 	})
 	if err != nil {
 		return nil, err

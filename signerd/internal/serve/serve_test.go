@@ -30,6 +30,7 @@ import (
 	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/signerd/internal/keystore"
 	"github.com/cotalgo/cotal/signerd/internal/serve"
+	"github.com/cotalgo/cotal/signerd/internal/server"
 	"github.com/cotalgo/cotal/signerd/internal/setup"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
@@ -230,6 +231,9 @@ func TestParseConfig(t *testing.T) {
 		{name: "fail/limits-recv-too-small", yaml: f.yaml("127.0.0.1:0", "/keys", "limits: {max_recv_msg_bytes: 4096}\n"), want: []string{"max_recv_msg_bytes", "4096"}},
 		{name: "fail/limits-recv-too-large", yaml: f.yaml("127.0.0.1:0", "/keys", "limits: {max_recv_msg_bytes: 16777216}\n"), want: []string{"max_recv_msg_bytes"}},
 		{name: "fail/limits-header-too-small", yaml: f.yaml("127.0.0.1:0", "/keys", "limits: {max_header_list_bytes: 10}\n"), want: []string{"max_header_list_bytes"}},
+		{name: "fail/idempotency-unknown-key", yaml: f.yaml("127.0.0.1:0", "/keys", "idempotency: {entries: 10}\n"), want: []string{"entries"}},
+		{name: "fail/idempotency-negative", yaml: f.yaml("127.0.0.1:0", "/keys", "idempotency: {max_bytes: -1}\n"), want: []string{"idempotency", "negative"}},
+		{name: "fail/idempotency-share-over-total", yaml: f.yaml("127.0.0.1:0", "/keys", "idempotency: {max_bytes: 1048576, caller_bytes: 2097152}\n"), want: []string{"idempotency.caller_bytes"}},
 		{name: "fail/limits-negative-duration", yaml: f.yaml("127.0.0.1:0", "/keys", "limits: {max_connection_age: -1s}\n"), want: []string{"negative"}},
 	}
 	for _, tt := range tests {
@@ -582,4 +586,29 @@ callers:
 		}
 		return nil
 	})
+}
+
+// TestIdempotencyConfig: the request_id cache's budgets default to the server package's and a
+// share is never more than the total.
+func TestIdempotencyConfig(t *testing.T) {
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	f := fixture{cert: "/c.pem", key: "/k.pem", clientCA: "/ca.pem", publicDir: "/pub", policy: "/p.yaml", auditPath: "/a/log"}
+	for _, tt := range []struct {
+		name, extra       string
+		wantMax, wantUser int64
+	}{
+		{"ok/defaults", "", server.DefaultIdempotencyBytes, server.DefaultIdempotencyCallerBytes},
+		{"ok/set", "idempotency: {max_bytes: 8388608, caller_bytes: 1048576}\n", 8 << 20, 1 << 20},
+		{"ok/small-total-caps-default-share", "idempotency: {max_bytes: 4194304}\n", 4 << 20, 4 << 20},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := serve.ParseConfig([]byte(f.yaml("127.0.0.1:0", "/keys", tt.extra)))
+			if err != nil {
+				t.Fatalf("ParseConfig: %v", err)
+			}
+			if cfg.Idempotency.MaxBytes != tt.wantMax || cfg.Idempotency.CallerBytes != tt.wantUser {
+				t.Fatalf("idempotency = %+v, want max %d caller %d", cfg.Idempotency, tt.wantMax, tt.wantUser)
+			}
+		})
+	}
 }
