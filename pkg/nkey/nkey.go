@@ -37,7 +37,9 @@ type Error struct {
 	Reason string
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("not a canonical %s public nkey: %s", e.Kind, e.Reason) }
+func (e *Error) Error() string {
+	return fmt.Sprintf("not a canonical %s public nkey: %s", e.Kind, e.Reason)
+}
 
 // Is reports whether target is ErrNotCanonical.
 func (e *Error) Is(target error) bool { return target == ErrNotCanonical }
