@@ -261,10 +261,10 @@ func (s *Spec) Claims(userPub, issuerAccount string, now time.Time, ttl time.Dur
 	}
 	// Canonical spelling only: nkeys' own validators accept CR and LF inside a key.
 	if err := nkey.CheckUser(userPub); err != nil {
-		return nil, refuse(s.Profile, "userPub", "%v", err)
+		return nil, refuse(s.Profile, "userPub", "%.64q is not a user public nkey (%v)", userPub, err)
 	}
 	if err := nkey.CheckAccount(issuerAccount); err != nil {
-		return nil, refuse(s.Profile, "issuerAccount", "%v", err)
+		return nil, refuse(s.Profile, "issuerAccount", "%.64q is not an account public nkey (%v)", issuerAccount, err)
 	}
 	switch {
 	case s.Lifetime.NoExpiry && ttl != 0:
