@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/nkey"
 	"github.com/cotalgo/cotal/pkg/profiles"
 	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/signerd/internal/policy"
@@ -39,9 +41,15 @@ func (s *Service) Remint(ctx context.Context, req *signerv1.RemintRequest) (*sig
 }
 
 func (s *Service) remint(c *call, req *signerv1.RemintRequest) (*signerv1.RemintResponse, error) {
-	c.space = req.GetSpace()
-	if err := space.ValidateName(c.space); err != nil {
+	if err := space.ValidateName(req.GetSpace()); err != nil {
 		return nil, invalid(err.Error())
+	}
+	c.space = req.GetSpace()
+	// The policy first, on the caller, the RPC and the space alone: a caller it does not know, or
+	// does not allow to Remint here, must not learn from UNKNOWN_SPACE or BAD_PROOF which spaces
+	// exist or what a credential holds.
+	if err := s.admit(policy.Request{Caller: c.caller, RPC: policy.RPCRemint, Space: c.space}); err != nil {
+		return nil, err
 	}
 	token := req.GetJwt()
 	if token == "" || len(token) > MaxJWTBytes {
@@ -50,7 +58,7 @@ func (s *Service) remint(c *call, req *signerv1.RemintRequest) (*signerv1.Remint
 	if len(req.GetProof()) != ed25519.SignatureSize {
 		return nil, invalid("proof must be a 64-byte Ed25519 signature")
 	}
-	requested, err := durationOf(req.GetTtl())
+	requested, err := RequestedTTL(req.GetTtl())
 	if err != nil {
 		return nil, err
 	}
@@ -59,6 +67,11 @@ func (s *Service) remint(c *call, req *signerv1.RemintRequest) (*signerv1.Remint
 	uc, err := jwt.DecodeUserClaims(token)
 	if err != nil {
 		return nil, invalid("jwt is not a valid user JWT")
+	}
+	// A signer before the canonical-key check could have issued a credential to "U…\r\n…";
+	// it is not renewed.
+	if err := nkey.CheckUser(uc.Subject); err != nil {
+		return nil, invalid("credential subject is " + err.Error())
 	}
 	c.subject = uc.Subject
 	sp, err := s.space(c.space)
@@ -75,7 +88,9 @@ func (s *Service) remint(c *call, req *signerv1.RemintRequest) (*signerv1.Remint
 	if name.Account() == profiles.AccountAuth {
 		signers = sp.Trust.AuthSigningKeys()
 	}
-	if key == nil || uc.IssuerAccount != account || !slices.Contains(signers, uc.Issuer) {
+	// Every credential this signer issues names its minter, which "remint: own" needs.
+	minterTag := minterTagOf(uc.Tags)
+	if key == nil || uc.IssuerAccount != account || !slices.Contains(signers, uc.Issuer) || minterTag == "" {
 		return nil, refuse(codes.PermissionDenied, reasonForeignCredential, "credential was not issued by this signer for this space")
 	}
 	now := s.now()
@@ -96,29 +111,32 @@ func (s *Service) remint(c *call, req *signerv1.RemintRequest) (*signerv1.Remint
 	if holder.Verify(RemintProofMessage(c.space, uc.ID, req.GetProofUnixSeconds()), req.GetProof()) != nil {
 		return nil, refuse(codes.PermissionDenied, reasonBadProof, "proof does not verify against the credential's subject")
 	}
+
+	// Rebuild, not copy: the parameters the credential was minted with go through the profile
+	// and the policy in force, exactly as a Mint of them would, so a narrowed rule or a fixed
+	// profile reaches the renewed credential.
+	params, err := paramsFromTags(uc.Tags)
+	if err != nil {
+		if errors.Is(err, errNoParams) {
+			return nil, invalid("credential was minted before signerd recorded its parameters and cannot be rebuilt; mint a new one")
+		}
+		return nil, invalid("credential parameters: " + err.Error())
+	}
+	spec, err := profiles.Build(c.space, name, params)
+	if err != nil {
+		return nil, invalid("credential parameters no longer fit the profile: " + err.Error())
+	}
 	minter := "(another caller)"
-	if slices.Contains(uc.Tags, MinterTag(c.caller)) {
+	if minterTag == MinterTag(c.caller) {
 		minter = c.caller
 	}
-	d, err := s.decide(policy.Request{Caller: c.caller, RPC: policy.RPCRemint, Space: c.space, Profile: name, TTL: requested, Minter: minter})
+	d, err := s.decide(policy.Request{Caller: c.caller, RPC: policy.RPCRemint, Space: c.space, Profile: name, TTL: requested,
+		Params: params, Minter: minter})
 	if err != nil {
 		return nil, err
 	}
-
-	// Re-issue the same subject, name, permissions, limits and tags (the minter tag included):
-	// the credential was built by this signer from its profile, so its permissions are ours.
-	ttl, capped := GrantTTL(requested, name.Lifetime(), d.TTLCap)
-	if ttl <= 0 {
-		return nil, invalid("profile has no renewable lifetime")
-	}
-	nc := jwt.NewUserClaims(uc.Subject)
-	nc.User = uc.User
-	nc.Tags = slices.Clone(uc.Tags)
-	nc.IssuerAccount = account
-	nc.Name = uc.Name
-	nc.IssuedAt = now.Unix()
-	nc.Expires = now.Add(ttl).Unix()
-	cred, err := s.encode(nc, key, name, capped)
+	// The subject and the minter stay; the name, permissions, tags and lifetime are rebuilt.
+	cred, err := s.sign(sp, spec, params, uc.Subject, now, requested, d.TTLCap, minterTag)
 	if err != nil {
 		return nil, err
 	}

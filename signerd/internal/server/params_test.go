@@ -1,0 +1,67 @@
+package server
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/nats-io/jwt/v2"
+
+	"github.com/cotalgo/cotal/pkg/profiles"
+)
+
+// sameParams compares parameters as Remint sees them: an empty list is an unset one.
+func sameParams(a, b profiles.Params) bool {
+	return a.Owner == b.Owner && a.Actor == b.Actor && a.LifecycleUID == b.LifecycleUID && a.Role == b.Role &&
+		a.InboxNonce == b.InboxNonce && slices.Equal(a.Subscribe, b.Subscribe) && slices.Equal(a.AllowSubscribe, b.AllowSubscribe) &&
+		slices.Equal(a.AllowPublish, b.AllowPublish) && slices.Equal(a.Capabilities, b.Capabilities)
+}
+
+func TestParamTags(t *testing.T) {
+	full := profiles.Params{Owner: "Owner_1", Actor: "Bot", LifecycleUID: "abcdefghijklmnopqrstuvwxyz", Role: "reviewer",
+		Subscribe: []string{"general"}, AllowSubscribe: []string{"general", "Team.A-b"}, AllowPublish: []string{"general"},
+		Capabilities: []string{"spawn", "run"}, InboxNonce: "n_ABCDEFGH"}
+	for _, tc := range []struct {
+		name string
+		p    profiles.Params
+	}{
+		{"ok/none", profiles.Params{}},
+		{"ok/owner-actor", profiles.Params{Owner: "o", Actor: "a"}},
+		{"ok/full-case-kept", full},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tags := paramTags(tc.p)
+			if tags[0] != ParamsTag {
+				t.Fatalf("tags %v do not start with %s", tags, ParamsTag)
+			}
+			// Through a signed JWT and back, as Remint reads them.
+			uc := jwt.NewUserClaims("U")
+			uc.Tags = append(jwt.TagList{"profile:agent"}, tags...)
+			back, err := paramsFromTags(uc.Tags)
+			if err != nil || !sameParams(back, tc.p) {
+				t.Fatalf("round trip %+v -> %+v (%v)", tc.p, back, err)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name string
+		tags jwt.TagList
+		want error
+	}{
+		{"fail/not-recorded", jwt.TagList{"profile:agent", "owner:o"}, errNoParams},
+		{"fail/unknown-field", jwt.TagList{ParamsTag, "param:permissions=>"}, nil},
+		{"fail/twice", jwt.TagList{ParamsTag, "param:owner=a", "param:owner=b"}, nil},
+		{"fail/no-value", jwt.TagList{ParamsTag, "param:owner="}, nil},
+		{"fail/no-equals", jwt.TagList{ParamsTag, "param:owner"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := paramsFromTags(tc.tags)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if tc.want != nil && !errors.Is(err, tc.want) {
+				t.Fatalf("error %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
