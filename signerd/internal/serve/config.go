@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/cotalgo/cotal/signerd/internal/policy"
 )
 
 // Config is signerd serve's configuration file.
@@ -105,6 +107,9 @@ func LoadConfig(path string) (*Config, error) {
 
 // ParseConfig decodes strictly and validates.
 func ParseConfig(data []byte) (*Config, error) {
+	if err := policy.CheckPlainYAML(data); err != nil {
+		return nil, err
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	var cfg Config
