@@ -304,6 +304,9 @@ func (s *Service) openRequest(sp *keystore.Space, sealed []byte, serverXKey stri
 // Details never quote the request: it carries the client's bearer token. It is fuzzed
 // (FuzzVerifyCalloutRequest).
 func verifyCalloutRequest(data []byte, serverXKey, authAccount string, now time.Time) (*jwt.AuthorizationRequestClaims, error) {
+	if !compactJWT(string(data)) {
+		return nil, invalid("sealed_request does not hold a compact JWT")
+	}
 	ac, err := jwt.DecodeAuthorizationRequestClaims(string(data))
 	if err != nil {
 		return nil, invalid("sealed_request does not hold a signed authorization request")

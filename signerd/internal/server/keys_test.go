@@ -126,6 +126,25 @@ func TestNonCanonicalUserKeyRefused(t *testing.T) {
 		})
 	}
 
+	// The jwt decoder's base64 skips CR and LF, so the same credential could be presented in many
+	// spellings; signerd takes only the compact form it issued.
+	t.Run("fail/remint-jwt-with-lf", func(t *testing.T) {
+		kp, pub := newUser(t)
+		good, err := manager.Mint(ctxT(t), agentReq("alpha", pub))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cred := good.GetCredential()
+		token := cred.GetJwt()
+		token = token[:len(token)-10] + "\n" + token[len(token)-10:]
+		at := time.Now().Unix()
+		resp, err := manager.Remint(ctxT(t), &signerv1.RemintRequest{Space: "alpha", Jwt: token, ProofUnixSeconds: at,
+			Proof: remintProof(t, kp, "alpha", cred.GetJti(), at)})
+		wantRefusal(t, err, codes.InvalidArgument, "INVALID_ARGUMENT")
+		wantMessage(t, err, "base64url")
+		wantNoCredential(t, resp)
+	})
+
 	// A credential that an unfixed signerd issued to "\nU…" (forged here with the space's real
 	// data signing key) must not be renewed either.
 	t.Run("fail/remint-non-canonical-subject", func(t *testing.T) {

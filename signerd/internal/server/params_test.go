@@ -65,3 +65,27 @@ func TestParamTags(t *testing.T) {
 		})
 	}
 }
+
+func TestCompactJWT(t *testing.T) {
+	for _, tc := range []struct {
+		s  string
+		ok bool
+	}{
+		{"eyJh.eyJi.c2ln", true},
+		{"a-_b.C9d.e", true},
+		{"eyJh.eyJi.c2\nln", false},
+		{"eyJh.eyJi.c2ln\r", false},
+		{"eyJh.eyJi.c2ln=", false},
+		{"eyJh.eyJi.c2+/", false},
+		{"eyJh..c2ln", false},
+		{"eyJh.eyJi.", false},
+		{".eyJi.c2ln", false},
+		{"eyJh.eyJi", false},
+		{"eyJh.eyJi.c2ln.x", false},
+		{"", false},
+	} {
+		if got := compactJWT(tc.s); got != tc.ok {
+			t.Errorf("compactJWT(%q) = %v, want %v", tc.s, got, tc.ok)
+		}
+	}
+}

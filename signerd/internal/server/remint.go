@@ -55,6 +55,9 @@ func (s *Service) remint(c *call, req *signerv1.RemintRequest) (*signerv1.Remint
 	if token == "" || len(token) > MaxJWTBytes {
 		return nil, invalid("jwt is required and at most 16 KiB")
 	}
+	if !compactJWT(token) {
+		return nil, invalid("jwt is not three base64url segments")
+	}
 	if len(req.GetProof()) != ed25519.SignatureSize {
 		return nil, invalid("proof must be a 64-byte Ed25519 signature")
 	}
@@ -142,6 +145,27 @@ func (s *Service) remint(c *call, req *signerv1.RemintRequest) (*signerv1.Remint
 	}
 	c.jti, c.expiry = cred.GetJti(), cred.GetExpiresAt().AsTime()
 	return &signerv1.RemintResponse{Credential: cred}, nil
+}
+
+// compactJWT reports whether s is three non-empty segments of the unpadded base64url alphabet
+// joined by '.', the only form signerd issues. The jwt decoder's base64 skips CR and LF, so
+// without this a credential could be presented in many spellings that decode alike.
+func compactJWT(s string) bool {
+	segments, n := 1, 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '.':
+			if n == 0 {
+				return false
+			}
+			segments, n = segments+1, 0
+		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_':
+			n++
+		default:
+			return false
+		}
+	}
+	return segments == 3 && n > 0
 }
 
 // profileTag finds the profile named in a credential's tags.
