@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
 
 	"github.com/cotalgo/cotal/pkg/profiles"
 )
@@ -18,6 +19,9 @@ func sameParams(a, b profiles.Params) bool {
 }
 
 func TestParamTags(t *testing.T) {
+	ukp, _ := nkeys.CreateUser()
+	user, _ := ukp.PublicKey()
+	signer, _ := nkeys.CreateAccount()
 	full := profiles.Params{Owner: "Owner_1", Actor: "Bot", LifecycleUID: "abcdefghijklmnopqrstuvwxyz", Role: "reviewer",
 		Subscribe: []string{"general"}, AllowSubscribe: []string{"general", "Team.A-b"}, AllowPublish: []string{"general"},
 		Capabilities: []string{"spawn", "run"}, InboxNonce: "n_ABCDEFGH"}
@@ -34,10 +38,19 @@ func TestParamTags(t *testing.T) {
 			if tags[0] != ParamsTag {
 				t.Fatalf("tags %v do not start with %s", tags, ParamsTag)
 			}
-			// Through a signed JWT and back, as Remint reads them.
-			uc := jwt.NewUserClaims("U")
+			// Through a signed JWT and back, as Remint reads them: jwt.TagList.Add would
+			// lower-case, decoding must not.
+			uc := jwt.NewUserClaims(user)
 			uc.Tags = append(jwt.TagList{"profile:agent"}, tags...)
-			back, err := paramsFromTags(uc.Tags)
+			token, err := uc.Encode(signer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dec, err := jwt.DecodeUserClaims(token)
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := paramsFromTags(dec.Tags)
 			if err != nil || !sameParams(back, tc.p) {
 				t.Fatalf("round trip %+v -> %+v (%v)", tc.p, back, err)
 			}
