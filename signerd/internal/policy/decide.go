@@ -70,8 +70,9 @@ const (
 	// ReasonRateLimited: the caller's token bucket is empty. Decide never returns it; the
 	// server does, from a Limiter, after Decide.
 	ReasonRateLimited Reason = "rate-limited"
-	// ReasonTTLInvalid: the requested TTL is negative. A TTL above the cap is not a denial; it
-	// is capped.
+	// ReasonTTLInvalid: the requested TTL is negative (Decide), or, by the server's lifetime
+	// rule, under one second or asked for a profile without expiry. A TTL above the cap is not
+	// a denial; it is capped.
 	ReasonTTLInvalid Reason = "ttl-invalid"
 )
 
@@ -128,12 +129,12 @@ func (p *Policy) Explain(req Request) Explanation {
 // The caller's entry is the one with exactly its id, else the first pattern in file order that
 // matches it. Then, in order: the RPC must be listed; the space must be named, not excluded,
 // and listed; for RPCs that take no profile (and for a SignCalloutResponse that carries a
-// refusal) that is all. Otherwise the profile must have a rule,
-// and a negative TTL is refused. For Remint the rule's remint mode is checked first (own: the
-// recorded minter must be this caller identity), then the parameters the credential was minted
-// with, exactly as for a Mint: Remint rebuilds the credential from them under the policy in
-// force, so a narrowed rule reaches renewed credentials. For Mint, Remint and
-// SignCalloutResponse the parameters are checked: the owner (unless empty) must be listed or any_owner set; every channel in
+// refusal) that is all. Otherwise the profile must have a rule, and a negative TTL is refused.
+// For Remint the rule's remint mode is checked first (own: the recorded minter must be this
+// caller identity), then the parameters the credential was minted with, exactly as for a Mint:
+// Remint rebuilds the credential from them under the policy in force, so a narrowed rule
+// reaches renewed credentials. For Mint, Remint and SignCalloutResponse the parameters are
+// checked: the owner (unless empty) must be listed or any_owner set; every channel in
 // Subscribe, AllowSubscribe and AllowPublish must reach no excluded channel and be covered by a
 // channel pattern; the role (unless empty) and every capability must be listed. Actor and
 // LifecycleUID are not constrained by policy. Anything not listed is denied.
