@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -95,7 +94,7 @@ func (s *Service) mint(c *call, req *signerv1.MintRequest) (*signerv1.MintRespon
 	// The callout-service profile means something only for a key the AUTH account lists in
 	// auth_users; any other key would be sent through the callout itself. Refuse it here
 	// rather than sign a credential that cannot be what it claims.
-	if in.profile == profiles.AuthCallout && !slices.Contains(sp.Trust.CalloutUsers(), in.subject) {
+	if !calloutUserOK(sp, in.profile, in.subject) {
 		return nil, invalid("user_public_key is not a registered callout user of this space")
 	}
 

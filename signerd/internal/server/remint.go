@@ -17,6 +17,7 @@ import (
 	"github.com/cotalgo/cotal/pkg/nkey"
 	"github.com/cotalgo/cotal/pkg/profiles"
 	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/signerd/internal/keystore"
 	"github.com/cotalgo/cotal/signerd/internal/policy"
 )
 
@@ -129,6 +130,9 @@ func (s *Service) remint(c *call, req *signerv1.RemintRequest) (*signerv1.Remint
 	if err != nil {
 		return nil, invalid("credential parameters no longer fit the profile: " + err.Error())
 	}
+	if !calloutUserOK(sp, name, uc.Subject) {
+		return nil, invalid("credential subject is no longer a registered callout user of this space")
+	}
 	minter := "(another caller)"
 	if minterTag == MinterTag(c.caller) {
 		minter = c.caller
@@ -145,6 +149,13 @@ func (s *Service) remint(c *call, req *signerv1.RemintRequest) (*signerv1.Remint
 	}
 	c.jti, c.expiry = cred.GetJti(), cred.GetExpiresAt().AsTime()
 	return &signerv1.RemintResponse{Credential: cred}, nil
+}
+
+// calloutUserOK reports whether subject may hold a credential of profile in sp: the
+// callout-service profile means something only for a key the AUTH account lists in auth_users
+// (any other key would be sent through the callout itself), so Mint and Remint refuse it.
+func calloutUserOK(sp *keystore.Space, profile profiles.Name, subject string) bool {
+	return profile != profiles.AuthCallout || slices.Contains(sp.Trust.CalloutUsers(), subject)
 }
 
 // compactJWT reports whether s is three non-empty segments of the unpadded base64url alphabet

@@ -37,7 +37,14 @@ func remintNow(t *testing.T, c signerv1.SignerServiceClient, cred *signerv1.Cred
 // forge what an older signerd (or an older profile) would have issued.
 func dataSigningKey(t *testing.T, s *signerdtest.Signer) nkeys.KeyPair {
 	t.Helper()
-	seed, err := creds.ReadSeedFile(keystore.SecretPath(filepath.Join(s.Dir, setup.SignerDir), "alpha", keystore.FileDataSigning, false))
+	return signingKey(t, s, keystore.FileDataSigning)
+}
+
+// signingKey returns one of the space's signing key pairs (keystore.FileDataSigning or
+// keystore.FileAuthSigning) from signerd's key directory.
+func signingKey(t *testing.T, s *signerdtest.Signer, file string) nkeys.KeyPair {
+	t.Helper()
+	seed, err := creds.ReadSeedFile(keystore.SecretPath(filepath.Join(s.Dir, setup.SignerDir), "alpha", file, false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,4 +272,33 @@ func TestRemintAsksPolicyFirst(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRemintRechecksCalloutUser: Remint applies Mint's other rule too: an auth-callout
+// credential is renewed only for a key the AUTH account still lists in auth_users (a credential
+// for any other key is forged here with the space's real callout signing key).
+func TestRemintRechecksCalloutUser(t *testing.T) {
+	s := signerdtest.Start(t, signerdtest.Options{})
+	authd := dial(t, s.Addr, s.ClientFor(t, mtls.KindAuthd, "alpha"))
+	registered, kp := calloutUser(t, s, authd)
+
+	t.Run("ok/registered", func(t *testing.T) {
+		uc := decodeUser(t, registered)
+		if _, err := remintNow(t, authd, &signerv1.Credential{Jwt: registered, Jti: uc.ID}, kp); err != nil {
+			t.Fatalf("remint of the registered callout user: %v", err)
+		}
+	})
+	t.Run("fail/unregistered", func(t *testing.T) {
+		okp, other := newUser(t)
+		uc := decodeUser(t, registered)
+		uc.Subject = other
+		token, err := uc.Encode(signingKey(t, s, keystore.FileAuthSigning))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := remintNow(t, authd, &signerv1.Credential{Jwt: token, Jti: decodeUser(t, token).ID}, okp)
+		wantRefusal(t, err, codes.InvalidArgument, "INVALID_ARGUMENT")
+		wantMessage(t, err, "callout user")
+		wantNoCredential(t, resp)
+	})
 }
