@@ -35,7 +35,8 @@ FUZZ_TARGETS ?= \
 	signerd/internal/keystore:FuzzReadPublicBroker \
 	pkg/signerclient:FuzzAsError \
 	pkg/mtls:FuzzParseID \
-	pkg/mtls:FuzzParseCAPool
+	pkg/mtls:FuzzParseCAPool \
+	pkg/nkey:FuzzCheck
 
 .PHONY: all generate check-generated lint test test-go test-ts fuzz bench check run build clean
 

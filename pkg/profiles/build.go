@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/jwt/v2"
-	"github.com/nats-io/nkeys"
 
+	"github.com/cotalgo/cotal/pkg/nkey"
 	"github.com/cotalgo/cotal/pkg/space"
 )
 
@@ -259,11 +259,12 @@ func (s *Spec) Claims(userPub, issuerAccount string, now time.Time, ttl time.Dur
 	if s.Account != r.account || s.Lifetime != r.lifetime || s.Bearer != r.bearer {
 		return nil, refuse(s.Profile, "spec", "account, lifetime or bearer flag differ from the profile matrix")
 	}
-	if !nkeys.IsValidPublicUserKey(userPub) {
-		return nil, refuse(s.Profile, "userPub", "%.64q is not a user public nkey", userPub)
+	// Canonical spelling only: nkeys' own validators accept CR and LF inside a key.
+	if err := nkey.CheckUser(userPub); err != nil {
+		return nil, refuse(s.Profile, "userPub", "%.64q is not a user public nkey (%v)", userPub, err)
 	}
-	if !nkeys.IsValidPublicAccountKey(issuerAccount) {
-		return nil, refuse(s.Profile, "issuerAccount", "%.64q is not an account public nkey", issuerAccount)
+	if err := nkey.CheckAccount(issuerAccount); err != nil {
+		return nil, refuse(s.Profile, "issuerAccount", "%.64q is not an account public nkey (%v)", issuerAccount, err)
 	}
 	switch {
 	case s.Lifetime.NoExpiry && ttl != 0:

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/cotalgo/cotal/pkg/creds"
+	"github.com/cotalgo/cotal/pkg/nkey"
 	"github.com/cotalgo/cotal/pkg/space"
 )
 
@@ -125,7 +126,10 @@ func LoadBroker(operatorJWT, systemAccountJWT string) (*Broker, error) {
 	if len(oc.SigningKeys) == 0 {
 		return nil, fmt.Errorf("trust: operator %s has no signing key", oc.Subject)
 	}
-	if !nkeys.IsValidPublicAccountKey(oc.SystemAccount) {
+	if err := canonicalKeys("operator JWT", nkeys.PrefixByteOperator, append([]string{oc.Subject, oc.Issuer}, oc.SigningKeys...)...); err != nil {
+		return nil, err
+	}
+	if !nkey.IsAccount(oc.SystemAccount) {
 		return nil, fmt.Errorf("trust: operator %s names no valid system account", oc.Subject)
 	}
 	b := &Broker{operatorJWT: operatorJWT, operator: oc}
@@ -147,6 +151,9 @@ func (b *Broker) decodeAccount(accountJWT string) (*jwt.AccountClaims, error) {
 		return nil, fmt.Errorf("account JWT: %w", err)
 	}
 	if err := validateClaims("account JWT of "+ac.Subject, ac); err != nil {
+		return nil, err
+	}
+	if err := canonicalKeys("account JWT", nkeys.PrefixByteAccount, append([]string{ac.Subject}, ac.SigningKeys.Keys()...)...); err != nil {
 		return nil, err
 	}
 	if !b.signedByOperator(ac.Issuer) {
@@ -256,6 +263,17 @@ func keyPair(role string, s *creds.Seed) (nkeys.KeyPair, error) {
 
 // validateClaims runs the jwt library's own validation and refuses blocking issues and time
 // checks (expired, not yet valid, malformed keys).
+// canonicalKeys refuses any key that is not the canonical spelling of a public key with prefix
+// (see pkg/nkey): every key these files carry is compared as a string later.
+func canonicalKeys(what string, prefix nkeys.PrefixByte, keys ...string) error {
+	for _, k := range keys {
+		if err := nkey.Check(k, prefix); err != nil {
+			return fmt.Errorf("trust: %s: %w", what, err)
+		}
+	}
+	return nil
+}
+
 func validateClaims(what string, c interface{ Validate(*jwt.ValidationResults) }) error {
 	vr := jwt.CreateValidationResults()
 	c.Validate(vr)

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/cotalgo/cotal/pkg/creds"
+	"github.com/cotalgo/cotal/pkg/nkey"
 	"github.com/cotalgo/cotal/pkg/space"
 )
 
@@ -162,7 +163,7 @@ func validateCalloutUsers(name string, users []string) error {
 		return &SpaceError{Space: name, Reason: "at least one callout user public key is required"}
 	}
 	for i, u := range users {
-		if !nkeys.IsValidPublicUserKey(u) {
+		if !nkey.IsUser(u) {
 			return &SpaceError{Space: name, Reason: fmt.Sprintf("callout user %q is not a user public key", u)}
 		}
 		if slices.Contains(users[:i], u) {
@@ -218,7 +219,7 @@ func LoadSpace(b *Broker, name, dataAccountJWT, authAccountJWT string) (*Space, 
 		return nil, bad("callout account %s has no auth users", ac.Subject)
 	case len(ac.Authorization.AllowedAccounts) != 1 || ac.Authorization.AllowedAccounts[0] != dc.Subject:
 		return nil, bad("callout account %s must allow exactly the data account %s, allows %v", ac.Subject, dc.Subject, []string(ac.Authorization.AllowedAccounts))
-	case !nkeys.IsValidPublicCurveKey(ac.Authorization.XKey):
+	case !nkey.IsCurve(ac.Authorization.XKey):
 		return nil, bad("callout account %s has no xkey", ac.Subject)
 	}
 	if err := validateCalloutUsers(name, ac.Authorization.AuthUsers); err != nil {

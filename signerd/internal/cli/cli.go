@@ -407,7 +407,11 @@ func runPolicyExplain(args []string, stdout, stderr io.Writer) int {
 	if spec == nil {
 		return 0
 	}
-	granted, capped := server.GrantTTL(*ttl, spec.Lifetime, d.TTLCap)
+	granted, capped, err := server.GrantTTL(*ttl, spec.Lifetime, d.TTLCap)
+	if err != nil {
+		fmt.Fprintf(stdout, "ttl:      refused: %v\n", err)
+		return 1
+	}
 	fmt.Fprintf(stdout, "ttl:      %s (requested %s, profile max %s, policy cap %s, capped %t)\n", granted, *ttl, spec.Lifetime.Max, d.TTLCap, capped)
 	sub0 := *userKey
 	if sub0 == "" {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nkeys"
+
+	"github.com/cotalgo/cotal/pkg/nkey"
 )
 
 // ErrNoXKey is returned by OpenCallout and SealCallout on a Space that holds no callout xkey
@@ -42,7 +44,7 @@ func (sp *Space) OpenCallout(sealed []byte, serverXKey string) ([]byte, error) {
 	if sp.isClosed() {
 		return nil, ErrSpaceClosed
 	}
-	if !nkeys.IsValidPublicCurveKey(serverXKey) {
+	if !nkey.IsCurve(serverXKey) {
 		return nil, &XKeyError{Op: "open", Space: sp.Name, Peer: serverXKey, Err: nkeys.ErrInvalidSender}
 	}
 	data, err := sp.xkey.Open(sealed, serverXKey)
@@ -62,7 +64,7 @@ func (sp *Space) SealCallout(data []byte, serverXKey string) ([]byte, error) {
 	if sp.isClosed() {
 		return nil, ErrSpaceClosed
 	}
-	if !nkeys.IsValidPublicCurveKey(serverXKey) {
+	if !nkey.IsCurve(serverXKey) {
 		return nil, &XKeyError{Op: "seal", Space: sp.Name, Peer: serverXKey, Err: nkeys.ErrInvalidRecipient}
 	}
 	out, err := sp.xkey.Seal(data, serverXKey)

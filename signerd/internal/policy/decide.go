@@ -26,7 +26,8 @@ type Request struct {
 	Profile profiles.Name
 	// TTL is the requested lifetime; 0 asks for the profile default. Negative is refused.
 	TTL time.Duration
-	// Params are the profile parameters to check (Mint and SignCalloutResponse only).
+	// Params are the profile parameters to check (Mint, SignCalloutResponse, and Remint, where
+	// they are the ones the presented credential was minted with).
 	Params profiles.Params
 	// Minter is, for Remint, the caller identity recorded as minter of the presented credential.
 	Minter string
@@ -69,8 +70,9 @@ const (
 	// ReasonRateLimited: the caller's token bucket is empty. Decide never returns it; the
 	// server does, from a Limiter, after Decide.
 	ReasonRateLimited Reason = "rate-limited"
-	// ReasonTTLInvalid: the requested TTL is negative. A TTL above the cap is not a denial; it
-	// is capped.
+	// ReasonTTLInvalid: the requested TTL is negative (Decide), or, by the server's lifetime
+	// rule, under one second or asked for a profile without expiry. A TTL above the cap is not
+	// a denial; it is capped.
 	ReasonTTLInvalid Reason = "ttl-invalid"
 )
 
@@ -132,11 +134,11 @@ func (p *Policy) Explain(req Request) Explanation {
 // The caller's entry is the one with exactly its id, else the first pattern in file order that
 // matches it. Then, in order: the RPC must be listed; the space must be named, not excluded,
 // and listed; for RPCs that take no profile (and for a SignCalloutResponse that carries a
-// refusal) that is all. Otherwise the profile must have a rule,
-// and a negative TTL is refused. For Remint the rule's remint mode decides (own: the recorded
-// minter must be this caller identity); the presented credential's parameters are not
-// re-checked, because Remint re-issues that credential's own subject, profile and permissions,
-// which were checked when it was minted. For Mint and SignCalloutResponse the parameters are
+// refusal) that is all. Otherwise the profile must have a rule, and a negative TTL is refused.
+// For Remint the rule's remint mode is checked first (own: the recorded minter must be this
+// caller identity), then the parameters the credential was minted with, exactly as for a Mint:
+// Remint rebuilds the credential from them under the policy in force, so a narrowed rule
+// reaches renewed credentials. For Mint, Remint and SignCalloutResponse the parameters are
 // checked: the owner (unless empty) must be listed or any_owner set; every channel in
 // Subscribe, AllowSubscribe and AllowPublish must reach no excluded channel and be covered by a
 // channel pattern; the role (unless empty) and every capability must be listed. Actor and
@@ -149,6 +151,19 @@ func (p *Policy) Decide(req Request) Decision {
 	d := decide(req, r, bound, ok)
 	d.PolicyDigest = p.Digest()
 	return d
+}
+
+// Admit says only whether the caller may call req.RPC in req.Space: the caller must have an
+// entry, the entry must list the RPC, and the space must be named, not excluded, and listed.
+// Profile, TTL and parameters are not looked at. An allowed Admit says nothing about Decide;
+// a denied one is the denial Decide would give. The server asks it before it reads anything
+// that could reveal whether a space or a credential exists (Remint).
+func (p *Policy) Admit(req Request) Decision {
+	r, bound, ok := p.match(req.Caller)
+	if d, denied := admit(req, r, bound, ok); denied {
+		return d
+	}
+	return Decision{Allow: true, Reason: ReasonAllowed, Caller: r.ID}
 }
 
 func deny(r *rule, reason Reason, format string, args ...any) Decision {
@@ -171,18 +186,26 @@ func echo(s string) string {
 	return fmt.Sprintf("%q", s)
 }
 
-func decide(req Request, r *rule, bound string, ok bool) Decision {
+// admit is the caller, RPC and space part of decide.
+func admit(req Request, r *rule, bound string, ok bool) (Decision, bool) {
 	if !ok {
-		return deny(nil, ReasonCallerUnknown, "caller identity is not in the signer policy")
+		return deny(nil, ReasonCallerUnknown, "caller identity is not in the signer policy"), true
 	}
 	if !req.RPC.Valid() || !r.rpcs[req.RPC] {
-		return deny(r, ReasonRPCNotAllowed, "rpc %s not allowed for this caller", echo(string(req.RPC)))
+		return deny(r, ReasonRPCNotAllowed, "rpc %s not allowed for this caller", echo(string(req.RPC))), true
 	}
 	if req.Space == "" {
-		return deny(r, ReasonSpaceNotAllowed, "request names no space")
+		return deny(r, ReasonSpaceNotAllowed, "request names no space"), true
 	}
 	if r.spaceExcluded(req.Space) || !r.spaceAllowed(req.Space, bound) {
-		return deny(r, ReasonSpaceNotAllowed, "space %s not allowed for this caller", echo(req.Space))
+		return deny(r, ReasonSpaceNotAllowed, "space %s not allowed for this caller", echo(req.Space)), true
+	}
+	return Decision{}, false
+}
+
+func decide(req Request, r *rule, bound string, ok bool) Decision {
+	if d, denied := admit(req, r, bound, ok); denied {
+		return d
 	}
 	if !req.RPC.TakesProfile() || req.RPC == RPCSignCalloutResponse && req.Profile == "" {
 		return Decision{Allow: true, Reason: ReasonAllowed, Caller: r.ID}
@@ -207,7 +230,6 @@ func decide(req Request, r *rule, bound string, ok bool) Decision {
 		default:
 			return withCap(deny(r, ReasonRemintNotAllowed, "remint of profile %s not allowed for this caller", echo(string(req.Profile))))
 		}
-		return withCap(Decision{Allow: true, Reason: ReasonAllowed, Caller: r.ID})
 	}
 
 	if d, denied := pr.checkParams(r, &req.Params); denied {
@@ -248,7 +270,7 @@ func (r *rule) spaceAllowed(name, bound string) bool {
 	return false
 }
 
-// checkParams applies the rule to Mint and SignCalloutResponse parameters: exclusions first,
+// checkParams applies the rule to Mint, Remint and SignCalloutResponse parameters: exclusions first,
 // then the allow lists.
 func (pr *profileRule) checkParams(r *rule, params *profiles.Params) (Decision, bool) {
 	if o := params.Owner; o != "" && !pr.AnyOwner && !pr.owners[o] {

@@ -84,9 +84,9 @@ func TestDecide(t *testing.T) {
 		{"ok/get-space-no-profile-checks", Request{Caller: mgrAlpha, RPC: RPCGetSpace, Space: "alpha", Profile: "bogus", TTL: -1}, ReasonAllowed, mgrRule, 0, ""},
 		{"ok/remint-own", remint(profiles.Agent, mgrAlpha), ReasonAllowed, mgrRule, time.Hour, ""},
 		{"ok/remint-any", remint(profiles.Supervisor, "spiffe://td/managerd/beta"), ReasonAllowed, mgrRule, 24 * time.Hour, ""},
-		{"ok/remint-params-not-rechecked", func() Request {
+		{"ok/remint-params-within-rule", func() Request {
 			r := remint(profiles.Agent, mgrAlpha)
-			r.Params = profiles.Params{Owner: "mallory", AllowPublish: []string{"team.secret"}}
+			r.Params = good
 			return r
 		}(), ReasonAllowed, mgrRule, time.Hour, ""},
 		{"ok/callout-any-channel", Request{Caller: "spiffe://td/authd/a1", RPC: RPCSignCalloutResponse, Space: "alpha", Profile: profiles.Agent,
@@ -165,6 +165,18 @@ func TestDecide(t *testing.T) {
 			Params: profiles.Params{Owner: "u_x", Capabilities: []string{"spawn"}}}, ReasonCapabilityNotAllowed, authRule, 2 * time.Hour, ""},
 
 		// remint.
+		// Remint re-checks the credential's parameters under the policy in force (issue 7, 6).
+		{"fail/remint-params-rechecked-owner", func() Request {
+			r := remint(profiles.Agent, mgrAlpha)
+			r.Params = profiles.Params{Owner: "mallory", Actor: "a"}
+			return r
+		}(), ReasonOwnerNotAllowed, mgrRule, time.Hour, `"mallory"`},
+		{"fail/remint-params-rechecked-channel", func() Request {
+			r := remint(profiles.Agent, mgrAlpha)
+			r.Params = good
+			r.Params.AllowPublish = []string{"team.secret"}
+			return r
+		}(), ReasonChannelNotAllowed, mgrRule, time.Hour, `"team.secret"`},
 		{"fail/remint-none", remint(profiles.Provisioner, mgrAlpha), ReasonRemintNotAllowed, mgrRule, 5 * time.Minute, ""},
 		{"fail/remint-foreign", remint(profiles.Agent, "spiffe://td/managerd/beta"), ReasonRemintForeignMinter, mgrRule, time.Hour, ""},
 		{"fail/remint-minter-unknown", remint(profiles.Agent, ""), ReasonRemintForeignMinter, mgrRule, time.Hour, ""},
@@ -310,5 +322,40 @@ func TestReasonsAndRPCs(t *testing.T) {
 	}
 	if RPC("mint").Valid() {
 		t.Error("RPC names are case-sensitive")
+	}
+}
+
+// TestAdmit: Admit judges caller, RPC and space only, with the denial Decide would give, so the
+// server can ask it before it reads anything that depends on the space existing.
+func TestAdmit(t *testing.T) {
+	p := mustParse(t, decidePolicy)
+	for _, tc := range []struct {
+		name string
+		req  Request
+		want Reason
+	}{
+		{"ok/remint-own-space-no-profile", Request{Caller: "spiffe://td/managerd/alpha", RPC: RPCRemint, Space: "alpha"}, ReasonAllowed},
+		{"ok/profile-and-params-ignored", Request{Caller: "spiffe://td/managerd/alpha", RPC: RPCRemint, Space: "alpha", Profile: "bogus", TTL: -1,
+			Params: profiles.Params{Owner: "mallory"}}, ReasonAllowed},
+		{"fail/caller-unknown", Request{Caller: "spiffe://td/nobody", RPC: RPCRemint, Space: "alpha"}, ReasonCallerUnknown},
+		{"fail/rpc-not-allowed", Request{Caller: "spiffe://td/managerd/special", RPC: RPCRemint, Space: "gamma"}, ReasonRPCNotAllowed},
+		{"fail/other-space", Request{Caller: "spiffe://td/managerd/alpha", RPC: RPCRemint, Space: "beta"}, ReasonSpaceNotAllowed},
+		{"fail/no-space", Request{Caller: "spiffe://td/managerd/alpha", RPC: RPCRemint}, ReasonSpaceNotAllowed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := p.Admit(tc.req)
+			if d.Reason != tc.want || d.Allow != (tc.want == ReasonAllowed) {
+				t.Fatalf("Admit = %+v, want %s", d, tc.want)
+			}
+			if !d.Allow {
+				if full := p.Decide(tc.req); full.Reason != d.Reason || full.Detail != d.Detail {
+					t.Fatalf("Admit denied %+v, Decide %+v", d, full)
+				}
+			}
+		})
+	}
+	var nilPolicy *Policy
+	if d := nilPolicy.Admit(Request{Caller: "spiffe://td/managerd/alpha", RPC: RPCRemint, Space: "alpha"}); d.Allow || d.Reason != ReasonCallerUnknown {
+		t.Fatalf("nil policy Admit = %+v", d)
 	}
 }

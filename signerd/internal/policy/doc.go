@@ -85,8 +85,13 @@
 // The entry with exactly the caller's id wins; otherwise the first matching pattern in file
 // order. Exclusions are checked before permissions, and anything not listed is denied. See
 // Policy.Decide for the order of checks and Reason for the codes callers receive. Remint
-// re-issues the presented credential's own permissions, so only its profile, the remint mode
-// and the recorded minter are checked, not its parameters.
+// rebuilds the presented credential from the parameters it was minted with, so its profile, the
+// remint mode, the recorded minter and then those parameters are checked, exactly as for a Mint:
+// a narrowed rule refuses the renewal. Admit is the caller, RPC and space part alone, which the
+// server asks before it reads a Remint's credential.
+//
+// The file must be plain YAML: anchors, aliases, merge keys ("<<") and explicit tags are
+// refused with their line, because each lets what a reviewer reads differ from what is decoded.
 //
 // # Rates
 //

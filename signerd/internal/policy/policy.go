@@ -374,6 +374,9 @@ func parse(data []byte, path string) (*Policy, error) {
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, decodeError(err, path, lineIndex{})
 	}
+	if err := checkPlain(&root, path); err != nil {
+		return nil, err
+	}
 	lines := lineIndex{&root}
 	var f filePolicy
 	dec := yaml.NewDecoder(bytes.NewReader(data))

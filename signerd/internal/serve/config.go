@@ -22,6 +22,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/cotalgo/cotal/signerd/internal/audit"
+	"github.com/cotalgo/cotal/signerd/internal/policy"
 	"github.com/cotalgo/cotal/signerd/internal/server"
 )
 
@@ -252,6 +253,9 @@ func LoadConfig(path string) (*Config, error) {
 
 // ParseConfig decodes strictly and validates.
 func ParseConfig(data []byte) (*Config, error) {
+	if err := policy.CheckPlainYAML(data); err != nil {
+		return nil, err
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	var cfg Config

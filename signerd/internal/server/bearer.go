@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/profiles"
 	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/signerd/internal/keystore"
 	"github.com/cotalgo/cotal/signerd/internal/policy"
@@ -121,24 +122,24 @@ func parseSignBearer(req *signerv1.SignBearerRequest) (*bearerInput, error) {
 		}
 		in.scope = append(in.scope, w)
 	}
-	if req.GetTtl() == nil {
-		return nil, refuse(codes.InvalidArgument, policy.ReasonTTLInvalid, "ttl is required")
-	}
-	ttl, err := durationOf(req.GetTtl())
+	// The lifetime rule (lifetime.go), with no default: the proto makes ttl required.
+	ttl, err := RequestedTTL(req.GetTtl())
 	if err != nil {
 		return nil, err
 	}
-	// A bearer's times are whole seconds. Rounding down never grants more than was asked, so a
-	// request below one second would get no lifetime at all and is refused instead.
-	ttl = ttl.Truncate(time.Second)
-	if ttl < time.Second {
-		return nil, refuse(codes.InvalidArgument, policy.ReasonTTLInvalid, "ttl must be at least one second")
+	if ttl == 0 {
+		return nil, ttlInvalid("ttl is required")
 	}
 	limit := MaxBearerTTL
 	if in.view == viewTransferWriter {
 		limit = MaxTransferWriterBearerTTL
 	}
-	in.ttl = min(ttl, limit)
+	if ttl, _, err = GrantTTL(ttl, profiles.Lifetime{Max: limit}, 0); err != nil {
+		return nil, err
+	}
+	// A bearer's times are whole seconds; rounding down never grants more than was asked, and
+	// the rule has already refused anything under one second.
+	in.ttl = ttl.Truncate(time.Second)
 	return in, nil
 }
 

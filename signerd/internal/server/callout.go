@@ -9,10 +9,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/jwt/v2"
-	"github.com/nats-io/nkeys"
-	"google.golang.org/grpc/codes"
 
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/nkey"
 	"github.com/cotalgo/cotal/pkg/profiles"
 	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/signerd/internal/keystore"
@@ -180,11 +179,12 @@ func parseGrant(in *calloutInput, g *signerv1.CalloutGrant, now time.Time) error
 		return invalid("grant: expires_at is required")
 	}
 	if err := exp.CheckValid(); err != nil {
-		return refuse(codes.InvalidArgument, policy.ReasonTTLInvalid, "grant: expires_at is malformed")
+		return ttlInvalid("grant: expires_at is malformed")
 	}
 	// The JWT's exp is whole seconds from now (rounded down), so it never outlives expires_at.
-	if in.ttl = exp.AsTime().Sub(now); in.ttl < time.Second {
-		return refuse(codes.InvalidArgument, policy.ReasonTTLInvalid, "grant: expires_at is not at least one second in the future")
+	// expires_at is required, so a lifetime of zero is not a request for the default.
+	if in.ttl = exp.AsTime().Sub(now); in.ttl == 0 || CheckTTL(in.ttl) != nil {
+		return ttlInvalid("grant: expires_at is not at least one second in the future")
 	}
 	in.params = paramsOf(g.GetParams())
 	if _, err := profiles.Build(in.space, name, in.params); err != nil {
@@ -263,7 +263,7 @@ func (s *Service) signCallout(c *call, req *signerv1.SignCalloutResponseRequest)
 	if err != nil {
 		return nil, invalid("grant: " + err.Error())
 	}
-	cred, err := s.sign(sp, spec, ac.UserNkey, now, in.ttl, d.TTLCap, MinterTag(c.caller))
+	cred, err := s.sign(sp, spec, params, ac.UserNkey, now, in.ttl, d.TTLCap, MinterTag(c.caller))
 	if err != nil {
 		return nil, err
 	}
@@ -284,8 +284,8 @@ func checkSealed(sealed []byte, serverXKey string) error {
 		return invalid(fmt.Sprintf("sealed_request is longer than %d bytes", MaxSealedRequestBytes))
 	case serverXKey == "":
 		return invalid("server_xkey is required")
-	case !nkeys.IsValidPublicCurveKey(serverXKey):
-		return invalid("server_xkey is not a curve (X) public key")
+	case !nkey.IsCurve(serverXKey):
+		return invalid("server_xkey is not a canonical curve (X) public key")
 	}
 	return nil
 }
@@ -304,6 +304,9 @@ func (s *Service) openRequest(sp *keystore.Space, sealed []byte, serverXKey stri
 // Details never quote the request: it carries the client's bearer token. It is fuzzed
 // (FuzzVerifyCalloutRequest).
 func verifyCalloutRequest(data []byte, serverXKey, authAccount string, now time.Time) (*jwt.AuthorizationRequestClaims, error) {
+	if !compactJWT(string(data)) {
+		return nil, invalid("sealed_request does not hold a compact JWT")
+	}
 	ac, err := jwt.DecodeAuthorizationRequestClaims(string(data))
 	if err != nil {
 		return nil, invalid("sealed_request does not hold a signed authorization request")
@@ -313,12 +316,15 @@ func verifyCalloutRequest(data []byte, serverXKey, authAccount string, now time.
 	switch {
 	case ac.UserNkey == "":
 		return nil, invalid("authorization request carries no user_nkey")
+	case !nkey.IsUser(ac.UserNkey):
+		// Before Validate, whose nkeys check accepts CR and LF inside the key.
+		return nil, invalid("authorization request user_nkey is not a canonical user public nkey")
 	case vr.IsBlocking(false):
 		return nil, invalid("authorization request does not validate")
 	case ac.Server.ID == "":
 		return nil, invalid("authorization request carries no server_id.id")
-	case !nkeys.IsValidPublicServerKey(ac.Server.ID):
-		return nil, invalid("server_id.id is not a server (N) public key")
+	case !nkey.IsServer(ac.Server.ID):
+		return nil, invalid("server_id.id is not a canonical server (N) public key")
 	case ac.Issuer != ac.Server.ID:
 		return nil, invalid("authorization request is not signed by server_id.id")
 	case ac.Server.XKey != serverXKey:

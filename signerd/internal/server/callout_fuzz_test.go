@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/nkey"
 	"github.com/cotalgo/cotal/pkg/profiles"
 	"github.com/cotalgo/cotal/pkg/space"
 )
@@ -63,9 +64,9 @@ func FuzzVerifyCalloutRequest(f *testing.F) {
 			return
 		}
 		switch {
-		case !nkeys.IsValidPublicUserKey(ac.UserNkey):
+		case !nkey.IsUser(ac.UserNkey):
 			t.Fatalf("accepted user_nkey %q", ac.UserNkey)
-		case !nkeys.IsValidPublicServerKey(ac.Server.ID) || ac.Issuer != ac.Server.ID:
+		case !nkey.IsServer(ac.Server.ID) || ac.Issuer != ac.Server.ID:
 			t.Fatalf("accepted iss %q for server_id %q", ac.Issuer, ac.Server.ID)
 		case ac.Server.XKey != serverXKey || ac.Subject != apub || ac.Audience != calloutRequestAudience:
 			t.Fatalf("accepted xkey %q sub %q aud %q", ac.Server.XKey, ac.Subject, ac.Audience)
@@ -112,7 +113,7 @@ func FuzzParseSignCallout(f *testing.F) {
 		switch {
 		case space.ValidateName(in.space) != nil:
 			t.Fatalf("accepted space %q", in.space)
-		case len(in.sealed) == 0 || len(in.sealed) > MaxSealedRequestBytes || !nkeys.IsValidPublicCurveKey(in.serverXKey):
+		case len(in.sealed) == 0 || len(in.sealed) > MaxSealedRequestBytes || !nkey.IsCurve(in.serverXKey):
 			t.Fatalf("accepted a %d-byte box with xkey %q", len(in.sealed), in.serverXKey)
 		}
 		if in.profile == "" {

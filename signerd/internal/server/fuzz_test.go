@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/nkey"
 	"github.com/cotalgo/cotal/pkg/space"
 )
 
@@ -30,6 +31,9 @@ func FuzzParseMint(f *testing.F) {
 			Ttl: durationpb.New(time.Hour), RequestId: "r-1"},
 		{Space: "a.b", Profile: signerv1.Profile_PROFILE_PROBE, UserPublicKey: pub, Ttl: durationpb.New(-time.Second)},
 		{Space: "", Profile: 99, UserPublicKey: "SUAXXX"},
+		// Finding 1 of issue 7: nkeys accepts CR and LF inside a key.
+		{Space: "alpha", Profile: signerv1.Profile_PROFILE_SENTINEL, UserPublicKey: pub[:20] + "\r\n" + pub[20:]},
+		{Space: "alpha", Profile: signerv1.Profile_PROFILE_PROBE, UserPublicKey: pub, Ttl: durationpb.New(500 * time.Millisecond)},
 	} {
 		b, err := proto.Marshal(req)
 		if err != nil {
@@ -49,7 +53,7 @@ func FuzzParseMint(f *testing.F) {
 			}
 			return
 		}
-		if space.ValidateName(in.space) != nil || !nkeys.IsValidPublicUserKey(in.subject) || in.ttl < 0 {
+		if space.ValidateName(in.space) != nil || !nkey.IsUser(in.subject) || CheckTTL(in.ttl) != nil {
 			t.Fatalf("accepted malformed request: %+v", in)
 		}
 		if validRequestID(in.requestID) != nil {
@@ -59,6 +63,11 @@ func FuzzParseMint(f *testing.F) {
 			if strings.ContainsAny(ch, "*> \t") {
 				t.Fatalf("accepted wildcard channel %q", ch)
 			}
+		}
+		// What Remint reads back from the credential is what was minted.
+		back, err := paramsFromTags(paramTags(in.params))
+		if err != nil || !sameParams(back, in.params) {
+			t.Fatalf("parameter tags do not round-trip: %+v -> %+v (%v)", in.params, back, err)
 		}
 		ttl := in.spec.Lifetime.Default
 		uc, err := in.spec.Claims(in.subject, apub, time.Now(), ttl)

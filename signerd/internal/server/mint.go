@@ -5,17 +5,15 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
-	"github.com/nats-io/nkeys"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/nkey"
 	"github.com/cotalgo/cotal/pkg/profiles"
 	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/signerd/internal/keystore"
@@ -63,10 +61,10 @@ func parseMint(req *signerv1.MintRequest) (*mintInput, error) {
 		return nil, invalid(err.Error())
 	}
 	in.profile = name
-	if !nkeys.IsValidPublicUserKey(in.subject) {
-		return nil, invalid("user_public_key is not a user public nkey")
+	if err := nkey.CheckUser(in.subject); err != nil {
+		return nil, invalid("user_public_key is " + err.Error())
 	}
-	if in.ttl, err = durationOf(req.GetTtl()); err != nil {
+	if in.ttl, err = RequestedTTL(req.GetTtl()); err != nil {
 		return nil, err
 	}
 	in.params = paramsOf(req.GetParams())
@@ -96,7 +94,7 @@ func (s *Service) mint(c *call, req *signerv1.MintRequest) (*signerv1.MintRespon
 	// The callout-service profile means something only for a key the AUTH account lists in
 	// auth_users; any other key would be sent through the callout itself. Refuse it here
 	// rather than sign a credential that cannot be what it claims.
-	if in.profile == profiles.AuthCallout && !slices.Contains(sp.Trust.CalloutUsers(), in.subject) {
+	if !calloutUserOK(sp, in.profile, in.subject) {
 		return nil, invalid("user_public_key is not a registered callout user of this space")
 	}
 
@@ -108,7 +106,7 @@ func (s *Service) mint(c *call, req *signerv1.MintRequest) (*signerv1.MintRespon
 		}
 	}
 
-	cred, err := s.sign(sp, in.spec, c.subject, s.now(), in.ttl, d.TTLCap, MinterTag(c.caller))
+	cred, err := s.sign(sp, in.spec, in.params, c.subject, s.now(), in.ttl, d.TTLCap, MinterTag(c.caller))
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +127,7 @@ func recordWellFormed(c *call, req *signerv1.MintRequest) {
 	if space.ValidateName(req.GetSpace()) == nil {
 		c.space = req.GetSpace()
 	}
-	if nkeys.IsValidPublicUserKey(req.GetUserPublicKey()) {
+	if nkey.IsUser(req.GetUserPublicKey()) {
 		c.subject = req.GetUserPublicKey()
 	}
 	if validRequestID(req.GetRequestId()) == nil {
@@ -152,10 +150,14 @@ func (s *Service) replay(c *call, prev proto.Message, same bool) (*signerv1.Mint
 	return resp, nil
 }
 
-// sign builds the claims from spec for subject, caps the lifetime, adds the minter tag and signs
-// with the key of the profile's account.
-func (s *Service) sign(sp *keystore.Space, spec *profiles.Spec, subject string, now time.Time, requested, policyCap time.Duration, minterTag string) (*signerv1.Credential, error) {
-	ttl, capped := GrantTTL(requested, spec.Lifetime, policyCap)
+// sign builds the claims from spec for subject, caps the lifetime, adds the tags that record
+// params (spec was built from them; Remint reads them back) and the minter tag, and signs with
+// the key of the profile's account.
+func (s *Service) sign(sp *keystore.Space, spec *profiles.Spec, params profiles.Params, subject string, now time.Time, requested, policyCap time.Duration, minterTag string) (*signerv1.Credential, error) {
+	ttl, capped, err := GrantTTL(requested, spec.Lifetime, policyCap)
+	if err != nil {
+		return nil, err
+	}
 	key, account := s.accountKey(sp, spec.Account)
 	if key == nil {
 		return nil, fmt.Errorf("server: profile %s has no signing account", spec.Profile)
@@ -168,6 +170,7 @@ func (s *Service) sign(sp *keystore.Space, spec *profiles.Spec, subject string, 
 		}
 		return nil, err
 	}
+	uc.Tags = append(uc.Tags, paramTags(params)...)
 	uc.Tags = append(uc.Tags, minterTag)
 	return s.encode(uc, key, spec.Profile, capped)
 }
@@ -207,21 +210,6 @@ func paramsOf(p *signerv1.ProfileParams) profiles.Params {
 		Subscribe: p.GetSubscribe(), AllowSubscribe: p.GetAllowSubscribe(), AllowPublish: p.GetAllowPublish(),
 		Capabilities: p.GetCapabilities(),
 	}
-}
-
-// durationOf converts an optional proto duration; negative or malformed is refused.
-func durationOf(d *durationpb.Duration) (time.Duration, error) {
-	if d == nil {
-		return 0, nil
-	}
-	if err := d.CheckValid(); err != nil {
-		return 0, refuse(codes.InvalidArgument, policy.ReasonTTLInvalid, "ttl is malformed")
-	}
-	v := d.AsDuration()
-	if v < 0 {
-		return 0, refuse(codes.InvalidArgument, policy.ReasonTTLInvalid, "ttl is negative")
-	}
-	return v, nil
 }
 
 func validRequestID(id string) error {

@@ -48,7 +48,8 @@ callers:
     spaces: ["{space}"]
     rate: {per_second: 1000, burst: 1000}
     profiles:
-      agent: {ttl_max: 1h, remint: any}
+      # Remint re-checks the credential's parameters, so the renewer is allowed managerd's.
+      agent: {ttl_max: 1h, remint: any, owners: [o1], channels: ["general"]}
 `
 
 // policyCap is tablePolicy's agent ttl_max.

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,8 +14,10 @@ import (
 	"google.golang.org/grpc/codes"
 
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/nkey"
 	"github.com/cotalgo/cotal/pkg/profiles"
 	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/signerd/internal/keystore"
 	"github.com/cotalgo/cotal/signerd/internal/policy"
 )
 
@@ -39,18 +42,27 @@ func (s *Service) Remint(ctx context.Context, req *signerv1.RemintRequest) (*sig
 }
 
 func (s *Service) remint(c *call, req *signerv1.RemintRequest) (*signerv1.RemintResponse, error) {
-	c.space = req.GetSpace()
-	if err := space.ValidateName(c.space); err != nil {
+	if err := space.ValidateName(req.GetSpace()); err != nil {
 		return nil, invalid(err.Error())
+	}
+	c.space = req.GetSpace()
+	// The policy first, on the caller, the RPC and the space alone: a caller it does not know, or
+	// does not allow to Remint here, must not learn from UNKNOWN_SPACE or BAD_PROOF which spaces
+	// exist or what a credential holds.
+	if err := s.admit(policy.Request{Caller: c.caller, RPC: policy.RPCRemint, Space: c.space}); err != nil {
+		return nil, err
 	}
 	token := req.GetJwt()
 	if token == "" || len(token) > MaxJWTBytes {
 		return nil, invalid("jwt is required and at most 16 KiB")
 	}
+	if !compactJWT(token) {
+		return nil, invalid("jwt is not three base64url segments")
+	}
 	if len(req.GetProof()) != ed25519.SignatureSize {
 		return nil, invalid("proof must be a 64-byte Ed25519 signature")
 	}
-	requested, err := durationOf(req.GetTtl())
+	requested, err := RequestedTTL(req.GetTtl())
 	if err != nil {
 		return nil, err
 	}
@@ -59,6 +71,11 @@ func (s *Service) remint(c *call, req *signerv1.RemintRequest) (*signerv1.Remint
 	uc, err := jwt.DecodeUserClaims(token)
 	if err != nil {
 		return nil, invalid("jwt is not a valid user JWT")
+	}
+	// A signer before the canonical-key check could have issued a credential to "U…\r\n…";
+	// it is not renewed.
+	if err := nkey.CheckUser(uc.Subject); err != nil {
+		return nil, invalid("credential subject is " + err.Error())
 	}
 	c.subject = uc.Subject
 	sp, err := s.space(c.space)
@@ -75,7 +92,9 @@ func (s *Service) remint(c *call, req *signerv1.RemintRequest) (*signerv1.Remint
 	if name.Account() == profiles.AccountAuth {
 		signers = sp.Trust.AuthSigningKeys()
 	}
-	if key == nil || uc.IssuerAccount != account || !slices.Contains(signers, uc.Issuer) {
+	// Every credential this signer issues names its minter, which "remint: own" needs.
+	minterTag := minterTagOf(uc.Tags)
+	if key == nil || uc.IssuerAccount != account || !slices.Contains(signers, uc.Issuer) || minterTag == "" {
 		return nil, refuse(codes.PermissionDenied, reasonForeignCredential, "credential was not issued by this signer for this space")
 	}
 	now := s.now()
@@ -96,34 +115,68 @@ func (s *Service) remint(c *call, req *signerv1.RemintRequest) (*signerv1.Remint
 	if holder.Verify(RemintProofMessage(c.space, uc.ID, req.GetProofUnixSeconds()), req.GetProof()) != nil {
 		return nil, refuse(codes.PermissionDenied, reasonBadProof, "proof does not verify against the credential's subject")
 	}
+
+	// Rebuild, not copy: the parameters the credential was minted with go through the profile
+	// and the policy in force, exactly as a Mint of them would, so a narrowed rule or a fixed
+	// profile reaches the renewed credential.
+	params, err := paramsFromTags(uc.Tags)
+	if err != nil {
+		if errors.Is(err, errNoParams) {
+			return nil, invalid("credential was minted before signerd recorded its parameters and cannot be rebuilt; mint a new one")
+		}
+		return nil, invalid("credential parameters: " + err.Error())
+	}
+	spec, err := profiles.Build(c.space, name, params)
+	if err != nil {
+		return nil, invalid("credential parameters no longer fit the profile: " + err.Error())
+	}
+	if !calloutUserOK(sp, name, uc.Subject) {
+		return nil, invalid("credential subject is no longer a registered callout user of this space")
+	}
 	minter := "(another caller)"
-	if slices.Contains(uc.Tags, MinterTag(c.caller)) {
+	if minterTag == MinterTag(c.caller) {
 		minter = c.caller
 	}
-	d, err := s.decide(policy.Request{Caller: c.caller, RPC: policy.RPCRemint, Space: c.space, Profile: name, TTL: requested, Minter: minter})
+	d, err := s.decide(policy.Request{Caller: c.caller, RPC: policy.RPCRemint, Space: c.space, Profile: name, TTL: requested,
+		Params: params, Minter: minter})
 	if err != nil {
 		return nil, err
 	}
-
-	// Re-issue the same subject, name, permissions, limits and tags (the minter tag included):
-	// the credential was built by this signer from its profile, so its permissions are ours.
-	ttl, capped := GrantTTL(requested, name.Lifetime(), d.TTLCap)
-	if ttl <= 0 {
-		return nil, invalid("profile has no renewable lifetime")
-	}
-	nc := jwt.NewUserClaims(uc.Subject)
-	nc.User = uc.User
-	nc.Tags = slices.Clone(uc.Tags)
-	nc.IssuerAccount = account
-	nc.Name = uc.Name
-	nc.IssuedAt = now.Unix()
-	nc.Expires = now.Add(ttl).Unix()
-	cred, err := s.encode(nc, key, name, capped)
+	// The subject and the minter stay; the name, permissions, tags and lifetime are rebuilt.
+	cred, err := s.sign(sp, spec, params, uc.Subject, now, requested, d.TTLCap, minterTag)
 	if err != nil {
 		return nil, err
 	}
 	c.jti, c.expiry = cred.GetJti(), cred.GetExpiresAt().AsTime()
 	return &signerv1.RemintResponse{Credential: cred}, nil
+}
+
+// calloutUserOK reports whether subject may hold a credential of profile in sp: the
+// callout-service profile means something only for a key the AUTH account lists in auth_users
+// (any other key would be sent through the callout itself), so Mint and Remint refuse it.
+func calloutUserOK(sp *keystore.Space, profile profiles.Name, subject string) bool {
+	return profile != profiles.AuthCallout || slices.Contains(sp.Trust.CalloutUsers(), subject)
+}
+
+// compactJWT reports whether s is three non-empty segments of the unpadded base64url alphabet
+// joined by '.', the only form signerd issues. The jwt decoder's base64 skips CR and LF, so
+// without this a credential could be presented in many spellings that decode alike.
+func compactJWT(s string) bool {
+	segments, n := 1, 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '.':
+			if n == 0 {
+				return false
+			}
+			segments, n = segments+1, 0
+		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_':
+			n++
+		default:
+			return false
+		}
+	}
+	return segments == 3 && n > 0
 }
 
 // profileTag finds the profile named in a credential's tags.

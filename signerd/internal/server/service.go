@@ -256,6 +256,17 @@ func (s *Service) decide(req policy.Request) (policy.Decision, error) {
 	return d, nil
 }
 
+// admit asks the policy only whether the caller may call req.RPC in req.Space, without the rate
+// limiter (decide, which follows, takes the token). Remint asks it before reading the
+// credential, so that a caller the policy does not know, or does not allow there, learns
+// nothing about the space or the credential.
+func (s *Service) admit(req policy.Request) error {
+	if d := s.policy.Current().Admit(req); !d.Allow {
+		return refuse(codeFor(d.Reason), d.Reason, d.Detail)
+	}
+	return nil
+}
+
 // space returns the keys of a space or NOT_FOUND.
 func (s *Service) space(name string) (*keystore.Space, error) {
 	sp, ok := s.keys.Space(name)
@@ -290,23 +301,4 @@ func ProfileEnum(n profiles.Name) signerv1.Profile {
 func MinterTag(caller string) string {
 	sum := sha256.Sum256([]byte(caller))
 	return MinterTagPrefix + hex.EncodeToString(sum[:16])
-}
-
-// GrantTTL returns min(requested or default, profile max, policy cap) and whether it capped the
-// request. It is the one rule for every credential signerd signs; `signerd policy explain`
-// shows its result.
-func GrantTTL(requested time.Duration, lt profiles.Lifetime, policyCap time.Duration) (time.Duration, bool) {
-	ttl := requested
-	if ttl == 0 {
-		ttl = lt.Default
-	}
-	capped := false
-	if lt.Max > 0 && ttl > lt.Max {
-		ttl, capped = lt.Max, true
-	}
-	if policyCap > 0 && ttl > policyCap {
-		ttl, capped = policyCap, true
-	}
-	// Only a reduction below what the caller asked for counts as capping.
-	return ttl, capped && requested != 0 && ttl < requested
 }

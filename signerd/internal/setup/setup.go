@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/cotalgo/cotal/pkg/creds"
+	"github.com/cotalgo/cotal/pkg/nkey"
 	"github.com/cotalgo/cotal/pkg/profiles"
 	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/pkg/trust"
@@ -128,7 +129,7 @@ func Init(opts Options) (*Result, error) {
 		if !contains(opts.Spaces, name) {
 			return nil, fmt.Errorf("setup: --callout-user names space %q, which is not being created", name)
 		}
-		if !nkeys.IsValidPublicUserKey(pub) {
+		if !nkey.IsUser(pub) {
 			return nil, fmt.Errorf("setup: --callout-user for space %q: %s", name, describeKey(pub))
 		}
 	}

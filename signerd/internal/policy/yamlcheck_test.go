@@ -1,0 +1,97 @@
+package policy
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// hidingHead is a policy entry that the hiding rows below reuse or disguise.
+const hidingHead = `version: 1
+callers:
+  - id: spiffe://cotal.local/admin
+    rpcs: [Mint]
+    spaces: [alpha]
+    rate: {per_second: 1, burst: 1}
+    profiles:
+      agent: {ttl_max: 1h, any_owner: true, channels: [">"]}
+`
+
+// TestParseRefusesHidingYAML: YAML features that let the file a reviewer reads differ from the
+// policy signerd enforces are refused with the line they are on. Before this check, each row
+// parsed: a merge key gave the "observer" entry admin's profiles without a profiles line, an
+// alias reused a list written elsewhere, and an explicit !!binary tag spelled a space name in
+// base64.
+func TestParseRefusesHidingYAML(t *testing.T) {
+	for _, tc := range []struct {
+		name, src, want string
+		line            int
+	}{
+		{"fail/merge-key", `version: 1
+callers:
+  - &admin
+    id: spiffe://cotal.local/admin
+    rpcs: [Mint]
+    spaces: [alpha]
+    rate: {per_second: 1, burst: 1}
+    profiles:
+      agent: {ttl_max: 1h, any_owner: true, channels: [">"]}
+  - <<: *admin
+    id: spiffe://cotal.local/observer
+`, "anchor", 3},
+		{"fail/alias", hidingHead + `  - id: spiffe://cotal.local/observer
+    rpcs: [GetSpace]
+    spaces: &spaces [alpha]
+    rate: {per_second: 1, burst: 1}
+  - id: spiffe://cotal.local/other
+    rpcs: [GetSpace]
+    spaces: *spaces
+    rate: {per_second: 1, burst: 1}
+`, "anchor", 11},
+		{"fail/binary-tag", hidingHead + `  - id: spiffe://cotal.local/observer
+    rpcs: [GetSpace]
+    spaces: [!!binary YWxwaGE=]
+    rate: {per_second: 1, burst: 1}
+`, "tag", 11},
+		{"fail/str-tag", strings.Replace(hidingHead, "rpcs: [Mint]", "rpcs: [!!str Mint]", 1), "tag", 4},
+		{"fail/local-tag", strings.Replace(hidingHead, "spaces: [alpha]", "spaces: [!x alpha]", 1), "tag", 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Parse([]byte(tc.src))
+			var pe *Error
+			if !errors.As(err, &pe) {
+				t.Fatalf("Parse = %v, %v; want *Error", p, err)
+			}
+			if !strings.Contains(pe.Reason, tc.want) || pe.Line != tc.line {
+				t.Fatalf("error %q at line %d, want %q at line %d", pe.Reason, pe.Line, tc.want, tc.line)
+			}
+		})
+	}
+	t.Run("ok/plain", func(t *testing.T) {
+		mustParse(t, hidingHead)
+	})
+	t.Run("ok/quoted-ampersand-and-star", func(t *testing.T) {
+		mustParse(t, strings.Replace(hidingHead, `channels: [">"]`, `channels: ["*.a", ">"]`, 1))
+	})
+}
+
+func TestCheckPlainYAML(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		ok        bool
+	}{
+		{"ok/plain", "a: 1\nb: [x, y]\n", true},
+		{"ok/empty", "", true},
+		{"fail/anchor", "a: &x 1\n", false},
+		{"fail/alias", "a: &x 1\nb: *x\n", false},
+		{"fail/merge", "a: {k: 1}\nb:\n  <<: {k: 2}\n", false},
+		{"fail/tag", "a: !!binary YQ==\n", false},
+		{"fail/syntax", "a: [\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := CheckPlainYAML([]byte(tc.src)); (err == nil) != tc.ok {
+				t.Fatalf("CheckPlainYAML = %v, want ok %v", err, tc.ok)
+			}
+		})
+	}
+}
