@@ -13,8 +13,8 @@ import type { SignerClient } from "./transport.js";
 /** REMINT_CONTEXT is the domain separator of the Remint proof; it must match signerd's. */
 export const REMINT_CONTEXT = "cotal-remint/v1";
 
-/** maxJWTBytes is the largest token signerd accepts (16 KiB). */
-const maxJWTBytes = 16 << 10;
+/** maxJWTBytes is the largest token signerd accepts (64 KiB). */
+const maxJWTBytes = 64 << 10;
 
 /** RemintHolder is what signs a proof: an nkeys.js user KeyPair (from `createUser()` or
  * `fromSeed()`), or anything with the same sign method, e.g. a key kept in an HSM. */

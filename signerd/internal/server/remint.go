@@ -54,7 +54,7 @@ func (s *Service) remint(c *call, req *signerv1.RemintRequest) (*signerv1.Remint
 	}
 	token := req.GetJwt()
 	if token == "" || len(token) > MaxJWTBytes {
-		return nil, invalid("jwt is required and at most 16 KiB")
+		return nil, invalid("jwt is required and at most 64 KiB")
 	}
 	if !compactJWT(token) {
 		return nil, invalid("jwt is not three base64url segments")

@@ -51,8 +51,10 @@ const (
 	MinterTagPrefix = "minter:"
 	// ProfileTagPrefix starts the tag that names a credential's profile (set by pkg/profiles).
 	ProfileTagPrefix = "profile:"
-	// MaxJWTBytes bounds a presented JWT.
-	MaxJWTBytes = 16 << 10
+	// MaxJWTBytes bounds a presented JWT. Mint issues agent JWTs of about 50 KB for 128
+	// channels, so a bound below that would make such credentials unrenewable; 64 KiB stays
+	// under limits.max_recv_msg_bytes' smallest allowed value.
+	MaxJWTBytes = 64 << 10
 )
 
 // Auditor makes audit lines durable. *audit.Log implements it.

@@ -414,7 +414,7 @@ type MintRequest struct {
 	// Optional. Profile parameters; which are required depends on the profile.
 	Params *ProfileParams `protobuf:"bytes,4,opt,name=params,proto3" json:"params,omitempty"`
 	// Optional. Requested lifetime. Advisory: signerd grants min(ttl, profile maximum, policy cap);
-	// unset means the profile's default.
+	// unset or zero means the profile's default; negative or under 1 s is refused (TTL_INVALID).
 	Ttl *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// Optional. A caller-chosen id (1-128 characters of [A-Za-z0-9_.:-]). A retry with the same id
 	// and the same request within 10 minutes returns the same answer; the same id with a different
@@ -665,14 +665,15 @@ type RemintRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required. The space the credential belongs to.
 	Space string `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
-	// Required. The current, unexpired user JWT.
+	// Required. The current, unexpired user JWT in compact form, at most 64 KiB.
 	Jwt string `protobuf:"bytes,2,opt,name=jwt,proto3" json:"jwt,omitempty"`
 	// Required. Unix seconds at which the proof was made; must be within 60 seconds of signerd's clock.
 	ProofUnixSeconds int64 `protobuf:"varint,3,opt,name=proof_unix_seconds,json=proofUnixSeconds,proto3" json:"proof_unix_seconds,omitempty"`
 	// Required. The user nkey's Ed25519 signature over
 	// "cotal-remint/v1" NUL space NUL jti NUL decimal(proof_unix_seconds).
 	Proof []byte `protobuf:"bytes,4,opt,name=proof,proto3" json:"proof,omitempty"`
-	// Optional. Requested lifetime, capped as for Mint.
+	// Optional. Requested lifetime, as for Mint: under 1 s is refused (TTL_INVALID), over the cap is
+	// capped.
 	Ttl           *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -746,7 +747,8 @@ func (x *RemintRequest) GetTtl() *durationpb.Duration {
 // RemintResponse carries the renewed credential.
 type RemintResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The renewed credential: same subject, profile and permissions, new jti and lifetime.
+	// The renewed credential: same subject, profile and parameters, permissions rebuilt from the
+	// current profile, new jti and lifetime.
 	Credential    *Credential `protobuf:"bytes,1,opt,name=credential,proto3" json:"credential,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1405,7 +1407,8 @@ type SignBearerRequest struct {
 	CredentialId string `protobuf:"bytes,7,opt,name=credential_id,json=credentialId,proto3" json:"credential_id,omitempty"`
 	// Optional. The view.
 	View string `protobuf:"bytes,8,opt,name=view,proto3" json:"view,omitempty"`
-	// Required. Requested lifetime; capped at 900 seconds.
+	// Required. Requested lifetime; capped at 900 seconds (300 for transfer-writer); negative or
+	// under 1 s is refused (TTL_INVALID).
 	Ttl           *durationpb.Duration `protobuf:"bytes,9,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -48,8 +48,9 @@ type SignerServiceClient interface {
 	// May call: any caller whose policy lists Mint, the space and the profile (authd, deliveryd and
 	// managerd for their own space, hosted platforms as their policy allows).
 	Mint(ctx context.Context, in *MintRequest, opts ...grpc.CallOption) (*MintResponse, error)
-	// Remint renews a credential signerd issued: the same subject, profile and parameters with a
-	// fresh lifetime under the current cap, proven by a signature of the user key.
+	// Remint renews a credential signerd issued: the same subject, profile and parameters, re-checked
+	// against the current policy, with permissions rebuilt from the current profile and a fresh
+	// lifetime under the current cap, proven by a signature of the user key.
 	// May call: a caller whose policy lists Remint and allows reminting the credential's profile;
 	// by default only the caller that minted the credential.
 	Remint(ctx context.Context, in *RemintRequest, opts ...grpc.CallOption) (*RemintResponse, error)
@@ -195,8 +196,9 @@ type SignerServiceServer interface {
 	// May call: any caller whose policy lists Mint, the space and the profile (authd, deliveryd and
 	// managerd for their own space, hosted platforms as their policy allows).
 	Mint(context.Context, *MintRequest) (*MintResponse, error)
-	// Remint renews a credential signerd issued: the same subject, profile and parameters with a
-	// fresh lifetime under the current cap, proven by a signature of the user key.
+	// Remint renews a credential signerd issued: the same subject, profile and parameters, re-checked
+	// against the current policy, with permissions rebuilt from the current profile and a fresh
+	// lifetime under the current cap, proven by a signature of the user key.
 	// May call: a caller whose policy lists Remint and allows reminting the credential's profile;
 	// by default only the caller that minted the credential.
 	Remint(context.Context, *RemintRequest) (*RemintResponse, error)

@@ -125,7 +125,7 @@ export type MintRequest = Message<"cotal.signer.v1.MintRequest"> & {
 
   /**
    * Optional. Requested lifetime. Advisory: signerd grants min(ttl, profile maximum, policy cap);
-   * unset means the profile's default.
+   * unset or zero means the profile's default; negative or under 1 s is refused (TTL_INVALID).
    *
    * @generated from field: google.protobuf.Duration ttl = 5;
    */
@@ -260,7 +260,7 @@ export type RemintRequest = Message<"cotal.signer.v1.RemintRequest"> & {
   space: string;
 
   /**
-   * Required. The current, unexpired user JWT.
+   * Required. The current, unexpired user JWT in compact form, at most 64 KiB.
    *
    * @generated from field: string jwt = 2;
    */
@@ -282,7 +282,8 @@ export type RemintRequest = Message<"cotal.signer.v1.RemintRequest"> & {
   proof: Uint8Array;
 
   /**
-   * Optional. Requested lifetime, capped as for Mint.
+   * Optional. Requested lifetime, as for Mint: under 1 s is refused (TTL_INVALID), over the cap is
+   * capped.
    *
    * @generated from field: google.protobuf.Duration ttl = 5;
    */
@@ -303,7 +304,8 @@ export const RemintRequestSchema: GenMessage<RemintRequest> = /*@__PURE__*/
  */
 export type RemintResponse = Message<"cotal.signer.v1.RemintResponse"> & {
   /**
-   * The renewed credential: same subject, profile and permissions, new jti and lifetime.
+   * The renewed credential: same subject, profile and parameters, permissions rebuilt from the
+   * current profile, new jti and lifetime.
    *
    * @generated from field: cotal.signer.v1.Credential credential = 1;
    */
@@ -725,7 +727,8 @@ export type SignBearerRequest = Message<"cotal.signer.v1.SignBearerRequest"> & {
   view: string;
 
   /**
-   * Required. Requested lifetime; capped at 900 seconds.
+   * Required. Requested lifetime; capped at 900 seconds (300 for transfer-writer); negative or
+   * under 1 s is refused (TTL_INVALID).
    *
    * @generated from field: google.protobuf.Duration ttl = 9;
    */
@@ -1294,8 +1297,9 @@ export const SignerService: GenService<{
     output: typeof MintResponseSchema;
   },
   /**
-   * Remint renews a credential signerd issued: the same subject, profile and parameters with a
-   * fresh lifetime under the current cap, proven by a signature of the user key.
+   * Remint renews a credential signerd issued: the same subject, profile and parameters, re-checked
+   * against the current policy, with permissions rebuilt from the current profile and a fresh
+   * lifetime under the current cap, proven by a signature of the user key.
    * May call: a caller whose policy lists Remint and allows reminting the credential's profile;
    * by default only the caller that minted the credential.
    *
