@@ -477,11 +477,13 @@ func TestRailExpiredCredentialNotPresented(t *testing.T) {
 		mu.Unlock()
 
 		testkit.Eventually(t, 10*time.Second, func() error {
-			mu.Lock()
-			defer mu.Unlock()
+			// nats.go calls userJWT holding the connection's lock, so ask the connection
+			// before taking mu, never while holding it.
 			if nc.IsConnected() {
 				return errors.New("connection still up on the expired credential")
 			}
+			mu.Lock()
+			defer mu.Unlock()
 			if afterCalls == 0 {
 				return errors.New("no reconnect attempt asked for a JWT since expiry")
 			}
