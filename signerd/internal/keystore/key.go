@@ -40,8 +40,11 @@ func NewSigningKey(seed []byte) (*SigningKey, error) {
 		k, err = newSigningKey(kind, raw)
 		return err
 	})
-	if err != nil {
+	if errors.Is(err, creds.ErrSeedEncoding) {
 		return nil, fmt.Errorf("keystore: decode seed: %w", err)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return k, nil
 }
