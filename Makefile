@@ -31,6 +31,8 @@ FUZZ_TARGETS ?= \
 	pkg/creds:FuzzParseCreds \
 	pkg/trust:FuzzLoadSpace \
 	signerd/internal/keystore:FuzzNewSigningKey \
+	signerd/internal/keystore:FuzzParseIssuer \
+	pkg/creds:FuzzDecodeSeed \
 	signerd/internal/keystore:FuzzReadPublicSpace \
 	signerd/internal/keystore:FuzzReadPublicBroker \
 	pkg/signerclient:FuzzAsError \

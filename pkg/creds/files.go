@@ -1,7 +1,6 @@
 package creds
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -160,27 +159,44 @@ func ReadSecretFile(path string) ([]byte, error) {
 	if fi.Size() > MaxSecretFileSize {
 		return nil, &SizeError{Path: path, Size: fi.Size()}
 	}
-	buf := make([]byte, 0, fi.Size()+1)
-	var tmp [4096]byte
+	buf, err := readWiping(f, int(fi.Size())+1)
+	if err != nil {
+		var se *SizeError
+		if errors.As(err, &se) {
+			se.Path = path
+			return nil, se
+		}
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return buf, nil
+}
+
+// readWiping reads r to EOF into one buffer of capacity hint, growing it if r holds more; every
+// buffer it leaves behind (a grown-out one, or the result on error) is wiped first, so no copy
+// of a secret is left to the garbage collector. It refuses more than MaxSecretFileSize bytes.
+func readWiping(r io.Reader, hint int) ([]byte, error) {
+	buf := make([]byte, 0, max(hint, 512))
 	for {
-		n, err := f.Read(tmp[:])
-		buf = append(buf, tmp[:n]...)
+		if len(buf) == cap(buf) {
+			grown := make([]byte, len(buf), 2*cap(buf))
+			copy(grown, buf)
+			wipe(buf)
+			buf = grown
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
 		if len(buf) > MaxSecretFileSize {
 			wipe(buf)
-			wipe(tmp[:])
-			return nil, &SizeError{Path: path, Size: int64(len(buf))}
+			return nil, &SizeError{Size: int64(len(buf))}
 		}
 		if err == io.EOF {
-			break
+			return buf, nil
 		}
 		if err != nil {
 			wipe(buf)
-			wipe(tmp[:])
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return nil, err
 		}
 	}
-	wipe(tmp[:])
-	return buf, nil
 }
 
 // WriteFileAtomic writes data to path with mode 0600: a temporary file in the same directory is
@@ -262,9 +278,4 @@ func syncDir(dir string) error {
 		return fmt.Errorf("%s: fsync directory: %w", dir, err)
 	}
 	return nil
-}
-
-// trimSpaceCopy returns a trimmed copy of b so the caller can wipe b independently.
-func trimSpaceCopy(b []byte) []byte {
-	return append([]byte(nil), bytes.TrimSpace(b)...)
 }

@@ -33,19 +33,51 @@ func WriteSeedFile(path string, seed *Seed) error {
 }
 
 // ReadSeedFile reads an .nk file written by WriteSeedFile (surrounding whitespace allowed),
-// after the checks of ReadSecretFile. It refuses content that is not exactly one valid seed.
+// after the checks of ReadSecretFile. It refuses content that is not exactly one canonically
+// encoded seed. The file's bytes are wiped before it returns; the Seed holds the only copy.
 func ReadSeedFile(path string) (*Seed, error) {
-	raw, err := ReadSecretFile(path)
+	data, err := ReadSecretFile(path)
 	if err != nil {
 		return nil, err
 	}
-	defer wipe(raw)
-	b := trimSpaceCopy(raw)
-	defer wipe(b)
-	if _, _, err := nkeys.DecodeSeed(b); err != nil {
+	return parseSeedFile(path, data)
+}
+
+// UseSeedFile reads an .nk file like ReadSeedFile and hands the decoded seed to f as
+// DecodeSeed does, without ever holding the seed text outside the file buffer: the file's bytes
+// are wiped once the seed is decoded, the raw seed when f returns. f must not retain raw.
+func UseSeedFile(path string, f func(kind nkeys.PrefixByte, raw []byte) error) error {
+	data, err := ReadSecretFile(path)
+	if err != nil {
+		return err
+	}
+	return useSeedFile(path, data, f)
+}
+
+// parseSeedFile checks data, the content of the .nk file at path, and copies the seed text out;
+// data is wiped before it returns, whatever the outcome.
+func parseSeedFile(path string, data []byte) (*Seed, error) {
+	defer wipe(data)
+	text := bytes.TrimSpace(data)
+	var raw [RawSeedLen]byte
+	defer clear(raw[:])
+	if _, err := decodeSeed(text, &raw); err != nil {
 		return nil, &FormatError{Path: path, Reason: "not a valid nkey seed"}
 	}
-	return NewSeed(b), nil
+	return NewSeed(text), nil
+}
+
+// useSeedFile decodes data, the content of the .nk file at path, into a raw seed, wipes data,
+// then calls f with the raw seed and wipes that.
+func useSeedFile(path string, data []byte, f func(kind nkeys.PrefixByte, raw []byte) error) error {
+	var raw [RawSeedLen]byte
+	defer clear(raw[:])
+	kind, err := decodeSeed(bytes.TrimSpace(data), &raw)
+	wipe(data)
+	if err != nil {
+		return &FormatError{Path: path, Reason: "not a valid nkey seed"}
+	}
+	return f(kind, raw[:])
 }
 
 // WriteCreds writes a NATS .creds file (the decorated user JWT and seed) with WriteFileAtomic.

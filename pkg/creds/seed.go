@@ -3,7 +3,8 @@
 // effective uid, atomic 0600 writes, and NATS .nk seed files and .creds files.
 //
 // Nothing in this package logs, prints or returns a seed in an error. Buffers that held seed
-// text are wiped after use.
+// text or raw seed bytes are wiped after use; DecodeSeed decodes a seed without the copies
+// nkeys.DecodeSeed leaves behind.
 package creds
 
 import (
@@ -60,10 +61,15 @@ func SeedFromKeyPair(kp nkeys.KeyPair) (*Seed, error) {
 }
 
 // KeyPair decodes the seed into a new key pair. The key pair holds its own copy: the caller
-// should Wipe it when done. It refuses a nil, empty or wiped Seed.
+// should Wipe it when done. It refuses a nil, empty or wiped Seed and a seed that is not
+// canonically encoded.
+//
+// nkeys.FromSeed decodes the seed once more to check it, and Go's base32 decoder copies the text
+// to do so; that copy and nkeys' decode buffer are left to the garbage collector, unwiped. Code
+// that only needs a key derived from the seed (signerd's key store) uses UseRaw instead.
 func (s *Seed) KeyPair() (nkeys.KeyPair, error) {
-	if s.empty() {
-		return nil, ErrNoSeed
+	if _, err := s.Prefix(); err != nil {
+		return nil, err
 	}
 	kp, err := nkeys.FromSeed(s.b)
 	if err != nil {
@@ -73,27 +79,39 @@ func (s *Seed) KeyPair() (nkeys.KeyPair, error) {
 	return kp, nil
 }
 
-// Public returns the public key of the seed (for example "UA…" for a user seed).
+// Public returns the public key of the seed (for example "UA…" for a user seed), decoding it
+// once with UseRaw (see PublicKey for the one copy crypto/ecdh keeps of a curve seed).
 func (s *Seed) Public() (string, error) {
-	kp, err := s.KeyPair()
-	if err != nil {
-		return "", err
-	}
-	defer kp.Wipe()
-	return kp.PublicKey()
+	var pub string
+	err := s.UseRaw(func(kind nkeys.PrefixByte, raw []byte) (err error) {
+		pub, err = PublicKey(kind, raw)
+		return err
+	})
+	return pub, err
 }
 
 // Prefix returns the kind of key the seed encodes (nkeys.PrefixByteUser, …Account, …Operator,
 // …Curve), so callers can refuse a seed of the wrong kind before using it.
 func (s *Seed) Prefix() (nkeys.PrefixByte, error) {
+	var kind nkeys.PrefixByte
+	err := s.UseRaw(func(k nkeys.PrefixByte, _ []byte) error { kind = k; return nil })
+	return kind, err
+}
+
+// UseRaw decodes the seed once with DecodeSeed and calls f with its kind and raw bytes, which
+// are wiped when f returns. f must not retain raw. UseRaw refuses a nil, empty or wiped Seed
+// and a seed that is not canonically encoded.
+func (s *Seed) UseRaw(f func(kind nkeys.PrefixByte, raw []byte) error) error {
 	if s.empty() {
-		return 0, ErrNoSeed
+		return ErrNoSeed
 	}
-	p, _, err := nkeys.DecodeSeed(s.b)
-	if err != nil {
-		return 0, fmt.Errorf("creds: invalid seed: %w", err)
+	if err := DecodeSeed(s.b, f); err != nil {
+		if errors.Is(err, ErrSeedEncoding) {
+			return fmt.Errorf("creds: invalid seed: %w", err)
+		}
+		return err
 	}
-	return p, nil
+	return nil
 }
 
 // Use calls f with the seed bytes. This is the one way the raw bytes leave the type, for

@@ -25,7 +25,8 @@ const (
 	DefaultRetryInterval = 60 * time.Second
 	// DefaultProveTimeout bounds the throwaway broker connection that proves a credential.
 	DefaultProveTimeout = 10 * time.Second
-	// RenewFraction is the point of a credential's lifetime (iat to exp) at which Run renews it.
+	// RenewFraction is the point of a credential's usable life (exp - iat less a second, timed
+	// from its receipt) at which Run renews it.
 	RenewFraction = 0.75
 	// minRetry is the shortest wait between renewal attempts (unless RetryInterval is shorter),
 	// so retries near expiry never spin.
@@ -48,7 +49,8 @@ var (
 )
 
 // ExpiredError says the current credential expired while renewals kept failing. It matches
-// ErrExpired and wraps the last renewal error.
+// ErrExpired and wraps the last renewal error (nil when NatsOptions' JWT callback refuses an
+// expired credential).
 type ExpiredError struct {
 	JTI     string
 	Expires time.Time
@@ -57,6 +59,9 @@ type ExpiredError struct {
 
 // Error names the credential and the last failure.
 func (e *ExpiredError) Error() string {
+	if e.Last == nil {
+		return fmt.Sprintf("signerclient: credential %s expired at %s without renewal", e.JTI, e.Expires.UTC().Format(time.RFC3339))
+	}
 	return fmt.Sprintf("signerclient: credential %s expired at %s without renewal: %v", e.JTI, e.Expires.UTC().Format(time.RFC3339), e.Last)
 }
 
@@ -97,7 +102,11 @@ type RailConfig struct {
 	NatsURL string
 	// Logger receives adoption and renewal lines; nil discards. No JWT or seed is ever logged.
 	Logger *slog.Logger
-	// Now is the clock for scheduling and Remint proofs; nil means time.Now.
+	// Now is the rail's clock; nil means time.Now. The rail uses it only to measure time
+	// elapsed since a credential arrived (by the monotonic reading time.Now carries), never
+	// compares its wall-clock value with a credential's iat or exp: proofs, expiry and renewal
+	// are timed from the credential's iat, signerd's clock, so a client whose wall clock is off
+	// still renews.
 	Now func() time.Time
 	// RetryInterval is the wait after a failed renewal; zero means DefaultRetryInterval.
 	RetryInterval time.Duration
@@ -108,14 +117,41 @@ type RailConfig struct {
 	OnRenew func(jti string, expires time.Time)
 }
 
-// credential is one adopted JWT with the facts read from its own claims.
+// credential is one adopted JWT with the facts read from its own claims. issued and expires
+// are signerd's clock (iat and exp); received is the rail's clock when signerd's answer
+// arrived, the origin of every duration the rail measures for this credential.
 type credential struct {
-	jwt     string
-	jti     string
-	account string
-	issued  time.Time
-	expires time.Time
+	jwt      string
+	jti      string
+	account  string
+	issued   time.Time
+	expires  time.Time
+	received time.Time
 }
+
+// lifetime is the credential's life as signerd granted it, exp - iat.
+func (c *credential) lifetime() time.Duration { return c.expires.Sub(c.issued) }
+
+// iatResolution is the precision of iat and exp: whole seconds. signerd signed c at some
+// instant of the second iat names, so its clock read up to this much more than iat when c
+// arrived.
+const iatResolution = time.Second
+
+// usable is how long after receipt the rail uses c: its lifetime less iatResolution, so the
+// rail stops presenting c no later than signerd and the broker (on signerd's clock) see it
+// expire.
+func (c *credential) usable() time.Duration { return c.lifetime() - iatResolution }
+
+// localExpiry is when c expires on the rail's clock: usable after receipt.
+func (c *credential) localExpiry() time.Time { return c.received.Add(c.usable()) }
+
+// signerNow estimates signerd's clock at now (the rail's clock): c's iat plus the time elapsed
+// since c arrived. It trails signerd by less than iatResolution plus the network trip, well
+// inside signerd's ProofWindow.
+func signerNow(c *credential, now time.Time) time.Time { return c.issued.Add(now.Sub(c.received)) }
+
+// expired reports whether c has expired at now (the rail's clock).
+func expired(c *credential, now time.Time) bool { return !now.Before(c.localExpiry()) }
 
 // Rail keeps one broker credential alive for a process. Its user nkey is generated in memory by
 // NewRail and never leaves it: not to disk, not to a log, not to signerd (which sees only the
@@ -225,6 +261,11 @@ func (r *Rail) sign(b []byte) ([]byte, error) {
 // the nonce signed with the rail's key, and the reply-inbox prefix _INBOX_<user public key>,
 // the only inbox a data-account credential may subscribe to.
 //
+// The JWT callback refuses with an *ExpiredError (ErrExpired) once the current credential has
+// expired (its lifetime, exp - iat, less one second for iat's resolution, elapsed on the rail's
+// clock since it arrived), so after Run gives up a connect or reconnect fails on the client
+// instead of presenting an expired JWT.
+//
 // It also sets IgnoreAuthErrorAbort: by default nats.go gives up for good after the same auth
 // error twice on one server, and every renewal ends an old connection with the same
 // "authentication expired" error. And it sets an ErrorHandler that logs asynchronous errors to
@@ -237,6 +278,9 @@ func (r *Rail) NatsOptions() []nats.Option {
 			c := r.cur.Load()
 			if c == nil {
 				return "", ErrNotStarted
+			}
+			if expired(c, r.cfg.Now()) {
+				return "", &ExpiredError{JTI: c.jti, Expires: c.expires}
 			}
 			return c.jwt, nil
 		}, r.sign),
@@ -291,8 +335,11 @@ func (r *Rail) Start(ctx context.Context) error {
 }
 
 // accept checks a credential from signerd and proves it on the broker. account, when set, is
-// the issuer account the credential must keep (a renewal stays in the first one's account).
+// the issuer account the credential must keep (a renewal stays in the first one's account). It
+// refuses a credential without iat, or whose exp is not after its iat; it does not compare them
+// with the local wall clock, which may be off.
 func (r *Rail) accept(ctx context.Context, cred *signerv1.Credential, account string) (*credential, error) {
+	received := r.cfg.Now()
 	uc, err := jwt.DecodeUserClaims(cred.GetJwt())
 	if err != nil {
 		return nil, &ResponseError{Field: "jwt", Want: "a valid user JWT", Got: "undecodable"}
@@ -306,12 +353,15 @@ func (r *Rail) accept(ctx context.Context, cred *signerv1.Credential, account st
 	if uc.Expires == 0 {
 		return nil, &ResponseError{Field: "expires", Want: "an expiry", Got: "none"}
 	}
+	if uc.IssuedAt == 0 {
+		return nil, &ResponseError{Field: "issued_at", Want: "an issued-at", Got: "none"}
+	}
 	c := &credential{
 		jwt: cred.GetJwt(), jti: uc.ID, account: uc.IssuerAccount,
-		issued: time.Unix(uc.IssuedAt, 0), expires: time.Unix(uc.Expires, 0),
+		issued: time.Unix(uc.IssuedAt, 0), expires: time.Unix(uc.Expires, 0), received: received,
 	}
-	if !r.cfg.Now().Before(c.expires) {
-		return nil, &ResponseError{Field: "expires", Want: "in the future", Got: c.expires.UTC().Format(time.RFC3339)}
+	if c.lifetime() <= 0 {
+		return nil, &ResponseError{Field: "expires", Want: "after issued-at " + c.issued.UTC().Format(time.RFC3339), Got: c.expires.UTC().Format(time.RFC3339)}
 	}
 	if err := r.prove(ctx, c); err != nil {
 		return nil, err
@@ -349,10 +399,10 @@ func (r *Rail) prove(ctx context.Context, c *credential) error {
 	return nil
 }
 
-// renewAt is when Run renews c: RenewFraction of the way from iat to exp.
+// renewAt is when Run renews c on the rail's clock: RenewFraction of its usable life after it
+// arrived.
 func renewAt(c *credential) time.Time {
-	life := c.expires.Sub(c.issued)
-	return c.issued.Add(time.Duration(float64(life) * RenewFraction))
+	return c.received.Add(time.Duration(float64(c.usable()) * RenewFraction))
 }
 
 // retryDelay is the wait after a failed renewal at now: RetryInterval, or half of what is left
@@ -367,7 +417,8 @@ func retryDelay(now, expires time.Time, interval time.Duration) time.Duration {
 }
 
 // Run renews the credential until ctx is done (returns nil) or the rail is closed (ErrClosed).
-// Each renewal is a Remint proven by the rail's key; the new credential must name the same
+// Renewal and expiry are timed by the rail's clock from when each credential arrived (see
+// RailConfig.Now). Each renewal is a Remint proven by the rail's key; the new credential must name the same
 // subject and account and pass a proof connection before it replaces the current one, in one
 // atomic swap. A failed renewal logs a warning and is retried after RetryInterval (sooner near
 // expiry) while the current credential stays in use; if it expires first, Run returns an
@@ -391,7 +442,7 @@ func (r *Rail) Run(ctx context.Context) error {
 		}
 		cur := r.cur.Load()
 		now := r.cfg.Now()
-		if !now.Before(cur.expires) {
+		if expired(cur, now) {
 			if last == nil {
 				last = errors.New("no renewal attempted before expiry")
 			}
@@ -409,7 +460,7 @@ func (r *Rail) Run(ctx context.Context) error {
 			}
 			last = err
 			now = r.cfg.Now()
-			delay := retryDelay(now, cur.expires, r.cfg.RetryInterval)
+			delay := retryDelay(now, cur.localExpiry(), r.cfg.RetryInterval)
 			next = now.Add(delay)
 			r.log.Warn("credential renewal failed; keeping the current credential",
 				"err", err, "jti", cur.jti, "expires", cur.expires, "retry_in", delay)
@@ -425,9 +476,10 @@ func (r *Rail) Run(ctx context.Context) error {
 	}
 }
 
-// renew remints cur and accepts the result.
+// renew remints cur and accepts the result. The proof is dated signerNow, signerd's clock as
+// cur's iat and the time since it arrived tell it, not the local wall clock.
 func (r *Rail) renew(ctx context.Context, cur *credential) (*credential, error) {
-	cred, err := r.cfg.Client.remint(ctx, r.cfg.Space, cur.jwt, r.sign, r.cfg.TTL, r.cfg.Now())
+	cred, err := r.cfg.Client.remint(ctx, r.cfg.Space, cur.jwt, r.sign, r.cfg.TTL, signerNow(cur, r.cfg.Now()))
 	if err != nil {
 		return nil, fmt.Errorf("remint: %w", err)
 	}

@@ -325,10 +325,22 @@ func TestNewRailConfig(t *testing.T) {
 
 func TestSchedule(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
-	t.Run("ok/renew-at-75-percent", func(t *testing.T) {
-		c := &credential{issued: t0, expires: t0.Add(time.Hour)}
-		if got, want := renewAt(c), t0.Add(45*time.Minute); !got.Equal(want) {
-			t.Fatalf("renewAt = %v, want %v", got, want)
+	t.Run("ok/renew-at-75-percent-of-usable-life-after-receipt", func(t *testing.T) {
+		// The rail's clock reads ten minutes ahead of signerd's: renewal is timed from receipt.
+		got := t0.Add(10 * time.Minute)
+		c := &credential{issued: t0, expires: t0.Add(time.Hour + time.Second), received: got}
+		if at, want := renewAt(c), got.Add(45*time.Minute); !at.Equal(want) {
+			t.Fatalf("renewAt = %v, want %v", at, want)
+		}
+		// The usable life is exp - iat less a second, for iat's whole-second resolution.
+		if want := got.Add(time.Hour); !c.localExpiry().Equal(want) {
+			t.Fatalf("localExpiry = %v, want %v", c.localExpiry(), want)
+		}
+		if at, want := signerNow(c, got.Add(time.Minute)), t0.Add(time.Minute); !at.Equal(want) {
+			t.Fatalf("signerNow a minute after receipt = %v, want %v", at, want)
+		}
+		if expired(c, got.Add(time.Hour-time.Millisecond)) || !expired(c, got.Add(time.Hour)) {
+			t.Fatal("expired must turn true one lifetime less a second after receipt")
 		}
 	})
 	tests := []struct {
@@ -350,4 +362,143 @@ func TestSchedule(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRailClockSkew is finding 9's rail clock: a client whose wall clock is minutes off still
+// renews, because Remint proofs are dated from the credential's iat plus the time elapsed since
+// it arrived, not from the local wall clock (signerd accepts proofs within ProofWindow, ±60 s).
+func TestRailClockSkew(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		skew time.Duration
+	}{
+		{name: "ok/client-clock-5m-ahead", skew: 5 * time.Minute},
+		{name: "ok/client-clock-5m-behind", skew: -5 * time.Minute},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := startEnv(t, shortPolicy("3s", "own"))
+			var logs logBuffer
+			renewed := make(chan string, 8)
+			r := newRail(t, e, func(c *RailConfig) {
+				c.Logger = newLogger(&logs)
+				c.RetryInterval = 200 * time.Millisecond
+				// time.Now().Add keeps the monotonic reading: the skew is a fixed wall-clock offset.
+				c.Now = func() time.Time { return time.Now().Add(tt.skew) }
+				c.OnRenew = func(jti string, _ time.Time) { renewed <- jti }
+			})
+			if err := r.Start(ctxT(t)); err != nil {
+				t.Fatalf("Start with a client clock %v off: %v", tt.skew, err)
+			}
+			origJTI, _ := r.Current()
+			done := runRail(t, r)
+			select {
+			case jti := <-renewed:
+				if jti == origJTI || jti == "" {
+					t.Fatalf("renewed jti = %q, want a new credential after %q", jti, origJTI)
+				}
+			case err := <-done:
+				t.Fatalf("Run returned %v before any renewal; log:\n%s", err, logs.String())
+			case <-time.After(10 * time.Second):
+				t.Fatalf("no renewal within 10s; log:\n%s", logs.String())
+			}
+			if n := logs.count("credential renewal failed"); n != 0 {
+				t.Fatalf("%d failed renewals with a client clock %v off; log:\n%s", n, tt.skew, logs.String())
+			}
+			c := connectChat(t, e.url, r.NatsOptions()...)
+			if err := c.roundTrip(5 * time.Second); err != nil {
+				t.Fatalf("round trip on the renewed credential: %v", err)
+			}
+		})
+	}
+}
+
+// TestRailExpiredCredentialNotPresented is finding 9's expired JWT: once the credential has
+// expired without renewal, NatsOptions' JWT callback refuses with ErrExpired, so nats.go's
+// connect and reconnect fail on the client instead of presenting the expired JWT.
+func TestRailExpiredCredentialNotPresented(t *testing.T) {
+	t.Run("fail/expired-credential-refused-by-callback", func(t *testing.T) {
+		e := startEnv(t, shortPolicy("2s", "none"))
+		r := newRail(t, e, func(c *RailConfig) {
+			c.RetryInterval = 100 * time.Millisecond
+		})
+		if err := r.Start(ctxT(t)); err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		expiredJWT := r.cur.Load().jwt
+
+		// Wrap the rail's JWT callback as nats.go calls it, to see what every reconnect gets.
+		var o nats.Options
+		for _, opt := range r.NatsOptions() {
+			if err := opt(&o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var (
+			mu         sync.Mutex
+			gaveUp     bool
+			afterCalls int
+			afterJWTs  int
+			lastErr    error
+		)
+		userJWT := func() (string, error) {
+			tok, err := o.UserJWT()
+			mu.Lock()
+			defer mu.Unlock()
+			if gaveUp {
+				afterCalls++
+				if err == nil {
+					afterJWTs++
+				}
+				lastErr = err
+			}
+			return tok, err
+		}
+		opts := append(r.NatsOptions(),
+			nats.UserJWT(userJWT, o.SignatureCB),
+			nats.ReconnectWait(50*time.Millisecond),
+			nats.MaxReconnects(-1),
+		)
+		nc, err := nats.Connect(e.url, opts...)
+		if err != nil {
+			t.Fatalf("connect with the fresh credential: %v", err)
+		}
+		t.Cleanup(nc.Close)
+
+		select {
+		case err := <-runRail(t, r):
+			if !errors.Is(err, ErrExpired) {
+				t.Fatalf("Run = %v, want ErrExpired", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not give up after the credential expired")
+		}
+		mu.Lock()
+		gaveUp = true
+		mu.Unlock()
+
+		testkit.Eventually(t, 10*time.Second, func() error {
+			// nats.go calls userJWT holding the connection's lock, so ask the connection
+			// before taking mu, never while holding it.
+			if nc.IsConnected() {
+				return errors.New("connection still up on the expired credential")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if afterCalls == 0 {
+				return errors.New("no reconnect attempt asked for a JWT since expiry")
+			}
+			return nil
+		})
+		mu.Lock()
+		if afterJWTs != 0 || !errors.Is(lastErr, ErrExpired) {
+			t.Fatalf("after expiry the callback handed out %d JWTs in %d calls (last error %v), want none and ErrExpired", afterJWTs, afterCalls, lastErr)
+		}
+		mu.Unlock()
+		if tok, err := o.UserJWT(); tok == expiredJWT || !errors.Is(err, ErrExpired) {
+			t.Fatalf("callback after expiry = (same JWT %v, %v), want ErrExpired", tok == expiredJWT, err)
+		}
+		if _, err := nats.Connect(e.url, r.NatsOptions()...); !errors.Is(err, ErrExpired) {
+			t.Fatalf("connect after expiry = %v, want ErrExpired from the rail", err)
+		}
+	})
 }

@@ -219,18 +219,21 @@ func (o *OperatorIdentity) Wipe() {
 	o.SystemAccount.Wipe()
 }
 
-// checkSeed refuses a seed that is missing, of the wrong kind, or not one of want.
+// checkSeed refuses a seed that is missing, of the wrong kind, or not one of want. It decodes
+// the seed once.
 func checkSeed(role string, s *creds.Seed, kind nkeys.PrefixByte, want ...string) error {
-	p, err := s.Prefix()
-	if err != nil {
-		return &KeyMismatchError{Role: role, Reason: err.Error()}
-	}
-	if p != kind {
-		return &KeyMismatchError{Role: role, Reason: fmt.Sprintf("seed is a %s key, want %s", p, kind)}
-	}
 	pub, err := s.Public()
 	if err != nil {
 		return &KeyMismatchError{Role: role, Reason: err.Error()}
+	}
+	return checkPublic(role, pub, kind, want...)
+}
+
+// checkPublic refuses a public key, derived from a seed of role, that is of the wrong kind or
+// not one of want.
+func checkPublic(role, pub string, kind nkeys.PrefixByte, want ...string) error {
+	if p := nkeys.Prefix(pub); p != kind {
+		return &KeyMismatchError{Role: role, Reason: fmt.Sprintf("seed is a %s key, want %s", p, kind)}
 	}
 	if !slices.Contains(want, pub) {
 		return &KeyMismatchError{Role: role, Got: pub, Want: want}

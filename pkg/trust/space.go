@@ -306,6 +306,20 @@ func (sg *SpaceSigning) Verify(sp *Space) error {
 	return checkSeed("callout xkey", sg.XKey, nkeys.PrefixByteCurve, sp.XKey())
 }
 
+// VerifySigningKeys is Verify for keys already derived from the signing seeds, given by their
+// public keys: dataSigning and authSigning must be signing keys of sp's data and callout
+// accounts, xkey its callout xkey. signerd's key store derives each key once and checks the
+// derived keys here, so it never decodes a seed a second time just to compare public keys.
+func (sp *Space) VerifySigningKeys(dataSigning, authSigning, xkey string) error {
+	if err := checkPublic("data signing", dataSigning, nkeys.PrefixByteAccount, sp.DataSigningKeys()...); err != nil {
+		return err
+	}
+	if err := checkPublic("callout signing", authSigning, nkeys.PrefixByteAccount, sp.AuthSigningKeys()...); err != nil {
+		return err
+	}
+	return checkPublic("callout xkey", xkey, nkeys.PrefixByteCurve, sp.XKey())
+}
+
 // Wipe zeroes every seed.
 func (sg *SpaceSigning) Wipe() {
 	if sg == nil {

@@ -116,6 +116,8 @@ func (sp *Space) DeriveOwner(idpIssuer, subject string) (string, error) {
 	msg = append(msg, ',')
 	msg = appendJSString(msg, subject)
 	msg = append(msg, ']')
+	// hmac.New keeps the key XORed into its pads in a heap object of its own, which is left
+	// unwiped when it is dropped (see the package documentation).
 	mac := hmac.New(sha256.New, sp.ownerSecret)
 	mac.Write(msg)
 	sum := mac.Sum(nil)

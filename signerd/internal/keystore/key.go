@@ -8,6 +8,8 @@ import (
 	"log/slog"
 
 	"github.com/nats-io/nkeys"
+
+	"github.com/cotalgo/cotal/pkg/creds"
 )
 
 // ErrExportRefused is returned by every method that would hand out key material.
@@ -30,37 +32,58 @@ var (
 )
 
 // NewSigningKey parses an nkey seed (operator, account or user) into a SigningKey. The caller
-// still owns and must wipe seed; the raw seed bytes decoded here are wiped before returning.
+// still owns and must wipe seed; the raw seed bytes decoded here are wiped before returning
+// (creds.DecodeSeed, which leaves no unwiped copy, unlike nkeys.DecodeSeed).
 func NewSigningKey(seed []byte) (*SigningKey, error) {
-	prefix, raw, err := nkeys.DecodeSeed(seed)
-	if err != nil {
+	var k *SigningKey
+	err := creds.DecodeSeed(seed, func(kind nkeys.PrefixByte, raw []byte) (err error) {
+		k, err = newSigningKey(kind, raw)
+		return err
+	})
+	if errors.Is(err, creds.ErrSeedEncoding) {
 		return nil, fmt.Errorf("keystore: decode seed: %w", err)
 	}
-	defer wipe(raw)
-	switch prefix {
+	if err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// newSigningKey derives a SigningKey from a raw seed of the given kind. The caller wipes raw;
+// the key holds the only copy of the private key, which Wipe zeroes. ed25519.NewKeyFromSeed
+// allocates nothing but the key it returns; its intermediate state on the stack is overwritten
+// by burnStack.
+func newSigningKey(kind nkeys.PrefixByte, raw []byte) (*SigningKey, error) {
+	switch kind {
 	case nkeys.PrefixByteOperator, nkeys.PrefixByteAccount, nkeys.PrefixByteUser:
 	default:
-		return nil, fmt.Errorf("keystore: seed of type %s cannot sign JWTs", prefix)
+		return nil, fmt.Errorf("keystore: seed of type %s cannot sign JWTs", kind)
 	}
 	if len(raw) != ed25519.SeedSize {
 		return nil, fmt.Errorf("keystore: seed has %d bytes, want %d", len(raw), ed25519.SeedSize)
 	}
 	priv := ed25519.NewKeyFromSeed(raw)
-	pub, err := nkeys.Encode(prefix, priv.Public().(ed25519.PublicKey))
+	burnStack()
+	pub, err := nkeys.Encode(kind, priv.Public().(ed25519.PublicKey))
 	if err != nil {
 		wipe(priv)
 		return nil, fmt.Errorf("keystore: encode public key: %w", err)
 	}
-	return &SigningKey{prefix: prefix, public: string(pub), priv: priv}, nil
+	return &SigningKey{prefix: kind, public: string(pub), priv: priv}, nil
 }
 
 // PublicKey returns the nkey public key ("A..." for an account signing key).
 func (k *SigningKey) PublicKey() (string, error) { return k.public, nil }
 
-// Public returns the nkey public key.
+// Public returns the nkey public key, computed once from the cached key when it was derived.
 func (k *SigningKey) Public() string { return k.public }
 
 // Sign signs input with the cached Ed25519 key.
+//
+// crypto/ed25519 keeps its own expanded copy of every private key it signs with (a cache keyed
+// weakly by the key's address, in Go 1.26), so a key that has signed has one more copy of its
+// seed that Wipe cannot reach; the runtime drops it once the wiped key is garbage, without
+// zeroing it.
 func (k *SigningKey) Sign(input []byte) ([]byte, error) {
 	if k.priv == nil {
 		return nil, errors.New("keystore: key was wiped")
@@ -120,3 +143,22 @@ func wipe(b []byte) {
 		b[i] = 0
 	}
 }
+
+// burnStack overwrites the 4 KiB of stack below its caller's frame. ed25519.NewKeyFromSeed
+// expands the seed in a struct on the stack (crypto/internal/fips140/ed25519.PrivateKey: the
+// seed, the scalar and the nonce prefix), which stays there as garbage after it returns until
+// later calls overwrite it; the key derivations call burnStack right after it so that they do
+// not leave that copy behind. 4 KiB covers those frames without growing a goroutine's stack
+// (growth would move the stack and free the old one with the garbage still in it).
+//
+//go:noinline
+func burnStack() {
+	var b [4096]byte
+	clear(b[:])
+	keepStack(b[:])
+}
+
+// keepStack uses b so that the compiler cannot drop the clear in burnStack.
+//
+//go:noinline
+func keepStack(b []byte) { _ = b[len(b)-1] }

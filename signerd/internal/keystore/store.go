@@ -1,18 +1,16 @@
 package keystore
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/base64"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 	"slices"
 	"sort"
-	"strings"
 	"sync/atomic"
 
 	"github.com/nats-io/jwt/v2"
@@ -50,7 +48,7 @@ type Space struct {
 	// closed is set by wipe before any key is zeroed; every key operation checks it first. It is
 	// a pointer so the value-receiver redaction methods can copy a Space.
 	closed      *atomic.Bool
-	xkey        nkeys.KeyPair
+	xkey        *curveKey
 	issuer      ed25519.PrivateKey
 	issuerKID   string
 	ownerSecret []byte
@@ -147,37 +145,47 @@ func openSpace(cfg Config, broker *trust.Broker, name string) (_ *Space, err err
 	}
 	path := func(file string) string { return SecretPath(cfg.KeyDir, name, file, cfg.Flat) }
 
-	signing := &trust.SpaceSigning{}
-	defer signing.Wipe()
-	for _, f := range []struct {
-		file string
-		dst  **creds.Seed
-	}{{FileDataSigning, &signing.DataSigning}, {FileAuthSigning, &signing.AuthSigning}, {FileXKey, &signing.XKey}} {
-		s, err := creds.ReadSeedFile(path(f.file))
-		if err != nil {
-			return nil, fmt.Errorf("keystore: %w", err)
-		}
-		*f.dst = s
-	}
-	if err := signing.Verify(ts); err != nil {
-		return nil, fmt.Errorf("keystore: keys in %s do not belong to space %q: %w", filepath.Dir(path(FileDataSigning)), name, err)
-	}
-
-	// sp is a local for the same reason as store in Open: the cleanup must see it.
+	// sp is a local, not the named result, for the same reason as store in Open: the cleanup
+	// must see it.
 	sp := &Space{Name: name, Trust: ts, Public: ps, closed: new(atomic.Bool)}
 	defer func() {
 		if err != nil {
 			sp.wipe()
 		}
 	}()
-	if err := signing.DataSigning.Use(func(b []byte) (e error) { sp.DataSigning, e = NewSigningKey(b); return e }); err != nil {
-		return nil, fmt.Errorf("keystore: %s: %w", path(FileDataSigning), err)
+	// Each seed is decoded once, straight from the file buffer (wiped as soon as it is
+	// decoded) into a raw buffer (wiped as soon as the key is derived). The public keys checked
+	// against the space's facts come from the derived keys, not from decoding a seed again.
+	for _, f := range []struct {
+		file   string
+		derive func(kind nkeys.PrefixByte, raw []byte) error
+	}{
+		{FileDataSigning, func(kind nkeys.PrefixByte, raw []byte) (err error) {
+			sp.DataSigning, err = newSigningKey(kind, raw)
+			return err
+		}},
+		{FileAuthSigning, func(kind nkeys.PrefixByte, raw []byte) (err error) {
+			sp.AuthSigning, err = newSigningKey(kind, raw)
+			return err
+		}},
+		{FileXKey, func(kind nkeys.PrefixByte, raw []byte) (err error) {
+			sp.xkey, err = newCurveKey(kind, raw)
+			return err
+		}},
+	} {
+		// UseSeedFile's own errors name the path; the derivation's do not.
+		err := creds.UseSeedFile(path(f.file), func(kind nkeys.PrefixByte, raw []byte) error {
+			if err := f.derive(kind, raw); err != nil {
+				return fmt.Errorf("%s: %w", path(f.file), err)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("keystore: %w", err)
+		}
 	}
-	if err := signing.AuthSigning.Use(func(b []byte) (e error) { sp.AuthSigning, e = NewSigningKey(b); return e }); err != nil {
-		return nil, fmt.Errorf("keystore: %s: %w", path(FileAuthSigning), err)
-	}
-	if err := signing.XKey.Use(func(b []byte) (e error) { sp.xkey, e = nkeys.FromCurveSeed(b); return e }); err != nil {
-		return nil, fmt.Errorf("keystore: %s: %w", path(FileXKey), err)
+	if err := ts.VerifySigningKeys(sp.DataSigning.Public(), sp.AuthSigning.Public(), sp.xkey.Public()); err != nil {
+		return nil, fmt.Errorf("keystore: keys in %s do not belong to space %q: %w", filepath.Dir(path(FileDataSigning)), name, err)
 	}
 	if sp.issuer, err = readIssuer(path(FileIssuer)); err != nil {
 		return nil, err
@@ -229,40 +237,98 @@ func checkPublicFacts(b *trust.Broker, ts *trust.Space, ps *PublicSpace) error {
 	return nil
 }
 
+// readIssuer reads the bearer issuer key file (parseIssuer).
 func readIssuer(path string) (ed25519.PrivateKey, error) {
 	data, err := creds.ReadSecretFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("keystore: %w", err)
 	}
-	defer wipe(data)
-	block, _ := pem.Decode(data)
-	if block == nil || block.Type != "PRIVATE KEY" {
-		return nil, fmt.Errorf("keystore: %s: not a PKCS#8 PEM private key", path)
-	}
-	defer wipe(block.Bytes)
-	key, err := x509.ParsePKCS8PrivateKey(block.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("keystore: %s: %w", path, err)
-	}
-	priv, ok := key.(ed25519.PrivateKey)
-	if !ok {
-		return nil, fmt.Errorf("keystore: %s: not an Ed25519 key", path)
-	}
-	return priv, nil
+	return parseIssuer(path, data)
 }
 
+// pkcs8Ed25519Prefix is the DER of an RFC 8410 PKCS#8 (version 0) Ed25519 private key up to the
+// 32-byte seed: SEQUENCE { INTEGER 0, SEQUENCE { OID 1.3.101.112 }, OCTET STRING { OCTET STRING
+// (32) } }. It is exactly what x509.MarshalPKCS8PrivateKey and OpenSSL write.
+var pkcs8Ed25519Prefix = []byte{0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20}
+
+// pkcs8Ed25519Len is the length of that DER: the prefix and the seed.
+const pkcs8Ed25519Len = 16 + ed25519.SeedSize
+
+// PEM armour of the issuer key file.
+const (
+	pemBegin = "-----BEGIN PRIVATE KEY-----"
+	pemEnd   = "-----END PRIVATE KEY-----"
+)
+
+// parseIssuer decodes data, the content of the issuer key file at path: one PEM "PRIVATE KEY"
+// block holding an RFC 8410 PKCS#8 Ed25519 key of exactly 48 bytes (no attributes, no public
+// key). data is wiped before it returns, and so is every intermediate buffer; the returned key
+// is the only copy.
+//
+// It does not use encoding/pem and x509.ParsePKCS8PrivateKey: pem.Decode copies the base64 text
+// to strip whitespace, and x509 copies the seed twice while unmarshalling, and none of those
+// copies can be reached to wipe them.
+func parseIssuer(path string, data []byte) (ed25519.PrivateKey, error) {
+	defer wipe(data)
+	refuse := fmt.Errorf("keystore: %s: not a PKCS#8 PEM private key", path)
+	text := bytes.TrimSpace(data)
+	body, ok := bytes.CutPrefix(text, []byte(pemBegin))
+	if !ok {
+		return nil, refuse
+	}
+	if body, ok = bytes.CutSuffix(body, []byte(pemEnd)); !ok {
+		return nil, refuse
+	}
+	// The armour lines are lines of their own, as encoding/pem requires.
+	if !bytes.HasPrefix(body, []byte("\n")) && !bytes.HasPrefix(body, []byte("\r\n")) || !bytes.HasSuffix(body, []byte("\n")) {
+		return nil, refuse
+	}
+	// base64.StdEncoding.Decode skips '\r' and '\n' in place, without a copy. A 48-byte key is
+	// 64 characters, on one line or two; anything much longer is not one.
+	body = bytes.TrimSpace(body)
+	notEd25519 := fmt.Errorf("keystore: %s: not an Ed25519 key in RFC 8410 PKCS#8 form (48 bytes: version 0, no attributes or public key)", path)
+	var der [2 * pkcs8Ed25519Len]byte
+	defer clear(der[:])
+	if base64.StdEncoding.DecodedLen(len(body)) > len(der) {
+		return nil, notEd25519 // a larger key (RSA, ECDSA) or more than one
+	}
+	n, err := base64.StdEncoding.Decode(der[:], body)
+	if err != nil {
+		return nil, refuse
+	}
+	if n != pkcs8Ed25519Len || !bytes.Equal(der[:len(pkcs8Ed25519Prefix)], pkcs8Ed25519Prefix) {
+		return nil, notEd25519
+	}
+	key := ed25519.NewKeyFromSeed(der[len(pkcs8Ed25519Prefix):n])
+	burnStack()
+	return key, nil
+}
+
+// readSecret32 reads the owner secret or MAC key file (parseSecret32).
 func readSecret32(path string) ([]byte, error) {
 	data, err := creds.ReadSecretFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("keystore: %w", err)
 	}
+	return parseSecret32(path, data)
+}
+
+// parseSecret32 decodes data, the content of the file at path: SecretLen bytes in standard
+// base64, surrounding whitespace allowed. data and the decode buffer are wiped before it
+// returns; the returned secret is the only copy.
+func parseSecret32(path string, data []byte) ([]byte, error) {
 	defer wipe(data)
-	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(data)))
-	if err != nil || len(raw) != SecretLen {
-		wipe(raw)
+	text := bytes.TrimSpace(data)
+	var buf [2 * SecretLen]byte
+	defer clear(buf[:])
+	if base64.StdEncoding.DecodedLen(len(text)) > len(buf) {
 		return nil, fmt.Errorf("keystore: %s: want %d bytes in base64", path, SecretLen)
 	}
-	return raw, nil
+	n, err := base64.StdEncoding.Decode(buf[:], text)
+	if err != nil || n != SecretLen {
+		return nil, fmt.Errorf("keystore: %s: want %d bytes in base64", path, SecretLen)
+	}
+	return bytes.Clone(buf[:SecretLen]), nil
 }
 
 // Thumbprint returns the RFC 7638 JWK thumbprint of an Ed25519 public key (the bearer kid).

@@ -1,13 +1,120 @@
 package keystore
 
 import (
+	"bytes"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/nats-io/nkeys"
+	"golang.org/x/crypto/nacl/box"
 
+	"github.com/cotalgo/cotal/pkg/creds"
 	"github.com/cotalgo/cotal/pkg/nkey"
 )
+
+// xkeyVersion and xkeyNonceLen frame a sealed callout box as nkeys and nats-server do (nkeys
+// XKeyVersionV1): "xkv1", a 24-byte nonce, then the NaCl box.
+const (
+	xkeyVersion  = nkeys.XKeyVersionV1
+	xkeyNonceLen = 24
+)
+
+// curveKey is the callout xkey: an X25519 private key derived once from its raw seed. It seals
+// and opens boxes exactly as an nkeys curve key pair does. It is not an nkeys key pair because
+// nkeys builds one only from the encoded seed text, decoding it with copies that cannot be
+// wiped (creds.DecodeSeed explains them).
+//
+// What this type cannot wipe: each Seal and Open, and the one public-key derivation in
+// newCurveKey, go through crypto/ecdh (via x/crypto's curve25519), which copies the scalar into
+// a heap object of its own with no way to clear it. Those copies are garbage once the call
+// returns and stay in memory until it is reused. The shared key each box derives is wiped.
+type curveKey struct {
+	seed   [creds.RawSeedLen]byte
+	public string
+}
+
+// newCurveKey derives the xkey from a raw curve seed; the caller wipes raw.
+func newCurveKey(kind nkeys.PrefixByte, raw []byte) (*curveKey, error) {
+	if kind != nkeys.PrefixByteCurve {
+		return nil, fmt.Errorf("keystore: seed of type %s is not a curve (xkey) seed", kind)
+	}
+	pub, err := creds.PublicKey(kind, raw)
+	if err != nil {
+		return nil, fmt.Errorf("keystore: xkey: %w", err)
+	}
+	k := &curveKey{public: pub}
+	copy(k.seed[:], raw)
+	return k, nil
+}
+
+// Public returns the xkey's curve public key ("X…"), computed once when it was derived.
+func (k *curveKey) Public() string { return k.public }
+
+// Seal boxes input from k to recipient, a curve public key, with a random nonce.
+func (k *curveKey) Seal(input []byte, recipient string) ([]byte, error) {
+	return k.sealWithRand(input, recipient, rand.Reader)
+}
+
+func (k *curveKey) sealWithRand(input []byte, recipient string, rr io.Reader) ([]byte, error) {
+	rpub, err := decodeCurvePublic(recipient)
+	if err != nil {
+		return nil, nkeys.ErrInvalidRecipient
+	}
+	var nonce [xkeyNonceLen]byte
+	if _, err := io.ReadFull(rr, nonce[:]); err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(xkeyVersion)+xkeyNonceLen+box.Overhead+len(input))
+	out = append(append(out, xkeyVersion...), nonce[:]...)
+	var shared [32]byte
+	defer clear(shared[:])
+	box.Precompute(&shared, &rpub, &k.seed)
+	return box.SealAfterPrecomputation(out, input, &nonce, &shared), nil
+}
+
+// Open opens input, a box sealed to k by sender (a curve public key). It refuses a box without
+// the xkv1 framing, a sender that is not a curve public key and a box that fails authentication.
+func (k *curveKey) Open(input []byte, sender string) ([]byte, error) {
+	if len(input) <= len(xkeyVersion)+xkeyNonceLen {
+		return nil, nkeys.ErrInvalidEncrypted
+	}
+	if !bytes.Equal(input[:len(xkeyVersion)], []byte(xkeyVersion)) {
+		return nil, nkeys.ErrInvalidEncVersion
+	}
+	var nonce [xkeyNonceLen]byte
+	copy(nonce[:], input[len(xkeyVersion):])
+	spub, err := decodeCurvePublic(sender)
+	if err != nil {
+		return nil, nkeys.ErrInvalidSender
+	}
+	var shared [32]byte
+	defer clear(shared[:])
+	box.Precompute(&shared, &spub, &k.seed)
+	out, ok := box.OpenAfterPrecomputation(nil, input[len(xkeyVersion)+xkeyNonceLen:], &nonce, &shared)
+	if !ok {
+		return nil, nkeys.ErrCouldNotDecrypt
+	}
+	return out, nil
+}
+
+// Wipe zeroes the scalar. A wiped key opens nothing it was sealed for.
+func (k *curveKey) Wipe() { clear(k.seed[:]) }
+
+// decodeCurvePublic decodes a curve public key ("X…").
+func decodeCurvePublic(pub string) ([32]byte, error) {
+	var out [32]byte
+	if !nkey.IsCurve(pub) {
+		return out, nkeys.ErrInvalidCurveKey
+	}
+	raw, err := nkeys.Decode(nkeys.PrefixByteCurve, []byte(pub))
+	if err != nil || len(raw) != len(out) {
+		return out, nkeys.ErrInvalidCurveKey
+	}
+	copy(out[:], raw)
+	return out, nil
+}
 
 // ErrNoXKey is returned by OpenCallout and SealCallout on a Space that holds no callout xkey
 // (a zero Space, not one made by Open).
