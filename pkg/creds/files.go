@@ -141,18 +141,11 @@ func ReadSecretFile(path string) ([]byte, error) {
 	if err := CheckSecretDir(filepath.Dir(path)); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	f, fi, err := openNoFollow(path)
 	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return nil, &TypeError{Path: path, Mode: fs.ModeSymlink, Want: "regular file"}
-		}
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
 	if err := checkInfo(path, fi, false); err != nil {
 		return nil, err
 	}
@@ -169,6 +162,24 @@ func ReadSecretFile(path string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return buf, nil
+}
+
+// openNoFollow opens path read-only without following a symlink (a symlink is a TypeError naming
+// path) and stats the open descriptor, so the checks that follow judge the file that is read.
+func openNoFollow(path string) (*os.File, fs.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, nil, &TypeError{Path: path, Mode: fs.ModeSymlink, Want: "regular file"}
+		}
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
 }
 
 // readWiping reads r to EOF into one buffer of capacity hint, growing it if r holds more; every

@@ -1,7 +1,6 @@
 package creds
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -141,18 +140,11 @@ func ReadTrustedFile(path string, maxSize int64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(resolved, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	f, fi, err := openNoFollow(resolved)
 	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return nil, &TypeError{Path: resolved, Mode: fs.ModeSymlink, Want: "regular file"}
-		}
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
 	if !os.SameFile(fi, checked) {
 		return nil, fmt.Errorf("%s: replaced while being checked", resolved)
 	}
