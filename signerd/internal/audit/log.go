@@ -338,14 +338,9 @@ func (l *Log) Append(ctx context.Context, r Record) error {
 	}
 	sanitize(&r)
 	l.mu.Lock()
-	if l.broken != nil {
-		err := l.broken
+	if err := l.unusableLocked(); err != nil {
 		l.mu.Unlock()
 		return err
-	}
-	if l.closed {
-		l.mu.Unlock()
-		return ErrClosed
 	}
 	if r.Time.IsZero() {
 		r.Time = l.now()
@@ -405,6 +400,18 @@ func (l *Log) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.broken
+}
+
+// unusableLocked returns why l takes no more lines: the error that broke it, or ErrClosed; nil
+// when it is usable. l.mu must be held.
+func (l *Log) unusableLocked() error {
+	if l.broken != nil {
+		return l.broken
+	}
+	if l.closed {
+		return ErrClosed
+	}
+	return nil
 }
 
 // Close writes what is queued, stops the writer and closes the file. It

@@ -95,14 +95,9 @@ func (l *Log) Rotate(ctx context.Context) error {
 		return err
 	}
 	l.mu.Lock()
-	if l.broken != nil {
-		err := l.broken
+	if err := l.unusableLocked(); err != nil {
 		l.mu.Unlock()
 		return err
-	}
-	if l.closed {
-		l.mu.Unlock()
-		return ErrClosed
 	}
 	if l.decisions == 0 {
 		l.mu.Unlock()
