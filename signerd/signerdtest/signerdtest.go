@@ -29,8 +29,9 @@ import (
 const TrustDomain = "cotal.local"
 
 // DefaultPolicy lets each daemon act on its own space only: managerd mints agents, its supervisor
-// and the one-shot provisioner, deliveryd its delivery credential, authd its callout user, the
-// callout answers (agents and observers), bearers, owner ids and registration MACs.
+// and the one-shot provisioner, deliveryd its delivery and membership-rw credentials, authd its
+// callout user, the callout answers (agents and observers), bearers, owner ids and registration
+// MACs.
 const DefaultPolicy = `version: 1
 callers:
   - id: spiffe://cotal.local/managerd/{space}
@@ -53,6 +54,7 @@ callers:
     rate: {per_second: 1000, burst: 1000}
     profiles:
       delivery: {ttl_max: 24h, any_owner: true}
+      membership-rw: {ttl_max: 24h, any_owner: true}
   - id: spiffe://cotal.local/authd/{space}
     rpcs: [Mint, Remint, GetSpace, OpenCalloutRequest, SignCalloutResponse, SignBearer, GetJWKS, DeriveOwner, Mac]
     spaces: ["{space}"]
