@@ -3,8 +3,10 @@
 // each to the inboxes of the lifecycles that should get a durable copy: on a durable channel, every
 // member row whose interval holds the message's sequence, except the sender's; on a live channel,
 // each mentioned peer whose ACL allows the channel. It routes, it does not authorize: the trusted
-// reader re-checks every entry. The chat message is acked last, after every inbox copy is stored,
-// so a crash redelivers it and the copies collapse on their Nats-Msg-Id.
+// reader re-checks every entry. Messages are taken in passes of up to Batch sharing one read of
+// the membership rows (see view); their copies are published asynchronously and each chat message
+// is acked last, after its own copies are stored, so a crash redelivers it and the copies collapse
+// on their Nats-Msg-Id.
 //
 // It refuses (acks and drops) a message that is not chat, not JSON, whose from.id is not the
 // principal of its subject, or whose owner is not a real principal owner. It never creates a
@@ -32,7 +34,7 @@ const (
 	// DefaultBatch is how many chat messages one pass takes; the member scan is shared by them.
 	DefaultBatch = 256
 	// fetchWait bounds one wait for the first message of a pass, so Run notices ctx.
-	fetchWait = time.Second
+	fetchWait = 200 * time.Millisecond
 )
 
 // Config is what New needs. Names is required.
@@ -49,6 +51,9 @@ type Config struct {
 	// Logger receives drops and failures (never a message body); nil discards.
 	Logger *slog.Logger
 }
+
+// errQuiesced stops a pass whose fence went down while it routed.
+var errQuiesced = errors.New("fanout: quiesced")
 
 // Writer is the fan-out writer on one delivery connection.
 type Writer struct {
@@ -190,52 +195,88 @@ type aclRow struct {
 	acl plane3.ACL
 }
 
-// pass routes a batch and acks each message after its copies are stored.
+// pass routes a batch: it publishes every message's inbox copies asynchronously, in order, then
+// acks each message once its own copies are stored. A message whose copy fails is nak'd for
+// redelivery; the copies that did land collapse with the redelivered ones on their Nats-Msg-Id.
 func (w *Writer) pass(ctx context.Context, batch []jetstream.Msg) error {
 	v := &view{classes: map[string]string{}}
+	type routed struct {
+		m    jetstream.Msg
+		acks []jetstream.PubAckFuture
+	}
+	var done []routed
 	for _, m := range batch {
 		if !w.cfg.MayAct() {
-			return nil // quiesced: leave the rest unacked
+			break // quiesced: route no more
 		}
-		if err := w.route(ctx, v, m); err != nil {
+		acks, err := w.route(ctx, v, m)
+		if errors.Is(err, errQuiesced) {
+			break
+		}
+		if err != nil {
 			return err
+		}
+		done = append(done, routed{m, acks})
+	}
+	for _, r := range done {
+		if err := wait(ctx, r.acks); err != nil {
+			w.log.Warn("an inbox copy failed; the message redelivers", "err", err)
+			if w.cfg.MayAct() {
+				_ = r.m.NakWithDelay(w.cfg.NakDelay)
+			}
+			continue
 		}
 		if !w.cfg.MayAct() {
 			return nil
 		}
-		if err := m.Ack(); err != nil {
+		if err := r.m.Ack(); err != nil {
 			return fmt.Errorf("ack: %w", err)
 		}
 	}
 	return nil
 }
 
-// route publishes one message's inbox copies. It returns nil for a message it drops.
-func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) error {
+// wait waits for every publish ack.
+func wait(ctx context.Context, acks []jetstream.PubAckFuture) error {
+	for _, f := range acks {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// route publishes one message's inbox copies and returns their acks to wait for. It returns
+// none for a message it drops.
+func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) ([]jetstream.PubAckFuture, error) {
 	n := w.cfg.Names
 	owner, actor, channel, ok := plane3.ParseChat(n, m.Subject())
 	if !ok {
 		w.log.Debug("dropped: not a principal's chat subject", "subject", m.Subject())
-		return nil
+		return nil, nil
 	}
 	msg, err := plane3.DecodeMessage(m.Data())
 	if err != nil || msg.From != owner+"."+actor {
 		w.log.Warn("dropped: not JSON or from.id is not the subject's principal", "subject", m.Subject())
-		return nil
+		return nil, nil
 	}
 	md, err := m.Metadata()
 	if err != nil {
-		return fmt.Errorf("metadata: %w", err)
+		return nil, fmt.Errorf("metadata: %w", err)
 	}
 	seq := md.Sequence.Stream
 	body, err := msg.Normalised(channel)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	class, ok := v.classes[channel]
 	if !ok {
 		if class, err = plane3.FreshClass(ctx, w.channels, channel); err != nil {
-			return err
+			return nil, err
 		}
 		v.classes[channel] = class
 	}
@@ -249,7 +290,7 @@ func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) error {
 	if class == plane3.ClassDurable {
 		if v.members == nil {
 			if v.members, err = w.scanMembers(ctx); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		for _, r := range v.members[channel] {
@@ -262,7 +303,7 @@ func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) error {
 		for _, name := range msg.Mentions {
 			lc, ok, err := w.mentioned(ctx, v, name, sender, channel)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if ok {
 				targets = append(targets, target{lc, plane3.ReasonMention, 0})
@@ -272,15 +313,15 @@ func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) error {
 	var acks []jetstream.PubAckFuture
 	for _, t := range targets {
 		if !w.cfg.MayAct() {
-			return nil
+			return nil, errQuiesced
 		}
 		entry, err := json.Marshal(plane3.Entry{Msg: body, Channel: channel, Seq: seq, Reason: t.reason, Generation: t.gen})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		subj, err := n.Dinbox(t.lc.Owner, t.lc.Actor, t.lc.UID)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		out := nats.NewMsg(subj)
 		out.Data = entry
@@ -289,20 +330,11 @@ func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) error {
 		}
 		f, err := w.js.PublishMsgAsync(out)
 		if err != nil {
-			return fmt.Errorf("publish %s: %w", subj, err)
+			return nil, fmt.Errorf("publish %s: %w", subj, err)
 		}
 		acks = append(acks, f)
 	}
-	for _, f := range acks {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
+	return acks, nil
 }
 
 // scanMembers reads every membership row (tombstones included: a row stays eligible for its

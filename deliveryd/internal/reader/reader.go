@@ -1,11 +1,13 @@
 // Package reader is deliveryd's trusted reader (reference/delivery.md §1.4), the authorization
 // gate of durable delivery: it consumes every inbox entry through the durable "reader" on
 // INBOX_<t>, re-reads the lifecycle's ACL row and (for a durable-channel entry) its membership row
-// at that moment, and only then publishes the frame {version:1, channel, msg} to the lifecycle's
+// after the entry reached it, and only then publishes the frame {version:1, channel, msg} to the lifecycle's
 // dlv subject with the header Cotal-Delivery-Frame: 1 and the dedup Nats-Msg-Id
 // <id>:<owner>.<actor>:<uid>:<generation>.
 //
-// Per entry: an unparseable subject or body is acked (dropped); a missing ACL row is an unknown
+// Entries are taken in passes of up to Batch; the ACL and member rows a pass needs are read once,
+// after all its entries were delivered (see pass). Per entry: an unparseable subject or body is
+// acked (dropped); a missing ACL row is an unknown
 // lifecycle, not a revocation, so the entry is nak'd with a 2 s delay and terminated (and logged as
 // an error) once delivered 10 times; a channel outside the row's allowSubscribe is a revocation and
 // the entry is acked without a copy, as is a durable-channel entry outside its member's interval; a
@@ -18,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,6 +29,16 @@ import (
 	"github.com/cotalgo/cotal/deliveryd/internal/plane3"
 	"github.com/cotalgo/cotal/pkg/dlvclient"
 	"github.com/cotalgo/cotal/pkg/space"
+)
+
+// Defaults.
+const (
+	// DefaultBatch is how many entries one pass takes; their rows are read once.
+	DefaultBatch = 256
+	// readConcurrency bounds the row reads of a pass in flight at once.
+	readConcurrency = 32
+	// fetchWait bounds one wait for the first entry of a pass, so Run notices ctx.
+	fetchWait = 200 * time.Millisecond
 )
 
 // Config is what New needs. Names is required.
@@ -37,6 +50,8 @@ type Config struct {
 	// MaxDeliveries is the ceiling after which an entry is terminated; zero means
 	// plane3.MaxDeliveries (10).
 	MaxDeliveries uint64
+	// Batch is the most entries one pass handles; zero means DefaultBatch.
+	Batch int
 	// MayAct is the lease fence, checked before every publish and ack; an entry found while it is
 	// false is left unacked. Nil means always.
 	MayAct func() bool
@@ -73,8 +88,11 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Reader, error) {
 	if n.Token() == "" {
 		return nil, space.ErrZeroNames
 	}
-	if cfg.NakDelay < 0 {
-		return nil, fmt.Errorf("reader: negative NakDelay %v", cfg.NakDelay)
+	if cfg.NakDelay < 0 || cfg.Batch < 0 {
+		return nil, fmt.Errorf("reader: negative NakDelay %v or Batch %d", cfg.NakDelay, cfg.Batch)
+	}
+	if cfg.Batch == 0 {
+		cfg.Batch = DefaultBatch
 	}
 	if cfg.NakDelay == 0 {
 		cfg.NakDelay = plane3.NakDelay
@@ -109,100 +127,225 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Reader, error) {
 
 // Run reads entries until ctx is done (nil) or the consumer fails.
 func (r *Reader) Run(ctx context.Context) error {
-	it, err := r.consumer.Messages()
-	if err != nil {
-		return fmt.Errorf("reader: %w", err)
-	}
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer stop()
-	defer it.Stop()
-	for {
-		m, err := it.Next()
+	for ctx.Err() == nil {
+		batch, err := r.fetch(ctx)
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("reader: %w", err)
+			return fmt.Errorf("reader: fetch: %w", err)
 		}
-		if err := r.handle(ctx, m); err != nil {
+		if err := r.pass(ctx, batch); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
 	}
+	return nil
 }
 
-// handle settles one entry. It returns an error only when an ack cannot be sent.
-func (r *Reader) handle(ctx context.Context, m jetstream.Msg) error {
-	n := r.cfg.Names
-	lc, ok := plane3.ParseDinbox(n, m.Subject())
-	if !ok {
-		r.log.Warn("dropped an entry on a subject that is not a lifecycle's inbox", "subject", m.Subject())
-		return r.settle(m.Ack)
-	}
-	entry, id, err := plane3.DecodeEntry(m.Data())
+// fetch waits for one entry, then takes what else is already there, up to Batch.
+func (r *Reader) fetch(ctx context.Context) ([]jetstream.Msg, error) {
+	first, err := r.consumer.Fetch(1, jetstream.FetchMaxWait(fetchWait))
 	if err != nil {
-		r.log.Warn("dropped an entry that does not decode", "subject", m.Subject(), "err", err)
-		return r.settle(m.Ack)
+		return nil, err
 	}
-	var deliveries uint64 = 1
-	if md, err := m.Metadata(); err == nil {
-		deliveries = md.NumDelivered
+	var out []jetstream.Msg
+	for m := range first.Messages() {
+		out = append(out, m)
 	}
-	key, _ := space.ACLKey(lc.Owner, lc.Actor, lc.UID)
-	e, err := r.acl.Get(ctx, key)
+	if err := first.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		return nil, err
+	}
+	if len(out) == 0 || r.cfg.Batch == 1 {
+		return out, ctx.Err()
+	}
+	more, err := r.consumer.FetchNoWait(r.cfg.Batch - 1)
+	if err != nil {
+		return out, nil
+	}
+	for m := range more.Messages() {
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// item is one entry of a pass.
+type item struct {
+	m          jetstream.Msg
+	lc         plane3.Lifecycle
+	entry      plane3.Entry
+	id         string
+	aclKey     string
+	memberKey  string
+	deliveries uint64
+}
+
+// row is one key read for a pass: its value, whether it exists, and a read error.
+type row struct {
+	value []byte
+	found bool
+	err   error
+}
+
+// pass settles a batch. The ACL and member rows it needs are read once, after every entry of the
+// batch was delivered and before any is published, so each check sees every change committed
+// before its entry reached the reader, as a read per entry would; a revocation that lands while the
+// pass publishes takes effect for the next pass. Copies are published asynchronously in order and
+// each entry is acked once its copy is stored.
+func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) error {
+	n := r.cfg.Names
+	var items []item
+	acls, members := map[string]*row{}, map[string]*row{}
+	for _, m := range batch {
+		lc, ok := plane3.ParseDinbox(n, m.Subject())
+		if !ok {
+			r.log.Warn("dropped an entry on a subject that is not a lifecycle's inbox", "subject", m.Subject())
+			if err := r.settle(m.Ack); err != nil {
+				return err
+			}
+			continue
+		}
+		entry, id, err := plane3.DecodeEntry(m.Data())
+		if err != nil {
+			r.log.Warn("dropped an entry that does not decode", "subject", m.Subject(), "err", err)
+			if err := r.settle(m.Ack); err != nil {
+				return err
+			}
+			continue
+		}
+		it := item{m: m, lc: lc, entry: entry, id: id, deliveries: 1}
+		if md, err := m.Metadata(); err == nil {
+			it.deliveries = md.NumDelivered
+		}
+		it.aclKey, _ = space.ACLKey(lc.Owner, lc.Actor, lc.UID)
+		acls[it.aclKey] = &row{}
+		if entry.Reason == plane3.ReasonDurable {
+			it.memberKey, _ = space.MemberKey(entry.Channel, lc.Owner, lc.Actor, lc.UID)
+			members[it.memberKey] = &row{}
+		}
+		items = append(items, it)
+	}
+	r.read(ctx, r.acl, acls)
+	r.read(ctx, r.members, members)
+
+	type sent struct {
+		it  item
+		ack jetstream.PubAckFuture
+	}
+	var inflight []sent
+	for _, it := range items {
+		out, err := r.copyOf(it, acls[it.aclKey], members[it.memberKey])
+		if err != nil {
+			if err := r.retry(it.m, it.deliveries, it.lc, err); err != nil {
+				return err
+			}
+			continue
+		}
+		if out == nil {
+			if err := r.settle(it.m.Ack); err != nil {
+				return err
+			}
+			continue
+		}
+		if !r.cfg.MayAct() {
+			return nil
+		}
+		f, err := r.js.PublishMsgAsync(out)
+		if err != nil {
+			if err := r.retry(it.m, it.deliveries, it.lc, fmt.Errorf("publish to %s: %w", out.Subject, err)); err != nil {
+				return err
+			}
+			continue
+		}
+		inflight = append(inflight, sent{it, f})
+	}
+	for _, s := range inflight {
+		select {
+		case <-s.ack.Ok():
+			if err := r.settle(s.it.m.Ack); err != nil {
+				return err
+			}
+		case err := <-s.ack.Err():
+			if err := r.retry(s.it.m, s.it.deliveries, s.it.lc, fmt.Errorf("publish to %s: %w", s.ack.Msg().Subject, err)); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	return nil
+}
+
+// read gets every key of rows from kv, several at a time.
+func (r *Reader) read(ctx context.Context, kv jetstream.KeyValue, rows map[string]*row) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, readConcurrency)
+	for key, rw := range rows {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			e, err := kv.Get(ctx, key)
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+			case err != nil:
+				rw.err = err
+			default:
+				rw.value, rw.found = e.Value(), true
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// copyOf decides one entry: the DLV message to publish, nil to drop it (acked without a copy),
+// or an error to retry it.
+func (r *Reader) copyOf(it item, aclRow, memberRow *row) (*nats.Msg, error) {
+	if aclRow.err != nil {
+		return nil, fmt.Errorf("read ACL row: %w", aclRow.err)
+	}
 	var acl plane3.ACL
-	var known bool
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-	case err != nil:
-		return r.retry(m, deliveries, lc, fmt.Errorf("read ACL row: %w", err))
-	default:
-		acl, known = plane3.DecodeACL(e.Value())
+	known := false
+	if aclRow.found {
+		acl, known = plane3.DecodeACL(aclRow.value)
 	}
 	if !known {
-		return r.retry(m, deliveries, lc, errors.New("no ACL row for the lifecycle"))
+		return nil, errors.New("no ACL row for the lifecycle")
 	}
-	if !acl.Allows(entry.Channel) {
-		r.log.Info("dropped an entry: the lifecycle's ACL no longer allows the channel", "lifecycle", key, "channel", entry.Channel)
-		return r.settle(m.Ack)
+	if !acl.Allows(it.entry.Channel) {
+		r.log.Info("dropped an entry: the lifecycle's ACL no longer allows the channel", "lifecycle", it.aclKey, "channel", it.entry.Channel)
+		return nil, nil
 	}
-	if entry.Reason == plane3.ReasonDurable {
-		mkey, _ := space.MemberKey(entry.Channel, lc.Owner, lc.Actor, lc.UID)
-		me, err := r.members.Get(ctx, mkey)
-		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return r.retry(m, deliveries, lc, fmt.Errorf("read member row: %w", err))
+	if it.entry.Reason == plane3.ReasonDurable {
+		if memberRow.err != nil {
+			return nil, fmt.Errorf("read member row: %w", memberRow.err)
 		}
-		if err != nil {
-			r.log.Info("dropped a durable entry: no membership row", "member", mkey)
-			return r.settle(m.Ack)
+		if !memberRow.found {
+			r.log.Info("dropped a durable entry: no membership row", "member", it.memberKey)
+			return nil, nil
 		}
-		row, _, derr := plane3.DecodeMember(mkey, me.Value())
-		if derr != nil || !row.Eligible(entry.Seq) {
-			r.log.Info("dropped a durable entry outside its member's interval", "member", mkey, "seq", entry.Seq)
-			return r.settle(m.Ack)
+		m, _, err := plane3.DecodeMember(it.memberKey, memberRow.value)
+		if err != nil || !m.Eligible(it.entry.Seq) {
+			r.log.Info("dropped a durable entry outside its member's interval", "member", it.memberKey, "seq", it.entry.Seq)
+			return nil, nil
 		}
 	}
-	body, err := dlvclient.EncodeFrame(entry.Channel, entry.Msg)
+	body, err := dlvclient.EncodeFrame(it.entry.Channel, it.entry.Msg)
 	if err != nil {
-		r.log.Warn("dropped an entry whose message cannot be framed", "lifecycle", key, "err", err)
-		return r.settle(m.Ack)
+		r.log.Warn("dropped an entry whose message cannot be framed", "lifecycle", it.aclKey, "err", err)
+		return nil, nil
 	}
-	subj, _ := n.Dlv(lc.Owner, lc.Actor, lc.UID)
+	subj, _ := r.cfg.Names.Dlv(it.lc.Owner, it.lc.Actor, it.lc.UID)
 	out := nats.NewMsg(subj)
 	out.Data = body
 	out.Header.Set(dlvclient.FrameHeader, dlvclient.FrameHeaderValue)
-	if msgID := plane3.MsgID(id, lc, entry.Generation); msgID != "" {
+	if msgID := plane3.MsgID(it.id, it.lc, it.entry.Generation); msgID != "" {
 		out.Header.Set(jetstream.MsgIDHeader, msgID)
 	}
-	if !r.cfg.MayAct() {
-		return nil
-	}
-	if _, err := r.js.PublishMsg(ctx, out); err != nil {
-		return r.retry(m, deliveries, lc, fmt.Errorf("publish to %s: %w", subj, err))
-	}
-	return r.settle(m.Ack)
+	return out, nil
 }
 
 // retry naks the entry for redelivery after NakDelay, or terminates it once it has been
