@@ -28,6 +28,8 @@ FUZZ_TARGETS ?= \
 	signerd/internal/audit:FuzzRedact \
 	pkg/space:FuzzNames \
 	pkg/profiles:FuzzBuild \
+	pkg/dlvclient:FuzzDecodeFrame \
+	deliveryd/internal/plane3:FuzzDecodeEntry \
 	pkg/creds:FuzzParseCreds \
 	pkg/trust:FuzzLoadSpace \
 	signerd/internal/keystore:FuzzNewSigningKey \

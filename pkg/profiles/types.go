@@ -25,6 +25,8 @@ const (
 	AuthCallout Name = "auth-callout"
 	// Sentinel is the deny-all bearer user of the AUTH account that clients present with their token.
 	Sentinel Name = "sentinel"
+	// MembershipRW is the delivery daemon's membership-feed writer (upstream membership-rw).
+	MembershipRW Name = "membership-rw"
 )
 
 // AccountKind says which of a space's two accounts a profile's users live in.
