@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/cotalgo/cotal/authd/internal/bearer"
+	"github.com/cotalgo/cotal/authd/internal/bearer/bearertest"
 	"github.com/cotalgo/cotal/authd/internal/ledger"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
@@ -265,6 +266,45 @@ func TestCalloutDenials(t *testing.T) {
 }
 
 func tokenOf(tok string, _ time.Time) string { return tok }
+
+// TestCalloutBearerMatrix: every hand-signed bearer the verifier refuses (one per check of §3
+// steps 9-12, signed with a test key the responder's JWKS holds) is denied at connect; the
+// accepted shapes without a view connect, those with a view that has no profile are denied.
+func TestCalloutBearerMatrix(t *testing.T) {
+	k := bearertest.NewKey(t)
+	e := startEnv(t, envOptions{jwks: bearertest.NewJWKS(k.JWK)})
+	e.grant(t, row("laptop"))
+	cases := bearertest.Cases(t, k, bearertest.Principal{Space: testSpace, Owner: owner, Owner2: owner2, Actor: "laptop", UID: uid1, Now: time.Now()})
+	parent := t
+	for _, tc := range cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			admitted := tc.Want == "" && !strings.Contains(tc.Name, "-caller") && !strings.Contains(tc.Name, "transfer-writer")
+			// The refusal is logged with the check that failed (a signed refusal is published
+			// after its log line, so the line is there once the connect has failed).
+			marker := "check=" + string(tc.Want) + " "
+			before := strings.Count(logOf(parent), marker)
+			c, err := e.connect(t, tc.Token, newNonce())
+			if tc.Want != "" {
+				defer func() {
+					if after := strings.Count(logOf(parent), marker); after != before+1 {
+						t.Errorf("log shows %d new refusals by %s, want 1", after-before, tc.Want)
+					}
+				}()
+			}
+			if admitted {
+				if err != nil {
+					t.Fatalf("connect: %v", err)
+				}
+				c.Close()
+				return
+			}
+			wantDenied(t, c, err)
+		})
+	}
+	if log := logOf(t); strings.Contains(log, "eyJ") {
+		t.Fatal("the responder logged a bearer")
+	}
+}
 
 // startEnvSigner is a second signerd (another issuer key for the same space name) whose bearers
 // the env's responder must refuse.
