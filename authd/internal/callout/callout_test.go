@@ -1,14 +1,17 @@
 package callout
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+	"google.golang.org/grpc"
 
 	"github.com/cotalgo/cotal/authd/internal/bearer"
 	"github.com/cotalgo/cotal/authd/internal/bearer/bearertest"
@@ -554,4 +558,72 @@ func TestNewRefuses(t *testing.T) {
 			t.Fatal("second Start accepted")
 		}
 	})
+}
+
+// gate holds every OpenCalloutRequest until released and counts how many are held at once.
+type gate struct {
+	Signer
+	release       chan struct{}
+	held, maxHeld atomic.Int64
+}
+
+func (g *gate) OpenCalloutRequest(ctx context.Context, in *signerv1.OpenCalloutRequestRequest, opts ...grpc.CallOption) (*signerv1.OpenCalloutRequestResponse, error) {
+	n := g.held.Add(1)
+	for {
+		m := g.maxHeld.Load()
+		if n <= m || g.maxHeld.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+	}
+	g.held.Add(-1)
+	return g.Signer.OpenCalloutRequest(context.WithoutCancel(ctx), in, opts...)
+}
+
+// TestCalloutInFlightBound: with MaxInFlight 3 and ten clients connecting at once, exactly
+// three requests reach signerd while the rest wait.
+func TestCalloutInFlightBound(t *testing.T) {
+	e := startEnv(t, envOptions{noResponder: true})
+	r := e.grant(t, row("laptop"))
+	tok, _ := e.bearerFor(t, r, 10*time.Minute, nil)
+	g := &gate{Signer: e.authd.API(), release: make(chan struct{})}
+	cache, err := bearer.NewCache(bearer.CacheConfig{Space: testSpace, Signer: e.authd.API()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := New(Config{Space: testSpace, Signer: e.authd, Ledger: e.ledger, JWKS: cache, MaxInFlight: 3, signer: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := resp.Start(ctxT(t), e.svc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(resp.Close)
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if c, err := e.connect(t, tok, newNonce()); err == nil {
+				c.Close()
+			}
+		}()
+	}
+	testkit.Eventually(t, 5*time.Second, func() error {
+		if n := g.held.Load(); n != 3 {
+			return fmt.Errorf("%d requests held, want 3", n)
+		}
+		return nil
+	})
+	if m := g.maxHeld.Load(); m != 3 {
+		t.Fatalf("%d requests were in flight at once, bound 3", m)
+	}
+	close(g.release)
+	wg.Wait()
+	if m := g.maxHeld.Load(); m > 3 {
+		t.Fatalf("%d requests were in flight at once, bound 3", m)
+	}
 }
