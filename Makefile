@@ -40,7 +40,9 @@ FUZZ_TARGETS ?= \
 	pkg/signerclient:FuzzAsError \
 	pkg/mtls:FuzzParseID \
 	pkg/mtls:FuzzParseCAPool \
-	pkg/nkey:FuzzCheck
+	pkg/nkey:FuzzCheck \
+	authd/internal/ledger:FuzzDecodeRow \
+	authd/internal/bearer:FuzzDecode
 
 .PHONY: all generate check-generated lint test test-go test-ts fuzz bench check run build clean
 
