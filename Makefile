@@ -15,6 +15,7 @@ FUZZTIME  ?= 4s
 # package:FuzzTarget pairs run by `make fuzz` (and so by `make check`) for $(FUZZTIME) each:
 # every decoder of untrusted bytes.
 FUZZ_TARGETS ?= \
+	authd/internal/idp:FuzzDecode \
 	signerd/internal/server:FuzzParseMint \
 	signerd/internal/server:FuzzParseSignBearer \
 	signerd/internal/server:FuzzVerifyCalloutRequest \
