@@ -39,7 +39,8 @@ FUZZ_TARGETS ?= \
 	pkg/signerclient:FuzzAsError \
 	pkg/mtls:FuzzParseID \
 	pkg/mtls:FuzzParseCAPool \
-	pkg/nkey:FuzzCheck
+	pkg/nkey:FuzzCheck \
+	authd/internal/ledger:FuzzDecodeRow
 
 .PHONY: all generate check-generated lint test test-go test-ts fuzz bench check run build clean
 
