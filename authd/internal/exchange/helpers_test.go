@@ -282,4 +282,3 @@ func noCORS(t *testing.T, h http.Header) {
 		}
 	}
 }
-
