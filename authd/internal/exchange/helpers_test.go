@@ -217,7 +217,7 @@ func (e *env) exchange(v any) answer {
 }
 
 // bearer is a granted answer's token, checked against signerd's JWKS (served by /jwks).
-type bearer struct {
+type bearerClaims struct {
 	Scope []string `json:"scope"`
 	Ver   int      `json:"ver"`
 	Act   struct {
@@ -236,7 +236,7 @@ type bearer struct {
 	Exp int64  `json:"exp"`
 }
 
-func (e *env) verifyBearer(token string) bearer {
+func (e *env) verifyBearer(token string) bearerClaims {
 	e.t.Helper()
 	jwks := e.do(http.MethodGet, "/jwks", nil, nil)
 	var set struct {
@@ -266,7 +266,7 @@ func (e *env) verifyBearer(token string) bearer {
 		e.t.Fatalf("bearer does not verify against /jwks (kid %q)", hdr.Kid)
 	}
 	pb, _ := base64.RawURLEncoding.DecodeString(parts[1])
-	var b bearer
+	var b bearerClaims
 	if err := json.Unmarshal(pb, &b); err != nil {
 		e.t.Fatal(err)
 	}
