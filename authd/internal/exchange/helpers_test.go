@@ -57,6 +57,8 @@ func (c *clock) Add(d time.Duration) {
 
 type envOpts struct {
 	noIdP bool
+	// idp, when set, replaces the verifier of the fake IdP's pin.
+	idp func(e *env) exchange.IdP
 }
 
 func newEnv(t *testing.T, opts envOpts) *env {
@@ -74,7 +76,10 @@ func newEnv(t *testing.T, opts envOpts) *env {
 	}
 	e := &env{t: t, signer: s, client: client, ledger: l, idp: idptest.Start(t), cap: newCap(t), clock: &clock{}}
 	cfg := exchange.Config{Space: spaceName, Signer: client, Ledger: l, Cap: e.cap, Now: e.clock.Now}
-	if !opts.noIdP {
+	switch {
+	case opts.idp != nil:
+		cfg.IdP = opts.idp(e)
+	case !opts.noIdP:
 		pin, err := idp.NewPin(e.idp.URL)
 		if err != nil {
 			t.Fatal(err)
