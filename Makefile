@@ -15,6 +15,8 @@ FUZZTIME  ?= 4s
 # package:FuzzTarget pairs run by `make fuzz` (and so by `make check`) for $(FUZZTIME) each:
 # every decoder of untrusted bytes.
 FUZZ_TARGETS ?= \
+	authd/internal/idp:FuzzDecode \
+	authd/internal/exchange:FuzzDecodeRequest \
 	signerd/internal/server:FuzzParseMint \
 	signerd/internal/server:FuzzParseSignBearer \
 	signerd/internal/server:FuzzVerifyCalloutRequest \
