@@ -11,6 +11,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -137,14 +138,17 @@ func Start(t testing.TB, opts Options) *Signer {
 	mustWrite(t, s.PolicyPath, []byte(opts.Policy), 0o600)
 	s.AuditPath = filepath.Join(root, "audit", "signerd.audit")
 
+	// Paths come from t.TempDir, which carries the test's name: quote them, so a name with a
+	// comma, colon or brace cannot change the YAML's structure.
+	q := strconv.Quote
 	cfg, err := serve.ParseConfig([]byte(`
 listen: 127.0.0.1:0
-tls: {cert: ` + certFile + `, key: ` + keyFile + `, client_ca: ` + s.ServerCAFile + `, reload_interval: 100ms}
-key_dir: ` + filepath.Join(dir, setup.SignerDir) + `
-public_dir: ` + filepath.Join(dir, setup.PublicDir) + `
-policy: ` + s.PolicyPath + `
+tls: {cert: ` + q(certFile) + `, key: ` + q(keyFile) + `, client_ca: ` + q(s.ServerCAFile) + `, reload_interval: 100ms}
+key_dir: ` + q(filepath.Join(dir, setup.SignerDir)) + `
+public_dir: ` + q(filepath.Join(dir, setup.PublicDir)) + `
+policy: ` + q(s.PolicyPath) + `
 policy_reload_interval: 100ms
-audit: {path: ` + s.AuditPath + `, replica: test-1, max_delay: ` + opts.AuditMaxDelay.String() + `}
+audit: {path: ` + q(s.AuditPath) + `, replica: test-1, max_delay: ` + opts.AuditMaxDelay.String() + `}
 shutdown_timeout: 5s
 # Every test client connects from 127.0.0.1 and table tests keep one connection per case open
 # until the test ends, so the per-source cap is the total cap here; the other limits are

@@ -97,3 +97,14 @@ func TestDefaultPolicyDeliverydCredentials(t *testing.T) {
 		})
 	}
 }
+
+// TestHarnessPathsWithYAMLSyntax: t.TempDir paths carry the test's name, and a name with YAML
+// syntax in it (", " and ": ") must not break the harness's signerd config.
+func TestHarnessPathsWithYAMLSyntax(t *testing.T) {
+	t.Run("ok/a name, with: yaml {syntax}", func(t *testing.T) {
+		s := signerdtest.Start(t, signerdtest.Options{Spaces: []string{"alpha"}})
+		if s.Addr == "" {
+			t.Fatal("signerd did not start")
+		}
+	})
+}
