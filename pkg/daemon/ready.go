@@ -40,7 +40,9 @@ type NotReadyError struct {
 	Err  error
 }
 
-func (e *NotReadyError) Error() string { return fmt.Sprintf("daemon not ready (%s): %v", e.Last, e.Err) }
+func (e *NotReadyError) Error() string {
+	return fmt.Sprintf("daemon not ready (%s): %v", e.Last, e.Err)
+}
 
 // Unwrap returns the context's error.
 func (e *NotReadyError) Unwrap() error { return e.Err }
