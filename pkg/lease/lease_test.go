@@ -7,10 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nkeys"
 
 	"github.com/cotalgo/cotal/pkg/lease"
 	"github.com/cotalgo/cotal/pkg/profiles"
@@ -20,29 +18,12 @@ import (
 
 const sp = "leasespace"
 
-// fullUser connects as a data-account user with no permission limits, signed by the data
-// signing key: the lease mechanism is tested apart from any profile (pkg/profiles proves the
-// auth-plane profile can do exactly what a claim needs).
+// fullUser connects as a data-account user with no permission limits: the lease mechanism is
+// tested apart from any profile (pkg/profiles proves the auth-plane profile can do exactly what
+// a claim needs).
 func fullUser(t *testing.T, b *testkit.Broker) *nats.Conn {
 	t.Helper()
-	s := b.Space(sp)
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, _ := kp.PublicKey()
-	uc := jwt.NewUserClaims(pub)
-	uc.IssuerAccount = s.Trust.DataAccountPublicKey()
-	uc.Expires = time.Now().Add(time.Hour).Unix()
-	skp, err := s.Signing.DataSigning.KeyPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := uc.Encode(skp)
-	skp.Wipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok, kp := b.Space(sp).MintUnlimited(t)
 	nc, err := b.Connect(t, tok, kp)
 	if err != nil {
 		t.Fatal(err)

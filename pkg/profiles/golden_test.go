@@ -35,6 +35,7 @@ var mxGoldenParams = map[Name]Params{
 	Probe:         {},
 	AuthCallout:   {},
 	Sentinel:      {},
+	AuthPlane:     {},
 }
 
 // mxSpecJSON renders a spec the way golden files hold it: indented, '>' unescaped.

@@ -216,6 +216,12 @@ var matrix = map[Name]rule{
 		account: AccountAuth, lifetime: lt(standing),
 		perms: authCalloutPerms,
 	},
+	// authd's plane claim (issue 9): one key of one bucket, renewed by the rail like any daemon
+	// credential.
+	AuthPlane: {
+		account: AccountData, lifetime: lt(standing),
+		perms: authPlanePerms,
+	},
 	// The sentinel is public and powerless (deny everything), so it is the one credential
 	// without exp: clients ship it next to their bearer token.
 	Sentinel: {

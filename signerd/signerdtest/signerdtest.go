@@ -29,7 +29,7 @@ import (
 const TrustDomain = "cotal.local"
 
 // DefaultPolicy lets each daemon act on its own space only: managerd mints agents and its
-// supervisor, deliveryd its delivery credential, authd its callout user, the callout answers
+// supervisor, deliveryd its delivery credential, authd its callout user and plane credential, the callout answers
 // (agents and observers), bearers, owner ids and registration MACs.
 const DefaultPolicy = `version: 1
 callers:
@@ -58,6 +58,7 @@ callers:
     rate: {per_second: 1000, burst: 1000}
     profiles:
       auth-callout: {ttl_max: 24h}
+      auth-plane: {ttl_max: 24h}
       agent:
         ttl_max: 1h
         any_owner: true
