@@ -116,8 +116,9 @@ func (e *PermissionError) Unwrap() error { return e.Err }
 
 // Errors.
 var (
-	// ErrNoTTL: the bucket keeps rows for ever, so a crashed holder would never be replaced.
-	ErrNoTTL = errors.New("lease: bucket has no TTL (max_age)")
+	// ErrNoTTL: the bucket keeps rows for ever (no max_age and no per-key TTLs), so a crashed
+	// holder would never be replaced.
+	ErrNoTTL = errors.New("lease: bucket has no TTL (neither max_age nor per-key TTLs)")
 	// ErrNotHeld: an operation that needs the claim was called after it was lost or released.
 	ErrNotHeld = errors.New("lease: not held")
 )
@@ -135,13 +136,22 @@ type Config struct {
 	Now func() time.Time
 	// OpTimeout bounds each broker operation; zero means 5 s.
 	OpTimeout time.Duration
+	// KeyTTL is the row's lifetime on a bucket with per-key TTLs and no max_age; zero means
+	// DefaultKeyTTL. It is ignored on a bucket with a max_age, whose TTL applies. At least 1 s.
+	KeyTTL time.Duration
 }
+
+// DefaultKeyTTL is the row lifetime on a per-key-TTL bucket (the delivery lease's 30 s).
+const DefaultKeyTTL = 30 * time.Second
 
 // Lease is a claim this process holds. It is safe for concurrent use.
 type Lease struct {
 	cfg Config
+	js  jetstream.JetStream
 	kv  jetstream.KeyValue
 	ttl time.Duration
+	// keyTTL is set when every write carries the row's TTL (a per-key-TTL bucket).
+	keyTTL bool
 
 	mu  sync.Mutex // guards row, rev, released
 	row Row
@@ -186,10 +196,20 @@ func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 	if err != nil {
 		return nil, l.classify(fmt.Errorf("lease: bucket %s status: %w", cfg.Bucket, err))
 	}
-	if st.TTL() <= 0 {
-		return nil, fmt.Errorf("%w: %s", ErrNoTTL, cfg.Bucket)
+	l.js, l.kv, l.ttl = js, kv, st.TTL()
+	if l.ttl <= 0 {
+		bs, ok := st.(*jetstream.KeyValueBucketStatus)
+		if !ok || bs.StreamInfo() == nil || !bs.StreamInfo().Config.AllowMsgTTL {
+			return nil, fmt.Errorf("%w: %s", ErrNoTTL, cfg.Bucket)
+		}
+		switch {
+		case cfg.KeyTTL == 0:
+			cfg.KeyTTL = DefaultKeyTTL
+		case cfg.KeyTTL < time.Second:
+			return nil, fmt.Errorf("lease: KeyTTL %v is under a second", cfg.KeyTTL)
+		}
+		l.cfg.KeyTTL, l.ttl, l.keyTTL = cfg.KeyTTL, cfg.KeyTTL, true
 	}
-	l.kv, l.ttl = kv, st.TTL()
 	inc := make([]byte, 16)
 	_, _ = rand.Read(inc)
 	l.row = Row{Holder: cfg.Holder, Incarnation: hex.EncodeToString(inc), Since: cfg.Now().UTC().Truncate(time.Millisecond)}
@@ -220,7 +240,11 @@ func (l *Lease) create(ctx context.Context) error {
 	b, _ := json.Marshal(row)
 	octx, cancel := context.WithTimeout(ctx, l.cfg.OpTimeout)
 	defer cancel()
-	rev, err := l.kv.Create(octx, l.cfg.Key, b)
+	var opts []jetstream.KVCreateOpt
+	if l.keyTTL {
+		opts = append(opts, jetstream.KeyTTL(l.ttl))
+	}
+	rev, err := l.kv.Create(octx, l.cfg.Key, b, opts...)
 	if err == nil {
 		l.mu.Lock()
 		l.rev = rev
@@ -268,7 +292,20 @@ func (l *Lease) update(ctx context.Context, row Row) error {
 	b, _ := json.Marshal(row)
 	octx, cancel := context.WithTimeout(ctx, l.cfg.OpTimeout)
 	defer cancel()
-	nrev, err := l.kv.Update(octx, l.cfg.Key, b, rev)
+	var nrev uint64
+	var err error
+	if l.keyTTL {
+		// KeyValue.Update carries no TTL, so a row written with it would never expire: publish
+		// the same CAS write with the row's TTL.
+		var ack *jetstream.PubAck
+		ack, err = l.js.PublishMsg(octx, &nats.Msg{Subject: "$KV." + l.cfg.Bucket + "." + l.cfg.Key, Data: b},
+			jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(l.ttl))
+		if err == nil {
+			nrev = ack.Sequence
+		}
+	} else {
+		nrev, err = l.kv.Update(octx, l.cfg.Key, b, rev)
+	}
 	if err != nil {
 		return err
 	}

@@ -44,6 +44,16 @@ type env struct {
 }
 
 func setup(t *testing.T, ttl time.Duration) env {
+	return setupCfg(t, jetstream.KeyValueConfig{TTL: ttl})
+}
+
+// setupKeyTTL makes the bucket the way pkg/provision makes cotal_auth_<space>: no max_age,
+// per-key TTLs on.
+func setupKeyTTL(t *testing.T) env {
+	return setupCfg(t, jetstream.KeyValueConfig{LimitMarkerTTL: time.Hour})
+}
+
+func setupCfg(t *testing.T, cfg jetstream.KeyValueConfig) env {
 	t.Helper()
 	b := testkit.StartBroker(t, sp)
 	n, err := space.NewNames(sp)
@@ -55,7 +65,8 @@ func setup(t *testing.T, ttl time.Duration) env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.CreateKeyValue(ctxT(t), jetstream.KeyValueConfig{Bucket: bucket, TTL: ttl})
+	cfg.Bucket = bucket
+	kv, err := js.CreateKeyValue(ctxT(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,6 +189,30 @@ func TestLease(t *testing.T) {
 			_, err = e.acquire(t, "successor")
 			return err
 		})
+	})
+	t.Run("ok/per-key-ttl-bucket", func(t *testing.T) {
+		e := setupKeyTTL(t)
+		l, err := lease.Acquire(ctxT(t), lease.Config{Conn: fullUser(t, e.b), Bucket: e.bucket, Key: "plane", Holder: "one", KeyTTL: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.TTL() != time.Second {
+			t.Fatalf("TTL = %v", l.TTL())
+		}
+		if st, err := l.Renew(ctxT(t)); st != lease.Held || err != nil {
+			t.Fatalf("Renew = %v, %v", st, err)
+		}
+		if _, err := e.acquire(t, "two"); err == nil {
+			t.Fatal("a live per-key claim was taken")
+		}
+		// Renewed rows carry the TTL too: with no more renewals the claim expires.
+		testkit.Eventually(t, 10*time.Second, func() error {
+			_, err := e.acquire(t, "successor")
+			return err
+		})
+		if st, _ := l.Renew(ctxT(t)); st != lease.Taken {
+			t.Fatalf("Renew after expiry and takeover = %v, want taken", st)
+		}
 	})
 	t.Run("fail/unknown-when-broker-unreachable", func(t *testing.T) {
 		e := setup(t, time.Minute)

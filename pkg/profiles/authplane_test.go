@@ -32,7 +32,8 @@ func TestAuthPlaneBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	authBucket := must(n.Bucket(space.Auth))
-	akv, err := ajs.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: authBucket, TTL: 30 * time.Second})
+	// As pkg/provision makes it: per-key TTLs, no max_age, direct gets on.
+	akv, err := ajs.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: authBucket, LimitMarkerTTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
