@@ -18,24 +18,12 @@ import (
 	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
 
-// testPolicy is signerdtest's default plus the one-shot provisioner the example uses to create
-// CHAT_<t>, as the `make run` dev policy grants managerd.
-func testPolicy(t *testing.T) string {
-	t.Helper()
-	const anchor = "      probe: {ttl_max: 1m, remint: none}\n"
-	if !strings.Contains(signerdtest.DefaultPolicy, anchor) {
-		t.Fatalf("signerdtest.DefaultPolicy no longer holds %q", anchor)
-	}
-	return strings.Replace(signerdtest.DefaultPolicy, anchor,
-		anchor+"      provisioner: {ttl_max: 5m, any_owner: true, remint: none}\n", 1)
-}
-
 // TestReadmeConnectExample runs the README's "Connecting with a minted credential" example against
 // a real signerd and broker: it mints through signerd over mTLS, writes a .creds file and
 // connects with the _INBOX_<user nkey> prefix. The README must quote this directory's main.go
 // verbatim, and the nats CLI command the example prints must work.
 func TestReadmeConnectExample(t *testing.T) {
-	s := signerdtest.Start(t, signerdtest.Options{Spaces: []string{"demo"}, Policy: testPolicy(t)})
+	s := signerdtest.Start(t, signerdtest.Options{Spaces: []string{"demo"}})
 	url := s.StartBroker(t)
 	c := config{
 		signerd: s.Addr, natsURL: url, space: "demo",

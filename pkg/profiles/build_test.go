@@ -12,7 +12,7 @@ import (
 )
 
 func TestParseAndAll(t *testing.T) {
-	want := []Name{Admin, Agent, AuthCallout, AuthPlane, Delivery, Deprovisioner, Observer, Operator, Probe, Provisioner, Sentinel, Supervisor}
+	want := []Name{Admin, Agent, AuthCallout, AuthPlane, Delivery, Deprovisioner, MembershipRW, Observer, Operator, Probe, Provisioner, Sentinel, Supervisor}
 	if got := All(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("All() = %v, want %v", got, want)
 	}
@@ -42,6 +42,7 @@ func TestMatrixClasses(t *testing.T) {
 		{Agent, AccountData, d24},
 		{Supervisor, AccountData, d24},
 		{Delivery, AccountData, d24},
+		{MembershipRW, AccountData, d24},
 		{Observer, AccountData, d24},
 		{Admin, AccountData, d24},
 		{Provisioner, AccountData, m5},

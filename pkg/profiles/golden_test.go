@@ -36,6 +36,7 @@ var mxGoldenParams = map[Name]Params{
 	AuthCallout:   {},
 	Sentinel:      {},
 	AuthPlane:     {},
+	MembershipRW:  {},
 }
 
 // mxSpecJSON renders a spec the way golden files hold it: indented, '>' unescaped.

@@ -27,6 +27,24 @@ func (b *builder) kvGet(k space.BucketKind) {
 	b.pub(space.DirectGetAny(s))
 }
 
+// kvGetKey lets a client read one key of an allow_direct bucket and nothing else: the Go and JS
+// KV clients read such a bucket by a direct get whose subject names the key
+// ($JS.API.DIRECT.GET.<stream>.$KV.<bucket>.<key>), so the broker pins it. The leader-served
+// STREAM.MSG.GET is not granted: its key rides the body.
+func (b *builder) kvGetKey(k space.BucketKind, key string) {
+	direct, err := space.DirectGet(b.bucketStream(k))
+	if err != nil {
+		b.pub("", err)
+		return
+	}
+	subject, err := b.n.KV(k, key)
+	if err != nil {
+		b.pub("", err)
+		return
+	}
+	b.pub(direct+"."+subject, nil)
+}
+
 // kvWatch lets a client run an ordered consumer (watch, keys) on a bucket, including the delete
 // the consumer sends when it rebuilds itself.
 func (b *builder) kvWatch(k space.BucketKind) {
@@ -266,11 +284,21 @@ func deprovisionerPerms(b *builder) {
 // deliveryPerms is upstream's delivery arm: the fan-out writer reads all of CHAT, the trusted
 // reader binds only the "reader" durable on INBOX, the daemon reads presence, channels, members
 // and ACL, writes members and its own lease keys, publishes any lifecycle's dinbox and dlv
-// subjects, serves both ctl rails and replies only on their .reply.> leaves. It holds no native
-// chat, dinbox or dlv subscription.
+// subjects, serves both ctl rails and the liveness rail (live.delivery.*.*, newer than the stored
+// upstream profile) and replies only on their .reply.> leaves. It holds no native chat, dinbox or
+// dlv subscription.
 //
-// Deferred: the timer writer (ept.* rows, EPT_REQ/EPT streams, records reads) and the liveness
-// rail, both absent from the minimal daemon.
+// The lease watch (issue 10 item 3) is a core subscription on exactly $KV.cotal_delivery_<t>.lease.0
+// plus the gets it already holds, not a KV watch: a watch is an ordered push consumer whose name
+// and deliver subject the broker cannot pin (see the package doc), it leaves server state that must
+// be retired on every stop, reconnect and rebind (the seeds' "Delivery lease watches"), and it
+// must be re-created after a reconnect, while a subscription pins the one key, leaves nothing on
+// the server and is restored by the client library. The subscription sees every write published
+// to the key, including ones the stream then rejects (a competing create or a stale CAS; the
+// broker test shows one), so a watcher treats a message as a prompt to get the key and acts on
+// the stored row only. Sharding is refused, so lease.0 is the only key.
+//
+// Deferred: the timer writer (ept.* rows, EPT_REQ/EPT streams, records reads).
 func deliveryPerms(b *builder) {
 	n := b.n
 	chat, inbox, dlv := n.ChatStream(), n.InboxStream(), n.DLVStream()
@@ -298,14 +326,32 @@ func deliveryPerms(b *builder) {
 	b.pub(n.DlvAny(), nil)
 	b.pub(n.CtlDeliveryReplyAny(), nil)
 	b.pub(n.CtlDeliveryAdminReplyAny(), nil)
+	b.pub(n.LiveDeliveryReplyAny(), nil)
 	b.sub(n.CtlDeliveryServe(), nil)
 	b.sub(n.CtlDeliveryAdminServe(), nil)
+	b.sub(n.LiveDeliveryServe(), nil)
+	b.sub(n.KV(space.Delivery, space.DeliveryLeaseKey))
+}
+
+// membershipRWPerms is upstream's membership-rw arm: deliveryd's membership feed reads the durable
+// members registry and reads and writes the derived membership bucket, and nothing else (no chat,
+// DM, ctl or $SYS row). It is a daemon credential, minted only to deliveryd by policy, so like the
+// delivery profile it keeps upstream's watch rows on the two buckets it reads: the feed lists
+// every key (KeyValue.Keys and Watch run an ordered consumer), which gets cannot do.
+func membershipRWPerms(b *builder) {
+	b.pub(space.JSAPIInfo, nil)
+	for _, k := range []space.BucketKind{space.Members, space.Membership} {
+		b.kvRead(k)
+	}
+	b.pub(b.n.KVAll(space.Membership))
+	b.pub(space.JSFlowControl, nil)
 }
 
 // observerPerms is upstream's observer arm, narrowed: read-only chat (live and history), roster,
-// channel registry and membership feed. History is read with message gets (getStream) and live
-// chat with a core subscription; the buckets with gets and a core subscription on their $KV
-// subjects. Upstream grants every consumer verb on CHAT instead, which reaches deliveryd's fanout
+// channel registry and membership feed, and the delivery lease key (lease.0) by get alone, so a
+// dashboard can show whether delivery is ready (upstream added that read later). History is read
+// with message gets (getStream) and live chat with a core subscription; the buckets with gets and
+// a core subscription on their $KV subjects. Upstream grants every consumer verb on CHAT instead, which reaches deliveryd's fanout
 // durable; here the observer holds no consumer verb at all and denies them all. No DM, anycast or
 // endpoint subject is named, so those stay invisible.
 func observerPerms(b *builder) {
@@ -316,6 +362,8 @@ func observerPerms(b *builder) {
 		b.kvBind(k)
 		b.kvGet(k)
 	}
+	b.kvBind(space.Delivery)
+	b.kvGetKey(space.Delivery, space.DeliveryLeaseKey)
 	b.denyConsumers()
 	b.sub(n.ChatAll(), nil)
 	for _, k := range []space.BucketKind{space.Presence, space.Channels, space.Membership} {

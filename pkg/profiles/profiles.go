@@ -55,7 +55,10 @@
 //     ($KV.<bucket>.>): agent on presence and channels, observer and admin on presence, channels
 //     and membership; the operator, which receives no feed, reads with gets only. This reads what a
 //     watch reads. $JS.FC.> (flow control, used only by push consumers) goes with the watch rows.
-//     Clients use KeyValue.Get and a subscription, not KeyValue.Watch/Keys.
+//     Clients use KeyValue.Get and a subscription, not KeyValue.Watch/Keys. The daemon profiles
+//     (supervisor, delivery, membership-rw), minted by policy only to their daemons, keep
+//     upstream's watch rows where they list a bucket; delivery follows its own lease key the
+//     non-daemon way (see deliveryPerms).
 //   - The legacy bare $JS.API.CONSUMER.CREATE.<stream> is never granted to a non-daemon profile: the
 //     server takes that consumer's name from the request body (the broker test shows a create named
 //     by its body), so no permission can pin it. Named creates ($JS.API.CONSUMER.CREATE.<stream>.
@@ -80,8 +83,8 @@
 // Deferred, and said so where each row would go: the v0.4 endpoint (ep.*) rows and everything that
 // hangs off them (the agent's baseline and capability rows, its ep reply rail and goal-progress
 // rows, the delivery daemon's timer writer on ept.*, the provisioner's endpoint-plane streams and
-// object store, issued-authority rows), the liveness-rail grants (missing from the stored upstream
-// profile), and the $SYS-account kinds (membership-observer, connection-evictor), which live in the
+// object store, issued-authority rows), the probing side of the liveness rail (delivery serves
+// live.delivery.*.*, but no profile yet asks it), and the $SYS-account kinds (membership-observer, connection-evictor), which live in the
 // system account and are not profiles here.
 package profiles
 
@@ -187,6 +190,13 @@ var matrix = map[Name]rule{
 		account: AccountData, lifetime: lt(standing),
 		accepts: fOwner | fActor | fInboxNonce,
 		perms:   deliveryPerms,
+	},
+	// The membership feed's writer runs inside deliveryd next to the delivery credential and is
+	// renewed the same way.
+	MembershipRW: {
+		account: AccountData, lifetime: lt(standing),
+		accepts: fOwner | fActor | fInboxNonce,
+		perms:   membershipRWPerms,
 	},
 	// Upstream observer and admin are static credentials with no exp. We never issue a
 	// non-expiring credential that can read anything, so they are standing 24h credentials and

@@ -28,6 +28,8 @@ const (
 	// AuthPlane is authd's data-account connection: it holds the plane claim, key "plane" of
 	// cotal_auth_<space>, and nothing else.
 	AuthPlane Name = "auth-plane"
+	// MembershipRW is the delivery daemon's membership-feed writer (upstream membership-rw).
+	MembershipRW Name = "membership-rw"
 )
 
 // AccountKind says which of a space's two accounts a profile's users live in.

@@ -28,9 +28,10 @@ import (
 // TrustDomain is the SPIFFE trust domain of every test identity.
 const TrustDomain = "cotal.local"
 
-// DefaultPolicy lets each daemon act on its own space only: managerd mints agents and its
-// supervisor, deliveryd its delivery credential, authd its callout user and plane credential, the callout answers
-// (agents and observers), bearers, owner ids and registration MACs.
+// DefaultPolicy lets each daemon act on its own space only: managerd mints agents, its supervisor
+// and the one-shot provisioner, deliveryd its delivery and membership-rw credentials, authd its
+// callout user and plane credential, the callout answers (agents and observers), bearers, owner
+// ids and registration MACs.
 const DefaultPolicy = `version: 1
 callers:
   - id: spiffe://cotal.local/managerd/{space}
@@ -46,12 +47,14 @@ callers:
         capabilities: [spawn]
       supervisor: {ttl_max: 24h, any_owner: true}
       probe: {ttl_max: 1m, remint: none}
+      provisioner: {ttl_max: 5m, any_owner: true, remint: none}
   - id: spiffe://cotal.local/deliveryd/{space}
     rpcs: [Mint, Remint, GetSpace]
     spaces: ["{space}"]
     rate: {per_second: 1000, burst: 1000}
     profiles:
       delivery: {ttl_max: 24h, any_owner: true}
+      membership-rw: {ttl_max: 24h, any_owner: true}
   - id: spiffe://cotal.local/authd/{space}
     rpcs: [Mint, Remint, GetSpace, OpenCalloutRequest, SignCalloutResponse, SignBearer, GetJWKS, DeriveOwner, Mac]
     spaces: ["{space}"]

@@ -14,6 +14,7 @@ import (
 
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
+	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
 
@@ -68,5 +69,31 @@ func TestHarness(t *testing.T) {
 	if nc, err := nats.Connect(url, nats.NoReconnect(), nats.Timeout(5*time.Second)); err == nil {
 		nc.Close()
 		t.Fatal("fail/anonymous-connect: the broker accepted a connection without credentials")
+	}
+}
+
+// TestDefaultPolicyDeliverydCredentials shows deliveryd may mint both of its credentials under
+// DefaultPolicy, delivery and the membership feed's membership-rw, and that the broker accepts them.
+func TestDefaultPolicyDeliverydCredentials(t *testing.T) {
+	s := signerdtest.Start(t, signerdtest.Options{})
+	url := s.StartBroker(t)
+	c, err := signerclient.Dial(signerclient.Config{Addr: s.Addr, TLS: s.ClientFor(t, mtls.KindDeliveryd, "alpha")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, p := range []signerv1.Profile{signerv1.Profile_PROFILE_DELIVERY, signerv1.Profile_PROFILE_MEMBERSHIP_RW} {
+		t.Run("ok/"+p.String(), func(t *testing.T) {
+			rail, err := signerclient.NewRail(signerclient.RailConfig{Client: c, Space: "alpha", Profile: p, NatsURL: url})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rail.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := rail.Start(ctx); err != nil {
+				t.Fatalf("mint and prove %s: %v", p, err)
+			}
+		})
 	}
 }

@@ -43,6 +43,7 @@
 //	    rate: {per_second: 5, burst: 10}
 //	    profiles:
 //	      delivery: {ttl_max: 1h}
+//	      membership-rw: {ttl_max: 1h}
 //	  - id: spiffe://cotal.local/authd/{space}
 //	    rpcs: [Mint, Remint, GetSpace, OpenCalloutRequest, SignCalloutResponse, SignBearer, GetJWKS, DeriveOwner, Mac]
 //	    spaces: ["{space}"]
