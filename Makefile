@@ -15,6 +15,7 @@ FUZZTIME  ?= 4s
 # package:FuzzTarget pairs run by `make fuzz` (and so by `make check`) for $(FUZZTIME) each:
 # every decoder of untrusted bytes.
 FUZZ_TARGETS ?= \
+	authd/internal/idp:FuzzDecode \
 	signerd/internal/server:FuzzParseMint \
 	signerd/internal/server:FuzzParseSignBearer \
 	signerd/internal/server:FuzzVerifyCalloutRequest \
@@ -38,7 +39,8 @@ FUZZ_TARGETS ?= \
 	pkg/signerclient:FuzzAsError \
 	pkg/mtls:FuzzParseID \
 	pkg/mtls:FuzzParseCAPool \
-	pkg/nkey:FuzzCheck
+	pkg/nkey:FuzzCheck \
+	authd/internal/ledger:FuzzDecodeRow
 
 .PHONY: all generate check-generated lint test test-go test-ts fuzz bench check run build clean
 

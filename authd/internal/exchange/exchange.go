@@ -1,0 +1,546 @@
+// Package exchange is authd's loopback HTTP face (auth.md §4): GET /health, GET /jwks and
+// POST /exchange, which turns an IdP token (the human arm) or a managed actor's token (the agent
+// arm) into a Cotal user bearer signed by signerd.
+//
+// It refuses, before reading a body: any request with an Origin header (403: browsers are not
+// callers); an /exchange without `Authorization: Bearer <cap>` (401); every /exchange while more
+// than MaxFailures refusals fell in the last minute (429); a body that is not application/json
+// (415) or is larger than MaxBodyBytes (413). It never sends CORS headers. Authorization comes
+// from the actor ledger alone, read fresh on every exchange: the request names an actor, never a
+// scope, parent or lifecycle uid. Only views that map to a profile (pkg/profiles through
+// authd/internal/views) are issued; every other view is refused with its name.
+package exchange
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/cotalgo/cotal/authd/internal/idp"
+	"github.com/cotalgo/cotal/authd/internal/ledger"
+	"github.com/cotalgo/cotal/authd/internal/views"
+	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/signerclient"
+	"github.com/cotalgo/cotal/pkg/space"
+)
+
+const (
+	// MaxBodyBytes bounds a POST /exchange body.
+	MaxBodyBytes = 64 << 10
+	// MaxFailures is how many refusals (401s) a minute may hold before every /exchange is 429.
+	MaxFailures = 30
+	// FailureWindow is the span MaxFailures counts over.
+	FailureWindow = time.Minute
+	// HumanTTL is a human bearer's default and largest lifetime (signerd's bearer cap).
+	HumanTTL = 900 * time.Second
+	// AgentTTL is an agent bearer's default and largest lifetime (upstream AGENT_BEARER_TTL_SEC).
+	AgentTTL = 300 * time.Second
+	// JWKSMaxAge is the Cache-Control max-age of GET /jwks, and how long authd reuses signerd's
+	// answer before asking again.
+	JWKSMaxAge = 300 * time.Second
+	// CapHexLen is the length of the capability: hex of 32 random bytes.
+	CapHexLen = 64
+	// signerTimeout bounds one call to signerd.
+	signerTimeout = 5 * time.Second
+	// AgentRefusal is the one answer to every failed agent-arm exchange, so a caller learns
+	// nothing about which of owner, actor, row kind or token was wrong.
+	AgentRefusal = "agent exchange refused: no managed actor matches this owner, actor and token"
+	// agentView is the one view the agent arm may ask for (upstream); it maps to no profile here,
+	// so it is refused like every unmapped view.
+	agentView = "manager-caller"
+)
+
+// Signer is what the exchange asks of signerd. *signerclient.Client satisfies it.
+type Signer interface {
+	API() signerv1.SignerServiceClient
+}
+
+var _ Signer = (*signerclient.Client)(nil)
+
+// Ledger is the actor ledger as the exchange reads it. *ledger.Ledger satisfies it.
+type Ledger interface {
+	// AuthorizeGrant returns the interactive row of owner.actor after checking its parent chain.
+	AuthorizeGrant(owner, actor string) (ledger.Row, error)
+	// AuthorizeAgentExchange returns the managed row of owner.actor if actorToken's SHA-256 is
+	// its tokenHash (constant time) and it sits within its spawner chain.
+	AuthorizeAgentExchange(owner, actor, actorToken string) (ledger.Row, error)
+}
+
+var _ Ledger = (*ledger.Ledger)(nil)
+
+// IdP verifies IdP tokens. *idp.Verifier satisfies it.
+type IdP interface {
+	Verify(ctx context.Context, token string) (idp.Claims, error)
+}
+
+var _ IdP = (*idp.Verifier)(nil)
+
+// Config is everything the exchange needs. Space, Signer, Ledger and Cap are required.
+type Config struct {
+	// Space is the space this authd serves; bearers are issued for it.
+	Space string
+	// Signer signs bearers, derives owners and serves the JWKS.
+	Signer Signer
+	// Ledger authorizes every exchange.
+	Ledger Ledger
+	// IdP verifies human-arm tokens; nil means no IdP is pinned and the human arm answers 503.
+	IdP IdP
+	// Cap is the capability callers present as `Authorization: Bearer <cap>`: 64 hex characters
+	// (32 random bytes), the cap of auth-service.json.
+	Cap string
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Logger receives one line per exchange (never a token); nil discards.
+	Logger *slog.Logger
+}
+
+// Handler serves the exchange routes. Construct it with New.
+type Handler struct {
+	cfg      Config
+	cap      []byte
+	issuer   string
+	now      func() time.Time
+	log      *slog.Logger
+	failures failures
+
+	jwksMu   sync.Mutex
+	jwksBody []byte
+	jwksAt   time.Time
+}
+
+// New checks cfg and returns the handler. It refuses a bad space name, a missing signer or
+// ledger, and a cap that is not 64 lowercase hex characters.
+func New(cfg Config) (*Handler, error) {
+	if err := space.ValidateName(cfg.Space); err != nil {
+		return nil, fmt.Errorf("exchange: %w", err)
+	}
+	if cfg.Signer == nil || cfg.Ledger == nil {
+		return nil, errors.New("exchange: a signer and a ledger are required")
+	}
+	if b, err := hex.DecodeString(cfg.Cap); err != nil || len(cfg.Cap) != CapHexLen || strings.ToLower(cfg.Cap) != cfg.Cap || len(b) != CapHexLen/2 {
+		return nil, fmt.Errorf("exchange: cap must be %d lowercase hex characters (32 random bytes)", CapHexLen)
+	}
+	h := &Handler{cfg: cfg, cap: []byte("Bearer " + cfg.Cap), issuer: BearerIssuer(cfg.Space), now: cfg.Now, log: cfg.Logger}
+	if h.now == nil {
+		h.now = time.Now
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	return h, nil
+}
+
+// BearerIssuer is the iss of the bearers signerd signs for space (upstream urn:cotal:auth:<space>).
+func BearerIssuer(spaceName string) string { return "urn:cotal:auth:" + spaceName }
+
+// ServeHTTP routes a request after the Origin guard.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, ok := r.Header["Origin"]; ok {
+		// A browser sends Origin on every cross-origin request (and on same-origin POSTs); no
+		// caller of this face is a browser page, so any Origin is a page trying to reach it.
+		writeError(w, http.StatusForbidden, "requests with an Origin header are refused")
+		return
+	}
+	switch r.URL.Path {
+	case "/health":
+		if !method(w, r, http.MethodGet) {
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "issuer": h.issuer})
+	case "/jwks":
+		if !method(w, r, http.MethodGet) {
+			return
+		}
+		h.serveJWKS(w, r)
+	case "/exchange":
+		if !method(w, r, http.MethodPost) {
+			return
+		}
+		h.serveExchange(w, r)
+	default:
+		writeError(w, http.StatusNotFound, "no such route")
+	}
+}
+
+func method(w http.ResponseWriter, r *http.Request, want string) bool {
+	if r.Method == want {
+		return true
+	}
+	w.Header().Set("Allow", want)
+	writeError(w, http.StatusMethodNotAllowed, "method not allowed")
+	return false
+}
+
+func (h *Handler) serveJWKS(w http.ResponseWriter, r *http.Request) {
+	body, err := h.jwks(r.Context())
+	if err != nil {
+		h.log.Warn("exchange: jwks", "reason", signerclient.ReasonOf(err).String(), "err", err)
+		writeError(w, http.StatusServiceUnavailable, "the signer is unavailable")
+		return
+	}
+	w.Header().Set("Cache-Control", fmt.Sprintf("max-age=%d", int(JWKSMaxAge/time.Second)))
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}
+
+// jwks returns the encoded JWKS, asking signerd at most once per JWKSMaxAge.
+func (h *Handler) jwks(ctx context.Context) ([]byte, error) {
+	h.jwksMu.Lock()
+	defer h.jwksMu.Unlock()
+	now := h.now()
+	if h.jwksBody != nil && now.Sub(h.jwksAt) < JWKSMaxAge {
+		return h.jwksBody, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, signerTimeout)
+	defer cancel()
+	resp, err := h.cfg.Signer.API().GetJWKS(ctx, &signerv1.GetJWKSRequest{Space: h.cfg.Space})
+	if err != nil {
+		return nil, signerclient.AsError(err)
+	}
+	type jwk struct {
+		Kty string `json:"kty"`
+		Crv string `json:"crv"`
+		X   string `json:"x"`
+		Kid string `json:"kid"`
+		Alg string `json:"alg"`
+		Use string `json:"use"`
+	}
+	keys := make([]jwk, 0, len(resp.GetKeys()))
+	for _, k := range resp.GetKeys() {
+		keys = append(keys, jwk{Kty: k.GetKty(), Crv: k.GetCrv(), X: k.GetX(), Kid: k.GetKid(), Alg: k.GetAlg(), Use: k.GetUse()})
+	}
+	body, err := json.Marshal(map[string]any{"keys": keys})
+	if err != nil {
+		return nil, err
+	}
+	h.jwksBody, h.jwksAt = body, now
+	return body, nil
+}
+
+// request is a POST /exchange body. Pointers tell absent from empty where it matters.
+type request struct {
+	IdPToken   *string `json:"idpToken"`
+	ActorToken *string `json:"actorToken"`
+	Owner      string  `json:"owner"`
+	Actor      string  `json:"actor"`
+	TTLSec     *int64  `json:"ttlSec"`
+	View       string  `json:"view"`
+}
+
+// response is a granted exchange.
+type response struct {
+	Token string `json:"token"`
+	Owner string `json:"owner"`
+	Exp   int64  `json:"exp"`
+}
+
+// refusal is an exchange answer other than a bearer: status, the public sentence, and the cause
+// for the log only.
+type refusal struct {
+	status int
+	public string
+	cause  error
+}
+
+func (e *refusal) Error() string { return e.public }
+
+func refused(status int, public string, cause error) *refusal {
+	return &refusal{status: status, public: public, cause: cause}
+}
+
+func (h *Handler) serveExchange(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	now := h.now()
+	if h.failures.over(now) {
+		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("more than %d refused exchanges in the last minute; try again later", MaxFailures))
+		return
+	}
+	if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), h.cap) != 1 {
+		h.failures.add(now)
+		h.log.Info("exchange: refused", "status", http.StatusUnauthorized, "why", "missing or wrong capability")
+		writeError(w, http.StatusUnauthorized, "missing or wrong capability (Authorization: Bearer <cap>)")
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, "the body must be application/json")
+		return
+	}
+	if r.ContentLength > MaxBodyBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes))
+			return
+		}
+		writeError(w, http.StatusBadRequest, "the body could not be read")
+		return
+	}
+	req, err := decodeRequest(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	var resp *response
+	var arm string
+	if req.IdPToken != nil {
+		arm = "human"
+		resp, err = h.human(r.Context(), req)
+	} else {
+		arm = "agent"
+		resp, err = h.agent(r.Context(), req)
+	}
+	if err != nil {
+		var rf *refusal
+		if !errors.As(err, &rf) {
+			rf = refused(http.StatusInternalServerError, "internal error", err)
+		}
+		if rf.status == http.StatusUnauthorized {
+			h.failures.add(now)
+		}
+		h.log.Info("exchange: refused", "arm", arm, "status", rf.status, "actor", logIdent(req.Actor), "why", rf.public, "cause", rf.cause)
+		writeError(w, rf.status, rf.public)
+		return
+	}
+	h.log.Info("exchange: granted", "arm", arm, "owner", resp.Owner, "actor", req.Actor, "view", req.View, "exp", resp.Exp)
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// logIdent returns s if it is a valid actor token, else a placeholder, so a crafted body cannot
+// write arbitrary text into the log.
+func logIdent(s string) string {
+	if space.ValidateActor(s) != nil {
+		return "(invalid)"
+	}
+	return s
+}
+
+// decodeRequest parses a POST /exchange body: one JSON object with only the known members,
+// exactly one of idpToken and actorToken, and a ttlSec of at least 1 if present.
+func decodeRequest(body []byte) (*request, error) {
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	var req request
+	if err := dec.Decode(&req); err != nil {
+		return nil, fmt.Errorf("the body is not an exchange request: %v", err)
+	}
+	if dec.More() {
+		return nil, errors.New("the body holds more than one JSON value")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("the body holds more than one JSON value")
+	}
+	switch {
+	case req.IdPToken != nil && req.ActorToken != nil:
+		return nil, errors.New("idpToken and actorToken are exclusive: send one")
+	case req.IdPToken == nil && req.ActorToken == nil:
+		return nil, errors.New("idpToken (human) or actorToken (agent) is required")
+	case req.IdPToken != nil && req.Owner != "":
+		return nil, errors.New("the human arm takes no owner: it is derived from the IdP token")
+	case req.TTLSec != nil && *req.TTLSec < 1:
+		return nil, errors.New("ttlSec must be at least 1")
+	}
+	return &req, nil
+}
+
+// viewProfile checks a requested view: "" is no view; a view that maps to no profile is refused
+// with its name, because a bearer carrying it could be granted nothing at connect.
+func viewProfile(view string) (requiredScope string, err error) {
+	if view == "" {
+		return "", nil
+	}
+	if !views.Known(view) {
+		return "", refused(http.StatusBadRequest, fmt.Sprintf("view %.40q is not a view (known: %s)", view, strings.Join(views.All(), ", ")), nil)
+	}
+	_, scope, ok := views.Profile(view)
+	if !ok {
+		return "", refused(http.StatusBadRequest,
+			fmt.Sprintf("view %.40q is not issued by this exchange: it maps to no profile, so a connect with it could be granted nothing", view), nil)
+	}
+	return scope, nil
+}
+
+// human is the human arm: IdP token → owner → interactive row → view → bearer (auth.md §4,
+// bridge exchange steps 1-8 without the cred. row, which this project does not keep).
+func (h *Handler) human(ctx context.Context, req *request) (*response, error) {
+	if err := space.ValidateActor(req.Actor); err != nil {
+		return nil, refused(http.StatusBadRequest, err.Error(), nil)
+	}
+	needScope, err := viewProfile(req.View)
+	if err != nil {
+		return nil, err
+	}
+	if h.cfg.IdP == nil {
+		return nil, refused(http.StatusServiceUnavailable, "no IdP is pinned: run `authd idp pin URL` and restart authd", nil)
+	}
+	claims, err := h.cfg.IdP.Verify(ctx, *req.IdPToken)
+	switch {
+	case errors.Is(err, idp.ErrJWKSUnavailable):
+		return nil, refused(http.StatusServiceUnavailable, "the IdP's keys are unavailable", err)
+	case err != nil:
+		return nil, refused(http.StatusUnauthorized, err.Error(), err)
+	}
+	owner, err := h.deriveOwner(ctx, claims)
+	if err != nil {
+		return nil, err
+	}
+	row, err := h.cfg.Ledger.AuthorizeGrant(owner, req.Actor)
+	switch {
+	case errors.Is(err, ledger.ErrNoRow):
+		return nil, refused(http.StatusUnauthorized, fmt.Sprintf("no grant for actor %q under your owner %s (authd actor grant)", req.Actor, owner), err)
+	case err != nil:
+		return nil, refused(http.StatusUnauthorized, fmt.Sprintf("the grant for actor %q is refused", req.Actor), err)
+	}
+	if needScope != "" && !slices.Contains(row.Scope, needScope) {
+		return nil, refused(http.StatusUnauthorized,
+			fmt.Sprintf("the %q view needs scope %q, which the grant for actor %q lacks: re-grant the whole row with it added", req.View, needScope, req.Actor), nil)
+	}
+	if row.LifecycleUID == "" {
+		return nil, refused(http.StatusUnauthorized, fmt.Sprintf("the grant for actor %q has no lifecycle uid: re-grant it", req.Actor), nil)
+	}
+	ttl := HumanTTL
+	if req.TTLSec != nil && time.Duration(*req.TTLSec) < ttl/time.Second {
+		ttl = time.Duration(*req.TTLSec) * time.Second
+	}
+	// The bearer must not outlive the IdP proof it rests on.
+	if left := time.Duration(claims.Expires-h.now().Unix()) * time.Second; left < ttl {
+		ttl = left
+	}
+	if ttl < time.Second {
+		return nil, refused(http.StatusUnauthorized, "the IdP token has expired", nil)
+	}
+	return h.sign(ctx, owner, req.Actor, req.View, row, ttl)
+}
+
+func (h *Handler) deriveOwner(ctx context.Context, claims idp.Claims) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, signerTimeout)
+	defer cancel()
+	resp, err := h.cfg.Signer.API().DeriveOwner(ctx, &signerv1.DeriveOwnerRequest{Space: h.cfg.Space, IdpIssuer: claims.Issuer, Subject: claims.Subject})
+	if err != nil {
+		return "", signerRefusal("the signer could not derive the owner", err)
+	}
+	if err := space.ValidateDerivedOwner(resp.GetOwner()); err != nil {
+		return "", refused(http.StatusServiceUnavailable, "the signer answered a malformed owner", err)
+	}
+	return resp.GetOwner(), nil
+}
+
+// agent is the agent arm: a managed row whose token hash matches → bearer of at most AgentTTL.
+// Every refusal past the request's shape is AgentRefusal, so the answer never tells which of
+// owner, actor, row space, token or spawner chain was wrong (the ledger compares the hash in
+// constant time).
+func (h *Handler) agent(ctx context.Context, req *request) (*response, error) {
+	if req.View != "" && req.View != agentView {
+		return nil, refused(http.StatusBadRequest, fmt.Sprintf("the agent arm takes no view but %q", agentView), nil)
+	}
+	if _, err := viewProfile(req.View); err != nil {
+		return nil, err
+	}
+	var row ledger.Row
+	var err error
+	if space.ValidateDerivedOwner(req.Owner) != nil || space.ValidateActor(req.Actor) != nil || *req.ActorToken == "" {
+		err = errors.New("owner, actor or token malformed")
+	} else {
+		row, err = h.cfg.Ledger.AuthorizeAgentExchange(req.Owner, req.Actor, *req.ActorToken)
+	}
+	if err == nil && row.LifecycleUID == "" {
+		err = errors.New("managed row has no lifecycle uid")
+	}
+	if err != nil {
+		return nil, refused(http.StatusUnauthorized, AgentRefusal, err)
+	}
+	ttl := AgentTTL
+	if req.TTLSec != nil && time.Duration(*req.TTLSec) < ttl/time.Second {
+		ttl = time.Duration(*req.TTLSec) * time.Second
+	}
+	return h.sign(ctx, req.Owner, req.Actor, req.View, row, ttl)
+}
+
+// sign asks signerd for the bearer: scope, parent and lifecycle uid come from the row only.
+func (h *Handler) sign(ctx context.Context, owner, actor, view string, row ledger.Row, ttl time.Duration) (*response, error) {
+	ctx, cancel := context.WithTimeout(ctx, signerTimeout)
+	defer cancel()
+	resp, err := h.cfg.Signer.API().SignBearer(ctx, &signerv1.SignBearerRequest{
+		Space: h.cfg.Space, Owner: owner, Actor: actor, Scope: row.Scope, Parent: row.Parent,
+		LifecycleUid: row.LifecycleUID, View: view, Ttl: durationpb.New(ttl),
+	})
+	if err != nil {
+		return nil, signerRefusal("the signer could not issue the bearer", err)
+	}
+	if resp.GetToken() == "" || resp.GetExpiresAt() == nil {
+		return nil, refused(http.StatusServiceUnavailable, "the signer answered an empty bearer", nil)
+	}
+	return &response{Token: resp.GetToken(), Owner: owner, Exp: resp.GetExpiresAt().AsTime().Unix()}, nil
+}
+
+// signerRefusal maps a signerd error: unreachable, slow or rate-limited is 503 (retry later);
+// anything else is signerd refusing what the row asked for, 502 with its reason code, since the
+// caller can do nothing about it but an operator can (policy, or a row signerd will not sign).
+func signerRefusal(what string, err error) *refusal {
+	err = signerclient.AsError(err)
+	if errors.Is(err, signerclient.ErrUnavailable) || errors.Is(err, signerclient.ErrDeadline) || errors.Is(err, signerclient.ErrRateLimited) {
+		return refused(http.StatusServiceUnavailable, what+": the signer is unavailable", err)
+	}
+	return refused(http.StatusBadGateway, fmt.Sprintf("%s: the signer refused (%s)", what, signerclient.ReasonOf(err)), err)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+// failures counts refused exchanges over the last FailureWindow; it holds at most MaxFailures
+// times, which is all over() needs.
+type failures struct {
+	mu    sync.Mutex
+	times []time.Time
+}
+
+func (f *failures) prune(now time.Time) {
+	cut := 0
+	for cut < len(f.times) && now.Sub(f.times[cut]) >= FailureWindow {
+		cut++
+	}
+	f.times = f.times[cut:]
+}
+
+// over reports whether MaxFailures refusals fell in the last window.
+func (f *failures) over(now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.prune(now)
+	return len(f.times) >= MaxFailures
+}
+
+func (f *failures) add(now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.prune(now)
+	if len(f.times) >= MaxFailures {
+		f.times = f.times[1:]
+	}
+	f.times = append(f.times, now)
+}
