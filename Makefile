@@ -40,7 +40,8 @@ FUZZ_TARGETS ?= \
 	pkg/mtls:FuzzParseID \
 	pkg/mtls:FuzzParseCAPool \
 	pkg/nkey:FuzzCheck \
-	authd/internal/ledger:FuzzDecodeRow
+	authd/internal/ledger:FuzzDecodeRow \
+	authd/internal/bearer:FuzzDecode
 
 .PHONY: all generate check-generated lint test test-go test-ts fuzz bench check run build clean
 

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/cotalgo/cotal/pkg/creds"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/space"
 )
@@ -115,6 +116,14 @@ type RailConfig struct {
 	// OnRenew, if set, is called after each renewed credential is adopted (not for the first,
 	// which Start adopts), with its jti and expiry.
 	OnRenew func(jti string, expires time.Time)
+	// UserSeed, if set, is the user seed the rail uses instead of generating one: for a key the
+	// broker must already know, such as authd's callout-service user registered in the AUTH
+	// account's auth_users (read it with creds.ReadSeedFile, which checks the file's mode and
+	// owner). It must be a user seed ("SU..."). NewRail decodes its own key pair from it; the
+	// caller keeps the Seed and should wipe it once NewRail returns. Nothing else changes: the
+	// rail mints for that key's public key, proves each credential on the broker with it and
+	// renews by Remint proofs signed with it.
+	UserSeed *creds.Seed
 }
 
 // credential is one adopted JWT with the facts read from its own claims. issued and expires
@@ -154,8 +163,8 @@ func signerNow(c *credential, now time.Time) time.Time { return c.issued.Add(now
 func expired(c *credential, now time.Time) bool { return !now.Before(c.localExpiry()) }
 
 // Rail keeps one broker credential alive for a process. Its user nkey is generated in memory by
-// NewRail and never leaves it: not to disk, not to a log, not to signerd (which sees only the
-// public key and proofs). A Rail is safe for concurrent use.
+// NewRail (or decoded from RailConfig.UserSeed) and never leaves it: not to disk, not to a log,
+// not to signerd (which sees only the public key and proofs). A Rail is safe for concurrent use.
 type Rail struct {
 	cfg    RailConfig
 	log    *slog.Logger
@@ -172,8 +181,9 @@ type Rail struct {
 	closeOnce sync.Once
 }
 
-// NewRail validates cfg and generates the rail's user nkey. It refuses a nil client, an invalid
-// space name, an unspecified profile, an empty broker URL and negative durations.
+// NewRail validates cfg and generates the rail's user nkey, or decodes it from cfg.UserSeed. It
+// refuses a nil client, an invalid space name, an unspecified profile, an empty broker URL,
+// negative durations, and a UserSeed that is wiped, not canonically encoded or not a user seed.
 func NewRail(cfg RailConfig) (*Rail, error) {
 	switch {
 	case cfg.Client == nil:
@@ -201,10 +211,11 @@ func NewRail(cfg RailConfig) (*Rail, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	key, err := nkeys.CreateUser()
+	key, err := railKey(cfg.UserSeed)
 	if err != nil {
-		return nil, fmt.Errorf("signerclient: generate user nkey: %w", err)
+		return nil, err
 	}
+	cfg.UserSeed = nil // the rail keeps its own key pair, not the caller's Seed
 	pub, err := key.PublicKey()
 	if err != nil {
 		key.Wipe()
@@ -213,6 +224,29 @@ func NewRail(cfg RailConfig) (*Rail, error) {
 	r := &Rail{cfg: cfg, pub: pub, inbox: "_INBOX_" + pub, key: key, closed: make(chan struct{})}
 	r.log = log.With("space", cfg.Space, "profile", cfg.Profile.String(), "user", pub)
 	return r, nil
+}
+
+// railKey is a fresh user key pair, or the one seed encodes.
+func railKey(seed *creds.Seed) (nkeys.KeyPair, error) {
+	if seed == nil {
+		key, err := nkeys.CreateUser()
+		if err != nil {
+			return nil, fmt.Errorf("signerclient: generate user nkey: %w", err)
+		}
+		return key, nil
+	}
+	kind, err := seed.Prefix()
+	if err != nil {
+		return nil, fmt.Errorf("signerclient: RailConfig.UserSeed: %w", err)
+	}
+	if kind != nkeys.PrefixByteUser {
+		return nil, fmt.Errorf("signerclient: RailConfig.UserSeed is a %s seed, want a user seed", kind)
+	}
+	key, err := seed.KeyPair()
+	if err != nil {
+		return nil, fmt.Errorf("signerclient: RailConfig.UserSeed: %w", err)
+	}
+	return key, nil
 }
 
 // PublicKey returns the rail's user public key, the subject of every credential it holds.
