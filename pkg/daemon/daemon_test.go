@@ -281,6 +281,19 @@ func TestDiscoveryAndReady(t *testing.T) {
 			t.Fatalf("Ready = %v, want the refusal", err)
 		}
 	})
+	t.Run("ok/refusal-keeps-the-serving-instance-file", func(t *testing.T) {
+		// A second instance refused by the first's claim must not withdraw the first's readiness.
+		dir := filepath.Join(t.TempDir(), "run")
+		if err := WriteDiscovery(dir, "svc", Discovery{URL: healthServer(t, 200), PID: pid}); err != nil {
+			t.Fatal(err)
+		}
+		if err := WriteRefusal(dir, "svc", Refusal{PID: pid + 1, Code: "PLANE_HELD"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Ready(ctx(t, 10*time.Second), dir, "svc", pid); err != nil {
+			t.Fatalf("Ready(first) after the second's refusal = %v", err)
+		}
+	})
 	t.Run("fail/pid-exits", func(t *testing.T) {
 		cmd := exec.Command("sleep", "60")
 		if err := cmd.Start(); err != nil {

@@ -74,8 +74,9 @@ func WriteDiscovery(dir, name string, d Discovery) error {
 }
 
 // WriteRefusal writes r as dir/name-refusal.json, 0600 and atomically (a 0700 dir is made if
-// missing), and removes a discovery file of the same name, which a refused start must not
-// leave behind. It refuses an r without a code or pid.
+// missing), and removes a discovery file that names r.PID, which a refused start must not leave
+// behind; another process's discovery file (the instance whose claim refused this one) stays.
+// It refuses an r without a code or pid.
 func WriteRefusal(dir, name string, r Refusal) error {
 	if err := checkName(name); err != nil {
 		return err
@@ -91,7 +92,7 @@ func WriteRefusal(dir, name string, r Refusal) error {
 	if err := creds.WriteFileAtomic(RefusalPath(dir, name), b); err != nil {
 		return fmt.Errorf("daemon: write refusal file: %w", err)
 	}
-	return removeIfExists(DiscoveryPath(dir, name))
+	return RemoveDiscovery(dir, name, r.PID)
 }
 
 // RemoveDiscovery removes dir/name.json if it exists and still names pid, so a stopping daemon
