@@ -1,0 +1,121 @@
+// Command authd is Cotal's auth service for one space: the NATS auth-callout responder, the
+// loopback token exchange and the actor ledger. It holds no signing key: signerd signs every
+// credential, bearer and callout answer. See `authd --help`.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/cotalgo/cotal/authd/internal/config"
+	"github.com/cotalgo/cotal/authd/internal/service"
+	"github.com/cotalgo/cotal/pkg/daemon"
+)
+
+const usage = `authd: Cotal's auth service for one space (auth callout, token exchange, actor ledger).
+
+Usage:
+  authd serve --config FILE
+  authd help | --help
+
+Run "authd COMMAND --help" for a command's flags.
+`
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches a command line and returns the exit code: 0 done, 1 failed or refused, 2 usage.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "help", "--help", "-h", "-help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "serve":
+		return serve(ctx, args[1:], stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "authd: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+// newFlags is a FlagSet whose --help prints the command's synopsis and flags to stdout.
+func newFlags(name, synopsis string, stdout, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fs.SetOutput(stdout)
+		fmt.Fprintf(stdout, "Usage: %s\n\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args; it returns (code, false) when the caller must return code (help: 0,
+// bad flags: 2), refusing positional arguments.
+func parse(fs *flag.FlagSet, args []string) (int, bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
+		return 2, false
+	}
+	return 0, true
+}
+
+// serve is `authd serve --config FILE`: Start, then wait for SIGINT/SIGTERM or a failure.
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("serve", "authd serve --config FILE", stdout, stderr)
+	cfgPath := fs.String("config", "", "authd's YAML configuration (required; unknown keys are refused)")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if *cfgPath == "" {
+		fmt.Fprintln(stderr, "authd serve: --config is required")
+		return 2
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "authd: %v\n", err)
+		return 1
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level(cfg.LogLevel)}))
+	ctx, stop := daemon.NotifyContext(ctx)
+	defer stop()
+	svc, err := service.Start(ctx, service.Inputs{Config: cfg, Logger: log})
+	if err != nil {
+		fmt.Fprintf(stderr, "authd: %v\n", err)
+		return 1
+	}
+	<-svc.Done()
+	if err := svc.Err(); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, daemon.ErrStopped) {
+		fmt.Fprintf(stderr, "authd: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func level(s string) slog.Level {
+	switch s {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
