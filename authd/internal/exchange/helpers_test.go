@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"encoding/base32"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cotalgo/cotal/authd/internal/admin"
 	"github.com/cotalgo/cotal/authd/internal/exchange"
 	"github.com/cotalgo/cotal/authd/internal/idp"
 	"github.com/cotalgo/cotal/authd/internal/idp/idptest"
@@ -116,11 +116,11 @@ func (e *env) owner(sub string) string {
 
 func newUID(t *testing.T) string {
 	t.Helper()
-	b := make([]byte, 16)
-	if _, err := rand.Read(b); err != nil {
+	uid, err := admin.NewLifecycleUID()
+	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
+	return uid
 }
 
 // grant writes an interactive row.

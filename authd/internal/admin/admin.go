@@ -1,0 +1,327 @@
+// Package admin holds authd's operator commands, which work on the state dir alone (no running
+// authd, no signerd): `authd actor grant|revoke|list` on the actor ledger and `authd idp pin URL`.
+// authd's main dispatches to Actor and IdP with the arguments after the command word.
+//
+// It refuses unknown flags, missing or malformed values (naming the flag), extra arguments, a
+// state dir looser than 0700, and every row the ledger refuses. A grant always writes a whole row
+// (every field from the flags) with a new lifecycle uid, so bearers of the previous grant stop
+// connecting; it never widens what a flag left out: an absent channel list grants no channel.
+package admin
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cotalgo/cotal/authd/internal/idp"
+	"github.com/cotalgo/cotal/authd/internal/ledger"
+)
+
+// ErrHelp is returned after --help printed the usage; the command succeeded.
+var ErrHelp = flag.ErrHelp
+
+// UsageError is a command line that could not be parsed; main should exit 2.
+type UsageError struct{ Msg string }
+
+func (e *UsageError) Error() string { return e.Msg }
+
+func usagef(format string, a ...any) error { return &UsageError{Msg: fmt.Sprintf(format, a...)} }
+
+// Env is what the commands need from main.
+type Env struct {
+	// Stdout receives results and --help; Stderr receives flag errors.
+	Stdout, Stderr io.Writer
+	// StateDir is authd's state dir from its config, if main resolved one; --state-dir overrides.
+	StateDir string
+	// Now is the clock (grantedAt); nil means time.Now.
+	Now func() time.Time
+	// HTTPClient probes the IdP's JWKS; nil means a client with a 10 s timeout and no redirects.
+	HTTPClient *http.Client
+}
+
+func (e Env) now() time.Time {
+	if e.Now != nil {
+		return e.Now()
+	}
+	return time.Now()
+}
+
+const actorUsage = `usage:
+  authd actor grant  --owner u_... --actor NAME [--scope W,...] [--allow-subscribe CH,...]
+                     [--allow-publish CH,...] [--role R] [--parent u_....ACTOR] [--label TEXT]
+                     [--state-dir DIR]
+  authd actor revoke --owner u_... --actor NAME [--managed] [--state-dir DIR]
+  authd actor list   [--json] [--state-dir DIR]
+
+grant writes the interactive row of owner.actor, replacing any row it had: every field comes from
+the flags (a flag left out is empty, never a wildcard) and the row gets a new lifecycle uid, so
+bearers minted under the previous grant no longer connect. revoke removes the row (--managed: the
+managed row the spawn path wrote); the next exchange and the next connect are refused, without a
+restart. list prints every row of both row spaces (never a token hash).
+`
+
+// Actor runs `authd actor SUBCOMMAND ...`; args are what follows "actor".
+func Actor(ctx context.Context, args []string, env Env) error {
+	if len(args) == 0 {
+		return usagef("authd actor: a subcommand is required (grant, revoke, list)\n%s", actorUsage)
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(env.Stdout, actorUsage)
+		return ErrHelp
+	case "grant":
+		return grant(args[1:], env)
+	case "revoke":
+		return revoke(args[1:], env)
+	case "list":
+		return list(args[1:], env)
+	default:
+		return usagef("authd actor: unknown subcommand %.40q (grant, revoke, list)", args[0])
+	}
+}
+
+// flags returns a FlagSet that prints its usage to env.Stdout on --help and its errors to
+// env.Stderr.
+func flags(name, usage string, env Env) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	fs.Usage = func() {
+		fmt.Fprint(env.Stdout, usage)
+		fs.SetOutput(env.Stdout)
+		fs.PrintDefaults()
+		fs.SetOutput(env.Stderr)
+	}
+	return fs
+}
+
+// parse parses args, refusing positional leftovers, and opens the ledger under the state dir.
+func parse(fs *flag.FlagSet, args []string, stateDir *string, positional int) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ErrHelp
+		}
+		return usagef("%s: %v", fs.Name(), err)
+	}
+	if fs.NArg() != positional {
+		if positional == 0 {
+			return usagef("%s: unexpected argument %.80q", fs.Name(), fs.Arg(0))
+		}
+		return usagef("%s: want %d argument(s), got %d", fs.Name(), positional, fs.NArg())
+	}
+	if *stateDir == "" {
+		return usagef("%s: --state-dir is required (or run it with authd's --config)", fs.Name())
+	}
+	return nil
+}
+
+// list splits a comma-separated flag value; "" is the empty list.
+func splitList(s string) []string {
+	if s == "" {
+		return []string{}
+	}
+	out := strings.Split(s, ",")
+	for i := range out {
+		out[i] = strings.TrimSpace(out[i])
+	}
+	return out
+}
+
+func grant(args []string, env Env) error {
+	fs := flags("authd actor grant", actorUsage, env)
+	stateDir := fs.String("state-dir", env.StateDir, "authd's state dir")
+	owner := fs.String("owner", "", "the derived owner (u_ and 26 base32 characters)")
+	actor := fs.String("actor", "", "the actor")
+	scope := fs.String("scope", "", "comma-separated scope words (admin, spawn, supervise, role:R, ...)")
+	sub := fs.String("allow-subscribe", "", "comma-separated channels the actor may read")
+	pub := fs.String("allow-publish", "", "comma-separated channels the actor may post to")
+	role := fs.String("role", "", "the actor's role")
+	parent := fs.String("parent", "", "the spawning principal, <owner>.<actor>")
+	label := fs.String("label", "", "a short label")
+	if err := parse(fs, args, stateDir, 0); err != nil {
+		return err
+	}
+	if *owner == "" || *actor == "" {
+		return usagef("authd actor grant: --owner and --actor are required")
+	}
+	l, err := ledger.Open(*stateDir)
+	if err != nil {
+		return err
+	}
+	uid, err := NewLifecycleUID()
+	if err != nil {
+		return err
+	}
+	row := ledger.Row{
+		Ver: ledger.Version, Owner: *owner, Actor: *actor, Scope: splitList(*scope),
+		AllowSubscribe: splitList(*sub), AllowPublish: splitList(*pub), Role: *role, Parent: *parent,
+		Label: *label, LifecycleUID: uid, GrantedAt: env.now().UnixMilli(),
+	}
+	if err := l.Put(ledger.Interactive, row); err != nil {
+		return fmt.Errorf("authd actor grant: %w", err)
+	}
+	fmt.Fprintf(env.Stdout, "granted %s.%s (lifecycle uid %s)\n", *owner, *actor, uid)
+	return nil
+}
+
+func revoke(args []string, env Env) error {
+	fs := flags("authd actor revoke", actorUsage, env)
+	stateDir := fs.String("state-dir", env.StateDir, "authd's state dir")
+	owner := fs.String("owner", "", "the derived owner")
+	actor := fs.String("actor", "", "the actor")
+	managed := fs.Bool("managed", false, "revoke the managed row (written by spawn) instead of the interactive one")
+	if err := parse(fs, args, stateDir, 0); err != nil {
+		return err
+	}
+	if *owner == "" || *actor == "" {
+		return usagef("authd actor revoke: --owner and --actor are required")
+	}
+	l, err := ledger.Open(*stateDir)
+	if err != nil {
+		return err
+	}
+	kind := ledger.Interactive
+	if *managed {
+		kind = ledger.Managed
+	}
+	if err := l.Revoke(kind, *owner, *actor); err != nil {
+		return fmt.Errorf("authd actor revoke: %w", err)
+	}
+	fmt.Fprintf(env.Stdout, "revoked %s.%s (%s)\n", *owner, *actor, kind)
+	return nil
+}
+
+// listed is a row as list prints it: everything but the token hash, which is a secret's digest
+// and of no use to an operator.
+type listed struct {
+	Space          ledger.Kind `json:"space"`
+	Owner          string      `json:"owner"`
+	Actor          string      `json:"actor"`
+	Scope          []string    `json:"scope"`
+	AllowSubscribe []string    `json:"allowSubscribe"`
+	AllowPublish   []string    `json:"allowPublish"`
+	Role           string      `json:"role,omitempty"`
+	Parent         string      `json:"parent,omitempty"`
+	Label          string      `json:"label,omitempty"`
+	LifecycleUID   string      `json:"lifecycleUid"`
+	GrantedAt      time.Time   `json:"grantedAt"`
+}
+
+func list(args []string, env Env) error {
+	fs := flags("authd actor list", actorUsage, env)
+	stateDir := fs.String("state-dir", env.StateDir, "authd's state dir")
+	asJSON := fs.Bool("json", false, "print one JSON object per line")
+	if err := parse(fs, args, stateDir, 0); err != nil {
+		return err
+	}
+	l, err := ledger.Open(*stateDir)
+	if err != nil {
+		return err
+	}
+	entries, err := l.List()
+	if err != nil {
+		return fmt.Errorf("authd actor list: %w", err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(env.Stdout)
+		for _, e := range entries {
+			r := e.Row
+			if err := enc.Encode(listed{Space: e.Kind, Owner: r.Owner, Actor: r.Actor, Scope: r.Scope, AllowSubscribe: r.AllowSubscribe,
+				AllowPublish: r.AllowPublish, Role: r.Role, Parent: r.Parent, Label: r.Label, LifecycleUID: r.LifecycleUID,
+				GrantedAt: time.UnixMilli(r.GrantedAt).UTC()}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SPACE\tPRINCIPAL\tSCOPE\tSUBSCRIBE\tPUBLISH\tROLE\tPARENT\tGRANTED")
+	for _, e := range entries {
+		r := e.Row
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Kind, r.Principal(), dash(r.Scope), dash(r.AllowSubscribe),
+			dash(r.AllowPublish), dashS(r.Role), dashS(r.Parent), time.UnixMilli(r.GrantedAt).UTC().Format(time.RFC3339))
+	}
+	return tw.Flush()
+}
+
+func dash(l []string) string { return dashS(strings.Join(l, ",")) }
+
+func dashS(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// NewLifecycleUID returns a fresh lifecycle uid: 16 random bytes as 26 lower-case base32
+// characters, within the uid grammar [a-z0-9]{26,32}.
+func NewLifecycleUID() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b)), nil
+}
+
+const idpUsage = `usage:
+  authd idp pin URL [--state-dir DIR]
+
+pin fetches URL/jwks and, if it holds an Ed25519 key, writes idp.json: the IdP's issuer and
+audience are URL's origin, its keys come from URL/jwks. URL must be https (plain http only to a
+loopback address). A state dir is pinned once: pinning it to another IdP is refused, because every
+owner id derives from the IdP's issuer. authd reads the pin at start.
+`
+
+// IdP runs `authd idp SUBCOMMAND ...`; args are what follows "idp".
+func IdP(ctx context.Context, args []string, env Env) error {
+	if len(args) == 0 {
+		return usagef("authd idp: a subcommand is required (pin)\n%s", idpUsage)
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(env.Stdout, idpUsage)
+		return ErrHelp
+	case "pin":
+	default:
+		return usagef("authd idp: unknown subcommand %.40q (pin)", args[0])
+	}
+	fs := flags("authd idp pin", idpUsage, env)
+	stateDir := fs.String("state-dir", env.StateDir, "authd's state dir")
+	// The URL may come before or after the flags.
+	rest := args[1:]
+	var url string
+	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+		url, rest = rest[0], rest[1:]
+	}
+	if err := fs.Parse(rest); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ErrHelp
+		}
+		return usagef("authd idp pin: %v", err)
+	}
+	if url == "" && fs.NArg() == 1 {
+		url = fs.Arg(0)
+	} else if fs.NArg() != 0 {
+		return usagef("authd idp pin: unexpected argument %.80q", fs.Arg(0))
+	}
+	if url == "" {
+		return usagef("authd idp pin: the IdP URL is required\n%s", idpUsage)
+	}
+	if *stateDir == "" {
+		return usagef("authd idp pin: --state-dir is required (or run it with authd's --config)")
+	}
+	p, err := idp.PinURL(ctx, *stateDir, url, env.HTTPClient)
+	if err != nil {
+		return fmt.Errorf("authd idp pin: %w", err)
+	}
+	fmt.Fprintf(env.Stdout, "pinned IdP %s (issuer and audience %s, keys from %s)\n", p.URL, p.Issuer, p.JWKSURI)
+	return nil
+}
