@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/cotalgo/cotal/authd/internal/admin"
 	"github.com/cotalgo/cotal/authd/internal/config"
 	"github.com/cotalgo/cotal/authd/internal/service"
 	"github.com/cotalgo/cotal/pkg/daemon"
@@ -22,6 +23,8 @@ const usage = `authd: Cotal's auth service for one space (auth callout, token ex
 
 Usage:
   authd serve --config FILE
+  authd actor [--config FILE] grant|revoke|list [flags] [--state-dir DIR]
+  authd idp [--config FILE] pin URL [--state-dir DIR]
   authd help | --help
 
 Run "authd COMMAND --help" for a command's flags.
@@ -43,6 +46,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "serve":
 		return serve(ctx, args[1:], stdout, stderr)
+	case "actor", "idp":
+		env := admin.Env{Stdout: stdout, Stderr: stderr}
+		rest, cfgPath := leadingConfig(args[1:])
+		if cfgPath != "" {
+			cfg, err := config.Load(cfgPath)
+			if err != nil {
+				fmt.Fprintf(stderr, "authd: %v\n", err)
+				return 1
+			}
+			env.StateDir = cfg.StateDir
+		}
+		if args[0] == "actor" {
+			return adminExit(admin.Actor(ctx, rest, env), stderr)
+		}
+		return adminExit(admin.IdP(ctx, rest, env), stderr)
 	}
 	fmt.Fprintf(stderr, "authd: unknown command %q\n\n%s", args[0], usage)
 	return 2
@@ -106,6 +124,34 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// leadingConfig takes a leading "--config FILE" (or --config=FILE) off an operator command's
+// arguments, so `authd actor --config authd.yaml list` uses the configured state dir.
+func leadingConfig(args []string) (rest []string, path string) {
+	if len(args) >= 2 && (args[0] == "--config" || args[0] == "-config") {
+		return args[2:], args[1]
+	}
+	if len(args) >= 1 {
+		if p, ok := strings.CutPrefix(args[0], "--config="); ok {
+			return args[1:], p
+		}
+	}
+	return args, ""
+}
+
+// adminExit maps an operator command's result to an exit code: help 0, usage 2, refusal 1.
+func adminExit(err error, stderr io.Writer) int {
+	var ue *admin.UsageError
+	switch {
+	case err == nil, errors.Is(err, admin.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintln(stderr, ue.Msg)
+		return 2
+	}
+	fmt.Fprintf(stderr, "authd: %v\n", err)
+	return 1
 }
 
 func level(s string) slog.Level {

@@ -3,8 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nkeys"
 )
 
 // TestHelp: every command answers --help on stdout with exit 0; unknown commands and flags are
@@ -19,6 +23,13 @@ func TestHelp(t *testing.T) {
 		{"ok/top-help", []string{"--help"}, 0, "authd serve --config FILE"},
 		{"ok/help-word", []string{"help"}, 0, "authd serve --config FILE"},
 		{"ok/serve-help", []string{"serve", "--help"}, 0, "-config"},
+		{"ok/actor-help", []string{"actor", "--help"}, 0, "authd actor grant"},
+		{"ok/actor-grant-help", []string{"actor", "grant", "--help"}, 0, "owner"},
+		{"ok/idp-help", []string{"idp", "--help"}, 0, "authd idp pin URL"},
+		{"ok/idp-pin-help", []string{"idp", "pin", "--help"}, 0, "state-dir"},
+		{"fail/actor-no-subcommand", []string{"actor"}, 2, ""},
+		{"fail/idp-unknown-subcommand", []string{"idp", "unpin"}, 2, ""},
+		{"fail/actor-bad-config", []string{"actor", "--config", "/nonexistent.yaml", "list"}, 1, ""},
 		{"fail/no-args", nil, 2, ""},
 		{"fail/unknown-command", []string{"srve"}, 2, ""},
 		{"fail/unknown-flag", []string{"serve", "--cfg", "x"}, 2, ""},
@@ -35,5 +46,29 @@ func TestHelp(t *testing.T) {
 				t.Fatalf("stdout %q lacks %q", out.String(), tc.out)
 			}
 		})
+	}
+}
+
+// TestActorWithConfig: `authd actor --config FILE list` reads the configured state dir.
+func TestActorWithConfig(t *testing.T) {
+	dir := t.TempDir()
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	seedPath := filepath.Join(dir, "callout.nk")
+	state := filepath.Join(dir, "state")
+	if err := os.WriteFile(seedPath, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "authd.yaml")
+	if err := os.WriteFile(cfg, []byte("space: alpha\nbrokers: [nats://127.0.0.1:4222]\nsigner: {address: 127.0.0.1:1, ca: x, cert: x, key: x}\ncallout_seed: "+seedPath+"\nstate_dir: "+state+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"actor", "--config", cfg, "grant", "--owner", "u_abcdefghijklmnopqrstuvwxyz", "--actor", "bob"}, &out, &errb); code != 0 {
+		t.Fatalf("grant exit %d: %s", code, errb.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"actor", "--config=" + cfg, "list"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "bob") {
+		t.Fatalf("list exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
 	}
 }
