@@ -1,0 +1,434 @@
+// Package callout is authd's NATS auth-callout responder (upstream callout.ts startAuthCallout;
+// reference/auth.md §3). The broker publishes each client's CONNECT, sealed to the space's
+// callout xkey, on $SYS.REQ.USER.AUTH in the quarantined AUTH account; the responder answers on
+// the callout-service user's connection, in queue group cotal-auth-callout. authd holds no key
+// that opens, verifies, signs or seals anything: signerd does all four (OpenCalloutRequest,
+// SignCalloutResponse), and this package decides.
+//
+// For each request, in order:
+//
+//  1. The Nats-Server-Xkey header must be present (§3 step 3).
+//  2. signerd's OpenCalloutRequest opens and verifies the request (steps 4-6 and 8: it opens with
+//     the xkey, verifies the server's signature, requires user_nkey and server_id.id, iss equal
+//     to the server id, server_id.xkey equal to the header key, the request addressed to this
+//     space's callout account as an authorization request, and unexpired).
+//  3. The server id must be on the allow-list when one is configured (step 7).
+//
+// A failure of 1-3 sends no reply at all: the broker denies the client when its callout times
+// out, and whoever crafted the request learns nothing. From here on the answer is a signed,
+// sealed refusal naming the failed check in one short sentence, or a grant:
+//
+//  4. The bearer in auth_token is verified (steps 9-12, package bearer); none is "no user token
+//     presented".
+//  5. A view must map to a profile (package views; only admin does) and the bearer's scope must
+//     carry the view's required capability.
+//  6. The ledger's connect arm (step 13): the row exists in exactly one space, the bearer's scope
+//     is within the row's current scope, and its lifecycle UID is the row's.
+//  7. The connection name is the inbox nonce ([A-Za-z0-9_-]{8,120}; step 15).
+//  8. SignCalloutResponse mints the grant: without a view the agent profile from the row (owner,
+//     actor, lifecycle UID, role, channels; capabilities the bearer's scope words that are agent
+//     capabilities), with the admin view the admin profile; expires_at is the bearer's exp, so
+//     the broker drops the connection when the bearer expires. A grant signerd refuses (its
+//     policy) becomes a refusal.
+//
+// Fail closed: when signerd cannot be reached nothing is signed, so nothing is answered and the
+// connect is denied by the broker's timeout; the responder keeps serving and admits again as
+// soon as signerd answers. Requests are served concurrently, at most MaxInFlight at a time;
+// the rest wait in the subscription's queue (and time out at the broker if the wait is long).
+// Nothing logged names a bearer, JWT or sealed request.
+package callout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/cotalgo/cotal/authd/internal/bearer"
+	"github.com/cotalgo/cotal/authd/internal/ledger"
+	"github.com/cotalgo/cotal/authd/internal/views"
+	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/nkey"
+	"github.com/cotalgo/cotal/pkg/profiles"
+	"github.com/cotalgo/cotal/pkg/signerclient"
+	"github.com/cotalgo/cotal/pkg/space"
+)
+
+// Subject and queue group the responder serves.
+const (
+	Subject    = space.AuthCalloutSubject
+	QueueGroup = "cotal-auth-callout"
+	// XKeyHeader carries the server's curve key on every callout request
+	// (nats-server AuthRequestXKeyHeader).
+	XKeyHeader = "Nats-Server-Xkey"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxInFlight = 64
+	// DefaultRequestTimeout bounds the signerd calls for one request. The broker waits about
+	// two seconds for an answer; one later than that is of no use.
+	DefaultRequestTimeout = 2 * time.Second
+)
+
+// Refusal sentences sent to a client (signed and sealed by signerd). They never quote the
+// request.
+const (
+	refuseNoToken     = "no user token presented"
+	refuseViewProfile = "bearer view has no profile on this broker"
+	refuseViewScope   = "bearer scope lacks the capability its view requires"
+	refuseNonce       = "connection name is not an inbox nonce ([A-Za-z0-9_-]{8,120})"
+	refuseSigner      = "the signer refused the grant"
+)
+
+// Signer is the part of signerd the responder calls; signerv1.SignerServiceClient implements it.
+type Signer interface {
+	OpenCalloutRequest(ctx context.Context, in *signerv1.OpenCalloutRequestRequest, opts ...grpc.CallOption) (*signerv1.OpenCalloutRequestResponse, error)
+	SignCalloutResponse(ctx context.Context, in *signerv1.SignCalloutResponseRequest, opts ...grpc.CallOption) (*signerv1.SignCalloutResponseResponse, error)
+}
+
+// Config is what New needs. Space, Signer, Ledger and JWKS are required.
+type Config struct {
+	Space string
+	// Signer is authd's signerd client (its API is used for the callout RPCs).
+	Signer *signerclient.Client
+	// Ledger is the actor ledger, read fresh on every request.
+	Ledger *ledger.Ledger
+	// JWKS holds the bearer issuer's keys (fed by signerd's GetJWKS).
+	JWKS *bearer.Cache
+	// AllowedServers lists the broker server ids (N... public keys) whose requests are
+	// answered. Empty answers any server that signed its request; New logs a warning then,
+	// because any holder of a server key the broker trusts no more than any other could ask.
+	AllowedServers []string
+	// MaxInFlight bounds requests served at once; zero means DefaultMaxInFlight.
+	MaxInFlight int
+	// RequestTimeout bounds the signerd calls of one request; zero means DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// Now is the clock bearers are checked against; nil means time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger
+
+	// signer replaces Signer.API() in tests.
+	signer Signer
+}
+
+// Responder answers callout requests for one space.
+type Responder struct {
+	space    string
+	signer   Signer
+	ledger   *ledger.Ledger
+	verifier *bearer.Verifier
+	allowed  map[string]bool
+	timeout  time.Duration
+	log      *slog.Logger
+	sem      chan struct{}
+
+	mu     sync.Mutex
+	sub    *nats.Subscription
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed bool
+}
+
+// New validates cfg. It refuses a missing signer, ledger or JWKS cache, an invalid space, an
+// allow-list entry that is not a canonical server public key, and a negative bound or timeout.
+func New(cfg Config) (*Responder, error) {
+	if err := space.ValidateName(cfg.Space); err != nil {
+		return nil, fmt.Errorf("callout: %w", err)
+	}
+	signer := cfg.signer
+	if signer == nil {
+		if cfg.Signer == nil {
+			return nil, errors.New("callout: Config.Signer is nil")
+		}
+		signer = cfg.Signer.API()
+	}
+	switch {
+	case cfg.Ledger == nil:
+		return nil, errors.New("callout: Config.Ledger is nil")
+	case cfg.JWKS == nil:
+		return nil, errors.New("callout: Config.JWKS is nil")
+	case cfg.MaxInFlight < 0 || cfg.RequestTimeout < 0:
+		return nil, fmt.Errorf("callout: negative MaxInFlight (%d) or RequestTimeout (%v)", cfg.MaxInFlight, cfg.RequestTimeout)
+	}
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = DefaultMaxInFlight
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("space", cfg.Space)
+	allowed := map[string]bool{}
+	for _, id := range cfg.AllowedServers {
+		if !nkey.IsServer(id) {
+			return nil, fmt.Errorf("callout: allowed server %.64q is not a canonical server (N) public key", id)
+		}
+		allowed[id] = true
+	}
+	if len(allowed) == 0 {
+		log.Warn("callout: no allow-list of broker server ids; any server key's signed request is answered")
+	}
+	v, err := bearer.NewVerifier(cfg.Space, cfg.JWKS, cfg.Now)
+	if err != nil {
+		return nil, err
+	}
+	return &Responder{
+		space: cfg.Space, signer: signer, ledger: cfg.Ledger, verifier: v, allowed: allowed,
+		timeout: cfg.RequestTimeout, log: log, sem: make(chan struct{}, cfg.MaxInFlight),
+	}, nil
+}
+
+// Start subscribes on nc (the callout-service user's connection) and returns once the broker has
+// the subscription (after a flush), so a connect attempted after Start returns is answered. ctx
+// bounds the subscription's life as Close does. It refuses a second Start and a Start after Close.
+func (r *Responder) Start(ctx context.Context, nc *nats.Conn) error {
+	return r.startOn(ctx, nc, Subject)
+}
+
+// startOn is Start on another subject: the broker refuses any publish on Subject in the AUTH
+// account (nats-server denies it to every user there), so tests deliver crafted requests to a
+// responder serving a test subject.
+func (r *Responder) startOn(ctx context.Context, nc *nats.Conn, subject string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return errors.New("callout: responder closed")
+	}
+	if r.sub != nil {
+		return errors.New("callout: responder already started")
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	sub, err := nc.QueueSubscribe(subject, QueueGroup, func(m *nats.Msg) { r.dispatch(runCtx, m) })
+	if err != nil {
+		cancel()
+		return fmt.Errorf("callout: subscribe %s: %w", subject, err)
+	}
+	fctx, fcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer fcancel()
+	if err := nc.FlushWithContext(fctx); err != nil {
+		_ = sub.Unsubscribe()
+		cancel()
+		return fmt.Errorf("callout: flush subscription: %w", err)
+	}
+	if err := nc.LastError(); err != nil {
+		_ = sub.Unsubscribe()
+		cancel()
+		return fmt.Errorf("callout: subscription refused: %w", err)
+	}
+	r.sub, r.cancel = sub, cancel
+	go func() {
+		select {
+		case <-ctx.Done():
+			r.Close()
+		case <-runCtx.Done():
+		}
+	}()
+	r.log.Info("callout: serving", "subject", subject, "queue", QueueGroup, "max_in_flight", cap(r.sem))
+	return nil
+}
+
+// Close unsubscribes and waits for the requests in flight. It is idempotent.
+func (r *Responder) Close() {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.closed = true
+	sub, cancel := r.sub, r.cancel
+	r.mu.Unlock()
+	if sub != nil {
+		_ = sub.Unsubscribe()
+	}
+	if cancel != nil {
+		cancel()
+	}
+	r.wg.Wait()
+}
+
+// dispatch runs on the subscription's goroutine: it waits for a slot, then serves m on its own
+// goroutine, so up to MaxInFlight requests are in flight while the queue keeps order of arrival.
+func (r *Responder) dispatch(ctx context.Context, m *nats.Msg) {
+	select {
+	case r.sem <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	// Close sets closed under mu before it waits, so no Add races its Wait.
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		<-r.sem
+		return
+	}
+	r.wg.Add(1)
+	r.mu.Unlock()
+	go func() {
+		defer r.wg.Done()
+		defer func() { <-r.sem }()
+		rctx, cancel := context.WithTimeout(ctx, r.timeout)
+		defer cancel()
+		reply, outcome := r.answer(rctx, m.Header.Get(XKeyHeader), m.Data)
+		if reply == nil {
+			r.log.Debug("callout: request dropped without reply", "outcome", outcome)
+			return
+		}
+		if err := m.Respond(reply); err != nil {
+			r.log.Warn("callout: publish reply", "err", err)
+		}
+	}()
+}
+
+// answer decides one request and returns the sealed reply, or nil when nothing may be sent.
+// outcome says why, for the log and tests; it never holds request content.
+func (r *Responder) answer(ctx context.Context, xkey string, sealed []byte) (reply []byte, outcome string) {
+	if xkey == "" {
+		return nil, "no " + XKeyHeader + " header"
+	}
+	opened, err := r.signer.OpenCalloutRequest(ctx, &signerv1.OpenCalloutRequestRequest{Space: r.space, SealedRequest: sealed, ServerXkey: xkey})
+	if err != nil {
+		if unreachable(err) {
+			r.log.Warn("callout: signerd unreachable; denying by silence", "err", err)
+		}
+		return nil, "request not opened: " + statusMessage(err)
+	}
+	if len(r.allowed) > 0 && !r.allowed[opened.GetServerId()] {
+		r.log.Warn("callout: request from a server not on the allow-list", "server_id", opened.GetServerId())
+		return nil, "server not on the allow-list"
+	}
+	base := &signerv1.SignCalloutResponseRequest{Space: r.space, SealedRequest: sealed, ServerXkey: xkey}
+	grant, refusal := r.decide(ctx, opened)
+	if grant != nil {
+		req := cloneReq(base)
+		req.Decision = &signerv1.SignCalloutResponseRequest_Grant{Grant: grant}
+		resp, err := r.signer.SignCalloutResponse(ctx, req)
+		if err == nil {
+			r.log.Debug("callout: granted", "user", opened.GetUserNkey(), "owner", grant.GetParams().GetOwner(),
+				"actor", grant.GetParams().GetActor(), "profile", grant.GetProfile().String(), "jti", resp.GetUserJti())
+			return resp.GetSealedResponse(), "granted"
+		}
+		if unreachable(err) {
+			r.log.Warn("callout: signerd unreachable; denying by silence", "err", err)
+			return nil, "grant not signed: " + statusMessage(err)
+		}
+		r.log.Warn("callout: signerd refused the grant", "owner", grant.GetParams().GetOwner(), "actor", grant.GetParams().GetActor(), "err", err)
+		refusal = refuseSigner
+	}
+	req := cloneReq(base)
+	req.Decision = &signerv1.SignCalloutResponseRequest_Error{Error: refusal}
+	resp, err := r.signer.SignCalloutResponse(ctx, req)
+	if err != nil {
+		return nil, "refusal not signed: " + statusMessage(err)
+	}
+	r.log.Info("callout: refused", "user", opened.GetUserNkey(), "reason", refusal)
+	return resp.GetSealedResponse(), "refused: " + refusal
+}
+
+// decide applies steps 4-7 to an opened request: a grant, or the refusal sentence.
+func (r *Responder) decide(ctx context.Context, opened *signerv1.OpenCalloutRequestResponse) (*signerv1.CalloutGrant, string) {
+	token := opened.GetAuthToken()
+	if token == "" {
+		return nil, refuseNoToken
+	}
+	c, err := r.verifier.Verify(ctx, token)
+	if err != nil {
+		var be *bearer.Error
+		if errors.As(err, &be) {
+			r.log.Info("callout: bearer refused", "user", opened.GetUserNkey(), "check", string(be.Check), "detail", be.Detail)
+			return nil, "bearer refused: " + string(be.Check)
+		}
+		return nil, "bearer refused"
+	}
+	var profile profiles.Name
+	if c.View != "" {
+		p, need, ok := views.Profile(c.View)
+		if !ok {
+			return nil, refuseViewProfile
+		}
+		if need != "" && !slices.Contains(c.Scope, need) {
+			return nil, refuseViewScope
+		}
+		profile = p
+	}
+	row, err := r.ledger.AuthorizeConnect(c.Owner, c.Actor, c.Scope, c.LifecycleUID)
+	if err != nil {
+		r.log.Info("callout: ledger refused", "user", opened.GetUserNkey(), "err", err)
+		var le *ledger.Error
+		if errors.As(err, &le) {
+			return nil, le.Err.Error()
+		}
+		return nil, "actor ledger unreadable"
+	}
+	if err := space.ValidateInboxNonce(opened.GetConnectionName()); err != nil {
+		return nil, refuseNonce
+	}
+	g := &signerv1.CalloutGrant{ExpiresAt: timestamppb.New(c.Expires)}
+	if profile == "" {
+		g.Profile = signerv1.Profile_PROFILE_AGENT
+		g.Params = &signerv1.ProfileParams{
+			Owner: row.Owner, Actor: row.Actor, LifecycleUid: row.LifecycleUID, Role: row.Role,
+			Subscribe: row.AllowSubscribe, AllowSubscribe: row.AllowSubscribe, AllowPublish: row.AllowPublish,
+			Capabilities: agentCapabilities(c.Scope),
+		}
+		return g, ""
+	}
+	pp, ok := protoProfile[profile]
+	if !ok {
+		return nil, refuseViewProfile
+	}
+	g.Profile = pp
+	g.Params = &signerv1.ProfileParams{Owner: row.Owner, Actor: row.Actor}
+	return g, ""
+}
+
+// protoProfile maps the profiles a view can name to their proto enum.
+var protoProfile = map[profiles.Name]signerv1.Profile{
+	profiles.Admin: signerv1.Profile_PROFILE_ADMIN,
+}
+
+// agentCapabilities keeps the bearer scope words the agent profile knows (spawn, run, admin).
+// Other scope words (supervise, role:<r>) gate views and delegation, not agent rows; passing
+// them would make signerd refuse the whole grant.
+func agentCapabilities(scope []string) []string {
+	var out []string
+	for _, s := range scope {
+		switch s {
+		case profiles.CapSpawn, profiles.CapRun, profiles.CapAdmin:
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func cloneReq(r *signerv1.SignCalloutResponseRequest) *signerv1.SignCalloutResponseRequest {
+	return &signerv1.SignCalloutResponseRequest{Space: r.Space, SealedRequest: r.SealedRequest, ServerXkey: r.ServerXkey}
+}
+
+// unreachable reports a transport failure (as opposed to a decision of signerd's).
+func unreachable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
+func statusMessage(err error) string {
+	if s, ok := status.FromError(err); ok {
+		return s.Code().String() + ": " + s.Message()
+	}
+	return err.Error()
+}

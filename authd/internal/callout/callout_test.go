@@ -1,0 +1,513 @@
+package callout
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"github.com/cotalgo/cotal/authd/internal/bearer"
+	"github.com/cotalgo/cotal/authd/internal/ledger"
+	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/mtls"
+	"github.com/cotalgo/cotal/pkg/profiles"
+	"github.com/cotalgo/cotal/pkg/testkit"
+	"github.com/cotalgo/cotal/signerd/signerdtest"
+)
+
+// reader is a static agent credential in the data account (minted for managerd), subscribed
+// to channel general.
+func (e *env) reader(t *testing.T) *nats.Subscription {
+	t.Helper()
+	manager := dialSigner(t, e.s.Addr, e.s.ClientFor(t, mtls.KindManagerd, testSpace))
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	cred, err := manager.Mint(ctxT(t), &signerv1.MintRequest{Space: testSpace, Profile: signerv1.Profile_PROFILE_AGENT, UserPublicKey: pub,
+		Params: &signerv1.ProfileParams{Owner: "reader", Actor: "r", LifecycleUid: uid2, Subscribe: []string{"general"}, AllowSubscribe: []string{"general"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(e.url, nats.UserJWT(func() (string, error) { return cred.GetJwt(), nil }, kp.Sign), nats.CustomInboxPrefix("_INBOX_"+pub))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	read, err := e.names.ChatRead("general")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := nc.SubscribeSync(read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
+// TestCalloutGrant: a bearer from SignBearer for a granted row connects through the responder
+// and signerd, lands in the data account as <owner>-<actor> with the principal tags and the
+// bearer's expiry, may do what the row grants and nothing else, and is dropped by the broker at
+// the bearer's exp.
+func TestCalloutGrant(t *testing.T) {
+	e := startEnv(t, envOptions{allowed: func(ns *server.Server) []string { return []string{ns.ID()} }})
+	sub := e.reader(t)
+	r := e.grant(t, row("laptop"))
+	tok, exp := e.bearerFor(t, r, 3*time.Second, nil)
+	nonce := newNonce()
+	c, err := e.connect(t, tok, nonce)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+
+	t.Run("ok/lands in the data account as the principal", func(t *testing.T) {
+		ci := e.connInfo(t, nonce)
+		if ci.Account != e.gs.GetAccountPublicKey() {
+			t.Fatalf("account %s, want the data account %s", ci.Account, e.gs.GetAccountPublicKey())
+		}
+		// The broker takes a callout user's name from its JWT as the authorized user. (It keeps
+		// the tags of the JWT the client presented, the sentinel's, in its listings, so the
+		// principal tags are checked on what was minted below.)
+		if ci.AuthorizedUser != owner+"-laptop" {
+			t.Fatalf("authorized user %q, want the JWT name %s-laptop", ci.AuthorizedUser, owner)
+		}
+		g := e.rec.grant(t, nonce)
+		p := g.GetParams()
+		if g.GetProfile() != signerv1.Profile_PROFILE_AGENT || p.GetOwner() != owner || p.GetActor() != "laptop" ||
+			p.GetLifecycleUid() != uid1 || !slices.Equal(p.GetAllowPublish(), []string{"general"}) ||
+			!slices.Equal(p.GetAllowSubscribe(), []string{"general"}) || !slices.Equal(p.GetCapabilities(), []string{"spawn"}) {
+			t.Fatalf("grant = %v", g)
+		}
+		if !g.GetExpiresAt().AsTime().Equal(exp) {
+			t.Fatalf("grant expires %v, want the bearer's exp %v", g.GetExpiresAt().AsTime(), exp)
+		}
+		spec, err := profiles.Build(testSpace, profiles.Agent, profiles.Params{Owner: owner, Actor: "laptop", LifecycleUID: uid1,
+			Subscribe: p.GetSubscribe(), AllowSubscribe: p.GetAllowSubscribe(), AllowPublish: p.GetAllowPublish(),
+			Capabilities: p.GetCapabilities(), InboxNonce: nonce})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ukp, _ := nkeys.CreateUser()
+		upub, _ := ukp.PublicKey()
+		uc, err := spec.Claims(upub, e.gs.GetAccountPublicKey(), time.Now(), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tag := range []string{"owner:" + owner, "actor:laptop", "principal:" + owner + ".laptop"} {
+			if !slices.Contains([]string(uc.Tags), tag) {
+				t.Fatalf("the granted params mint tags %v, lacking %s", uc.Tags, tag)
+			}
+		}
+	})
+	t.Run("ok/publishes on its channel", func(t *testing.T) {
+		subject, _ := e.names.Chat(owner, "laptop", "general")
+		if err := c.Publish(subject, []byte("hi")); err != nil {
+			t.Fatal(err)
+		}
+		m, err := sub.NextMsg(5 * time.Second)
+		if err != nil || m.Subject != subject || string(m.Data) != "hi" {
+			t.Fatalf("reader got %v, %v", m, err)
+		}
+		if _, err := c.SubscribeSync("_INBOX_" + nonce + ".reply"); err != nil {
+			t.Fatal(err)
+		}
+		c.noErrors(t)
+	})
+	t.Run("fail/publish outside allowPublish", func(t *testing.T) {
+		subject, _ := e.names.Chat(owner, "laptop", "team.secret")
+		if err := c.Publish(subject, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		c.waitError(t, testkit.PublishViolation(subject))
+	})
+	t.Run("fail/publish as another principal", func(t *testing.T) {
+		subject, _ := e.names.Chat(owner2, "laptop", "general")
+		if err := c.Publish(subject, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		c.waitError(t, testkit.PublishViolation(subject))
+	})
+	t.Run("ok/dropped at the bearer's exp", func(t *testing.T) {
+		select {
+		case <-c.closed:
+		case <-time.After(15 * time.Second):
+			t.Fatal("connection still open long after the bearer expired")
+		}
+		c.waitError(t, "expired")
+	})
+	if log := logOf(t); strings.Contains(log, tok) || strings.Contains(log, "eyJ") {
+		t.Fatal("the responder logged a bearer or JWT")
+	}
+}
+
+// TestCalloutDenials: every ledger, view and request-shape refusal denies the connect.
+func TestCalloutDenials(t *testing.T) {
+	e := startEnv(t, envOptions{})
+	e.grant(t, row("laptop"))
+	admin := row("root")
+	admin.Scope = []string{"admin", "spawn"}
+	e.grant(t, admin)
+	long := 10 * time.Minute
+
+	// A row in both spaces, as only tampering leaves it (the writers refuse it).
+	both := e.grant(t, row("twin"))
+	both.Ver, both.TokenHash = ledger.Version, ledger.HashActorToken("x")
+	data, err := json.Marshal(both)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mdir := filepath.Join(e.ledger.Dir(), string(ledger.Managed))
+	if err := os.MkdirAll(mdir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mdir, owner+".twin.json"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	tampered := func() string {
+		tok, _ := e.bearerFor(t, row("laptop"), long, nil)
+		p := strings.Split(tok, ".")
+		payload, _ := base64.RawURLEncoding.DecodeString(p[1])
+		payload = []byte(strings.Replace(string(payload), `"spawn"`, `"admin"`, 2))
+		return p[0] + "." + base64.RawURLEncoding.EncodeToString(payload) + "." + p[2]
+	}()
+	for _, tc := range []struct {
+		name  string
+		token string
+		nonce string
+	}{
+		{"fail/no row", tokenOf(e.bearerFor(t, row("ghost"), long, nil)), ""},
+		{"fail/scope widening", tokenOf(e.bearerFor(t, row("laptop"), long, func(r *signerv1.SignBearerRequest) { r.Scope = []string{"spawn", "run"} })), ""},
+		{"fail/uid mismatch", tokenOf(e.bearerFor(t, row("laptop"), long, func(r *signerv1.SignBearerRequest) { r.LifecycleUid = uid2 })), ""},
+		{"fail/no uid", tokenOf(e.bearerFor(t, row("laptop"), long, func(r *signerv1.SignBearerRequest) { r.LifecycleUid = "" })), ""},
+		{"fail/row in both spaces", tokenOf(e.bearerFor(t, row("twin"), long, nil)), ""},
+		{"fail/no token", "", ""},
+		{"fail/not a bearer", "opaque-token", ""},
+		{"fail/tampered bearer", tampered, ""},
+		{"fail/nonce too short", tokenOf(e.bearerFor(t, row("laptop"), long, nil)), "short"},
+		{"fail/nonce with dot", tokenOf(e.bearerFor(t, row("laptop"), long, nil)), "abcdefgh.>"},
+		{"fail/view without a profile", tokenOf(e.bearerFor(t, row("laptop"), long, func(r *signerv1.SignBearerRequest) { r.View = "deployer" })), ""},
+		{"fail/admin view without admin scope", tokenOf(e.bearerFor(t, row("laptop"), long, func(r *signerv1.SignBearerRequest) { r.View = "admin" })), ""},
+		{"fail/bearer of another space's issuer", tokenOf(startEnvSigner(t).bearerFor(t, row("laptop"), long, nil)), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nonce := tc.nonce
+			if nonce == "" {
+				nonce = newNonce()
+			}
+			c, err := e.connectInbox(t, tc.token, nonce, "_INBOX_probe0001")
+			wantDenied(t, c, err)
+		})
+	}
+
+	t.Run("ok/admin view with admin scope", func(t *testing.T) {
+		tok, _ := e.bearerFor(t, admin, long, func(r *signerv1.SignBearerRequest) { r.View, r.Scope = "admin", []string{"admin"} })
+		nonce := newNonce()
+		c, err := e.connect(t, tok, nonce)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.SubscribeSync(e.names.InstAll()); err != nil {
+			t.Fatal(err)
+		}
+		c.noErrors(t)
+		subject, _ := e.names.Chat(owner, "root", "general")
+		if err := c.Publish(subject, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		c.waitError(t, testkit.PublishViolation(subject))
+		if g := e.rec.grant(t, nonce); g.GetProfile() != signerv1.Profile_PROFILE_ADMIN || g.GetParams().GetOwner() != owner || g.GetParams().GetActor() != "root" {
+			t.Fatalf("grant = %v", g)
+		}
+		if ci := e.connInfo(t, nonce); ci.AuthorizedUser != owner+"-root" {
+			t.Fatalf("authorized user %q", ci.AuthorizedUser)
+		}
+	})
+
+	t.Run("fail/revoked row, next connect, no restart", func(t *testing.T) {
+		r := e.grant(t, row("revokee"))
+		tok, _ := e.bearerFor(t, r, long, nil)
+		c, err := e.connect(t, tok, newNonce())
+		if err != nil {
+			t.Fatalf("before revoke: %v", err)
+		}
+		c.Close()
+		if err := e.ledger.Revoke(ledger.Interactive, owner, "revokee"); err != nil {
+			t.Fatal(err)
+		}
+		c, err = e.connect(t, tok, newNonce())
+		wantDenied(t, c, err)
+	})
+
+	t.Run("fail/narrowed row, next connect", func(t *testing.T) {
+		r := e.grant(t, row("narrowed"))
+		tok, _ := e.bearerFor(t, r, long, nil)
+		r.Scope = []string{}
+		e.grant(t, r)
+		c, err := e.connect(t, tok, newNonce())
+		wantDenied(t, c, err)
+	})
+}
+
+func tokenOf(tok string, _ time.Time) string { return tok }
+
+// startEnvSigner is a second signerd (another issuer key for the same space name) whose bearers
+// the env's responder must refuse.
+func startEnvSigner(t *testing.T) *env {
+	t.Helper()
+	s := signerdtest.Start(t, signerdtest.Options{Policy: testPolicy})
+	return &env{s: s, authd: dialSigner(t, s.Addr, s.ClientFor(t, mtls.KindAuthd, testSpace))}
+}
+
+// forger plays a NATS server (its own server key and xkey, sealing its own requests to the
+// space's xkey) and delivers the requests to a second responder, configured like the env's,
+// serving a test subject on a plain broker: nats-server refuses every publish on the callout
+// subject in the AUTH account, so no client can put a crafted request there.
+type forger struct {
+	nc      *nats.Conn
+	kp, xkp nkeys.KeyPair
+	id, xk  string
+}
+
+const craftedSubject = "crafted.auth"
+
+func newForger(t *testing.T, e *env, allowed []string) *forger {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("plain broker not ready")
+	}
+	cache, err := bearer.NewCache(bearer.CacheConfig{Space: testSpace, Signer: e.authd.API()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Config{Space: testSpace, Signer: e.authd, Ledger: e.ledger, JWKS: cache, AllowedServers: allowed, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	if err := r.startOn(ctxT(t), svc, craftedSubject); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	f := &forger{nc: nc}
+	f.kp, _ = nkeys.CreateServer()
+	f.xkp, _ = nkeys.CreateCurveKeys()
+	f.id, _ = f.kp.PublicKey()
+	f.xk, _ = f.xkp.PublicKey()
+	return f
+}
+
+// request is an authorization request as nats-server builds it, signed by signer.
+func (f *forger) request(t *testing.T, e *env, signer nkeys.KeyPair, edit func(*jwt.AuthorizationRequestClaims)) string {
+	t.Helper()
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	ac := jwt.NewAuthorizationRequestClaims(e.gs.GetCalloutAccountPublicKey())
+	ac.Audience = "nats-authorization-request"
+	ac.UserNkey = pub
+	ac.Server = jwt.ServerID{Name: "forged", Host: "127.0.0.1", ID: f.id, XKey: f.xk}
+	ac.ConnectOptions = jwt.ConnectOptions{JWT: e.gs.GetSentinelJwt(), Token: "opaque", Name: newNonce(), Protocol: 1}
+	ac.Expires = time.Now().Add(5 * time.Second).Unix()
+	if edit != nil {
+		edit(ac)
+	}
+	tok, err := ac.Encode(signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func (f *forger) seal(t *testing.T, e *env, xkp nkeys.KeyPair, data string) []byte {
+	t.Helper()
+	out, err := xkp.Seal([]byte(data), e.gs.GetXkeyPublicKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// ask publishes data on the callout subject with the xkey header (none if "") and reports
+// whether any reply came within wait.
+func (f *forger) ask(t *testing.T, data []byte, xkey string, wait time.Duration) bool {
+	t.Helper()
+	m := nats.NewMsg(craftedSubject)
+	m.Data = data
+	if xkey != "" {
+		m.Header.Set(XKeyHeader, xkey)
+	}
+	_, err := f.nc.RequestMsg(m, wait)
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, nats.ErrTimeout):
+		return false
+	default:
+		t.Fatalf("request: %v", err)
+		return false
+	}
+}
+
+// TestCalloutCraftedRequests: requests that are not a real server's get no reply at all. A
+// request a forged server signed consistently is answered by a responder without an allow-list
+// (the control that shows silence is the responder's doing), and not by one whose allow-list
+// names only the real broker, which still admits real clients.
+func TestCalloutCraftedRequests(t *testing.T) {
+	const wait = 1500 * time.Millisecond
+	t.Run("no allow-list", func(t *testing.T) {
+		e := startEnv(t, envOptions{})
+		f := newForger(t, e, nil)
+		other, _ := nkeys.CreateServer()
+		otherX, _ := nkeys.CreateCurveKeys()
+		otherXPub, _ := otherX.PublicKey()
+		for _, tc := range []struct {
+			name  string
+			data  []byte
+			xkey  string
+			reply bool
+		}{
+			{"ok/consistent forged request is answered (control)", f.seal(t, e, f.xkp, f.request(t, e, f.kp, nil)), f.xk, true},
+			{"fail/unsealed", []byte(f.request(t, e, f.kp, nil)), f.xk, false},
+			{"fail/no xkey header", f.seal(t, e, f.xkp, f.request(t, e, f.kp, nil)), "", false},
+			{"fail/wrong xkey header", f.seal(t, e, f.xkp, f.request(t, e, f.kp, nil)), otherXPub, false},
+			{"fail/iss is not the server id", f.seal(t, e, otherX, f.request(t, e, other, func(ac *jwt.AuthorizationRequestClaims) { ac.Server.XKey = otherXPub })), otherXPub, false},
+			{"fail/server xkey claim differs from header", f.seal(t, e, f.xkp, f.request(t, e, f.kp, func(ac *jwt.AuthorizationRequestClaims) { ac.Server.XKey = otherXPub })), f.xk, false},
+			{"fail/garbage", []byte("not a sealed request at all"), f.xk, false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				if got := f.ask(t, tc.data, tc.xkey, wait); got != tc.reply {
+					t.Fatalf("reply = %v, want %v", got, tc.reply)
+				}
+			})
+		}
+	})
+	t.Run("allow-list of the real broker", func(t *testing.T) {
+		e := startEnv(t, envOptions{allowed: func(ns *server.Server) []string { return []string{ns.ID()} }})
+		f := newForger(t, e, []string{e.ns.ID()})
+		t.Run("fail/server not on the allow-list", func(t *testing.T) {
+			if f.ask(t, f.seal(t, e, f.xkp, f.request(t, e, f.kp, nil)), f.xk, wait) {
+				t.Fatal("a forged server's request was answered")
+			}
+		})
+		t.Run("ok/real broker still admits", func(t *testing.T) {
+			r := e.grant(t, row("laptop"))
+			tok, _ := e.bearerFor(t, r, time.Minute, nil)
+			if _, err := e.connect(t, tok, newNonce()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+}
+
+// TestCalloutSignerdUnreachable: with signerd unreachable the responder signs nothing, so
+// connects are denied; it keeps serving and admits again once signerd is back.
+func TestCalloutSignerdUnreachable(t *testing.T) {
+	e := startEnv(t, envOptions{})
+	r := e.grant(t, row("laptop"))
+	tok, _ := e.bearerFor(t, r, 10*time.Minute, nil)
+	if _, err := e.connect(t, tok, newNonce()); err != nil {
+		t.Fatalf("before the cut: %v", err)
+	}
+	e.proxy.cut()
+	c, err := e.connect(t, tok, newNonce())
+	wantDenied(t, c, err)
+	if !strings.Contains(logOf(t), "signerd unreachable") {
+		t.Fatal("the responder did not log that signerd is unreachable")
+	}
+	e.proxy.restore(t)
+	testkit.Eventually(t, 40*time.Second, func() error {
+		c, err := e.connect(t, tok, newNonce())
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+}
+
+// TestCalloutConcurrent: many clients connecting at once are all admitted through a small
+// in-flight bound.
+func TestCalloutConcurrent(t *testing.T) {
+	e := startEnv(t, envOptions{maxInFlight: 3})
+	r := e.grant(t, row("laptop"))
+	tok, _ := e.bearerFor(t, r, 10*time.Minute, nil)
+	const n = 24
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := e.connect(t, tok, newNonce())
+			if err != nil {
+				errs <- err
+				return
+			}
+			c.Close()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+func TestNewRefuses(t *testing.T) {
+	e := startEnv(t, envOptions{})
+	base := func() Config {
+		return Config{Space: testSpace, Signer: e.authd, Ledger: e.ledger, JWKS: nil}
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+	}{
+		{"fail/no jwks", func(*Config) {}},
+		{"fail/no signer", func(c *Config) { c.Signer = nil }},
+		{"fail/bad space", func(c *Config) { c.Space = "" }},
+		{"fail/allow-list entry not a server key", func(c *Config) { c.AllowedServers = []string{"Nnot-a-key"} }},
+		{"fail/negative bound", func(c *Config) { c.MaxInFlight = -1 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := base()
+			tc.edit(&c)
+			if _, err := New(c); err == nil {
+				t.Fatal("New accepted a bad config")
+			}
+		})
+	}
+	t.Run("fail/second start", func(t *testing.T) {
+		if err := e.r.Start(ctxT(t), e.svc); err == nil {
+			t.Fatal("second Start accepted")
+		}
+	})
+}
