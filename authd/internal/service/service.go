@@ -243,7 +243,7 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 		return fail(CodePlane, "plane claim failed", err)
 	}
 
-	if s.callout, err = startCallout(ctx, s, in, led); err != nil {
+	if s.callout, err = startCallout(ctx, runCtx, s, in, led); err != nil {
 		return err
 	}
 
