@@ -99,6 +99,12 @@ type Signer struct {
 
 	ca      *mtls.CA
 	certDir string
+	// cfgText is the serve configuration without its listen line; now is signerd's clock.
+	cfgText string
+	now     func() time.Time
+	// stop stops the running server; nil when stopped. Stop, Restart and cleanup are called from
+	// the test goroutine only.
+	stop func()
 }
 
 // Start runs a signerd until the test ends.
@@ -138,8 +144,7 @@ func Start(t testing.TB, opts Options) *Signer {
 	mustWrite(t, s.PolicyPath, []byte(opts.Policy), 0o600)
 	s.AuditPath = filepath.Join(root, "audit", "signerd.audit")
 
-	cfg, err := serve.ParseConfig([]byte(`
-listen: 127.0.0.1:0
+	s.cfgText = `
 tls: {cert: ` + certFile + `, key: ` + keyFile + `, client_ca: ` + s.ServerCAFile + `, reload_interval: 100ms}
 key_dir: ` + filepath.Join(dir, setup.SignerDir) + `
 public_dir: ` + filepath.Join(dir, setup.PublicDir) + `
@@ -151,24 +156,51 @@ shutdown_timeout: 5s
 # until the test ends, so the per-source cap is the total cap here; the other limits are
 # signerd's defaults.
 limits: {max_connections_per_source: 512}
-`))
+`
+	s.now = opts.Now
+	s.run(t, "127.0.0.1:0")
+	t.Cleanup(func() { s.Stop(t) })
+	return s
+}
+
+// run starts signerd serve on listen with the harness configuration.
+func (s *Signer) run(t testing.TB, listen string) {
+	t.Helper()
+	cfg, err := serve.ParseConfig([]byte("listen: " + listen + "\n" + s.cfgText))
 	if err != nil {
 		t.Fatalf("signerdtest: config: %v", err)
 	}
-	srv, err := serve.Start(cfg, nil, serve.Options{Now: opts.Now})
+	srv, err := serve.Start(cfg, nil, serve.Options{Now: s.now})
 	if err != nil {
 		t.Fatalf("signerdtest: start: %v", err)
 	}
 	s.Serve, s.Addr = srv, srv.Addr().String()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Run(context.Background()) }()
-	t.Cleanup(func() {
+	s.stop = func() {
 		srv.Stop()
 		if err := <-errc; err != nil {
 			t.Errorf("signerdtest: run: %v", err)
 		}
-	})
-	return s
+	}
+}
+
+// Stop stops signerd (gracefully, as SIGTERM does) and waits for it; a stopped signerd refuses
+// connections on Addr. It is idempotent.
+func (s *Signer) Stop(t testing.TB) {
+	t.Helper()
+	if s.stop != nil {
+		s.stop()
+		s.stop = nil
+	}
+}
+
+// Restart starts signerd again on the same address, key directory, policy and audit log, after
+// Stop (or stopping it first).
+func (s *Signer) Restart(t testing.TB) {
+	t.Helper()
+	s.Stop(t)
+	s.run(t, s.Addr)
 }
 
 // ID returns the SPIFFE ID of a daemon kind for a space: spiffe://cotal.local/<kind>/<token>.
