@@ -3,7 +3,8 @@
 //
 // It refuses: a missing required key (named), a space name pkg/space refuses, a broker URL that
 // is not nats:// or tls://, an exchange listener that is not a loopback address, a callout seed
-// file looser than 0600 or owned by another uid (as signerd checks its seeds), and a
+// file looser than 0600 or its directory looser than 0700, or either owned by another uid (as
+// signerd checks its seeds), and a
 // configuration file or state directory holding an operator, account or curve seed or a private
 // JWK, naming the file: authd holds no signing key, so finding one next to it means signing
 // material has leaked out of signerd.
@@ -170,6 +171,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("log_level %q: want debug, info, warn or error", c.LogLevel)
 	}
 	if err := creds.CheckSecretFile(c.CalloutSeed); err != nil {
+		return fmt.Errorf("callout_seed: %w", err)
+	}
+	if err := creds.CheckSecretDir(filepath.Dir(c.CalloutSeed)); err != nil {
 		return fmt.Errorf("callout_seed: %w", err)
 	}
 	abs, err := filepath.Abs(c.StateDir)

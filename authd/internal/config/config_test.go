@@ -18,7 +18,10 @@ type fixture struct{ dir, seed, state string }
 
 func newFixture(t *testing.T) fixture {
 	t.Helper()
-	dir := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "authd")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	kp, _ := nkeys.CreateUser()
 	s, _ := kp.Seed()
 	f := fixture{dir: dir, seed: filepath.Join(dir, "callout.nk"), state: filepath.Join(dir, "state")}
@@ -102,6 +105,8 @@ func TestLoad(t *testing.T) {
 			edit: func(_ fixture, c string) string { return strings.Replace(c, "nats://127.0.0.1", "http://127.0.0.1", 1) }},
 		{name: "fail/loose-callout-seed", want: "callout.nk",
 			edit: func(f fixture, c string) string { _ = os.Chmod(f.seed, 0o640); return c }},
+		{name: "fail/loose-callout-seed-dir", want: "mode",
+			edit: func(f fixture, c string) string { _ = os.Chmod(f.dir, 0o755); return c }},
 		{name: "fail/loose-state-dir", want: "state",
 			edit: func(f fixture, c string) string { _ = os.Chmod(f.state, 0o750); return c }},
 	} {

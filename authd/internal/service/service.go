@@ -372,6 +372,12 @@ func (s *Service) keepPlane(ctx context.Context) {
 	}
 }
 
+// Ready waits until the authd running as pid with state directory stateDir is ready, or refused,
+// or gone: daemon.Ready on auth-service.json (see there). The capability stays in the file.
+func Ready(ctx context.Context, stateDir string, pid int) (daemon.ReadyInfo, error) {
+	return daemon.Ready(ctx, stateDir, FileName, pid)
+}
+
 // URL is the exchange face, http://127.0.0.1:<port>.
 func (s *Service) URL() string { return s.url }
 
@@ -402,6 +408,9 @@ func (s *Service) stop(why error) {
 		s.errMu.Unlock()
 		if !errors.Is(why, daemon.ErrStopped) && !errors.Is(why, context.Canceled) {
 			s.log.Error("authd stopping", "err", why)
+		}
+		if _, err := daemon.Notify("STOPPING=1"); err != nil {
+			s.log.Warn("sd_notify STOPPING failed", "err", err)
 		}
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout.D())
