@@ -29,6 +29,7 @@ FUZZ_TARGETS ?= \
 	signerd/internal/audit:FuzzRedact \
 	pkg/space:FuzzNames \
 	pkg/profiles:FuzzBuild \
+	pkg/dlvclient:FuzzDecodeFrame \
 	pkg/creds:FuzzParseCreds \
 	pkg/trust:FuzzLoadSpace \
 	signerd/internal/keystore:FuzzNewSigningKey \

@@ -177,3 +177,23 @@ func Plan(n space.Names) ([]Item, error) {
 	}
 	return items, nil
 }
+
+// AckWait is upstream's ack_wait on every durable it pre-creates (dm_, dlv_, fanout, reader).
+const AckWait = 60 * time.Second
+
+// DlvDurable is upstream's dlvDurableConfig: a lifecycle's bind-only durable on DLV, filtered to
+// that lifecycle's dlv subject, explicit ack, deliver all. The agent binds it; it may not create it.
+func DlvDurable(n space.Names, owner, actor, uid string) (jetstream.ConsumerConfig, error) {
+	name, err := n.DlvConsumer(owner, actor, uid)
+	if err != nil {
+		return jetstream.ConsumerConfig{}, err
+	}
+	filter, err := n.Dlv(owner, actor, uid)
+	if err != nil {
+		return jetstream.ConsumerConfig{}, err
+	}
+	return jetstream.ConsumerConfig{
+		Durable: name, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: AckWait, DeliverPolicy: jetstream.DeliverAllPolicy,
+	}, nil
+}

@@ -321,3 +321,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	return Ensure(ctx, js, n, cfg.Options)
 }
+
+// EnsureDlvDurable creates a lifecycle's dlv_ durable (DlvDurable) on a provisioner connection,
+// as managerd does when it provisions an agent. An identical durable is left as it is; one with
+// another configuration is the broker's refusal (consumer already exists), not changed.
+func EnsureDlvDurable(ctx context.Context, js jetstream.JetStream, n space.Names, owner, actor, uid string) error {
+	cfg, err := DlvDurable(n, owner, actor, uid)
+	if err != nil {
+		return fmt.Errorf("provision: %w", err)
+	}
+	if _, err := js.CreateConsumer(ctx, n.DLVStream(), cfg); err != nil {
+		return fmt.Errorf("provision: durable %s on %s: %w", cfg.Durable, n.DLVStream(), err)
+	}
+	return nil
+}
