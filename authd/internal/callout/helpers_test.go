@@ -88,6 +88,8 @@ type envOptions struct {
 	allowed     func(ns *server.Server) []string
 	maxInFlight int
 	policy      string
+	// noResponder leaves the responder unstarted (benchmarks start their own).
+	noResponder bool
 }
 
 func startEnv(t testing.TB, o envOptions) *env {
@@ -128,6 +130,9 @@ func startEnv(t testing.TB, o envOptions) *env {
 		AllowedServers: allowed, MaxInFlight: o.maxInFlight, Logger: testLogger(t), signer: e.rec})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.noResponder {
+		return e
 	}
 	if err := e.r.Start(ctxT(t), e.svc); err != nil {
 		t.Fatal(err)

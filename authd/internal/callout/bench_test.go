@@ -1,0 +1,287 @@
+package callout
+
+import (
+	"context"
+	"errors"
+	"net"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+	"google.golang.org/grpc"
+
+	"github.com/cotalgo/cotal/authd/internal/bearer"
+	"github.com/cotalgo/cotal/pkg/creds"
+	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/mtls"
+	"github.com/cotalgo/cotal/pkg/profiles"
+	"github.com/cotalgo/cotal/pkg/space"
+)
+
+// localSigner is upstream's shape, built only for the benchmark: the responder holds the xkey,
+// the callout signing key and the data signing key itself (read from signerd's key directory)
+// and opens, signs and seals in process. The decision logic (bearer, view, ledger, nonce) is the
+// same Responder's.
+type localSigner struct {
+	spaceName             string
+	xkp, authKP, dataKP   nkeys.KeyPair
+	authAccount, dataAcct string
+}
+
+func newLocalSigner(b *testing.B, e *env) *localSigner {
+	b.Helper()
+	dir := filepath.Join(e.s.Dir, "signer", space.Segment(testSpace))
+	load := func(name string) nkeys.KeyPair {
+		seed, err := creds.ReadSeedFile(filepath.Join(dir, name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer seed.Wipe()
+		kp, err := seed.KeyPair()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(kp.Wipe)
+		return kp
+	}
+	return &localSigner{spaceName: testSpace, xkp: load("xkey.nk"), authKP: load("auth-signing.nk"), dataKP: load("data-signing.nk"),
+		authAccount: e.gs.GetCalloutAccountPublicKey(), dataAcct: e.gs.GetAccountPublicKey()}
+}
+
+func (l *localSigner) open(sealed []byte, xkey string) (*jwt.AuthorizationRequestClaims, error) {
+	data, err := l.xkp.Open(sealed, xkey)
+	if err != nil {
+		return nil, err
+	}
+	ac, err := jwt.DecodeAuthorizationRequestClaims(string(data))
+	if err != nil {
+		return nil, err
+	}
+	if ac.Issuer != ac.Server.ID || ac.Server.XKey != xkey || ac.Subject != l.authAccount || ac.UserNkey == "" {
+		return nil, errors.New("request does not verify")
+	}
+	return ac, nil
+}
+
+func (l *localSigner) OpenCalloutRequest(_ context.Context, in *signerv1.OpenCalloutRequestRequest, _ ...grpc.CallOption) (*signerv1.OpenCalloutRequestResponse, error) {
+	ac, err := l.open(in.GetSealedRequest(), in.GetServerXkey())
+	if err != nil {
+		return nil, err
+	}
+	return &signerv1.OpenCalloutRequestResponse{UserNkey: ac.UserNkey, ServerId: ac.Server.ID, ServerXkey: ac.Server.XKey,
+		AuthToken: ac.ConnectOptions.Token, ConnectionName: ac.ConnectOptions.Name}, nil
+}
+
+var protoToProfile = map[signerv1.Profile]profiles.Name{
+	signerv1.Profile_PROFILE_AGENT: profiles.Agent,
+	signerv1.Profile_PROFILE_ADMIN: profiles.Admin,
+}
+
+func (l *localSigner) SignCalloutResponse(_ context.Context, in *signerv1.SignCalloutResponseRequest, _ ...grpc.CallOption) (*signerv1.SignCalloutResponseResponse, error) {
+	ac, err := l.open(in.GetSealedRequest(), in.GetServerXkey())
+	if err != nil {
+		return nil, err
+	}
+	resp := jwt.NewAuthorizationResponseClaims(ac.UserNkey)
+	resp.Audience = ac.Server.ID
+	resp.IssuerAccount = l.authAccount
+	resp.Error = in.GetError()
+	if g := in.GetGrant(); g != nil {
+		p := g.GetParams()
+		spec, err := profiles.Build(l.spaceName, protoToProfile[g.GetProfile()], profiles.Params{
+			Owner: p.GetOwner(), Actor: p.GetActor(), LifecycleUID: p.GetLifecycleUid(), Role: p.GetRole(),
+			Subscribe: p.GetSubscribe(), AllowSubscribe: p.GetAllowSubscribe(), AllowPublish: p.GetAllowPublish(),
+			Capabilities: p.GetCapabilities(), InboxNonce: ac.ConnectOptions.Name,
+		})
+		if err != nil {
+			return nil, err
+		}
+		now := time.Now()
+		uc, err := spec.Claims(ac.UserNkey, l.dataAcct, now, g.GetExpiresAt().AsTime().Sub(now).Truncate(time.Second))
+		if err != nil {
+			return nil, err
+		}
+		if resp.Jwt, err = uc.Encode(l.dataKP); err != nil {
+			return nil, err
+		}
+	}
+	token, err := resp.Encode(l.authKP)
+	if err != nil {
+		return nil, err
+	}
+	sealed, err := l.xkp.Seal([]byte(token), ac.Server.XKey)
+	if err != nil {
+		return nil, err
+	}
+	return &signerv1.SignCalloutResponseResponse{SealedResponse: sealed}, nil
+}
+
+// benchResponder starts a responder on e's callout connection with signer (nil: signerd).
+func benchResponder(b *testing.B, e *env, signer Signer, maxInFlight int) *Responder {
+	b.Helper()
+	cache, err := bearer.NewCache(bearer.CacheConfig{Space: testSpace, Signer: e.authd.API()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := New(Config{Space: testSpace, Signer: e.authd, Ledger: e.ledger, JWKS: cache, MaxInFlight: maxInFlight, signer: signer})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := r.Start(context.Background(), e.svc); err != nil {
+		b.Fatal(err)
+	}
+	return r
+}
+
+// measure makes n connects with conc at once and reports connects/s and latency percentiles.
+func measure(b *testing.B, n, conc int, connect func() (*nats.Conn, error)) {
+	b.Helper()
+	lat := make([]time.Duration, n)
+	var next atomic.Int64
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				t0 := time.Now()
+				nc, err := connect()
+				lat[i] = time.Since(t0)
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				nc.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if f := failed.Load(); f > 0 {
+		b.Fatalf("%d of %d connects failed", f, n)
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "connects/s")
+	b.ReportMetric(float64(lat[n/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[(n*99)/100].Microseconds())/1000, "p99-ms")
+}
+
+const benchConc = 8
+
+// BenchmarkConnect compares, in one run on one broker, a client connect through the callout with
+// authd's responder and signerd, through the same responder holding the keys in process
+// (upstream's shape), and a plain connect with a static user JWT (no callout).
+//
+//	go test -run '^$' -bench BenchmarkConnect -benchtime 2000x ./authd/internal/callout/
+func BenchmarkConnect(b *testing.B) {
+	e := startEnv(b, envOptions{noResponder: true})
+	r := e.grant(b, row("laptop"))
+	tok, _ := e.bearerFor(b, r, 15*time.Minute, nil)
+	sentinel := e.gs.GetSentinelJwt()
+	callout := func() (*nats.Conn, error) {
+		kp, _ := nkeys.CreateUser()
+		nonce := newNonce()
+		return nats.Connect(e.url, nats.UserJWT(func() (string, error) { return sentinel, nil }, kp.Sign),
+			nats.Token(tok), nats.Name(nonce), nats.CustomInboxPrefix("_INBOX_"+nonce), nats.NoReconnect(), nats.Timeout(10*time.Second))
+	}
+
+	b.Run("authd+signerd", func(b *testing.B) {
+		resp := benchResponder(b, e, nil, DefaultMaxInFlight)
+		defer resp.Close()
+		measure(b, b.N, benchConc, callout)
+	})
+	b.Run("in-process-keys", func(b *testing.B) {
+		resp := benchResponder(b, e, newLocalSigner(b, e), DefaultMaxInFlight)
+		defer resp.Close()
+		measure(b, b.N, benchConc, callout)
+	})
+	b.Run("static-jwt", func(b *testing.B) {
+		manager := dialSigner(b, e.s.Addr, e.s.ClientFor(b, mtls.KindManagerd, testSpace))
+		kp, _ := nkeys.CreateUser()
+		pub, _ := kp.PublicKey()
+		cred, err := manager.Mint(ctxT(b), &signerv1.MintRequest{Space: testSpace, Profile: signerv1.Profile_PROFILE_AGENT, UserPublicKey: pub,
+			Params: &signerv1.ProfileParams{Owner: owner, Actor: "static", LifecycleUid: uid1, Subscribe: []string{"general"},
+				AllowSubscribe: []string{"general"}, AllowPublish: []string{"general"}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		measure(b, b.N, benchConc, func() (*nats.Conn, error) {
+			return nats.Connect(e.url, nats.UserJWT(func() (string, error) { return cred.GetJwt(), nil }, kp.Sign),
+				nats.CustomInboxPrefix("_INBOX_"+pub), nats.NoReconnect(), nats.Timeout(10*time.Second))
+		})
+	})
+}
+
+// BenchmarkReconnectStorm connects stormClients clients through the callout (authd + signerd),
+// restarts the broker, and reports how long until every client is connected again.
+//
+//	go test -run '^$' -bench BenchmarkReconnectStorm -benchtime 1x ./authd/internal/callout/
+func BenchmarkReconnectStorm(b *testing.B) {
+	const stormClients = 300
+	for range b.N {
+		b.StopTimer()
+		storeDir := b.TempDir()
+		e := startEnv(b, envOptions{noResponder: true})
+		// The env's broker has its own store; restart on a broker we control the store of.
+		e.ns.Shutdown()
+		e.ns = startBrokerOn(b, e.s, storeDir, -1)
+		e.url = e.ns.ClientURL()
+		e.svc = calloutConn(b, e.authd, e.s, e.url)
+		resp := benchResponder(b, e, nil, DefaultMaxInFlight)
+		r := e.grant(b, row("laptop"))
+		tok, _ := e.bearerFor(b, r, 15*time.Minute, nil)
+		sentinel := e.gs.GetSentinelJwt()
+
+		var reconnected atomic.Int64
+		all := make(chan struct{})
+		conns := make([]*nats.Conn, 0, stormClients)
+		for i := range stormClients {
+			kp, _ := nkeys.CreateUser()
+			nonce := newNonce()
+			nc, err := nats.Connect(e.url, nats.UserJWT(func() (string, error) { return sentinel, nil }, kp.Sign),
+				nats.Token(tok), nats.Name(nonce), nats.CustomInboxPrefix("_INBOX_"+nonce),
+				nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), nats.ReconnectJitter(250*time.Millisecond, 0),
+				nats.IgnoreAuthErrorAbort(), nats.Timeout(10*time.Second),
+				nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}),
+				nats.ReconnectHandler(func(*nats.Conn) {
+					if reconnected.Add(1) == stormClients {
+						close(all)
+					}
+				}))
+			if err != nil {
+				b.Fatalf("client %d: %v", i, err)
+			}
+			conns = append(conns, nc)
+		}
+		portN := e.ns.Addr().(*net.TCPAddr).Port
+		b.StartTimer()
+		start := time.Now()
+		e.ns.Shutdown()
+		e.ns = startBrokerOn(b, e.s, storeDir, portN)
+		select {
+		case <-all:
+		case <-time.After(2 * time.Minute):
+			b.Fatalf("%d of %d clients back after 2 minutes", reconnected.Load(), stormClients)
+		}
+		b.ReportMetric(time.Since(start).Seconds(), "s-until-all-back")
+		b.StopTimer()
+		for _, nc := range conns {
+			nc.Close()
+		}
+		resp.Close()
+	}
+}
