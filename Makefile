@@ -16,6 +16,7 @@ FUZZTIME  ?= 4s
 # every decoder of untrusted bytes.
 FUZZ_TARGETS ?= \
 	authd/internal/idp:FuzzDecode \
+	authd/internal/exchange:FuzzDecodeRequest \
 	signerd/internal/server:FuzzParseMint \
 	signerd/internal/server:FuzzParseSignBearer \
 	signerd/internal/server:FuzzVerifyCalloutRequest \

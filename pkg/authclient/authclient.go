@@ -131,8 +131,12 @@ type Client struct {
 	now   func() time.Time
 	nonce string
 
-	mu  sync.Mutex // guards cur; held across a synchronous exchange so callers share it
-	cur *Bearer
+	// exMu serialises exchanges, so concurrent callers that find the bearer due share one;
+	// mu guards cur only and is never held across a request, so the bearer function a
+	// reconnect calls never waits on the network.
+	exMu sync.Mutex
+	mu   sync.Mutex
+	cur  *Bearer
 }
 
 // New validates cfg. It makes no request.
@@ -216,8 +220,8 @@ func (c *Client) InboxPrefix() string { return "_INBOX_" + c.nonce }
 
 // Exchange asks authd for a new bearer and makes it current.
 func (c *Client) Exchange(ctx context.Context) (Bearer, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.exMu.Lock()
+	defer c.exMu.Unlock()
 	b, err := c.exchangeLocked(ctx)
 	if err != nil {
 		return Bearer{}, err
@@ -229,31 +233,40 @@ func (c *Client) Exchange(ctx context.Context) (Bearer, error) {
 // the current one is due for renewal. A due renewal that fails keeps the current bearer while it
 // lives; once it has expired the answer is ErrExpired (wrapping the exchange's error).
 func (c *Client) Bearer(ctx context.Context) (string, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := c.now()
-	if c.cur != nil && now.Before(c.cur.renewAt()) {
-		return c.cur.Token, nil
+	if cur := c.held(); cur != nil && c.now().Before(cur.renewAt()) {
+		return cur.Token, nil
+	}
+	c.exMu.Lock()
+	defer c.exMu.Unlock()
+	// Another caller may have renewed while this one waited.
+	if cur := c.held(); cur != nil && c.now().Before(cur.renewAt()) {
+		return cur.Token, nil
 	}
 	b, err := c.exchangeLocked(ctx)
 	if err == nil {
 		return b.Token, nil
 	}
-	if c.cur != nil && !c.cur.expired(c.now()) {
+	if cur := c.held(); cur != nil && !cur.expired(c.now()) {
 		c.log.Warn("authclient: renewal failed; the current bearer is still valid", "err", err)
-		return c.cur.Token, nil
+		return cur.Token, nil
 	}
 	return "", fmt.Errorf("%w: %w", ErrExpired, err)
 }
 
-// current returns the held token if it has not expired.
-func (c *Client) current() (string, bool) {
+// held returns the current bearer, if any.
+func (c *Client) held() *Bearer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cur == nil || c.cur.expired(c.now()) {
+	return c.cur
+}
+
+// current returns the held token if it has not expired.
+func (c *Client) current() (string, bool) {
+	cur := c.held()
+	if cur == nil || cur.expired(c.now()) {
 		return "", false
 	}
-	return c.cur.Token, true
+	return cur.Token, true
 }
 
 // Run renews the bearer at RenewFraction of its lifetime until ctx ends, retrying a failed
@@ -265,9 +278,7 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 	retry := MinRetry
 	for {
-		c.mu.Lock()
-		cur := c.cur
-		c.mu.Unlock()
+		cur := c.held()
 		wait := time.Duration(0)
 		if cur != nil {
 			wait = cur.renewAt().Sub(c.now())
@@ -285,10 +296,7 @@ func (c *Client) Run(ctx context.Context) error {
 			}
 			return err
 		}
-		c.mu.Lock()
-		renewed := c.cur != cur
-		c.mu.Unlock()
-		if renewed {
+		if c.held() != cur {
 			retry = MinRetry
 			continue
 		}
@@ -304,7 +312,7 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 }
 
-// exchangeLocked performs one exchange and adopts its bearer. mu must be held.
+// exchangeLocked performs one exchange and adopts its bearer. exMu must be held.
 func (c *Client) exchangeLocked(ctx context.Context) (*Bearer, error) {
 	ctx, cancel := context.WithTimeout(ctx, exchangeTimeout)
 	defer cancel()
@@ -367,7 +375,9 @@ func (c *Client) exchangeLocked(ctx context.Context) (*Bearer, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
 	c.cur = b
+	c.mu.Unlock()
 	return b, nil
 }
 

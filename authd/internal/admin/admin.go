@@ -46,6 +46,9 @@ type Env struct {
 	Now func() time.Time
 	// HTTPClient probes the IdP's JWKS; nil means a client with a 10 s timeout and no redirects.
 	HTTPClient *http.Client
+	// DeriveOwner asks signerd for the owner id of an IdP identity (DeriveOwner RPC); main sets
+	// it when authd's config names signerd. nil makes --subject an error: pass --owner instead.
+	DeriveOwner func(ctx context.Context, idpIssuer, subject string) (string, error)
 }
 
 func (e Env) now() time.Time {
@@ -56,17 +59,19 @@ func (e Env) now() time.Time {
 }
 
 const actorUsage = `usage:
-  authd actor grant  --owner u_... --actor NAME [--scope W,...] [--allow-subscribe CH,...]
-                     [--allow-publish CH,...] [--role R] [--parent u_....ACTOR] [--label TEXT]
-                     [--state-dir DIR]
-  authd actor revoke --owner u_... --actor NAME [--managed] [--state-dir DIR]
+  authd actor grant  (--owner u_... | --subject SUB) --actor NAME [--scope W,...]
+                     [--allow-subscribe CH,...] [--allow-publish CH,...] [--role R]
+                     [--parent u_....ACTOR] [--label TEXT] [--state-dir DIR]
+  authd actor revoke (--owner u_... | --subject SUB) --actor NAME [--managed] [--state-dir DIR]
   authd actor list   [--json] [--state-dir DIR]
 
 grant writes the interactive row of owner.actor, replacing any row it had: every field comes from
 the flags (a flag left out is empty, never a wildcard) and the row gets a new lifecycle uid, so
 bearers minted under the previous grant no longer connect. revoke removes the row (--managed: the
 managed row the spawn path wrote); the next exchange and the next connect are refused, without a
-restart. list prints every row of both row spaces (never a token hash).
+restart. list prints every row of both row spaces (never a token hash). --subject names the
+owner by the IdP subject instead (the sub claim of the pinned IdP's tokens): signerd derives the
+owner id, so it needs authd's config.
 `
 
 // Actor runs `authd actor SUBCOMMAND ...`; args are what follows "actor".
@@ -79,9 +84,9 @@ func Actor(ctx context.Context, args []string, env Env) error {
 		fmt.Fprint(env.Stdout, actorUsage)
 		return ErrHelp
 	case "grant":
-		return grant(args[1:], env)
+		return grant(ctx, args[1:], env)
 	case "revoke":
-		return revoke(args[1:], env)
+		return revoke(ctx, args[1:], env)
 	case "list":
 		return list(args[1:], env)
 	default:
@@ -135,10 +140,11 @@ func splitList(s string) []string {
 	return out
 }
 
-func grant(args []string, env Env) error {
+func grant(ctx context.Context, args []string, env Env) error {
 	fs := flags("authd actor grant", actorUsage, env)
 	stateDir := fs.String("state-dir", env.StateDir, "authd's state dir")
 	owner := fs.String("owner", "", "the derived owner (u_ and 26 base32 characters)")
+	subject := fs.String("subject", "", "the IdP subject whose owner to grant (instead of --owner)")
 	actor := fs.String("actor", "", "the actor")
 	scope := fs.String("scope", "", "comma-separated scope words (admin, spawn, supervise, role:R, ...)")
 	sub := fs.String("allow-subscribe", "", "comma-separated channels the actor may read")
@@ -149,8 +155,8 @@ func grant(args []string, env Env) error {
 	if err := parse(fs, args, stateDir, 0); err != nil {
 		return err
 	}
-	if *owner == "" || *actor == "" {
-		return usagef("authd actor grant: --owner and --actor are required")
+	if err := resolveOwner(ctx, "authd actor grant", *stateDir, owner, *subject, *actor, env); err != nil {
+		return err
 	}
 	l, err := ledger.Open(*stateDir)
 	if err != nil {
@@ -172,17 +178,18 @@ func grant(args []string, env Env) error {
 	return nil
 }
 
-func revoke(args []string, env Env) error {
+func revoke(ctx context.Context, args []string, env Env) error {
 	fs := flags("authd actor revoke", actorUsage, env)
 	stateDir := fs.String("state-dir", env.StateDir, "authd's state dir")
 	owner := fs.String("owner", "", "the derived owner")
+	subject := fs.String("subject", "", "the IdP subject whose owner to revoke (instead of --owner)")
 	actor := fs.String("actor", "", "the actor")
 	managed := fs.Bool("managed", false, "revoke the managed row (written by spawn) instead of the interactive one")
 	if err := parse(fs, args, stateDir, 0); err != nil {
 		return err
 	}
-	if *owner == "" || *actor == "" {
-		return usagef("authd actor revoke: --owner and --actor are required")
+	if err := resolveOwner(ctx, "authd actor revoke", *stateDir, owner, *subject, *actor, env); err != nil {
+		return err
 	}
 	l, err := ledger.Open(*stateDir)
 	if err != nil {
@@ -196,6 +203,32 @@ func revoke(args []string, env Env) error {
 		return fmt.Errorf("authd actor revoke: %w", err)
 	}
 	fmt.Fprintf(env.Stdout, "revoked %s.%s (%s)\n", *owner, *actor, kind)
+	return nil
+}
+
+// resolveOwner requires an actor and exactly one of --owner and --subject, and sets *owner from
+// the subject through signerd under the pinned IdP's issuer (the exchange derives it the same
+// way, so the row lands where the IdP user's exchanges look).
+func resolveOwner(ctx context.Context, cmd, stateDir string, owner *string, subject, actor string, env Env) error {
+	switch {
+	case actor == "":
+		return usagef("%s: --actor is required", cmd)
+	case (*owner == "") == (subject == ""):
+		return usagef("%s: one of --owner and --subject is required", cmd)
+	case *owner != "":
+		return nil
+	case env.DeriveOwner == nil:
+		return usagef("%s: --subject needs signerd (run it with authd's --config), or pass --owner", cmd)
+	}
+	pin, err := idp.Load(stateDir)
+	if err != nil {
+		return fmt.Errorf("%s: --subject needs the pinned IdP's issuer: %w", cmd, err)
+	}
+	derived, err := env.DeriveOwner(ctx, pin.Issuer, subject)
+	if err != nil {
+		return fmt.Errorf("%s: derive the owner of --subject: %w", cmd, err)
+	}
+	*owner = derived
 	return nil
 }
 

@@ -16,7 +16,10 @@ import (
 	"github.com/cotalgo/cotal/authd/internal/idp"
 	"github.com/cotalgo/cotal/authd/internal/idp/idptest"
 	"github.com/cotalgo/cotal/authd/internal/ledger"
+	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
 
 const owner = "u_abcdefghijklmnopqrstuvwxyz"
@@ -81,7 +84,7 @@ func TestActorGrant(t *testing.T) {
 		err  string
 		use  bool
 	}{
-		{name: "fail/no-owner", args: []string{"grant", "--actor", "bob"}, err: "--owner and --actor", use: true},
+		{name: "fail/no-owner", args: []string{"grant", "--actor", "bob"}, err: "one of --owner and --subject", use: true},
 		{name: "fail/bad-owner", args: []string{"grant", "--owner", "root", "--actor", "bob"}, err: "owner"},
 		{name: "fail/bad-actor", args: []string{"grant", "--owner", owner, "--actor", "b.o.b"}, err: "actor"},
 		{name: "fail/wildcard-channel", args: []string{"grant", "--owner", owner, "--actor", "bob", "--allow-publish", ">"}, err: "allowPublish"},
@@ -263,6 +266,68 @@ func TestIdPPin(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if r := pin(stateDir(t), tc.args...); r.err == nil || !strings.Contains(r.err.Error(), tc.err) {
 				t.Fatalf("idp %v = %v, want error containing %q", tc.args, r.err, tc.err)
+			}
+		})
+	}
+}
+
+// TestActorGrantBySubject: --subject derives the owner through a real signerd under the pinned
+// IdP's issuer, the same derivation the exchange's human arm makes.
+func TestActorGrantBySubject(t *testing.T) {
+	ctx := context.Background()
+	s := signerdtest.Start(t, signerdtest.Options{Spaces: []string{"alpha"}})
+	client, err := signerclient.Dial(signerclient.Config{Addr: s.Addr, TLS: s.ClientFor(t, "authd", "alpha")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	derive := func(ctx context.Context, issuer, subject string) (string, error) {
+		resp, err := client.API().DeriveOwner(ctx, &signerv1.DeriveOwnerRequest{Space: "alpha", IdpIssuer: issuer, Subject: subject})
+		return resp.GetOwner(), err
+	}
+	fake := idptest.Start(t)
+	dir := stateDir(t)
+	if _, err := idp.PinURL(ctx, dir, fake.URL, nil); err != nil {
+		t.Fatal(err)
+	}
+	grantWith := func(dir string, d func(context.Context, string, string) (string, error), args ...string) *run {
+		r := &run{}
+		e := env(dir, r)
+		e.DeriveOwner = d
+		r.err = admin.Actor(ctx, args, e)
+		return r
+	}
+	t.Run("ok/subject", func(t *testing.T) {
+		if r := grantWith(dir, derive, "grant", "--subject", "alice@example.com", "--actor", "alice"); r.err != nil {
+			t.Fatal(r.err)
+		}
+		want, err := derive(ctx, fake.URL, "alice@example.com")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, _ := ledger.Open(dir)
+		if row, _, err := l.Get(want, "alice"); err != nil || row.Owner != want {
+			t.Fatalf("row for the derived owner %s: %+v %v", want, row, err)
+		}
+		if r := grantWith(dir, derive, "revoke", "--subject", "alice@example.com", "--actor", "alice"); r.err != nil {
+			t.Fatalf("revoke by subject: %v", r.err)
+		}
+	})
+	for _, tc := range []struct {
+		name   string
+		dir    string
+		derive func(context.Context, string, string) (string, error)
+		args   []string
+		err    string
+	}{
+		{name: "fail/owner-and-subject", dir: dir, derive: derive, args: []string{"grant", "--owner", owner, "--subject", "s", "--actor", "a"}, err: "one of --owner and --subject"},
+		{name: "fail/no-signer", dir: dir, args: []string{"grant", "--subject", "s", "--actor", "a"}, err: "needs signerd"},
+		{name: "fail/not-pinned", dir: stateDir(t), derive: derive, args: []string{"grant", "--subject", "s", "--actor", "a"}, err: "pinned"},
+		{name: "fail/no-actor", dir: dir, derive: derive, args: []string{"grant", "--subject", "s"}, err: "--actor is required"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if r := grantWith(tc.dir, tc.derive, tc.args...); r.err == nil || !strings.Contains(r.err.Error(), tc.err) {
+				t.Fatalf("%v = %v, want error containing %q", tc.args, r.err, tc.err)
 			}
 		})
 	}

@@ -212,3 +212,62 @@ func TestClientConnectWithoutResponder(t *testing.T) {
 		t.Fatalf("connect = %v, want an authorization refusal", err)
 	}
 }
+
+// TestClientBearerFunctionDoesNotWaitOnExchange: while a renewal is in flight (here held inside
+// the IdP token source), the bearer function a reconnect calls still answers at once with the
+// current, live bearer.
+func TestClientBearerFunctionDoesNotWaitOnExchange(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	owner := e.owner("slow-user")
+	e.grant(owner, "alice")
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	calls := 0
+	c, err := authclient.New(authclient.Config{URL: e.url, Cap: e.cap, Actor: "alice",
+		IdPToken: func(ctx context.Context) (string, error) {
+			calls++
+			if calls > 1 {
+				entered <- struct{}{}
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return "", ctx.Err()
+				}
+			}
+			return e.idpToken("slow-user", time.Hour), nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer close(release)
+	first, err := c.Bearer(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sentinel, err := authclient.Sentinel(context.Background(), e.client.API(), spaceName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := c.NatsOptions(sentinel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := nats.GetDefaultOptions()
+	for _, f := range opts {
+		if err := f(&o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() { _, _ = c.Exchange(context.Background()) }()
+	<-entered
+	got := make(chan string, 1)
+	go func() { got <- o.TokenHandler() }()
+	select {
+	case tok := <-got:
+		if tok != first {
+			t.Fatal("bearer function did not return the current bearer")
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("bearer function blocked on the exchange in flight")
+	}
+}

@@ -86,7 +86,10 @@ type IdP interface {
 	Verify(ctx context.Context, token string) (idp.Claims, error)
 }
 
-var _ IdP = (*idp.Verifier)(nil)
+var (
+	_ IdP = (*idp.Verifier)(nil)
+	_ IdP = (*idp.Pinned)(nil)
+)
 
 // Config is everything the exchange needs. Space, Signer, Ledger and Cap are required.
 type Config struct {
@@ -96,7 +99,8 @@ type Config struct {
 	Signer Signer
 	// Ledger authorizes every exchange.
 	Ledger Ledger
-	// IdP verifies human-arm tokens; nil means no IdP is pinned and the human arm answers 503.
+	// IdP verifies human-arm tokens: idp.NewPinned(stateDir, ...) picks up a pin made after
+	// start. nil, or an IdP answering idp.ErrNotPinned, makes the human arm answer 503.
 	IdP IdP
 	// Cap is the capability callers present as `Authorization: Bearer <cap>`: 64 hex characters
 	// (32 random bytes), the cap of auth-service.json.
@@ -126,6 +130,14 @@ type Handler struct {
 func New(cfg Config) (*Handler, error) {
 	if err := space.ValidateName(cfg.Space); err != nil {
 		return nil, fmt.Errorf("exchange: %w", err)
+	}
+	// A nil pointer in the interface would pass the nil check below and panic on the first
+	// exchange.
+	if v, ok := cfg.IdP.(*idp.Verifier); ok && v == nil {
+		cfg.IdP = nil
+	}
+	if v, ok := cfg.IdP.(*idp.Pinned); ok && v == nil {
+		cfg.IdP = nil
 	}
 	if cfg.Signer == nil || cfg.Ledger == nil {
 		return nil, errors.New("exchange: a signer and a ledger are required")
@@ -388,11 +400,14 @@ func (h *Handler) human(ctx context.Context, req *request) (*response, error) {
 		return nil, err
 	}
 	if h.cfg.IdP == nil {
-		return nil, refused(http.StatusServiceUnavailable, "no IdP is pinned: run `authd idp pin URL` and restart authd", nil)
+		return nil, refused(http.StatusServiceUnavailable, "no IdP is pinned: run `authd idp pin URL`", nil)
 	}
 	claims, err := h.cfg.IdP.Verify(ctx, *req.IdPToken)
 	switch {
-	case errors.Is(err, idp.ErrJWKSUnavailable):
+	case errors.Is(err, idp.ErrNotPinned):
+		return nil, refused(http.StatusServiceUnavailable, "no IdP is pinned: run `authd idp pin URL`", err)
+	case err != nil && !errors.Is(err, idp.ErrToken):
+		// The JWKS or the pin file failed, not the token: the caller can only retry.
 		return nil, refused(http.StatusServiceUnavailable, "the IdP's keys are unavailable", err)
 	case err != nil:
 		return nil, refused(http.StatusUnauthorized, err.Error(), err)

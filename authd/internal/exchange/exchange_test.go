@@ -3,6 +3,7 @@ package exchange_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -10,8 +11,10 @@ import (
 	"time"
 
 	"github.com/cotalgo/cotal/authd/internal/exchange"
+	"github.com/cotalgo/cotal/authd/internal/idp"
 	"github.com/cotalgo/cotal/authd/internal/views"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/testkit"
 )
 
 func TestNewRefuses(t *testing.T) {
@@ -270,10 +273,56 @@ func TestHumanArm(t *testing.T) {
 }
 
 func TestHumanArmWithoutPin(t *testing.T) {
-	e := newEnv(t, envOpts{noIdP: true})
-	a := e.exchange(map[string]any{"idpToken": e.idpToken("x", time.Hour), "actor": "alice"})
-	if a.status != http.StatusServiceUnavailable || !strings.Contains(a.errorText(t), "authd idp pin") {
-		t.Fatalf("exchange without a pin = %d %s", a.status, a.body)
+	for _, tc := range []struct {
+		name string
+		opts envOpts
+	}{
+		{name: "fail/nil", opts: envOpts{noIdP: true}},
+		{name: "fail/typed-nil-verifier", opts: envOpts{idp: func(*env) exchange.IdP { return (*idp.Verifier)(nil) }}},
+		{name: "fail/typed-nil-pinned", opts: envOpts{idp: func(*env) exchange.IdP { return (*idp.Pinned)(nil) }}},
+		{name: "fail/pinned-empty-state-dir", opts: envOpts{idp: func(e *env) exchange.IdP { return idp.NewPinned(e.ledger.Dir(), idp.Options{}) }}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.opts)
+			a := e.exchange(map[string]any{"idpToken": e.idpToken("x", time.Hour), "actor": "alice"})
+			if a.status != http.StatusServiceUnavailable || !strings.Contains(a.errorText(t), "authd idp pin") {
+				t.Fatalf("exchange without a pin = %d %s", a.status, a.body)
+			}
+		})
+	}
+}
+
+// TestHumanArmPinnedAfterStart: with idp.Pinned, a pin written while the exchange runs is used
+// without a restart.
+func TestHumanArmPinnedAfterStart(t *testing.T) {
+	e := newEnv(t, envOpts{idp: func(e *env) exchange.IdP { return idp.NewPinned(e.ledger.Dir(), idp.Options{}) }})
+	owner := e.owner("late-user")
+	e.grant(owner, "alice")
+	if a := e.exchange(map[string]any{"idpToken": e.idpToken("late-user", time.Hour), "actor": "alice"}); a.status != http.StatusServiceUnavailable {
+		t.Fatalf("before the pin = %d %s", a.status, a.body)
+	}
+	if _, err := idp.PinURL(context.Background(), e.ledger.Dir(), e.idp.URL, nil); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, func() error {
+		a := e.exchange(map[string]any{"idpToken": e.idpToken("late-user", time.Hour), "actor": "alice"})
+		if a.status != http.StatusOK {
+			return fmt.Errorf("after the pin = %d %s", a.status, a.body)
+		}
+		return nil
+	})
+}
+
+// TestHumanArmIdPDown: an IdP whose JWKS cannot be fetched is 503 (retry later), not a refusal
+// that counts toward the 30-a-minute window.
+func TestHumanArmIdPDown(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.idp.SetDown(true)
+	for range exchange.MaxFailures + 1 {
+		a := e.exchange(map[string]any{"idpToken": e.idpToken("x", time.Hour), "actor": "alice"})
+		if a.status != http.StatusServiceUnavailable || !strings.Contains(a.errorText(t), "unavailable") {
+			t.Fatalf("exchange with the IdP down = %d %s", a.status, a.body)
+		}
 	}
 }
 

@@ -57,6 +57,8 @@ func (c *clock) Add(d time.Duration) {
 
 type envOpts struct {
 	noIdP bool
+	// idp, when set, replaces the verifier of the fake IdP's pin.
+	idp func(e *env) exchange.IdP
 }
 
 func newEnv(t *testing.T, opts envOpts) *env {
@@ -74,7 +76,10 @@ func newEnv(t *testing.T, opts envOpts) *env {
 	}
 	e := &env{t: t, signer: s, client: client, ledger: l, idp: idptest.Start(t), cap: newCap(t), clock: &clock{}}
 	cfg := exchange.Config{Space: spaceName, Signer: client, Ledger: l, Cap: e.cap, Now: e.clock.Now}
-	if !opts.noIdP {
+	switch {
+	case opts.idp != nil:
+		cfg.IdP = opts.idp(e)
+	case !opts.noIdP:
 		pin, err := idp.NewPin(e.idp.URL)
 		if err != nil {
 			t.Fatal(err)
@@ -217,7 +222,7 @@ func (e *env) exchange(v any) answer {
 }
 
 // bearer is a granted answer's token, checked against signerd's JWKS (served by /jwks).
-type bearer struct {
+type bearerClaims struct {
 	Scope []string `json:"scope"`
 	Ver   int      `json:"ver"`
 	Act   struct {
@@ -236,7 +241,7 @@ type bearer struct {
 	Exp int64  `json:"exp"`
 }
 
-func (e *env) verifyBearer(token string) bearer {
+func (e *env) verifyBearer(token string) bearerClaims {
 	e.t.Helper()
 	jwks := e.do(http.MethodGet, "/jwks", nil, nil)
 	var set struct {
@@ -266,7 +271,7 @@ func (e *env) verifyBearer(token string) bearer {
 		e.t.Fatalf("bearer does not verify against /jwks (kid %q)", hdr.Kid)
 	}
 	pb, _ := base64.RawURLEncoding.DecodeString(parts[1])
-	var b bearer
+	var b bearerClaims
 	if err := json.Unmarshal(pb, &b); err != nil {
 		e.t.Fatal(err)
 	}

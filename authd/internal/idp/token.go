@@ -212,9 +212,9 @@ func checkClaims(pin Pin, m map[string]json.RawMessage, now time.Time) (Claims, 
 	if iat > unix+tol {
 		return Claims{}, refuse("iat is in the future")
 	}
-	if exp <= unix-tol || exp <= unix {
-		// Tolerance never extends a token past its exp: the bearer's lifetime is capped at
-		// exp-now, which must be at least a second.
+	if exp <= unix {
+		// No tolerance past exp: the bearer's lifetime is capped at exp-now, which must be at
+		// least a second.
 		return Claims{}, refuse("expired")
 	}
 	if nbf, ok, err := numericDate(m, "nbf"); err != nil {

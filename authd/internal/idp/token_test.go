@@ -5,6 +5,8 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/cotalgo/cotal/authd/internal/idp"
 	"github.com/cotalgo/cotal/authd/internal/idp/idptest"
+	"github.com/cotalgo/cotal/pkg/testkit"
 )
 
 // clock is a settable test clock.
@@ -216,6 +219,37 @@ func TestVerifierJWKSCache(t *testing.T) {
 		clk.Add(idp.DefaultRefetchInterval)
 		if _, err := v.Verify(ctx, fake.Token(t, fake.Claims("u", clk.Now(), time.Hour), nil)); err != nil {
 			t.Fatalf("after IdP is back: %v", err)
+		}
+	})
+}
+
+func TestPinned(t *testing.T) {
+	ctx := context.Background()
+	fake := idptest.Start(t)
+	dir := stateDir(t)
+	p := idp.NewPinned(dir, idp.Options{})
+	tok := fake.Token(t, fake.Claims("u", time.Now(), time.Hour), nil)
+	if _, err := p.Verify(ctx, tok); !errors.Is(err, idp.ErrNotPinned) {
+		t.Fatalf("fail/not-pinned: %v", err)
+	}
+	if _, err := idp.PinURL(ctx, dir, fake.URL, nil); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, func() error {
+		_, err := p.Verify(ctx, tok)
+		return err
+	})
+	t.Run("fail/loose-pin-file", func(t *testing.T) {
+		dir := stateDir(t)
+		if _, err := idp.PinURL(ctx, dir, fake.URL, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(dir, idp.FileName), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := idp.NewPinned(dir, idp.Options{}).Verify(ctx, tok)
+		if err == nil || errors.Is(err, idp.ErrToken) || !strings.Contains(err.Error(), idp.FileName) {
+			t.Fatalf("Verify with a 0644 idp.json = %v, want an error naming it", err)
 		}
 	})
 }
