@@ -52,6 +52,9 @@ func TestHelp(t *testing.T) {
 // TestActorWithConfig: `authd actor --config FILE list` reads the configured state dir.
 func TestActorWithConfig(t *testing.T) {
 	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil { // the callout seed's directory, as signerd init makes it
+		t.Fatal(err)
+	}
 	kp, _ := nkeys.CreateUser()
 	seed, _ := kp.Seed()
 	seedPath := filepath.Join(dir, "callout.nk")

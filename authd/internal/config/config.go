@@ -13,7 +13,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
+	"github.com/cotalgo/cotal/authd/internal/exchange"
 	"github.com/cotalgo/cotal/pkg/creds"
 	"github.com/cotalgo/cotal/pkg/daemon"
 	"github.com/cotalgo/cotal/pkg/mtls"
@@ -142,7 +142,7 @@ func (c *Config) Validate() error {
 	if c.Listen == "" {
 		c.Listen = DefaultListen
 	}
-	if err := checkLoopback(c.Listen); err != nil {
+	if err := exchange.CheckLoopback(c.Listen); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	for _, id := range c.AllowedServers {
@@ -192,22 +192,4 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("state_dir: %w", err)
 	}
 	return daemon.ScanSecrets(c.StateDir)
-}
-
-// checkLoopback accepts host:port with a loopback IP or "localhost" host.
-func checkLoopback(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return err
-	}
-	if port == "" {
-		return fmt.Errorf("%q has no port", addr)
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("%q is not a loopback address: the exchange face is local only", addr)
-	}
-	return nil
 }

@@ -182,19 +182,12 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 	if err != nil {
 		return fail(CodeConfig, "state directory refused", err)
 	}
-	var idpv exchange.IdP
-	switch pin, err := idp.Load(cfg.StateDir); {
-	case errors.Is(err, idp.ErrNotPinned):
-		s.log.Warn("no IdP pinned: the human exchange arm answers 503 until `authd idp pin URL`")
-	case err != nil:
+	// A bad idp.json shows at start; a missing one is read when the first human exchange comes
+	// (idp.Pinned), so `authd idp pin` takes effect without a restart.
+	if _, err := idp.Load(cfg.StateDir); err != nil && !errors.Is(err, idp.ErrNotPinned) {
 		return fail(CodeConfig, "idp.json refused", err)
-	default:
-		v, err := idp.NewVerifier(pin, idp.Options{Client: in.IdPClient, Now: in.Now})
-		if err != nil {
-			return fail(CodeConfig, "idp.json refused", err)
-		}
-		idpv = v
 	}
+	idpv := idp.NewPinned(cfg.StateDir, idp.Options{Client: in.IdPClient, Now: in.Now})
 
 	sc := cfg.Signer.ClientConfig()
 	sc.Logger = s.log
@@ -261,15 +254,8 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 		return fail(CodeListen, "exchange listener", err)
 	}
 	s.url = "http://" + s.ln.Addr().String()
-	s.http = &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    16 << 10,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
+	s.http = exchange.NewServer(h)
+	s.http.ErrorLog = slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
