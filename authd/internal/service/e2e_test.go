@@ -42,13 +42,21 @@ type human struct {
 
 const idpSub = "alice-subject"
 
-func newHuman(t *testing.T) *human {
+func newHuman(t *testing.T) *human { return newHumanPin(t, true) }
+
+// newHumanPin is newHuman, with the IdP pinned before authd starts or not at all.
+func newHumanPin(t *testing.T, pin bool) *human {
 	t.Helper()
 	e := newEnv(t)
 	cfg := e.config(t)
 	h := &human{e: e, cfg: cfg.StateDir, idp: idptest.Start(t)}
-	if _, err := idp.PinURL(ctxT(t), cfg.StateDir, h.idp.URL, nil); err != nil {
-		t.Fatalf("pin: %v", err)
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if pin {
+		if _, err := idp.PinURL(ctxT(t), cfg.StateDir, h.idp.URL, nil); err != nil {
+			t.Fatalf("pin: %v", err)
+		}
 	}
 	c, err := signerclient.Dial(signerclient.Config{Addr: e.sg.Addr, TLS: e.sg.ClientFor(t, "authd", sp)})
 	if err != nil {
@@ -267,6 +275,27 @@ func TestSignerdStopped(t *testing.T) {
 		_, err := h.connect(t, c)
 		return err
 	})
+}
+
+// TestPinWhileRunning: authd started before its IdP was pinned answers the human arm 503, and
+// `authd idp pin` (idp.PinURL on the state dir) takes effect without a restart.
+func TestPinWhileRunning(t *testing.T) {
+	h := newHumanPin(t, false)
+	c := h.client(t, 0)
+	var xe *authclient.ExchangeError
+	if _, err := c.Exchange(ctxT(t)); !errors.As(err, &xe) || xe.Status != 503 {
+		t.Fatalf("exchange before the pin = %v, want 503", err)
+	}
+	if _, err := idp.PinURL(ctxT(t), h.cfg, h.idp.URL, nil); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() error {
+		_, err := c.Exchange(ctxT(t))
+		return err
+	})
+	if _, err := h.connect(t, c); err != nil {
+		t.Fatalf("connect after pinning: %v", err)
+	}
 }
 
 func must(s string, err error) string {
