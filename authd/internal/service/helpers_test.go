@@ -76,7 +76,7 @@ func yamlOf(c *config.Config) string {
 		"signer: {address: " + c.Signer.Address + ", ca: " + c.Signer.CA + ", cert: " + c.Signer.Cert + ", key: " + c.Signer.Key + "}\n" +
 		"callout_seed: " + c.CalloutSeed + "\n" +
 		"state_dir: " + c.StateDir + "\n" +
-		"plane_ttl: 2s\n"
+		"plane_ttl: " + c.PlaneTTL.D().String() + "\n"
 }
 
 func start(t *testing.T, cfg *config.Config) *service.Service {

@@ -18,6 +18,7 @@ import (
 	"github.com/cotalgo/cotal/authd/internal/service"
 	"github.com/cotalgo/cotal/pkg/daemon"
 	"github.com/cotalgo/cotal/pkg/testkit"
+	"github.com/cotalgo/cotal/pkg/yamlx"
 )
 
 func perm(t *testing.T, p string) os.FileMode {
@@ -119,6 +120,8 @@ func TestSecondAuthdRefuses(t *testing.T) {
 func TestKill9(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.config(t)
+	// Long enough that the successor's first start surely falls inside it on a loaded machine.
+	cfg.PlaneTTL = yamlx.Duration(6 * time.Second)
 	c := startChild(t, cfg)
 	pid := c.cmd.Process.Pid
 	if _, err := daemon.Ready(readyCtx(t), cfg.StateDir, service.FileName, pid); err != nil {
@@ -137,7 +140,7 @@ func TestKill9(t *testing.T) {
 	if !errors.As(err, &se) || se.Code != service.CodePlaneHeld || !strings.HasSuffix(se.Details["holder"], " pid "+strconv.Itoa(pid)) {
 		t.Fatalf("successor Start = %v, want PLANE_HELD naming pid %d", err, pid)
 	}
-	testkit.Eventually(t, 20*time.Second, func() error {
+	testkit.Eventually(t, 30*time.Second, func() error {
 		s, err := service.Start(ctxT(t), service.Inputs{Config: e.config(t)})
 		if err == nil {
 			t.Cleanup(s.Close)
