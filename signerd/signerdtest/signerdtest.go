@@ -282,6 +282,13 @@ func (s *Signer) Trust(t testing.TB) (*trust.Broker, []*trust.Space) {
 // dir) that trusts signerd's operator and spaces, and returns its client URL.
 func (s *Signer) StartBroker(t testing.TB) string {
 	t.Helper()
+	return s.StartBrokerServer(t).ClientURL()
+}
+
+// StartBrokerServer is StartBroker returning the embedded server itself, for tests that read its
+// monitoring state (Connz shows each connection's account and JWT tags).
+func (s *Signer) StartBrokerServer(t testing.TB) *server.Server {
+	t.Helper()
 	b, spaces := s.Trust(t)
 	opts, err := trust.ServerOptions(trust.ServerConfig{Host: "127.0.0.1", Port: -1, StoreDir: t.TempDir(), Broker: b, Spaces: spaces})
 	if err != nil {
@@ -297,7 +304,7 @@ func (s *Signer) StartBroker(t testing.TB) string {
 	if !ns.ReadyForConnections(10 * time.Second) {
 		t.Fatal("signerdtest: broker not ready")
 	}
-	return ns.ClientURL()
+	return ns
 }
 
 func (s *Signer) writeLeaf(t testing.TB, name string, leaf *mtls.Leaf) (certFile, keyFile string) {

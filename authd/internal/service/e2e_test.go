@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/cotalgo/cotal/authd/internal/admin"
@@ -199,8 +200,31 @@ func TestHappyPath(t *testing.T) {
 		t.Fatalf("connect through the callout: %v", err)
 	}
 	own := must(n.Chat(h.owner, "alice", "general"))
-	// It landed in the space's data account as owner.alice: its post on its own chat subject
-	// reaches a data-account subscriber of the channel. The agent ACL from the row: a channel
+	gs, err := h.api.GetSpace(ctxT(t), &signerv1.GetSpaceRequest{Space: sp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cz, err := h.e.ns.Connz(&server.ConnzOptions{Username: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ci *server.ConnInfo
+	for _, x := range cz.Conns {
+		if x.Name == c.Nonce() {
+			ci = x
+		}
+	}
+	if ci == nil {
+		t.Fatalf("no connection named %s in connz", c.Nonce())
+	}
+	// The broker's own view: the data account, as the user the grant names, <owner>-<actor>. (Its
+	// connz tags stay the sentinel's, which the broker authenticated first; the grant's principal
+	// tags are checked on the signed grant in the callout package's tests.)
+	if ci.Account != gs.GetAccountPublicKey() || ci.AuthorizedUser != h.owner+"-alice" {
+		t.Fatalf("connection is %q in account %s; want %q in the data account %s", ci.AuthorizedUser, ci.Account, h.owner+"-alice", gs.GetAccountPublicKey())
+	}
+	// Its post on its own chat subject reaches another data-account subscriber of the channel. The
+	// agent ACL from the row: a channel
 	// outside allowPublish and another principal's subject are violations.
 	if err := cn.nc.Publish(own, []byte("hi")); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -31,6 +32,7 @@ const sp = "alpha"
 // signerd-minted provisioner credential, and an authd configuration for it.
 type env struct {
 	sg  *signerdtest.Signer
+	ns  *server.Server
 	url string
 }
 
@@ -43,7 +45,8 @@ func ctxT(t *testing.T) context.Context {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	sg := signerdtest.Start(t, signerdtest.Options{Spaces: []string{sp}})
-	url := sg.StartBroker(t)
+	ns := sg.StartBrokerServer(t)
+	url := ns.ClientURL()
 	mgr, err := signerclient.Dial(signerclient.Config{Addr: sg.Addr, TLS: sg.ClientFor(t, "managerd", sp)})
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +55,7 @@ func newEnv(t *testing.T) *env {
 	if _, err := provision.Run(ctxT(t), provision.Config{Signer: mgr, Space: sp, NatsURL: url}); err != nil {
 		t.Fatalf("provision: %v", err)
 	}
-	return &env{sg: sg, url: url}
+	return &env{sg: sg, ns: ns, url: url}
 }
 
 // config is an authd configuration for e with its own state directory.
