@@ -31,6 +31,7 @@ FUZZ_TARGETS ?= \
 	pkg/space:FuzzNames \
 	pkg/profiles:FuzzBuild \
 	pkg/dlvclient:FuzzDecodeFrame \
+	deliveryd/internal/plane3:FuzzDecodeEntry \
 	pkg/creds:FuzzParseCreds \
 	pkg/trust:FuzzLoadSpace \
 	signerd/internal/keystore:FuzzNewSigningKey \

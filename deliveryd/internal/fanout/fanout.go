@@ -1,0 +1,430 @@
+// Package fanout is deliveryd's fan-out writer (reference/delivery.md §1.3): it consumes every
+// chat message through the durable "fanout" on CHAT_<t> (deliver new, explicit ack) and routes
+// each to the inboxes of the lifecycles that should get a durable copy: on a durable channel, every
+// member row whose interval holds the message's sequence, except the sender's; on a live channel,
+// each mentioned peer whose ACL allows the channel. It routes, it does not authorize: the trusted
+// reader re-checks every entry. Messages are taken in passes of up to Batch sharing one read of
+// the membership rows (see view); their copies are published asynchronously and each chat message
+// is acked last, after its own copies are stored, so a crash redelivers it and the copies collapse
+// on their Nats-Msg-Id.
+//
+// It refuses (acks and drops) a message that is not chat, not JSON, whose from.id is not the
+// principal of its subject, or whose owner is not a real principal owner. It never creates a
+// stream or bucket; a missing one stops Run naming it.
+package fanout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cotalgo/cotal/deliveryd/internal/plane3"
+	"github.com/cotalgo/cotal/pkg/space"
+)
+
+// Defaults.
+const (
+	// DefaultBatch is how many chat messages one pass takes; the member scan is shared by them.
+	DefaultBatch = 256
+	// fetchWait bounds one wait for the first message of a pass, so Run notices ctx.
+	fetchWait = 200 * time.Millisecond
+)
+
+// Config is what New needs. Names is required.
+type Config struct {
+	Names space.Names
+	// Batch is the most chat messages one pass handles; zero means DefaultBatch.
+	Batch int
+	// NakDelay is the redelivery delay after a failed pass; zero means plane3.NakDelay.
+	NakDelay time.Duration
+	// MayAct is the lease fence: checked before every publish and ack, and a pass that finds it
+	// false stops without acking, so the messages redeliver to whoever holds the lease. Nil means
+	// always.
+	MayAct func() bool
+	// Logger receives drops and failures (never a message body); nil discards.
+	Logger *slog.Logger
+}
+
+// errQuiesced stops a pass whose fence went down while it routed.
+var errQuiesced = errors.New("fanout: quiesced")
+
+// Writer is the fan-out writer on one delivery connection.
+type Writer struct {
+	cfg      Config
+	log      *slog.Logger
+	js       jetstream.JetStream
+	consumer jetstream.Consumer
+	members  jetstream.KeyValue
+	channels jetstream.KeyValue
+	acl      jetstream.KeyValue
+	presence jetstream.KeyValue
+}
+
+// ConsumerConfig is the fanout durable (upstream fanoutDurableConfig).
+func ConsumerConfig(n space.Names) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable: n.FanoutConsumer(), FilterSubject: n.ChatAll(),
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: plane3.AckWait,
+		DeliverPolicy: jetstream.DeliverNewPolicy,
+	}
+}
+
+// New opens CHAT, INBOX and the members, channels, ACL and presence buckets on nc (a delivery
+// credential's connection) and creates or updates the fanout durable. A missing stream or bucket
+// is an error matching plane3.ErrMissing that names it; a refused create is the broker's refusal,
+// never taken for "already exists".
+func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Writer, error) {
+	n := cfg.Names
+	if n.Token() == "" {
+		return nil, space.ErrZeroNames
+	}
+	if cfg.Batch < 0 || cfg.NakDelay < 0 {
+		return nil, fmt.Errorf("fanout: negative Batch %d or NakDelay %v", cfg.Batch, cfg.NakDelay)
+	}
+	if cfg.Batch == 0 {
+		cfg.Batch = DefaultBatch
+	}
+	if cfg.NakDelay == 0 {
+		cfg.NakDelay = plane3.NakDelay
+	}
+	if cfg.MayAct == nil {
+		cfg.MayAct = plane3.Always
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("fanout: %w", err)
+	}
+	w := &Writer{cfg: cfg, log: plane3.Logger(cfg.Logger).With("loop", "fanout"), js: js}
+	for _, s := range []string{n.ChatStream(), n.InboxStream()} {
+		if _, err := plane3.OpenStream(ctx, js, s); err != nil {
+			return nil, fmt.Errorf("fanout: %w", err)
+		}
+	}
+	for _, b := range []struct {
+		kind space.BucketKind
+		dst  *jetstream.KeyValue
+	}{{space.Members, &w.members}, {space.Channels, &w.channels}, {space.ACL, &w.acl}, {space.Presence, &w.presence}} {
+		if *b.dst, err = plane3.OpenBucket(ctx, js, n, b.kind); err != nil {
+			return nil, fmt.Errorf("fanout: %w", err)
+		}
+	}
+	if w.consumer, err = js.CreateOrUpdateConsumer(ctx, n.ChatStream(), ConsumerConfig(n)); err != nil {
+		return nil, fmt.Errorf("fanout: create %s on %s: %w", n.FanoutConsumer(), n.ChatStream(), err)
+	}
+	return w, nil
+}
+
+// Run fans out until ctx is done (nil) or the consumer fails.
+func (w *Writer) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		batch, err := w.fetch(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("fanout: fetch: %w", err)
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		if err := w.pass(ctx, batch); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			w.log.Warn("fan-out pass failed; its messages redeliver", "messages", len(batch), "err", err)
+			for _, m := range batch {
+				if w.cfg.MayAct() {
+					_ = m.NakWithDelay(w.cfg.NakDelay)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// fetch waits for one message, then takes what else is already there, up to Batch.
+func (w *Writer) fetch(ctx context.Context) ([]jetstream.Msg, error) {
+	first, err := w.consumer.Fetch(1, jetstream.FetchMaxWait(fetchWait))
+	if err != nil {
+		return nil, err
+	}
+	var out []jetstream.Msg
+	for m := range first.Messages() {
+		out = append(out, m)
+	}
+	if err := first.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		return nil, err
+	}
+	if len(out) == 0 || w.cfg.Batch == 1 {
+		return out, ctx.Err()
+	}
+	more, err := w.consumer.FetchNoWait(w.cfg.Batch - 1)
+	if err != nil {
+		return out, nil
+	}
+	for m := range more.Messages() {
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// view is what one pass reads once, after its messages were delivered: so it holds every
+// membership committed before any of them reached the fanout consumer, which is what upstream's
+// per-message fresh scan guarantees and what durableJoin's fence relies on.
+type view struct {
+	members map[string][]memberRow // by channel
+	classes map[string]string
+	roster  map[string][]string // lower-case name -> principals
+	acls    map[string][]aclRow // by principal
+}
+
+type memberRow struct {
+	lc plane3.Lifecycle
+	m  plane3.Member
+}
+
+type aclRow struct {
+	lc  plane3.Lifecycle
+	acl plane3.ACL
+}
+
+// pass routes a batch: it publishes every message's inbox copies asynchronously, in order, then
+// acks each message once its own copies are stored. A message whose copy fails is nak'd for
+// redelivery; the copies that did land collapse with the redelivered ones on their Nats-Msg-Id.
+func (w *Writer) pass(ctx context.Context, batch []jetstream.Msg) error {
+	v := &view{classes: map[string]string{}}
+	type routed struct {
+		m    jetstream.Msg
+		acks []jetstream.PubAckFuture
+	}
+	var done []routed
+	for _, m := range batch {
+		if !w.cfg.MayAct() {
+			break // quiesced: route no more
+		}
+		acks, err := w.route(ctx, v, m)
+		if errors.Is(err, errQuiesced) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		done = append(done, routed{m, acks})
+	}
+	for _, r := range done {
+		if err := wait(ctx, r.acks); err != nil {
+			w.log.Warn("an inbox copy failed; the message redelivers", "err", err)
+			if w.cfg.MayAct() {
+				_ = r.m.NakWithDelay(w.cfg.NakDelay)
+			}
+			continue
+		}
+		if !w.cfg.MayAct() {
+			return nil
+		}
+		if err := r.m.Ack(); err != nil {
+			return fmt.Errorf("ack: %w", err)
+		}
+	}
+	return nil
+}
+
+// wait waits for every publish ack.
+func wait(ctx context.Context, acks []jetstream.PubAckFuture) error {
+	for _, f := range acks {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// route publishes one message's inbox copies and returns their acks to wait for. It returns
+// none for a message it drops.
+func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) ([]jetstream.PubAckFuture, error) {
+	n := w.cfg.Names
+	owner, actor, channel, ok := plane3.ParseChat(n, m.Subject())
+	if !ok {
+		w.log.Debug("dropped: not a principal's chat subject", "subject", m.Subject())
+		return nil, nil
+	}
+	msg, err := plane3.DecodeMessage(m.Data())
+	if err != nil || msg.From != owner+"."+actor {
+		w.log.Warn("dropped: not JSON or from.id is not the subject's principal", "subject", m.Subject())
+		return nil, nil
+	}
+	md, err := m.Metadata()
+	if err != nil {
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	seq := md.Sequence.Stream
+	body, err := msg.Normalised(channel)
+	if err != nil {
+		return nil, err
+	}
+	class, ok := v.classes[channel]
+	if !ok {
+		if class, err = plane3.FreshClass(ctx, w.channels, channel); err != nil {
+			return nil, err
+		}
+		v.classes[channel] = class
+	}
+	type target struct {
+		lc     plane3.Lifecycle
+		reason string
+		gen    uint64
+	}
+	var targets []target
+	sender := owner + "." + actor
+	if class == plane3.ClassDurable {
+		if v.members == nil {
+			if v.members, err = w.scanMembers(ctx); err != nil {
+				return nil, err
+			}
+		}
+		for _, r := range v.members[channel] {
+			if r.lc.Principal() == sender || !r.m.Eligible(seq) {
+				continue
+			}
+			targets = append(targets, target{r.lc, plane3.ReasonDurable, r.m.Generation})
+		}
+	} else {
+		for _, name := range msg.Mentions {
+			lc, ok, err := w.mentioned(ctx, v, name, sender, channel)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				targets = append(targets, target{lc, plane3.ReasonMention, 0})
+			}
+		}
+	}
+	var acks []jetstream.PubAckFuture
+	for _, t := range targets {
+		if !w.cfg.MayAct() {
+			return nil, errQuiesced
+		}
+		entry, err := json.Marshal(plane3.Entry{Msg: body, Channel: channel, Seq: seq, Reason: t.reason, Generation: t.gen})
+		if err != nil {
+			return nil, err
+		}
+		subj, err := n.Dinbox(t.lc.Owner, t.lc.Actor, t.lc.UID)
+		if err != nil {
+			return nil, err
+		}
+		out := nats.NewMsg(subj)
+		out.Data = entry
+		if id := plane3.MsgID(msg.ID, t.lc, t.gen); id != "" {
+			out.Header.Set(jetstream.MsgIDHeader, id)
+		}
+		f, err := w.js.PublishMsgAsync(out)
+		if err != nil {
+			return nil, fmt.Errorf("publish %s: %w", subj, err)
+		}
+		acks = append(acks, f)
+	}
+	return acks, nil
+}
+
+// scanMembers reads every membership row (tombstones included: a row stays eligible for its
+// pre-leave interval) and groups them by channel. A row that does not decode is skipped and
+// logged, as upstream's listMembers skips it.
+func (w *Writer) scanMembers(ctx context.Context) (map[string][]memberRow, error) {
+	out := map[string][]memberRow{}
+	err := scan(ctx, w.members, func(e jetstream.KeyValueEntry) {
+		m, lc, err := plane3.DecodeMember(e.Key(), e.Value())
+		if err != nil {
+			w.log.Warn("skipped a membership row that does not decode", "key", e.Key())
+			return
+		}
+		out[m.Channel] = append(out[m.Channel], memberRow{lc, m})
+	})
+	return out, err
+}
+
+// mentioned resolves a live-channel mention as upstream does: the name must match exactly one
+// roster card (case-insensitive), not the sender; that principal must have exactly one ACL row,
+// and the row must allow the channel.
+func (w *Writer) mentioned(ctx context.Context, v *view, name, sender, channel string) (plane3.Lifecycle, bool, error) {
+	if v.roster == nil {
+		v.roster = map[string][]string{}
+		err := scan(ctx, w.presence, func(e jetstream.KeyValueEntry) {
+			var p struct {
+				Card struct {
+					ID   string `json:"id"`
+					Name string `json:"name"`
+				} `json:"card"`
+			}
+			if json.Unmarshal(e.Value(), &p) != nil || p.Card.ID != e.Key() || p.Card.Name == "" {
+				return
+			}
+			k := strings.ToLower(p.Card.Name)
+			v.roster[k] = append(v.roster[k], p.Card.ID)
+		})
+		if err != nil {
+			return plane3.Lifecycle{}, false, err
+		}
+	}
+	peers := v.roster[strings.ToLower(name)]
+	if len(peers) != 1 || peers[0] == sender {
+		return plane3.Lifecycle{}, false, nil
+	}
+	if v.acls == nil {
+		v.acls = map[string][]aclRow{}
+		err := scan(ctx, w.acl, func(e jetstream.KeyValueEntry) {
+			lc, ok := plane3.ParseACLKey(e.Key())
+			acl, valid := plane3.DecodeACL(e.Value())
+			if ok && valid {
+				v.acls[lc.Principal()] = append(v.acls[lc.Principal()], aclRow{lc, acl})
+			}
+		})
+		if err != nil {
+			return plane3.Lifecycle{}, false, err
+		}
+	}
+	rows := v.acls[peers[0]]
+	if len(rows) != 1 {
+		if len(rows) > 1 {
+			w.log.Error("mention skipped: the peer has more than one live ACL row", "principal", peers[0], "rows", len(rows))
+		}
+		return plane3.Lifecycle{}, false, nil
+	}
+	if !rows[0].acl.Allows(channel) {
+		return plane3.Lifecycle{}, false, nil
+	}
+	return rows[0].lc, true, nil
+}
+
+// scan calls f for the current value of every key of kv (deletes and purges skipped).
+func scan(ctx context.Context, kv jetstream.KeyValue, f func(jetstream.KeyValueEntry)) error {
+	wt, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("scan %s: %w", kv.Bucket(), err)
+	}
+	defer func() { _ = wt.Stop() }()
+	for {
+		select {
+		case e, ok := <-wt.Updates():
+			if !ok {
+				return fmt.Errorf("scan %s: watch closed", kv.Bucket())
+			}
+			if e == nil {
+				return nil
+			}
+			f(e)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,362 @@
+package fanout_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cotalgo/cotal/deliveryd/internal/fanout"
+	"github.com/cotalgo/cotal/deliveryd/internal/plane3"
+	"github.com/cotalgo/cotal/deliveryd/internal/plane3/plane3test"
+	"github.com/cotalgo/cotal/deliveryd/internal/reader"
+	"github.com/cotalgo/cotal/pkg/dlvclient"
+	"github.com/cotalgo/cotal/pkg/testkit"
+)
+
+const (
+	uid1 = "uidaaaaaaaaaaaaaaaaaaaaaaa"
+	uid2 = "uidbbbbbbbbbbbbbbbbbbbbbbb"
+	uid0 = "uidzzzzzzzzzzzzzzzzzzzzzzz"
+)
+
+// startLoops runs the fan-out writer and the trusted reader on one delivery connection, as
+// deliveryd does, until the test ends.
+func startLoops(t *testing.T, e *plane3test.Env, dc *nats.Conn) {
+	t.Helper()
+	w, err := fanout.New(plane3test.Ctx(t), dc, fanout.Config{Names: e.N})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := reader.New(plane3test.Ctx(t), dc, reader.Config{Names: e.N})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, run := range []func(context.Context) error{w.Run, r.Run} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(ctx); err != nil {
+				t.Errorf("loop: %v", err)
+			}
+		}()
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+// inbox is one agent's dlvclient, recording what it was handed.
+type inbox struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (b *inbox) got() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.ids...)
+}
+
+func receive(t *testing.T, e *plane3test.Env, actor, uid string) *inbox {
+	t.Helper()
+	c, err := dlvclient.New(plane3test.Ctx(t), plane3test.JS(t, e.Agent(t, actor, uid)),
+		dlvclient.Config{Space: plane3test.Space, Owner: plane3test.Owner, Actor: actor, LifecycleUID: uid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &inbox{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Run(ctx, func(_ context.Context, d dlvclient.Delivery) error {
+			b.mu.Lock()
+			b.ids = append(b.ids, d.ID)
+			b.mu.Unlock()
+			return nil
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("dlvclient: %v", err)
+		}
+	})
+	return b
+}
+
+// dlvCount is how many messages DLV holds on a lifecycle's subject.
+func dlvCount(t *testing.T, e *plane3test.Env, djs jetstream.JetStream, actor, uid string) uint64 {
+	t.Helper()
+	subj, _ := e.N.Dlv(plane3test.Owner, actor, uid)
+	s, err := djs.Stream(plane3test.Ctx(t), e.N.DLVStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(plane3test.Ctx(t), jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Subjects[subj]
+}
+
+// drained waits until fanout and reader have settled everything stored so far.
+func drained(t *testing.T, e *plane3test.Env, djs jetstream.JetStream) {
+	t.Helper()
+	testkit.Eventually(t, 15*time.Second, func() error {
+		for _, c := range []struct{ stream, name string }{{e.N.ChatStream(), "fanout"}, {e.N.InboxStream(), "reader"}} {
+			cons, err := djs.Consumer(plane3test.Ctx(t), c.stream, c.name)
+			if err != nil {
+				return err
+			}
+			ci, err := cons.Info(plane3test.Ctx(t))
+			if err != nil {
+				return err
+			}
+			if ci.NumPending != 0 || ci.NumAckPending != 0 {
+				return fmt.Errorf("%s: pending %d, unacked %d", c.name, ci.NumPending, ci.NumAckPending)
+			}
+		}
+		return nil
+	})
+}
+
+func want(prefix string, from, to int) []string {
+	var out []string
+	for i := from; i <= to; i++ {
+		out = append(out, fmt.Sprintf("%s%02d", prefix, i))
+	}
+	return out
+}
+
+func sameSet(got, want []string) bool {
+	g, w := append([]string(nil), got...), append([]string(nil), want...)
+	sort.Strings(g)
+	sort.Strings(w)
+	return strings.Join(g, ",") == strings.Join(w, ",")
+}
+
+// TestDurableChannelTwoMembers is issue 10's first acceptance line: two members of a durable
+// channel each receive every message exactly once in their DLV stream, the sender none; then a
+// revoked ACL row stops delivery to its lifecycle while the other keeps receiving.
+func TestDurableChannelTwoMembers(t *testing.T) {
+	e := plane3test.New(t)
+	dc := e.Delivery(t)
+	djs := plane3test.JS(t, dc)
+	pjs := e.Provisioner(t)
+	for _, m := range []struct{ actor, uid string }{{"a1", uid1}, {"a2", uid2}, {"a0", uid0}} {
+		e.AddLifecycle(t, pjs, m.actor, m.uid, []string{"general"})
+		e.Join(t, djs, "general", m.actor, m.uid, 0, 1)
+	}
+	startLoops(t, e, dc)
+	in1, in2 := receive(t, e, "a1", uid1), receive(t, e, "a2", uid2)
+	sender := plane3test.JS(t, e.Agent(t, "a0", uid0))
+
+	for i := 1; i <= 20; i++ {
+		e.Post(t, sender, "a0", fmt.Sprintf("m%02d", i), "hello")
+	}
+	testkit.Eventually(t, 15*time.Second, func() error {
+		if !sameSet(in1.got(), want("m", 1, 20)) || !sameSet(in2.got(), want("m", 1, 20)) {
+			return fmt.Errorf("a1 has %d, a2 has %d", len(in1.got()), len(in2.got()))
+		}
+		return nil
+	})
+	drained(t, e, djs)
+	t.Run("ok/each member's DLV holds every message exactly once", func(t *testing.T) {
+		for _, m := range []struct{ actor, uid string }{{"a1", uid1}, {"a2", uid2}} {
+			if got := dlvCount(t, e, djs, m.actor, m.uid); got != 20 {
+				t.Fatalf("%s: DLV holds %d copies, want 20", m.actor, got)
+			}
+		}
+		if got := dlvCount(t, e, djs, "a0", uid0); got != 0 {
+			t.Fatalf("the sender got %d copies of its own posts", got)
+		}
+		if len(in1.got()) != 20 || len(in2.got()) != 20 {
+			t.Fatalf("handed over %d and %d, want 20 each", len(in1.got()), len(in2.got()))
+		}
+	})
+
+	t.Run("ok/a revoked ACL row stops delivery to its lifecycle", func(t *testing.T) {
+		e.SetACL(t, pjs, "a1", uid1, []string{})
+		for i := 21; i <= 25; i++ {
+			e.Post(t, sender, "a0", fmt.Sprintf("m%02d", i), "after the revocation")
+		}
+		testkit.Eventually(t, 15*time.Second, func() error {
+			if !sameSet(in2.got(), want("m", 1, 25)) {
+				return fmt.Errorf("a2 has %d", len(in2.got()))
+			}
+			return nil
+		})
+		drained(t, e, djs)
+		if got := dlvCount(t, e, djs, "a1", uid1); got != 20 {
+			t.Fatalf("a1's DLV holds %d after the revocation, want 20", got)
+		}
+		if !sameSet(in1.got(), want("m", 1, 20)) {
+			t.Fatalf("a1 was handed %v", in1.got())
+		}
+	})
+}
+
+// TestFanoutRefusesWhatIsNotAPrincipalsPost covers the drops of §1.3 step 1 and the interval and
+// sender rules, with the reader running: nothing reaches a member.
+func TestFanoutRefusesWhatIsNotAPrincipalsPost(t *testing.T) {
+	e := plane3test.New(t)
+	dc := e.Delivery(t)
+	djs := plane3test.JS(t, dc)
+	pjs := e.Provisioner(t)
+	e.AddLifecycle(t, pjs, "a1", uid1, []string{"general"})
+	e.AddLifecycle(t, pjs, "a0", uid0, []string{"general"})
+	sender := plane3test.JS(t, e.Agent(t, "a0", uid0))
+	before := e.Post(t, sender, "a0", "old", "before a1 joined")
+	e.Join(t, djs, "general", "a1", uid1, before+1, 1) // a1 joins after the next post
+	startLoops(t, e, dc)
+	in1 := receive(t, e, "a1", uid1)
+
+	subj, _ := e.N.Chat(plane3test.Owner, "a0", "general")
+	for _, body := range []string{
+		`not json`,
+		`{"id":"spoof","from":{"id":"local.a1"},"text":"from.id is not the subject's principal"}`,
+		`{"id":"nofrom","text":"no from"}`,
+	} {
+		if _, err := sender.Publish(plane3test.Ctx(t), subj, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.Post(t, sender, "a0", "m01", "the only one a1 may get")
+	testkit.Eventually(t, 15*time.Second, func() error {
+		if got := in1.got(); len(got) != 1 || got[0] != "m01" {
+			return fmt.Errorf("a1 has %v", got)
+		}
+		return nil
+	})
+	drained(t, e, djs)
+	if got := dlvCount(t, e, djs, "a1", uid1); got != 1 {
+		t.Fatalf("a1's DLV holds %d, want 1 (the message at its join cursor and the refused ones are not routed)", got)
+	}
+}
+
+// TestLiveMention is §1.3's live branch: on a live channel only a mentioned peer whose ACL row
+// allows the channel gets a copy.
+func TestLiveMention(t *testing.T) {
+	e := plane3test.New(t)
+	dc := e.Delivery(t)
+	djs := plane3test.JS(t, dc)
+	pjs := e.Provisioner(t)
+	ch, err := pjs.KeyValue(plane3test.Ctx(t), "cotal_channels_"+e.N.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.Put(plane3test.Ctx(t), "general", []byte(`{"deliveryClass":"live"}`)); err != nil {
+		t.Fatal(err)
+	}
+	e.AddLifecycle(t, pjs, "a1", uid1, []string{"general"})
+	e.AddLifecycle(t, pjs, "a2", uid2, []string{"other"})
+	for _, p := range []struct{ actor, uid, name string }{{"a1", uid1, "Alice"}, {"a2", uid2, "Bob"}} {
+		pres, err := plane3test.JS(t, e.Agent(t, p.actor, p.uid)).KeyValue(plane3test.Ctx(t), "cotal_presence_"+e.N.Token())
+		if err != nil {
+			t.Fatal(err)
+		}
+		card := fmt.Sprintf(`{"card":{"id":"local.%s","name":%q}}`, p.actor, p.name)
+		if _, err := pres.Put(plane3test.Ctx(t), "local."+p.actor, []byte(card)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startLoops(t, e, dc)
+	in1, in2 := receive(t, e, "a1", uid1), receive(t, e, "a2", uid2)
+	sender := plane3test.JS(t, e.Agent(t, "a0", uid0))
+	e.Post(t, sender, "a0", "m01", "no mention")
+	e.Post(t, sender, "a0", "m02", "hi both", "alice", "Bob", "nobody")
+	testkit.Eventually(t, 15*time.Second, func() error {
+		if got := in1.got(); len(got) != 1 || got[0] != "m02" {
+			return fmt.Errorf("a1 has %v", got)
+		}
+		return nil
+	})
+	drained(t, e, djs)
+	if got := in2.got(); len(got) != 0 {
+		t.Fatalf("a2, whose ACL does not allow general, got %v", got)
+	}
+}
+
+// TestNeverCreatesAStreamOrBucket: on a space nobody provisioned, New fails naming the first
+// missing stream, and leaves it missing.
+func TestNeverCreatesAStreamOrBucket(t *testing.T) {
+	e := plane3test.Unprovisioned(t)
+	dc := e.Delivery(t)
+	for _, tt := range []struct {
+		name, missing string
+		make          func() error
+	}{
+		{"fail/fanout on an unprovisioned space", "stream CHAT_alpha",
+			func() error { _, err := fanout.New(plane3test.Ctx(t), dc, fanout.Config{Names: e.N}); return err }},
+		{"fail/reader on an unprovisioned space", "stream INBOX_alpha",
+			func() error { _, err := reader.New(plane3test.Ctx(t), dc, reader.Config{Names: e.N}); return err }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.make()
+			if !errors.Is(err, plane3.ErrMissing) || !strings.Contains(err.Error(), tt.missing) {
+				t.Fatalf("err = %v, want ErrMissing naming %s", err, tt.missing)
+			}
+		})
+	}
+	if _, err := plane3test.JS(t, dc).Stream(plane3test.Ctx(t), e.N.ChatStream()); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("CHAT after New: err = %v, want not found", err)
+	}
+	if _, err := fanout.New(plane3test.Ctx(t), dc, fanout.Config{Names: e.N, Batch: -1}); err == nil {
+		t.Fatal("fail/negative batch: no error")
+	}
+	if _, err := fanout.New(plane3test.Ctx(t), dc, fanout.Config{}); err == nil {
+		t.Fatal("fail/zero names: no error")
+	}
+}
+
+// TestFanoutFence: with the lease fence down the writer publishes and acks nothing; the chat
+// message stays pending for whoever holds the lease.
+func TestFanoutFence(t *testing.T) {
+	e := plane3test.New(t)
+	dc := e.Delivery(t)
+	djs := plane3test.JS(t, dc)
+	pjs := e.Provisioner(t)
+	e.AddLifecycle(t, pjs, "a1", uid1, []string{"general"})
+	e.Join(t, djs, "general", "a1", uid1, 0, 1)
+	w, err := fanout.New(plane3test.Ctx(t), dc, fanout.Config{Names: e.N, MayAct: func() bool { return false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	e.Post(t, plane3test.JS(t, e.Agent(t, "a0", uid0)), "a0", "m01", "while quiesced")
+	cons, err := djs.Consumer(plane3test.Ctx(t), e.N.ChatStream(), "fanout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, func() error {
+		ci, err := cons.Info(plane3test.Ctx(t))
+		if err != nil {
+			return err
+		}
+		if ci.Delivered.Consumer == 0 {
+			return fmt.Errorf("not delivered to fanout yet")
+		}
+		if ci.AckFloor.Consumer != 0 {
+			return fmt.Errorf("a quiesced writer acked %d", ci.AckFloor.Consumer)
+		}
+		return nil
+	})
+	inbox, err := djs.Stream(plane3test.Ctx(t), e.N.InboxStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msgs := inbox.CachedInfo().State.Msgs; msgs != 0 {
+		t.Fatalf("a quiesced writer stored %d inbox entries", msgs)
+	}
+}

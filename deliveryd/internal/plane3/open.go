@@ -1,0 +1,55 @@
+package plane3
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cotalgo/cotal/pkg/space"
+)
+
+// ErrMissing matches a stream or bucket deliveryd needs and the space does not have: deliveryd
+// never creates one (pkg/provision does), it fails naming it.
+var ErrMissing = errors.New("plane3: missing; provision the space first")
+
+// OpenStream binds a stream that must exist.
+func OpenStream(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, error) {
+	s, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("%w: stream %s", ErrMissing, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("plane3: stream %s: %w", name, err)
+	}
+	return s, nil
+}
+
+// OpenBucket binds a bucket that must exist.
+func OpenBucket(ctx context.Context, js jetstream.JetStream, n space.Names, k space.BucketKind) (jetstream.KeyValue, error) {
+	name, err := n.Bucket(k)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("%w: bucket %s", ErrMissing, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("plane3: bucket %s: %w", name, err)
+	}
+	return kv, nil
+}
+
+// Logger returns l, or a logger that discards.
+func Logger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
+}
+
+// Always is the fence of a loop that runs without a lease (tests, embedding without one).
+func Always() bool { return true }

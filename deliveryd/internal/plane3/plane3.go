@@ -1,0 +1,308 @@
+// Package plane3 holds what deliveryd's fan-out writer and trusted reader share: the rows they
+// read (membership and ACL records, upstream members.ts and acls.ts), the inbox entry they pass
+// through INBOX_<t> (upstream Plane3Entry), the eligibility and ACL rules, the dedup message ids,
+// and the parsing of the subjects they consume. Every decoder here reads bytes another party
+// wrote and refuses what it does not understand.
+package plane3
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cotalgo/cotal/pkg/space"
+)
+
+// Reasons an entry was routed (upstream Plane3Entry.reason).
+const (
+	ReasonDurable = "durable-channel"
+	ReasonMention = "live-mention"
+)
+
+// Delivery classes (upstream DeliveryClass).
+const (
+	ClassDurable = "durable"
+	ClassLive    = "live"
+)
+
+// Defaults shared by both loops.
+const (
+	// AckWait is upstream's ack_wait on fanout and reader.
+	AckWait = 60 * time.Second
+	// ReaderMaxAckPending bounds the reader's in-flight entries (upstream DINBOX_MAX_ACK_PENDING).
+	ReaderMaxAckPending = 1000
+	// NakDelay is the redelivery delay after a missing ACL row or a failed publish.
+	NakDelay = 2 * time.Second
+	// MaxDeliveries is the reader's ceiling (upstream READER_MAX_REDELIVERIES): an entry delivered
+	// this many times without success is terminated.
+	MaxDeliveries = 10
+	// MaxBodyBytes bounds any body these loops decode.
+	MaxBodyBytes = 1 << 20
+)
+
+// ErrBadRecord matches every record or entry the decoders refuse.
+var ErrBadRecord = errors.New("plane3: undecodable record")
+
+// Lifecycle names one agent incarnation: owner, actor and lifecycle UID.
+type Lifecycle struct{ Owner, Actor, UID string }
+
+// Principal is the dot form owner.actor.
+func (l Lifecycle) Principal() string { return l.Owner + "." + l.Actor }
+
+// Member is a durable-membership row (upstream MembershipRecord). Cursors are CHAT sequences.
+type Member struct {
+	Channel        string  `json:"channel"`
+	Owner          string  `json:"owner"`
+	LifecycleUID   string  `json:"lifecycleUid"`
+	State          string  `json:"state"`
+	JoinCursor     uint64  `json:"joinCursor"`
+	LeaveCursor    *uint64 `json:"leaveCursor,omitempty"`
+	Generation     uint64  `json:"generation"`
+	Activated      bool    `json:"activated"`
+	WriterIdentity string  `json:"writerIdentity"`
+	UpdatedAt      int64   `json:"updatedAt"`
+}
+
+// Eligible is upstream's durableEligible: the member receives CHAT message seq when
+// joinCursor < seq <= leaveCursor (no upper bound while open). It does not look at Activated,
+// which reports completeness, not delivery.
+func (m Member) Eligible(seq uint64) bool {
+	if seq <= m.JoinCursor {
+		return false
+	}
+	return m.LeaveCursor == nil || seq <= *m.LeaveCursor
+}
+
+// DecodeMember reads a membership row; the key (ParseMemberKey) names its channel and lifecycle,
+// and the row must agree with it.
+func DecodeMember(key string, b []byte) (Member, Lifecycle, error) {
+	channel, lc, ok := ParseMemberKey(key)
+	if !ok {
+		return Member{}, Lifecycle{}, fmt.Errorf("%w: member key %q", ErrBadRecord, key)
+	}
+	var m Member
+	if len(b) > MaxBodyBytes || json.Unmarshal(b, &m) != nil {
+		return Member{}, Lifecycle{}, fmt.Errorf("%w: member row %q", ErrBadRecord, key)
+	}
+	if m.Channel != channel || m.Owner != lc.Principal() || m.LifecycleUID != lc.UID {
+		return Member{}, Lifecycle{}, fmt.Errorf("%w: member row %q names %s/%s.%s", ErrBadRecord, key, m.Channel, m.Owner, m.LifecycleUID)
+	}
+	return m, lc, nil
+}
+
+// ParseMemberKey splits <channel>/<owner>.<actor>.<uid>, checking every part with pkg/space.
+func ParseMemberKey(key string) (string, Lifecycle, bool) {
+	channel, rest, ok := strings.Cut(key, "/")
+	if !ok || space.ValidateChannel(channel) != nil {
+		return "", Lifecycle{}, false
+	}
+	lc, ok := ParseACLKey(rest)
+	return channel, lc, ok
+}
+
+// ParseACLKey splits <owner>.<actor>.<uid>, checking every part with pkg/space.
+func ParseACLKey(key string) (Lifecycle, bool) {
+	parts := strings.Split(key, ".")
+	if len(parts) != 3 {
+		return Lifecycle{}, false
+	}
+	lc := Lifecycle{parts[0], parts[1], parts[2]}
+	if _, err := space.ACLKey(lc.Owner, lc.Actor, lc.UID); err != nil {
+		return Lifecycle{}, false
+	}
+	return lc, true
+}
+
+// ACL is a lifecycle's read-ACL row (upstream AclRecord). A present row with an empty
+// AllowSubscribe is a known "reads nothing" policy; an absent row is an unknown lifecycle.
+type ACL struct {
+	AllowSubscribe []string `json:"allowSubscribe"`
+	Revision       uint64   `json:"revision"`
+	UpdatedAt      int64    `json:"updatedAt"`
+}
+
+// DecodeACL reads an ACL row. A row that does not decode or lacks the allowSubscribe array is
+// reported as not a row (upstream readAcl treats it as unknown, so the reader defers, never drops).
+func DecodeACL(b []byte) (ACL, bool) {
+	var raw struct {
+		AllowSubscribe *[]string `json:"allowSubscribe"`
+		Revision       uint64    `json:"revision"`
+		UpdatedAt      int64     `json:"updatedAt"`
+	}
+	if len(b) > MaxBodyBytes || json.Unmarshal(b, &raw) != nil || raw.AllowSubscribe == nil {
+		return ACL{}, false
+	}
+	return ACL{AllowSubscribe: *raw.AllowSubscribe, Revision: raw.Revision, UpdatedAt: raw.UpdatedAt}, true
+}
+
+// Allows reports whether channel is inside AllowSubscribe. A pattern matches token by token as a
+// NATS subject does ('*' one token, a final '>' one or more), so an upstream subtree grant
+// ("team.>") keeps its meaning; a concrete entry matches only itself.
+func (a ACL) Allows(channel string) bool {
+	ch := strings.Split(channel, ".")
+	for _, p := range a.AllowSubscribe {
+		if matchTokens(strings.Split(p, "."), ch) {
+			return true
+		}
+	}
+	return false
+}
+
+func matchTokens(p, s []string) bool {
+	for i, t := range p {
+		if t == ">" {
+			return i == len(p)-1 && len(s) > i
+		}
+		if i >= len(s) || (t != "*" && t != s[i]) {
+			return false
+		}
+	}
+	return len(p) == len(s)
+}
+
+// Entry is what the fan-out writer puts in a lifecycle's inbox and the trusted reader takes out
+// (upstream Plane3Entry).
+type Entry struct {
+	Msg        json.RawMessage `json:"msg"`
+	Channel    string          `json:"channel"`
+	Seq        uint64          `json:"seq"`
+	Reason     string          `json:"reason"`
+	Generation uint64          `json:"generation"`
+}
+
+// DecodeEntry reads an inbox entry strictly: a known reason, a valid channel, a positive CHAT
+// sequence and a msg that is a JSON object. It returns the message id ("" when absent).
+func DecodeEntry(b []byte) (Entry, string, error) {
+	var e Entry
+	if len(b) > MaxBodyBytes || json.Unmarshal(b, &e) != nil {
+		return Entry{}, "", fmt.Errorf("%w: inbox entry", ErrBadRecord)
+	}
+	if e.Reason != ReasonDurable && e.Reason != ReasonMention {
+		return Entry{}, "", fmt.Errorf("%w: reason %q", ErrBadRecord, e.Reason)
+	}
+	if space.ValidateChannel(e.Channel) != nil || e.Seq == 0 {
+		return Entry{}, "", fmt.Errorf("%w: channel %q seq %d", ErrBadRecord, e.Channel, e.Seq)
+	}
+	m, err := DecodeMessage(e.Msg)
+	if err != nil {
+		return Entry{}, "", err
+	}
+	return e, m.ID, nil
+}
+
+// Message is what the loops read of a chat message; the rest of it is carried as it is.
+type Message struct {
+	ID       string
+	From     string
+	Mentions []string
+	fields   map[string]json.RawMessage
+}
+
+// DecodeMessage reads a chat message: a JSON object whose id, if present, is a string, whose
+// from.id, if present, is a string, and whose mentions, if present, are strings.
+func DecodeMessage(b []byte) (Message, error) {
+	var fields map[string]json.RawMessage
+	if len(b) > MaxBodyBytes || json.Unmarshal(b, &fields) != nil || fields == nil {
+		return Message{}, fmt.Errorf("%w: message is not a JSON object", ErrBadRecord)
+	}
+	m := Message{fields: fields}
+	if raw, ok := fields["id"]; ok && json.Unmarshal(raw, &m.ID) != nil {
+		return Message{}, fmt.Errorf("%w: message id", ErrBadRecord)
+	}
+	if raw, ok := fields["from"]; ok {
+		var from struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(raw, &from) != nil {
+			return Message{}, fmt.Errorf("%w: message from", ErrBadRecord)
+		}
+		m.From = from.ID
+	}
+	if raw, ok := fields["mentions"]; ok && json.Unmarshal(raw, &m.Mentions) != nil {
+		return Message{}, fmt.Errorf("%w: message mentions", ErrBadRecord)
+	}
+	return m, nil
+}
+
+// Normalised is the message bound to its authenticated channel: channel set, to and toService
+// removed (upstream fanOutMessage step 2).
+func (m Message) Normalised(channel string) (json.RawMessage, error) {
+	out := make(map[string]json.RawMessage, len(m.fields)+1)
+	for k, v := range m.fields {
+		if k != "to" && k != "toService" {
+			out[k] = v
+		}
+	}
+	ch, _ := json.Marshal(channel)
+	out["channel"] = ch
+	return json.Marshal(out)
+}
+
+// MsgID is the dedup id of one message's copy for one lifecycle and generation:
+// <id>:<owner>.<actor>:<uid>:<generation>. A message without an id gets none (no dedup).
+func MsgID(id string, lc Lifecycle, generation uint64) string {
+	if id == "" {
+		return ""
+	}
+	return id + ":" + lc.Principal() + ":" + lc.UID + ":" + strconv.FormatUint(generation, 10)
+}
+
+// ParseChat splits cotal.<t>.chat.<owner>.<actor>.<channel...> of space n. It refuses another
+// space, another kind, bad tokens and an owner that is not a real principal owner ("local" or a
+// derived u_ owner, upstream isPrincipalOwnerToken).
+func ParseChat(n space.Names, subject string) (owner, actor, channel string, ok bool) {
+	rest, found := strings.CutPrefix(subject, n.Prefix()+".chat.")
+	if !found {
+		return "", "", "", false
+	}
+	parts := strings.SplitN(rest, ".", 3)
+	if len(parts) != 3 {
+		return "", "", "", false
+	}
+	owner, actor, channel = parts[0], parts[1], parts[2]
+	if space.ValidateOwner(owner) != nil || space.ValidateActor(actor) != nil || space.ValidateChannel(channel) != nil {
+		return "", "", "", false
+	}
+	if owner != "local" && space.ValidateDerivedOwner(owner) != nil {
+		return "", "", "", false
+	}
+	return owner, actor, channel, true
+}
+
+// ParseDinbox splits cotal.<t>.dinbox.<owner>.<actor>.<uid> of space n: exactly six tokens, each
+// part valid.
+func ParseDinbox(n space.Names, subject string) (Lifecycle, bool) {
+	rest, found := strings.CutPrefix(subject, n.Prefix()+".dinbox.")
+	if !found {
+		return Lifecycle{}, false
+	}
+	return ParseACLKey(rest)
+}
+
+// FreshClass reads a channel's delivery class from the channels bucket as upstream's
+// deliveryClassFresh does: the channel's own entry, else the =defaults entry, else durable. An
+// entry that does not decode counts as unset, as upstream's decode does.
+func FreshClass(ctx context.Context, kv jetstream.KeyValue, channel string) (string, error) {
+	for _, key := range []string{channel, space.ChannelDefaultsKey} {
+		e, err := kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("plane3: read %s: %w", key, err)
+		}
+		var cfg struct {
+			DeliveryClass string `json:"deliveryClass"`
+		}
+		if json.Unmarshal(e.Value(), &cfg) == nil && (cfg.DeliveryClass == ClassDurable || cfg.DeliveryClass == ClassLive) {
+			return cfg.DeliveryClass, nil
+		}
+	}
+	return ClassDurable, nil
+}

@@ -1,0 +1,371 @@
+// Package reader is deliveryd's trusted reader (reference/delivery.md §1.4), the authorization
+// gate of durable delivery: it consumes every inbox entry through the durable "reader" on
+// INBOX_<t>, re-reads the lifecycle's ACL row and (for a durable-channel entry) its membership row
+// after the entry reached it, and only then publishes the frame {version:1, channel, msg} to the lifecycle's
+// dlv subject with the header Cotal-Delivery-Frame: 1 and the dedup Nats-Msg-Id
+// <id>:<owner>.<actor>:<uid>:<generation>.
+//
+// Entries are taken in passes of up to Batch; the ACL and member rows a pass needs are read once,
+// after all its entries were delivered (see pass). Per entry: an unparseable subject or body is
+// acked (dropped); a missing ACL row is an unknown
+// lifecycle, not a revocation, so the entry is nak'd with a 2 s delay and terminated (and logged as
+// an error) once delivered 10 times; a channel outside the row's allowSubscribe is a revocation and
+// the entry is acked without a copy, as is a durable-channel entry outside its member's interval; a
+// failed publish is nak'd under the same ceiling. The entry is acked only after the DLV copy is
+// stored. It never creates a stream or bucket; a missing one stops New naming it.
+package reader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cotalgo/cotal/deliveryd/internal/plane3"
+	"github.com/cotalgo/cotal/pkg/dlvclient"
+	"github.com/cotalgo/cotal/pkg/space"
+)
+
+// Defaults.
+const (
+	// DefaultBatch is how many entries one pass takes; their rows are read once.
+	DefaultBatch = 256
+	// readConcurrency bounds the row reads of a pass in flight at once.
+	readConcurrency = 32
+	// fetchWait bounds one wait for the first entry of a pass, so Run notices ctx.
+	fetchWait = 200 * time.Millisecond
+)
+
+// Config is what New needs. Names is required.
+type Config struct {
+	Names space.Names
+	// NakDelay is the redelivery delay after a missing ACL row or a failed publish; zero means
+	// plane3.NakDelay (2 s).
+	NakDelay time.Duration
+	// MaxDeliveries is the ceiling after which an entry is terminated; zero means
+	// plane3.MaxDeliveries (10).
+	MaxDeliveries uint64
+	// Batch is the most entries one pass handles; zero means DefaultBatch.
+	Batch int
+	// MayAct is the lease fence, checked before every publish and ack; an entry found while it is
+	// false is left unacked. Nil means always.
+	MayAct func() bool
+	// Logger receives drops, deferrals and give-ups (never a message body); nil discards.
+	Logger *slog.Logger
+}
+
+// Reader is the trusted reader on one delivery connection.
+type Reader struct {
+	cfg      Config
+	log      *slog.Logger
+	js       jetstream.JetStream
+	consumer jetstream.Consumer
+	members  jetstream.KeyValue
+	acl      jetstream.KeyValue
+}
+
+// ConsumerConfig is the reader durable (upstream inboxReaderConfig). It carries a filter so that
+// nats.go creates it through $JS.API.CONSUMER.CREATE.INBOX_<t>.reader.<filter>, the form the
+// delivery profile is granted (the unfiltered named create is not).
+func ConsumerConfig(n space.Names) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable: n.ReaderConsumer(), FilterSubject: n.DinboxAll(),
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: plane3.AckWait,
+		DeliverPolicy: jetstream.DeliverAllPolicy, MaxAckPending: plane3.ReaderMaxAckPending,
+	}
+}
+
+// New opens INBOX, DLV and the members and ACL buckets on nc (a delivery credential's connection)
+// and creates or updates the reader durable. A missing stream or bucket is an error matching
+// plane3.ErrMissing that names it.
+func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Reader, error) {
+	n := cfg.Names
+	if n.Token() == "" {
+		return nil, space.ErrZeroNames
+	}
+	if cfg.NakDelay < 0 || cfg.Batch < 0 {
+		return nil, fmt.Errorf("reader: negative NakDelay %v or Batch %d", cfg.NakDelay, cfg.Batch)
+	}
+	if cfg.Batch == 0 {
+		cfg.Batch = DefaultBatch
+	}
+	if cfg.NakDelay == 0 {
+		cfg.NakDelay = plane3.NakDelay
+	}
+	if cfg.MaxDeliveries == 0 {
+		cfg.MaxDeliveries = plane3.MaxDeliveries
+	}
+	if cfg.MayAct == nil {
+		cfg.MayAct = plane3.Always
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("reader: %w", err)
+	}
+	r := &Reader{cfg: cfg, log: plane3.Logger(cfg.Logger).With("loop", "reader"), js: js}
+	for _, s := range []string{n.InboxStream(), n.DLVStream()} {
+		if _, err := plane3.OpenStream(ctx, js, s); err != nil {
+			return nil, fmt.Errorf("reader: %w", err)
+		}
+	}
+	if r.members, err = plane3.OpenBucket(ctx, js, n, space.Members); err != nil {
+		return nil, fmt.Errorf("reader: %w", err)
+	}
+	if r.acl, err = plane3.OpenBucket(ctx, js, n, space.ACL); err != nil {
+		return nil, fmt.Errorf("reader: %w", err)
+	}
+	if r.consumer, err = js.CreateOrUpdateConsumer(ctx, n.InboxStream(), ConsumerConfig(n)); err != nil {
+		return nil, fmt.Errorf("reader: create %s on %s: %w", n.ReaderConsumer(), n.InboxStream(), err)
+	}
+	return r, nil
+}
+
+// Run reads entries until ctx is done (nil) or the consumer fails.
+func (r *Reader) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		batch, err := r.fetch(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("reader: fetch: %w", err)
+		}
+		if err := r.pass(ctx, batch); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// fetch waits for one entry, then takes what else is already there, up to Batch.
+func (r *Reader) fetch(ctx context.Context) ([]jetstream.Msg, error) {
+	first, err := r.consumer.Fetch(1, jetstream.FetchMaxWait(fetchWait))
+	if err != nil {
+		return nil, err
+	}
+	var out []jetstream.Msg
+	for m := range first.Messages() {
+		out = append(out, m)
+	}
+	if err := first.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		return nil, err
+	}
+	if len(out) == 0 || r.cfg.Batch == 1 {
+		return out, ctx.Err()
+	}
+	more, err := r.consumer.FetchNoWait(r.cfg.Batch - 1)
+	if err != nil {
+		return out, nil
+	}
+	for m := range more.Messages() {
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// item is one entry of a pass.
+type item struct {
+	m          jetstream.Msg
+	lc         plane3.Lifecycle
+	entry      plane3.Entry
+	id         string
+	aclKey     string
+	memberKey  string
+	deliveries uint64
+}
+
+// row is one key read for a pass: its value, whether it exists, and a read error.
+type row struct {
+	value []byte
+	found bool
+	err   error
+}
+
+// pass settles a batch. The ACL and member rows it needs are read once, after every entry of the
+// batch was delivered and before any is published, so each check sees every change committed
+// before its entry reached the reader, as a read per entry would; a revocation that lands while the
+// pass publishes takes effect for the next pass. Copies are published asynchronously in order and
+// each entry is acked once its copy is stored.
+func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) error {
+	n := r.cfg.Names
+	var items []item
+	acls, members := map[string]*row{}, map[string]*row{}
+	for _, m := range batch {
+		lc, ok := plane3.ParseDinbox(n, m.Subject())
+		if !ok {
+			r.log.Warn("dropped an entry on a subject that is not a lifecycle's inbox", "subject", m.Subject())
+			if err := r.settle(m.Ack); err != nil {
+				return err
+			}
+			continue
+		}
+		entry, id, err := plane3.DecodeEntry(m.Data())
+		if err != nil {
+			r.log.Warn("dropped an entry that does not decode", "subject", m.Subject(), "err", err)
+			if err := r.settle(m.Ack); err != nil {
+				return err
+			}
+			continue
+		}
+		it := item{m: m, lc: lc, entry: entry, id: id, deliveries: 1}
+		if md, err := m.Metadata(); err == nil {
+			it.deliveries = md.NumDelivered
+		}
+		it.aclKey, _ = space.ACLKey(lc.Owner, lc.Actor, lc.UID)
+		acls[it.aclKey] = &row{}
+		if entry.Reason == plane3.ReasonDurable {
+			it.memberKey, _ = space.MemberKey(entry.Channel, lc.Owner, lc.Actor, lc.UID)
+			members[it.memberKey] = &row{}
+		}
+		items = append(items, it)
+	}
+	r.read(ctx, r.acl, acls)
+	r.read(ctx, r.members, members)
+
+	type sent struct {
+		it  item
+		ack jetstream.PubAckFuture
+	}
+	var inflight []sent
+	for _, it := range items {
+		out, err := r.copyOf(it, acls[it.aclKey], members[it.memberKey])
+		if err != nil {
+			if err := r.retry(it.m, it.deliveries, it.lc, err); err != nil {
+				return err
+			}
+			continue
+		}
+		if out == nil {
+			if err := r.settle(it.m.Ack); err != nil {
+				return err
+			}
+			continue
+		}
+		if !r.cfg.MayAct() {
+			return nil
+		}
+		f, err := r.js.PublishMsgAsync(out)
+		if err != nil {
+			if err := r.retry(it.m, it.deliveries, it.lc, fmt.Errorf("publish to %s: %w", out.Subject, err)); err != nil {
+				return err
+			}
+			continue
+		}
+		inflight = append(inflight, sent{it, f})
+	}
+	for _, s := range inflight {
+		select {
+		case <-s.ack.Ok():
+			if err := r.settle(s.it.m.Ack); err != nil {
+				return err
+			}
+		case err := <-s.ack.Err():
+			if err := r.retry(s.it.m, s.it.deliveries, s.it.lc, fmt.Errorf("publish to %s: %w", s.ack.Msg().Subject, err)); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	return nil
+}
+
+// read gets every key of rows from kv, several at a time.
+func (r *Reader) read(ctx context.Context, kv jetstream.KeyValue, rows map[string]*row) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, readConcurrency)
+	for key, rw := range rows {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			e, err := kv.Get(ctx, key)
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+			case err != nil:
+				rw.err = err
+			default:
+				rw.value, rw.found = e.Value(), true
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// copyOf decides one entry: the DLV message to publish, nil to drop it (acked without a copy),
+// or an error to retry it.
+func (r *Reader) copyOf(it item, aclRow, memberRow *row) (*nats.Msg, error) {
+	if aclRow.err != nil {
+		return nil, fmt.Errorf("read ACL row: %w", aclRow.err)
+	}
+	var acl plane3.ACL
+	known := false
+	if aclRow.found {
+		acl, known = plane3.DecodeACL(aclRow.value)
+	}
+	if !known {
+		return nil, errors.New("no ACL row for the lifecycle")
+	}
+	if !acl.Allows(it.entry.Channel) {
+		r.log.Info("dropped an entry: the lifecycle's ACL no longer allows the channel", "lifecycle", it.aclKey, "channel", it.entry.Channel)
+		return nil, nil
+	}
+	if it.entry.Reason == plane3.ReasonDurable {
+		if memberRow.err != nil {
+			return nil, fmt.Errorf("read member row: %w", memberRow.err)
+		}
+		if !memberRow.found {
+			r.log.Info("dropped a durable entry: no membership row", "member", it.memberKey)
+			return nil, nil
+		}
+		m, _, err := plane3.DecodeMember(it.memberKey, memberRow.value)
+		if err != nil || !m.Eligible(it.entry.Seq) {
+			r.log.Info("dropped a durable entry outside its member's interval", "member", it.memberKey, "seq", it.entry.Seq)
+			return nil, nil
+		}
+	}
+	body, err := dlvclient.EncodeFrame(it.entry.Channel, it.entry.Msg)
+	if err != nil {
+		r.log.Warn("dropped an entry whose message cannot be framed", "lifecycle", it.aclKey, "err", err)
+		return nil, nil
+	}
+	subj, _ := r.cfg.Names.Dlv(it.lc.Owner, it.lc.Actor, it.lc.UID)
+	out := nats.NewMsg(subj)
+	out.Data = body
+	out.Header.Set(dlvclient.FrameHeader, dlvclient.FrameHeaderValue)
+	if msgID := plane3.MsgID(it.id, it.lc, it.entry.Generation); msgID != "" {
+		out.Header.Set(jetstream.MsgIDHeader, msgID)
+	}
+	return out, nil
+}
+
+// retry naks the entry for redelivery after NakDelay, or terminates it once it has been
+// delivered MaxDeliveries times (so one lifecycle cannot hold the shared reader for ever).
+func (r *Reader) retry(m jetstream.Msg, deliveries uint64, lc plane3.Lifecycle, cause error) error {
+	if deliveries >= r.cfg.MaxDeliveries {
+		r.log.Error("gave up on an entry", "lifecycle", lc.Principal()+"."+lc.UID, "deliveries", deliveries, "err", cause)
+		return r.settle(m.Term)
+	}
+	r.log.Debug("deferred an entry", "lifecycle", lc.Principal()+"."+lc.UID, "deliveries", deliveries, "err", cause)
+	return r.settle(func() error { return m.NakWithDelay(r.cfg.NakDelay) })
+}
+
+// settle sends an ack verb unless the lease fence is down.
+func (r *Reader) settle(verb func() error) error {
+	if !r.cfg.MayAct() {
+		return nil
+	}
+	if err := verb(); err != nil {
+		return fmt.Errorf("reader: ack: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,296 @@
+package reader_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cotalgo/cotal/deliveryd/internal/plane3"
+	"github.com/cotalgo/cotal/deliveryd/internal/plane3/plane3test"
+	"github.com/cotalgo/cotal/deliveryd/internal/reader"
+	"github.com/cotalgo/cotal/pkg/dlvclient"
+	"github.com/cotalgo/cotal/pkg/testkit"
+)
+
+const uid1 = "uidaaaaaaaaaaaaaaaaaaaaaaa"
+
+// records counts log records by level and message.
+type records struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *records) Enabled(context.Context, slog.Level) bool { return true }
+func (r *records) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, rec.Level.String()+" "+rec.Message)
+	return nil
+}
+func (r *records) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *records) WithGroup(string) slog.Handler      { return r }
+func (r *records) has(s string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range r.msgs {
+		if m == s {
+			return true
+		}
+	}
+	return false
+}
+
+type fixture struct {
+	e   *plane3test.Env
+	djs jetstream.JetStream
+	pjs jetstream.JetStream
+	log *records
+}
+
+// start runs the reader alone (entries are published straight into INBOX) with a short nak delay.
+func start(t *testing.T, mayAct func() bool) *fixture {
+	t.Helper()
+	e := plane3test.New(t)
+	dc := e.Delivery(t)
+	f := &fixture{e: e, djs: plane3test.JS(t, dc), pjs: e.Provisioner(t), log: &records{}}
+	r, err := reader.New(plane3test.Ctx(t), dc, reader.Config{Names: e.N, NakDelay: 20 * time.Millisecond, MayAct: mayAct, Logger: slog.New(f.log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return f
+}
+
+// entry publishes an inbox entry for local.a1.<uid1> as the fan-out writer would.
+func (f *fixture) entry(t *testing.T, subject string, e plane3.Entry) {
+	t.Helper()
+	b, _ := json.Marshal(e)
+	f.raw(t, subject, string(b))
+}
+
+func (f *fixture) raw(t *testing.T, subject, body string) {
+	t.Helper()
+	if _, err := f.djs.Publish(plane3test.Ctx(t), subject, []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fixture) dinbox(t *testing.T) string {
+	s, err := f.e.N.Dinbox(plane3test.Owner, "a1", uid1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// readerState returns the reader durable's info.
+func (f *fixture) readerState(t *testing.T) *jetstream.ConsumerInfo {
+	t.Helper()
+	c, err := f.djs.Consumer(plane3test.Ctx(t), f.e.N.InboxStream(), "reader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := c.Info(plane3test.Ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ci
+}
+
+func (f *fixture) settled(t *testing.T) {
+	t.Helper()
+	testkit.Eventually(t, 15*time.Second, func() error {
+		if ci := f.readerState(t); ci.NumPending != 0 || ci.NumAckPending != 0 {
+			return fmt.Errorf("reader: pending %d, unacked %d", ci.NumPending, ci.NumAckPending)
+		}
+		return nil
+	})
+}
+
+// dlvCount is how many messages DLV holds for local.a1.<uid1> (stream info by subject, which the
+// delivery credential may read; it reads no DLV body).
+func (f *fixture) dlvCount(t *testing.T) int {
+	t.Helper()
+	subj, _ := f.e.N.Dlv(plane3test.Owner, "a1", uid1)
+	s, err := f.djs.Stream(plane3test.Ctx(t), f.e.N.DLVStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(plane3test.Ctx(t), jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(info.State.Subjects[subj])
+}
+
+// dlvMsgs reads local.a1's DLV messages as the agent does, through its own dlv_ durable.
+func (f *fixture) dlvMsgs(t *testing.T, want int) []jetstream.Msg {
+	t.Helper()
+	name, _ := f.e.N.DlvConsumer(plane3test.Owner, "a1", uid1)
+	c, err := plane3test.JS(t, f.e.Agent(t, "a1", uid1)).Consumer(plane3test.Ctx(t), f.e.N.DLVStream(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := c.Fetch(want+1, jetstream.FetchMaxWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []jetstream.Msg
+	for m := range batch.Messages() {
+		out = append(out, m)
+	}
+	return out
+}
+
+func msg(id string) json.RawMessage {
+	return json.RawMessage(fmt.Sprintf(`{"id":%q,"from":{"id":"local.a0"},"channel":"general","text":"x"}`, id))
+}
+
+// TestReaderPublishesTheFrame: an entry for a lifecycle whose ACL allows the channel and whose
+// member interval holds the sequence becomes one DLV message with the frame, the header and the
+// dedup id; a second copy of the same entry is collapsed by that id.
+func TestReaderPublishesTheFrame(t *testing.T) {
+	f := start(t, nil)
+	f.e.AddLifecycle(t, f.pjs, "a1", uid1, []string{"general"})
+	f.e.Join(t, f.djs, "general", "a1", uid1, 0, 3)
+	e := plane3.Entry{Msg: msg("m1"), Channel: "general", Seq: 5, Reason: plane3.ReasonDurable, Generation: 3}
+	f.entry(t, f.dinbox(t), e)
+	f.entry(t, f.dinbox(t), e) // a catch-up copy racing the fan-out copy
+	f.settled(t)
+	got := f.dlvMsgs(t, 1)
+	if len(got) != 1 || f.dlvCount(t) != 1 {
+		t.Fatalf("DLV holds %d copies, want 1", len(got))
+	}
+	m := got[0]
+	if m.Headers().Get(dlvclient.FrameHeader) != "1" || m.Headers().Get(jetstream.MsgIDHeader) != "m1:local.a1:"+uid1+":3" {
+		t.Fatalf("headers %v", m.Headers())
+	}
+	fr, id, err := dlvclient.DecodeFrame(m.Data())
+	if err != nil || id != "m1" || fr.Channel != "general" {
+		t.Fatalf("frame %+v id %q: %v", fr, id, err)
+	}
+}
+
+// TestReaderGate is §1.4's table: what is dropped, what waits, what gives up.
+func TestReaderGate(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, f *fixture)
+		send  func(t *testing.T, f *fixture)
+		check func(t *testing.T, f *fixture)
+	}{
+		{"fail/channel outside the ACL row is dropped (revocation)",
+			func(t *testing.T, f *fixture) { f.e.AddLifecycle(t, f.pjs, "a1", uid1, []string{"other"}) },
+			func(t *testing.T, f *fixture) {
+				f.entry(t, f.dinbox(t), plane3.Entry{Msg: msg("m1"), Channel: "general", Seq: 1, Reason: plane3.ReasonMention})
+			},
+			func(t *testing.T, f *fixture) { f.settled(t); wantDLV(t, f, 0) }},
+		{"fail/durable entry at the join cursor is dropped",
+			func(t *testing.T, f *fixture) {
+				f.e.AddLifecycle(t, f.pjs, "a1", uid1, []string{"general"})
+				f.e.Join(t, f.djs, "general", "a1", uid1, 7, 1)
+			},
+			func(t *testing.T, f *fixture) {
+				f.entry(t, f.dinbox(t), plane3.Entry{Msg: msg("m1"), Channel: "general", Seq: 7, Reason: plane3.ReasonDurable, Generation: 1})
+			},
+			func(t *testing.T, f *fixture) { f.settled(t); wantDLV(t, f, 0) }},
+		{"fail/durable entry without a member row is dropped",
+			func(t *testing.T, f *fixture) { f.e.AddLifecycle(t, f.pjs, "a1", uid1, []string{"general"}) },
+			func(t *testing.T, f *fixture) {
+				f.entry(t, f.dinbox(t), plane3.Entry{Msg: msg("m1"), Channel: "general", Seq: 9, Reason: plane3.ReasonDurable, Generation: 1})
+			},
+			func(t *testing.T, f *fixture) { f.settled(t); wantDLV(t, f, 0) }},
+		{"fail/undecodable entry and short subject are dropped",
+			func(t *testing.T, f *fixture) { f.e.AddLifecycle(t, f.pjs, "a1", uid1, []string{"general"}) },
+			func(t *testing.T, f *fixture) {
+				f.raw(t, f.dinbox(t), `{"msg":{"id":"m1"},"channel":"general","seq":1,"reason":"because"}`)
+				f.raw(t, f.dinbox(t), `not json`)
+			},
+			func(t *testing.T, f *fixture) { f.settled(t); wantDLV(t, f, 0) }},
+		{"ok/missing ACL row waits and delivers once the row appears",
+			func(t *testing.T, f *fixture) { f.e.AddLifecycle(t, f.pjs, "a1", uid1, nil) },
+			func(t *testing.T, f *fixture) {
+				f.entry(t, f.dinbox(t), plane3.Entry{Msg: msg("m1"), Channel: "general", Seq: 1, Reason: plane3.ReasonMention})
+			},
+			func(t *testing.T, f *fixture) {
+				testkit.Eventually(t, 5*time.Second, func() error {
+					if ci := f.readerState(t); ci.NumRedelivered == 0 {
+						return fmt.Errorf("not redelivered yet")
+					}
+					return nil
+				})
+				wantDLV(t, f, 0)
+				f.e.SetACL(t, f.pjs, "a1", uid1, []string{"general"})
+				testkit.Eventually(t, 5*time.Second, func() error {
+					if n := f.dlvCount(t); n != 1 {
+						return fmt.Errorf("DLV holds %d", n)
+					}
+					return nil
+				})
+				f.settled(t)
+			}},
+		{"fail/missing ACL row is terminated after 10 deliveries",
+			func(t *testing.T, f *fixture) { f.e.AddLifecycle(t, f.pjs, "a1", uid1, nil) },
+			func(t *testing.T, f *fixture) {
+				f.entry(t, f.dinbox(t), plane3.Entry{Msg: msg("m1"), Channel: "general", Seq: 1, Reason: plane3.ReasonMention})
+			},
+			func(t *testing.T, f *fixture) {
+				f.settled(t)
+				wantDLV(t, f, 0)
+				if !f.log.has("ERROR gave up on an entry") {
+					t.Fatalf("no give-up logged: %v", f.log.msgs)
+				}
+				if ci := f.readerState(t); ci.Delivered.Consumer != 10 {
+					t.Fatalf("delivered %d times, want 10", ci.Delivered.Consumer)
+				}
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := start(t, nil)
+			tt.setup(t, f)
+			tt.send(t, f)
+			tt.check(t, f)
+		})
+	}
+}
+
+// TestReaderFence: with the lease fence down the reader publishes and acks nothing; the entry
+// stays pending for whoever holds the lease.
+func TestReaderFence(t *testing.T) {
+	var may atomic.Bool
+	f := start(t, may.Load)
+	f.e.AddLifecycle(t, f.pjs, "a1", uid1, []string{"general"})
+	f.entry(t, f.dinbox(t), plane3.Entry{Msg: msg("m1"), Channel: "general", Seq: 1, Reason: plane3.ReasonMention})
+	testkit.Eventually(t, 5*time.Second, func() error {
+		if ci := f.readerState(t); ci.Delivered.Consumer == 0 {
+			return fmt.Errorf("not delivered to the reader yet")
+		}
+		return nil
+	})
+	if ci := f.readerState(t); ci.AckFloor.Consumer != 0 || f.dlvCount(t) != 0 {
+		t.Fatalf("quiesced reader acked %d, DLV holds %d", ci.AckFloor.Consumer, f.dlvCount(t))
+	}
+}
+
+func wantDLV(t *testing.T, f *fixture, n int) {
+	t.Helper()
+	if got := f.dlvCount(t); got != n {
+		t.Fatalf("DLV holds %d, want %d", got, n)
+	}
+}
