@@ -1,14 +1,17 @@
 package callout
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,8 +19,10 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+	"google.golang.org/grpc"
 
 	"github.com/cotalgo/cotal/authd/internal/bearer"
+	"github.com/cotalgo/cotal/authd/internal/bearer/bearertest"
 	"github.com/cotalgo/cotal/authd/internal/ledger"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
@@ -68,7 +73,7 @@ func TestCalloutGrant(t *testing.T) {
 	e := startEnv(t, envOptions{allowed: func(ns *server.Server) []string { return []string{ns.ID()} }})
 	sub := e.reader(t)
 	r := e.grant(t, row("laptop"))
-	tok, exp := e.bearerFor(t, r, 3*time.Second, nil)
+	tok, exp := e.bearerFor(t, r, 6*time.Second, nil)
 	nonce := newNonce()
 	c, err := e.connect(t, tok, nonce)
 	if err != nil {
@@ -265,6 +270,49 @@ func TestCalloutDenials(t *testing.T) {
 }
 
 func tokenOf(tok string, _ time.Time) string { return tok }
+
+// TestCalloutBearerMatrix: every hand-signed bearer the verifier refuses (one per check of §3
+// steps 9-12, signed with a test key the responder's JWKS holds) is denied at connect; the
+// accepted shapes without a view connect, those with a view that has no profile are denied.
+func TestCalloutBearerMatrix(t *testing.T) {
+	k := bearertest.NewKey(t)
+	e := startEnv(t, envOptions{jwks: bearertest.NewJWKS(k.JWK)})
+	e.grant(t, row("laptop"))
+	p := bearertest.Principal{Space: testSpace, Owner: owner, Owner2: owner2, Actor: "laptop", UID: uid1}
+	p.Now = time.Now()
+	parent := t
+	for i, tc := range bearertest.Cases(t, k, p) {
+		t.Run(tc.Name, func(t *testing.T) {
+			// Signed now: the time checks have 5 s of tolerance, which a slow run would eat.
+			p.Now = time.Now()
+			tc := bearertest.Cases(t, k, p)[i]
+			admitted := tc.Want == "" && !strings.Contains(tc.Name, "-caller") && !strings.Contains(tc.Name, "transfer-writer")
+			// The refusal is logged with the check that failed (a signed refusal is published
+			// after its log line, so the line is there once the connect has failed).
+			marker := "check=" + string(tc.Want) + " "
+			before := strings.Count(logOf(parent), marker)
+			c, err := e.connect(t, tc.Token, newNonce())
+			if tc.Want != "" {
+				defer func() {
+					if after := strings.Count(logOf(parent), marker); after != before+1 {
+						t.Errorf("log shows %d new refusals by %s, want 1", after-before, tc.Want)
+					}
+				}()
+			}
+			if admitted {
+				if err != nil {
+					t.Fatalf("connect: %v", err)
+				}
+				c.Close()
+				return
+			}
+			wantDenied(t, c, err)
+		})
+	}
+	if log := logOf(t); strings.Contains(log, "eyJ") {
+		t.Fatal("the responder logged a bearer")
+	}
+}
 
 // startEnvSigner is a second signerd (another issuer key for the same space name) whose bearers
 // the env's responder must refuse.
@@ -510,4 +558,72 @@ func TestNewRefuses(t *testing.T) {
 			t.Fatal("second Start accepted")
 		}
 	})
+}
+
+// gate holds every OpenCalloutRequest until released and counts how many are held at once.
+type gate struct {
+	Signer
+	release       chan struct{}
+	held, maxHeld atomic.Int64
+}
+
+func (g *gate) OpenCalloutRequest(ctx context.Context, in *signerv1.OpenCalloutRequestRequest, opts ...grpc.CallOption) (*signerv1.OpenCalloutRequestResponse, error) {
+	n := g.held.Add(1)
+	for {
+		m := g.maxHeld.Load()
+		if n <= m || g.maxHeld.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+	}
+	g.held.Add(-1)
+	return g.Signer.OpenCalloutRequest(context.WithoutCancel(ctx), in, opts...)
+}
+
+// TestCalloutInFlightBound: with MaxInFlight 3 and ten clients connecting at once, exactly
+// three requests reach signerd while the rest wait.
+func TestCalloutInFlightBound(t *testing.T) {
+	e := startEnv(t, envOptions{noResponder: true})
+	r := e.grant(t, row("laptop"))
+	tok, _ := e.bearerFor(t, r, 10*time.Minute, nil)
+	g := &gate{Signer: e.authd.API(), release: make(chan struct{})}
+	cache, err := bearer.NewCache(bearer.CacheConfig{Space: testSpace, Signer: e.authd.API()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := New(Config{Space: testSpace, Signer: e.authd, Ledger: e.ledger, JWKS: cache, MaxInFlight: 3, signer: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := resp.Start(ctxT(t), e.svc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(resp.Close)
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if c, err := e.connect(t, tok, newNonce()); err == nil {
+				c.Close()
+			}
+		}()
+	}
+	testkit.Eventually(t, 5*time.Second, func() error {
+		if n := g.held.Load(); n != 3 {
+			return fmt.Errorf("%d requests held, want 3", n)
+		}
+		return nil
+	})
+	if m := g.maxHeld.Load(); m != 3 {
+		t.Fatalf("%d requests were in flight at once, bound 3", m)
+	}
+	close(g.release)
+	wg.Wait()
+	if m := g.maxHeld.Load(); m > 3 {
+		t.Fatalf("%d requests were in flight at once, bound 3", m)
+	}
 }

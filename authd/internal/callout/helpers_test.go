@@ -90,6 +90,8 @@ type envOptions struct {
 	policy      string
 	// noResponder leaves the responder unstarted (benchmarks start their own).
 	noResponder bool
+	// jwks, when set, feeds the responder's issuer keys instead of signerd's GetJWKS.
+	jwks bearer.JWKSFetcher
 }
 
 func startEnv(t testing.TB, o envOptions) *env {
@@ -117,7 +119,11 @@ func startEnv(t testing.TB, o envOptions) *env {
 	if e.ledger, err = ledger.Open(filepath.Join(t.TempDir(), "state")); err != nil {
 		t.Fatal(err)
 	}
-	cache, err := bearer.NewCache(bearer.CacheConfig{Space: testSpace, Signer: viaProxy.API()})
+	var fetcher bearer.JWKSFetcher = viaProxy.API()
+	if o.jwks != nil {
+		fetcher = o.jwks
+	}
+	cache, err := bearer.NewCache(bearer.CacheConfig{Space: testSpace, Signer: fetcher})
 	if err != nil {
 		t.Fatal(err)
 	}
