@@ -24,6 +24,8 @@ import (
 
 	"github.com/cotalgo/cotal/authd/internal/idp"
 	"github.com/cotalgo/cotal/authd/internal/ledger"
+	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/signerclient"
 )
 
 // ErrHelp is returned after --help printed the usage; the command succeeded.
@@ -204,6 +206,22 @@ func revoke(ctx context.Context, args []string, env Env) error {
 	}
 	fmt.Fprintf(env.Stdout, "revoked %s.%s (%s)\n", *owner, *actor, kind)
 	return nil
+}
+
+// SignerAPI is what SignerDeriveOwner needs; *signerclient.Client satisfies it.
+type SignerAPI interface {
+	API() signerv1.SignerServiceClient
+}
+
+// SignerDeriveOwner returns an Env.DeriveOwner that asks signerd (as authd, for spaceName).
+func SignerDeriveOwner(c SignerAPI, spaceName string) func(ctx context.Context, idpIssuer, subject string) (string, error) {
+	return func(ctx context.Context, idpIssuer, subject string) (string, error) {
+		resp, err := c.API().DeriveOwner(ctx, &signerv1.DeriveOwnerRequest{Space: spaceName, IdpIssuer: idpIssuer, Subject: subject})
+		if err != nil {
+			return "", signerclient.AsError(err)
+		}
+		return resp.GetOwner(), nil
+	}
 }
 
 // resolveOwner requires an actor and exactly one of --owner and --subject, and sets *owner from

@@ -16,7 +16,6 @@ import (
 	"github.com/cotalgo/cotal/authd/internal/idp"
 	"github.com/cotalgo/cotal/authd/internal/idp/idptest"
 	"github.com/cotalgo/cotal/authd/internal/ledger"
-	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
@@ -281,10 +280,7 @@ func TestActorGrantBySubject(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	derive := func(ctx context.Context, issuer, subject string) (string, error) {
-		resp, err := client.API().DeriveOwner(ctx, &signerv1.DeriveOwnerRequest{Space: "alpha", IdpIssuer: issuer, Subject: subject})
-		return resp.GetOwner(), err
-	}
+	derive := admin.SignerDeriveOwner(client, "alpha")
 	fake := idptest.Start(t)
 	dir := stateDir(t)
 	if _, err := idp.PinURL(ctx, dir, fake.URL, nil); err != nil {

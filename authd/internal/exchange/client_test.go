@@ -143,7 +143,7 @@ func TestClientNatsOptions(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	owner := e.owner("nats-user")
 	e.grant(owner, "alice")
-	c := e.humanClient(t, "nats-user", "alice", 2*time.Second)
+	c := e.humanClient(t, "nats-user", "alice", 3*time.Second)
 	sentinel, err := authclient.Sentinel(ctx, e.client.API(), spaceName)
 	if err != nil {
 		t.Fatal(err)

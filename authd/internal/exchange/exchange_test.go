@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -454,5 +455,41 @@ func TestSignerRefusesRow(t *testing.T) {
 	a := e.exchange(map[string]any{"idpToken": e.idpToken("roleuser", time.Hour), "actor": "bob"})
 	if a.status != http.StatusBadGateway || !strings.Contains(a.errorText(t), "INVALID_ARGUMENT") {
 		t.Fatalf("exchange of a row signerd will not sign = %d %s, want 502 naming the reason", a.status, a.body)
+	}
+}
+
+// TestBodyLimitChunked: a body over 64 KiB sent without a Content-Length (chunked) is 413 too;
+// the limit is on the bytes read, not only on the header.
+func TestBodyLimitChunked(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	for _, tc := range []struct {
+		name   string
+		size   int
+		status int
+	}{
+		{name: "ok/64k-read-then-400", size: exchange.MaxBodyBytes - 64, status: http.StatusBadRequest},
+		{name: "fail/over-64k", size: exchange.MaxBodyBytes + 1, status: http.StatusRequestEntityTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := io.MultiReader(strings.NewReader(`{"actor":"bob","idpToken":"`), strings.NewReader(strings.Repeat("a", tc.size)), strings.NewReader(`"`))
+			req, err := http.NewRequest(http.MethodPost, e.url+"/exchange", body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+e.cap)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if req.ContentLength != 0 {
+				// Length unknown: net/http sends it chunked.
+				t.Fatalf("request has a Content-Length %d", req.ContentLength)
+			}
+			if resp.StatusCode != tc.status {
+				t.Fatalf("chunked body of %d bytes = %d, want %d", tc.size, resp.StatusCode, tc.status)
+			}
+		})
 	}
 }
