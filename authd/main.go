@@ -17,6 +17,7 @@ import (
 	"github.com/cotalgo/cotal/authd/internal/config"
 	"github.com/cotalgo/cotal/authd/internal/service"
 	"github.com/cotalgo/cotal/pkg/daemon"
+	"github.com/cotalgo/cotal/pkg/signerclient"
 )
 
 const usage = `authd: Cotal's auth service for one space (auth callout, token exchange, actor ledger).
@@ -56,6 +57,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				return 1
 			}
 			env.StateDir = cfg.StateDir
+			// --subject asks signerd for the owner id; only then is signerd dialled.
+			env.DeriveOwner = func(ctx context.Context, issuer, subject string) (string, error) {
+				sc, err := signerclient.Dial(cfg.Signer.ClientConfig())
+				if err != nil {
+					return "", err
+				}
+				defer sc.Close()
+				return admin.SignerDeriveOwner(sc, cfg.Space)(ctx, issuer, subject)
+			}
 		}
 		if args[0] == "actor" {
 			return adminExit(admin.Actor(ctx, rest, env), stderr)

@@ -9,6 +9,12 @@ import (
 	"testing"
 
 	"github.com/nats-io/nkeys"
+
+	"github.com/cotalgo/cotal/authd/internal/admin"
+	"github.com/cotalgo/cotal/authd/internal/idp"
+	"github.com/cotalgo/cotal/authd/internal/idp/idptest"
+	"github.com/cotalgo/cotal/pkg/signerclient"
+	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
 
 // TestHelp: every command answers --help on stdout with exit 0; unknown commands and flags are
@@ -73,5 +79,53 @@ func TestActorWithConfig(t *testing.T) {
 	out.Reset()
 	if code := run(context.Background(), []string{"actor", "--config=" + cfg, "list"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "bob") {
 		t.Fatalf("list exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}
+
+// TestActorGrantBySubject: `authd actor --config FILE grant --subject SUB` has signerd derive the
+// owner under the pinned IdP's issuer, with authd's identity from the configuration.
+func TestActorGrantBySubject(t *testing.T) {
+	sg := signerdtest.Start(t, signerdtest.Options{Spaces: []string{"alpha"}})
+	fake := idptest.Start(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	seedPath := filepath.Join(dir, "callout.nk")
+	state := filepath.Join(dir, "state")
+	if err := os.WriteFile(seedPath, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := idp.PinURL(ctx, state, fake.URL, nil); err != nil {
+		t.Fatal(err)
+	}
+	tls := sg.ClientFor(t, "authd", "alpha")
+	cfg := filepath.Join(dir, "authd.yaml")
+	if err := os.WriteFile(cfg, []byte("space: alpha\nbrokers: [nats://127.0.0.1:4222]\nsigner: {address: "+sg.Addr+", ca: "+tls.ServerCAFile+
+		", cert: "+tls.CertFile+", key: "+tls.KeyFile+"}\ncallout_seed: "+seedPath+"\nstate_dir: "+state+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := signerclient.Dial(signerclient.Config{Addr: sg.Addr, TLS: tls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	want, err := admin.SignerDeriveOwner(c, "alpha")(ctx, fake.URL, "carol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"actor", "--config", cfg, "grant", "--subject", "carol", "--actor", "laptop"}, &out, &errb); code != 0 {
+		t.Fatalf("grant exit %d: %s", code, errb.String())
+	}
+	out.Reset()
+	if code := run(ctx, []string{"actor", "--config", cfg, "list"}, &out, &errb); code != 0 || !strings.Contains(out.String(), want) {
+		t.Fatalf("list exit %d, stdout %q lacks the derived owner %s", code, out.String(), want)
 	}
 }
