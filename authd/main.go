@@ -115,7 +115,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "authd serve: --config is required")
 		return 2
 	}
-	cfg, err := config.Load(*cfgPath)
+	// Start validates the values, so that a refusal once the state dir is known is also written
+	// to auth-service-refusal.json for the launcher.
+	cfg, err := config.Decode(*cfgPath)
 	if err != nil {
 		fmt.Fprintf(stderr, "authd: %v\n", err)
 		return 1

@@ -98,17 +98,29 @@ func (s Signer) ClientConfig() signerclient.Config {
 	}
 }
 
-// Load reads path (daemon.LoadConfig: strict, bounded, plain YAML, no secret in it), applies
-// defaults and validates. It refuses everything the package doc lists.
-func Load(path string) (*Config, error) {
+// Decode reads path strictly (daemon.LoadConfig: bounded, plain YAML, unknown keys refused, no
+// secret in the file) without validating the values: `authd serve` hands the result to
+// service.Start, which validates it and, once the state directory is known, records a refusal
+// in auth-service-refusal.json.
+func Decode(path string) (*Config, error) {
 	var c Config
 	if err := daemon.LoadConfig(path, &c); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Load is Decode followed by Validate, for commands that use the configuration without starting
+// authd. It refuses everything the package doc lists.
+func Load(path string) (*Config, error) {
+	c, err := Decode(path)
+	if err != nil {
 		return nil, err
 	}
 	if err := c.Validate(); err != nil {
 		return nil, &daemon.ConfigError{Path: path, Err: err}
 	}
-	return &c, nil
+	return c, nil
 }
 
 // Validate applies defaults and checks every value; it touches the file system only to check

@@ -172,6 +172,31 @@ func TestSIGTERMRemovesDiscovery(t *testing.T) {
 	}
 }
 
+// TestServeWritesConfigRefusal: `authd serve` whose state dir holds an account seed exits 1 and
+// leaves a CONFIG refusal naming the file, which Ready returns at once.
+func TestServeWritesConfigRefusal(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config(t)
+	kp, _ := nkeys.CreateAccount()
+	seed, _ := kp.Seed()
+	bad := filepath.Join(cfg.StateDir, "acct.nk")
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := startChild(t, cfg)
+	_, err := service.Ready(readyCtx(t), cfg.StateDir, c.cmd.Process.Pid)
+	var re *daemon.RefusedError
+	if !errors.As(err, &re) || re.Refusal.Code != service.CodeConfig || !strings.Contains(re.Refusal.Reason, bad) {
+		t.Fatalf("Ready = %v, want a CONFIG refusal naming %s", err, bad)
+	}
+	if code := c.exitCode(t); code != 1 || !strings.Contains(c.stderr.String(), bad) {
+		t.Fatalf("exit %d, stderr %q", code, c.stderr.String())
+	}
+}
+
 // TestStartRefusals: a start that must not happen writes the refusal file and returns a typed
 // error naming the cause.
 func TestStartRefusals(t *testing.T) {
