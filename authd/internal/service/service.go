@@ -237,6 +237,9 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 	}
 
 	if s.callout, err = startCallout(ctx, runCtx, s, in, led); err != nil {
+		if ctx.Err() != nil {
+			return fail(CodeCallout, "", err) // reported as canceled
+		}
 		return err
 	}
 
