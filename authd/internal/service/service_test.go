@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -232,6 +233,22 @@ func TestStartRefusals(t *testing.T) {
 		var se *service.StartError
 		if !errors.As(err, &se) || se.Code != service.CodeSigner {
 			t.Fatalf("Start = %v, want SIGNER", err)
+		}
+	})
+	t.Run("fail/canceled-writes-no-refusal", func(t *testing.T) {
+		cfg := e.config(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, err := service.Start(ctx, service.Inputs{Config: cfg})
+		var se *service.StartError
+		if !errors.As(err, &se) || se.Code != service.CodeCanceled {
+			t.Fatalf("Start(canceled) = %v, want CANCELED", err)
+		}
+		if _, err := os.Stat(daemon.RefusalPath(cfg.StateDir, service.FileName)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("a canceled start wrote a refusal file: %v", err)
+		}
+		if row, ok := e.planeRow(t); ok {
+			t.Fatalf("a canceled start left a plane row: %v", row)
 		}
 	})
 	t.Run("fail/loose-callout-seed", func(t *testing.T) {
