@@ -120,10 +120,13 @@ func (p Principal) claims(t testing.TB, edit, actEdit map[string]any) string {
 }
 
 // Case is one hand-signed bearer and the check that refuses it ("" when it is accepted).
+// Boundary cases sit within a second of a time limit: they hold only for a verifier whose clock
+// reads exactly Principal.Now.
 type Case struct {
-	Name  string
-	Token string
-	Want  bearer.Check
+	Name     string
+	Token    string
+	Want     bearer.Check
+	Boundary bool
 }
 
 type spec struct {
@@ -131,6 +134,7 @@ type spec struct {
 	Header, Claims string
 	Edit, ActEdit  map[string]any
 	Want           bearer.Check
+	Boundary       bool
 }
 
 // Cases is the table: bearers signed by k for p, each accepted ("ok/...") or refused by exactly
@@ -171,8 +175,11 @@ func Cases(t testing.TB, k *Key, p Principal) []Case {
 		{Name: "fail/nbf missing", Edit: map[string]any{"nbf": nil}, Want: bearer.CheckTimes},
 		{Name: "fail/exp fractional", Edit: map[string]any{"exp": float64(p.Now.Unix()) + 0.5}, Want: bearer.CheckTimes},
 		{Name: "fail/exp string", Edit: map[string]any{"exp": "1800000600"}, Want: bearer.CheckTimes},
-		{Name: "fail/iat in the future", Edit: map[string]any{"iat": p.Now.Unix() + 6, "nbf": p.Now.Unix()}, Want: bearer.CheckIssuedAt},
-		{Name: "fail/nbf in the future", Edit: map[string]any{"nbf": p.Now.Unix() + 6}, Want: bearer.CheckNotBefore},
+		{Name: "fail/iat in the future", Edit: map[string]any{"iat": p.Now.Unix() + 60, "nbf": p.Now.Unix()}, Want: bearer.CheckIssuedAt},
+		{Name: "fail/nbf in the future", Edit: map[string]any{"nbf": p.Now.Unix() + 60}, Want: bearer.CheckNotBefore},
+		{Name: "ok/iat at the tolerance", Edit: map[string]any{"iat": p.Now.Unix() + 5, "nbf": p.Now.Unix() + 5}, Boundary: true},
+		{Name: "fail/iat 6 s in the future", Edit: map[string]any{"iat": p.Now.Unix() + 6, "nbf": p.Now.Unix()}, Want: bearer.CheckIssuedAt, Boundary: true},
+		{Name: "fail/nbf 6 s in the future", Edit: map[string]any{"nbf": p.Now.Unix() + 6}, Want: bearer.CheckNotBefore, Boundary: true},
 		{Name: "fail/expired", Edit: map[string]any{"exp": p.Now.Unix()}, Want: bearer.CheckExpiry},
 		{Name: "fail/exp beyond cap from now", Edit: map[string]any{"iat": p.Now.Unix() + 5, "nbf": p.Now.Unix(), "exp": p.Now.Unix() + 906}, Want: bearer.CheckLifetime},
 		{Name: "fail/lifetime over cap", Edit: map[string]any{"iat": p.Now.Unix() - 10, "exp": p.Now.Unix() + 900}, Want: bearer.CheckLifetime},
@@ -219,7 +226,7 @@ func Cases(t testing.TB, k *Key, p Principal) []Case {
 		if c == "" {
 			c = p.claims(t, s.Edit, s.ActEdit)
 		}
-		out = append(out, Case{Name: s.Name, Token: k.Sign(h, c), Want: s.Want})
+		out = append(out, Case{Name: s.Name, Token: k.Sign(h, c), Want: s.Want, Boundary: s.Boundary})
 	}
 	return out
 }
