@@ -433,3 +433,39 @@ func wantMismatch(t *testing.T, err error, name string, fields ...string) {
 		t.Fatalf("error does not name %s: %v", name, err)
 	}
 }
+
+// TestAuthBucketTakesPerKeyTTLs shows the auth bucket as provisioned carries what authd's plane
+// claim needs although the bucket has no max_age: a key created with its own TTL expires on its
+// own, and a key without one stays.
+func TestAuthBucketTakesPerKeyTTLs(t *testing.T) {
+	b := testkit.StartBroker(t, spaceName)
+	if _, err := provision.Ensure(testCtx(t), provisionerJS(t, b), names(t), provision.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(watcher(t, b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(testCtx(t), "cotal_auth_alpha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(testCtx(t), "plane", []byte(`{"holder":"authd-1"}`), jetstream.KeyTTL(time.Second)); err != nil {
+		t.Fatalf("create plane with a 1 s TTL: %v", err)
+	}
+	if _, err := kv.Put(testCtx(t), "gate.x", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if _, err := kv.Get(testCtx(t), "plane"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("plane still there: %v", err)
+		}
+		return nil
+	})
+	if _, err := kv.Get(testCtx(t), "gate.x"); err != nil {
+		t.Fatalf("a key without a TTL expired too: %v", err)
+	}
+	if _, err := kv.Create(testCtx(t), "plane", []byte(`{"holder":"authd-2"}`), jetstream.KeyTTL(time.Minute)); err != nil {
+		t.Fatalf("a successor cannot create plane after the expiry: %v", err)
+	}
+}

@@ -35,6 +35,8 @@ const (
 	DefaultBatch = 256
 	// fetchWait bounds one wait for the first message of a pass, so Run notices ctx.
 	fetchWait = 200 * time.Millisecond
+	// retryPause is the wait after a failed fetch (a broker that is reconnecting).
+	retryPause = time.Second
 )
 
 // Config is what New needs. Names is required.
@@ -129,7 +131,14 @@ func (w *Writer) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("fanout: fetch: %w", err)
+			if plane3.Fatal(err) {
+				return fmt.Errorf("fanout: fetch: %w", err)
+			}
+			w.log.Warn("fetch failed; retrying", "err", err)
+			if !plane3.Pause(ctx, retryPause) {
+				return nil
+			}
+			continue
 		}
 		if len(batch) == 0 {
 			continue

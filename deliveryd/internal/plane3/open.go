@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cotalgo/cotal/pkg/space"
@@ -53,3 +55,23 @@ func Logger(l *slog.Logger) *slog.Logger {
 
 // Always is the fence of a loop that runs without a lease (tests, embedding without one).
 func Always() bool { return true }
+
+// Fatal reports whether a fetch error ends a loop: its consumer or stream is gone (someone deleted
+// it; deliveryd never recreates behind an operator's back) or the connection is closed for good.
+// Anything else (a timeout, a reconnecting broker, a missed heartbeat) is retried.
+func Fatal(err error) bool {
+	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
+		errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, nats.ErrConnectionClosed)
+}
+
+// Pause waits d or until ctx is done; it reports whether ctx is still live.
+func Pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -39,6 +39,8 @@ const (
 	readConcurrency = 32
 	// fetchWait bounds one wait for the first entry of a pass, so Run notices ctx.
 	fetchWait = 200 * time.Millisecond
+	// retryPause is the wait after a failed fetch (a broker that is reconnecting).
+	retryPause = time.Second
 )
 
 // Config is what New needs. Names is required.
@@ -133,7 +135,14 @@ func (r *Reader) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("reader: fetch: %w", err)
+			if plane3.Fatal(err) {
+				return fmt.Errorf("reader: fetch: %w", err)
+			}
+			r.log.Warn("fetch failed; retrying", "err", err)
+			if !plane3.Pause(ctx, retryPause) {
+				return nil
+			}
+			continue
 		}
 		if err := r.pass(ctx, batch); err != nil {
 			if ctx.Err() != nil {

@@ -112,11 +112,17 @@ func (f *fixture) readerState(t *testing.T) *jetstream.ConsumerInfo {
 	return ci
 }
 
+// settled waits until the reader has acked or terminated every entry stored in INBOX.
 func (f *fixture) settled(t *testing.T) {
 	t.Helper()
 	testkit.Eventually(t, 15*time.Second, func() error {
-		if ci := f.readerState(t); ci.NumPending != 0 || ci.NumAckPending != 0 {
-			return fmt.Errorf("reader: pending %d, unacked %d", ci.NumPending, ci.NumAckPending)
+		s, err := f.djs.Stream(plane3test.Ctx(t), f.e.N.InboxStream())
+		if err != nil {
+			return err
+		}
+		last := s.CachedInfo().State.LastSeq
+		if ci := f.readerState(t); ci.NumPending != 0 || ci.NumAckPending != 0 || ci.AckFloor.Stream != last {
+			return fmt.Errorf("reader: pending %d, unacked %d, ack floor %d of %d", ci.NumPending, ci.NumAckPending, ci.AckFloor.Stream, last)
 		}
 		return nil
 	})
