@@ -43,6 +43,8 @@ FUZZ_TARGETS ?= \
 	pkg/mtls:FuzzParseID \
 	pkg/mtls:FuzzParseCAPool \
 	pkg/nkey:FuzzCheck \
+	pkg/daemon:FuzzScanBytes \
+	pkg/lease:FuzzDecodeRow \
 	authd/internal/ledger:FuzzDecodeRow \
 	authd/internal/bearer:FuzzDecode
 

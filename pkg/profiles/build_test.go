@@ -12,7 +12,7 @@ import (
 )
 
 func TestParseAndAll(t *testing.T) {
-	want := []Name{Admin, Agent, AuthCallout, Delivery, Deprovisioner, MembershipRW, Observer, Operator, Probe, Provisioner, Sentinel, Supervisor}
+	want := []Name{Admin, Agent, AuthCallout, AuthPlane, Delivery, Deprovisioner, MembershipRW, Observer, Operator, Probe, Provisioner, Sentinel, Supervisor}
 	if got := All(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("All() = %v, want %v", got, want)
 	}
@@ -50,6 +50,7 @@ func TestMatrixClasses(t *testing.T) {
 		{Operator, AccountData, m5},
 		{Probe, AccountData, Lifetime{Default: time.Minute, Max: time.Minute}},
 		{AuthCallout, AccountAuth, d24},
+		{AuthPlane, AccountData, d24},
 		{Sentinel, AccountAuth, Lifetime{NoExpiry: true}},
 	}
 	if len(tests) != len(All()) {

@@ -35,6 +35,7 @@ var mxGoldenParams = map[Name]Params{
 	Probe:         {},
 	AuthCallout:   {},
 	Sentinel:      {},
+	AuthPlane:     {},
 	MembershipRW:  {},
 }
 

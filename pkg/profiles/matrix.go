@@ -415,6 +415,38 @@ func authCalloutPerms(b *builder) {
 	b.sub(space.AuthCalloutSubject, nil)
 }
 
+// authPlanePerms is authd's data-account connection: create, update, delete (its CAS release),
+// read and follow the one key "plane" of cotal_auth_<space>, and nothing else. Every row names
+// the key:
+//
+//   - writes publish to $KV.cotal_auth_<t>.plane (create, CAS update and CAS delete are all
+//     publishes there, with headers the broker checks);
+//   - the read is the direct get by subject, $JS.API.DIRECT.GET.KV_cotal_auth_<t>.$KV.cotal_auth_
+//     <t>.plane, whose subject pins the key (nats.go's KeyValue.Get takes this path on the
+//     allow_direct buckets it creates); STREAM.MSG.GET is not granted, since its key rides the
+//     body and would reach every key of the bucket;
+//   - following the key is a core subscription to $KV.cotal_auth_<t>.plane, not a KV watch. A
+//     watch is an ordered push consumer whose name and deliver subject ride the request body
+//     (see the package doc), so a create row would let this credential make consumers on the
+//     bucket delivering anywhere; the subscription sees every put and delete of the key, which
+//     is what a watch of one key reads, and leaves no consumer. The lease itself needs no watch:
+//     a CAS renewal notices a lost claim within half the TTL.
+//
+// Binding the bucket (KeyValue, Status) reads its stream info. Consumer verbs and acks are denied
+// as defence in depth.
+func authPlanePerms(b *builder) {
+	n := b.n
+	b.kvBind(space.Auth)
+	key, err := n.KV(space.Auth, PlaneKey)
+	b.pub(key, err)
+	b.pub(space.DirectGetSubject(b.bucketStream(space.Auth), key))
+	b.sub(key, err)
+	b.denyConsumers()
+}
+
+// PlaneKey is the key of cotal_auth_<space> that holds authd's plane claim.
+const PlaneKey = "plane"
+
 // sentinelPerms is the AUTH account's public bearer user: deny everything both ways. Its only use
 // is to make the server run the callout for the token presented with it.
 func sentinelPerms(b *builder) {

@@ -55,7 +55,12 @@
 //     ($KV.<bucket>.>): agent on presence and channels, observer and admin on presence, channels
 //     and membership; the operator, which receives no feed, reads with gets only. This reads what a
 //     watch reads. $JS.FC.> (flow control, used only by push consumers) goes with the watch rows.
-//     Clients use KeyValue.Get and a subscription, not KeyValue.Watch/Keys. The daemon profiles
+//     Clients use KeyValue.Get and a subscription, not KeyValue.Watch/Keys.
+//   - The auth-plane profile (authd's plane claim) holds the one key "plane" of cotal_auth_<space>
+//     and no consumer verb: it writes only $KV.cotal_auth_<t>.plane, reads it with the direct get
+//     whose API subject names the key, and follows it with a core subscription instead of a
+//     watch, for the reason above (a daemon profile holding a watch row could be pointed anywhere
+//     just the same). The daemon profiles
 //     (supervisor, delivery, membership-rw), minted by policy only to their daemons, keep
 //     upstream's watch rows where they list a bucket; delivery follows its own lease key the
 //     non-daemon way (see deliveryPerms).
@@ -225,6 +230,12 @@ var matrix = map[Name]rule{
 	AuthCallout: {
 		account: AccountAuth, lifetime: lt(standing),
 		perms: authCalloutPerms,
+	},
+	// authd's plane claim (issue 9): one key of one bucket, renewed by the rail like any daemon
+	// credential.
+	AuthPlane: {
+		account: AccountData, lifetime: lt(standing),
+		perms: authPlanePerms,
 	},
 	// The sentinel is public and powerless (deny everything), so it is the one credential
 	// without exp: clients ship it next to their bearer token.

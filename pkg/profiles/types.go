@@ -25,6 +25,9 @@ const (
 	AuthCallout Name = "auth-callout"
 	// Sentinel is the deny-all bearer user of the AUTH account that clients present with their token.
 	Sentinel Name = "sentinel"
+	// AuthPlane is authd's data-account connection: it holds the plane claim, key "plane" of
+	// cotal_auth_<space>, and nothing else.
+	AuthPlane Name = "auth-plane"
 	// MembershipRW is the delivery daemon's membership-feed writer (upstream membership-rw).
 	MembershipRW Name = "membership-rw"
 )

@@ -163,10 +163,13 @@ func Plan(n space.Names) ([]Item, error) {
 			c = kv(stream, bucket, 0)
 			c.MaxBytes = MembershipMaxBytes
 		case space.Auth:
-			// Upstream's auth store: leader-served reads only (allow_direct off, so a read sees
-			// the last write) and per-key TTLs on, with no bucket age.
+			// Upstream's auth store: per-key TTLs on, with no bucket age. Direct gets stay on,
+			// unlike upstream: authd's auth-plane credential reads its plane row with the direct
+			// get by subject ($JS.API.DIRECT.GET.<stream>.$KV.<bucket>.plane), the only read a
+			// permission can pin to one key; the leader-served STREAM.MSG.GET carries the key in
+			// its body and would reach every row of the bucket. Every write to the row is a CAS,
+			// so a stale read can only make a renewal retry, never let two holders in.
 			c = kv(stream, bucket, 0)
-			c.AllowDirect = false
 			c.AllowMsgTTL = true
 			c.SubjectDeleteMarkerTTL = AuthMarkerTTL
 		}

@@ -5,6 +5,8 @@ package space
 // or a wildcard; the '>' forms say so in their names (Any) and doc comments.
 
 // Fixed subjects.
+import "strings"
+
 const (
 	// JSAPIInfo is the account-info request every JetStream client sends first.
 	JSAPIInfo = "$JS.API.INFO"
@@ -65,6 +67,21 @@ func DirectGetAny(stream string) (string, error) {
 		return "", err
 	}
 	return s + ".>", nil
+}
+
+// DirectGetSubject is $JS.API.DIRECT.GET.<stream>.<subject>, the direct read of the last message
+// on one concrete subject (a KV key's $KV.<bucket>.<key>): unlike DirectGetAny, the subject in
+// the API subject pins what may be read. It refuses a subject with a wildcard or an empty token.
+func DirectGetSubject(stream, subject string) (string, error) {
+	s, err := stream1("DIRECT.GET", stream)
+	if err != nil {
+		return "", err
+	}
+	if subject == "" || strings.ContainsAny(subject, "*> \t\r\n") || strings.Contains(subject, "..") ||
+		strings.HasPrefix(subject, ".") || strings.HasSuffix(subject, ".") {
+		return "", nameErr(KindFilter, subject, "must be one concrete subject")
+	}
+	return s + "." + subject, nil
 }
 
 // ConsumerCreate is the bare $JS.API.CONSUMER.CREATE.<stream>, used by creates whose filter can

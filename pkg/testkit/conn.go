@@ -171,3 +171,33 @@ func Eventually(t testing.TB, timeout time.Duration, f func() error) {
 		}
 	}
 }
+
+// MintUnlimited mints a data-account user with no permission limits (the broker allows it all),
+// signed by the data signing key, expiring in an hour. It stands in for what a test needs done
+// outside any profile (seeding a foreign key in a bucket, say); a profile is proven with
+// MintUser, never with this.
+func (s *Space) MintUnlimited(t testing.TB) (string, nkeys.KeyPair) {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatalf("testkit: %v", err)
+	}
+	t.Cleanup(kp.Wipe)
+	pub, err := kp.PublicKey()
+	if err != nil {
+		t.Fatalf("testkit: %v", err)
+	}
+	uc := jwt.NewUserClaims(pub)
+	uc.IssuerAccount = s.Trust.DataAccountPublicKey()
+	uc.Expires = time.Now().Add(time.Hour).Unix()
+	skp, err := s.Signing.DataSigning.KeyPair()
+	if err != nil {
+		t.Fatalf("testkit: %v", err)
+	}
+	defer skp.Wipe()
+	tok, err := uc.Encode(skp)
+	if err != nil {
+		t.Fatalf("testkit: sign: %v", err)
+	}
+	return tok, kp
+}

@@ -31,8 +31,8 @@ const TrustDomain = "cotal.local"
 
 // DefaultPolicy lets each daemon act on its own space only: managerd mints agents, its supervisor
 // and the one-shot provisioner, deliveryd its delivery and membership-rw credentials, authd its
-// callout user, the callout answers (agents and observers), bearers, owner ids and registration
-// MACs.
+// callout user and plane credential, the callout answers (agents and observers), bearers, owner
+// ids and registration MACs.
 const DefaultPolicy = `version: 1
 callers:
   - id: spiffe://cotal.local/managerd/{space}
@@ -62,6 +62,7 @@ callers:
     rate: {per_second: 1000, burst: 1000}
     profiles:
       auth-callout: {ttl_max: 24h}
+      auth-plane: {ttl_max: 24h}
       agent:
         ttl_max: 1h
         any_owner: true
@@ -99,6 +100,12 @@ type Signer struct {
 
 	ca      *mtls.CA
 	certDir string
+	// cfgText is the serve configuration without its listen line; now is signerd's clock.
+	cfgText string
+	now     func() time.Time
+	// stop stops the running server; nil when stopped. Stop, Restart and cleanup are called from
+	// the test goroutine only.
+	stop func()
 }
 
 // Start runs a signerd until the test ends.
@@ -141,8 +148,7 @@ func Start(t testing.TB, opts Options) *Signer {
 	// Paths come from t.TempDir, which carries the test's name: quote them, so a name with a
 	// comma, colon or brace cannot change the YAML's structure.
 	q := strconv.Quote
-	cfg, err := serve.ParseConfig([]byte(`
-listen: 127.0.0.1:0
+	s.cfgText = `
 tls: {cert: ` + q(certFile) + `, key: ` + q(keyFile) + `, client_ca: ` + q(s.ServerCAFile) + `, reload_interval: 100ms}
 key_dir: ` + q(filepath.Join(dir, setup.SignerDir)) + `
 public_dir: ` + q(filepath.Join(dir, setup.PublicDir)) + `
@@ -154,24 +160,51 @@ shutdown_timeout: 5s
 # until the test ends, so the per-source cap is the total cap here; the other limits are
 # signerd's defaults.
 limits: {max_connections_per_source: 512}
-`))
+`
+	s.now = opts.Now
+	s.run(t, "127.0.0.1:0")
+	t.Cleanup(func() { s.Stop(t) })
+	return s
+}
+
+// run starts signerd serve on listen with the harness configuration.
+func (s *Signer) run(t testing.TB, listen string) {
+	t.Helper()
+	cfg, err := serve.ParseConfig([]byte("listen: " + listen + "\n" + s.cfgText))
 	if err != nil {
 		t.Fatalf("signerdtest: config: %v", err)
 	}
-	srv, err := serve.Start(cfg, nil, serve.Options{Now: opts.Now})
+	srv, err := serve.Start(cfg, nil, serve.Options{Now: s.now})
 	if err != nil {
 		t.Fatalf("signerdtest: start: %v", err)
 	}
 	s.Serve, s.Addr = srv, srv.Addr().String()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Run(context.Background()) }()
-	t.Cleanup(func() {
+	s.stop = func() {
 		srv.Stop()
 		if err := <-errc; err != nil {
 			t.Errorf("signerdtest: run: %v", err)
 		}
-	})
-	return s
+	}
+}
+
+// Stop stops signerd (gracefully, as SIGTERM does) and waits for it; a stopped signerd refuses
+// connections on Addr. It is idempotent.
+func (s *Signer) Stop(t testing.TB) {
+	t.Helper()
+	if s.stop != nil {
+		s.stop()
+		s.stop = nil
+	}
+}
+
+// Restart starts signerd again on the same address, key directory, policy and audit log, after
+// Stop (or stopping it first).
+func (s *Signer) Restart(t testing.TB) {
+	t.Helper()
+	s.Stop(t)
+	s.run(t, s.Addr)
 }
 
 // ID returns the SPIFFE ID of a daemon kind for a space: spiffe://cotal.local/<kind>/<token>.
@@ -253,6 +286,13 @@ func (s *Signer) Trust(t testing.TB) (*trust.Broker, []*trust.Space) {
 // dir) that trusts signerd's operator and spaces, and returns its client URL.
 func (s *Signer) StartBroker(t testing.TB) string {
 	t.Helper()
+	return s.StartBrokerServer(t).ClientURL()
+}
+
+// StartBrokerServer is StartBroker returning the embedded server itself, for tests that read its
+// monitoring state (Connz shows each connection's account and JWT tags).
+func (s *Signer) StartBrokerServer(t testing.TB) *server.Server {
+	t.Helper()
 	b, spaces := s.Trust(t)
 	opts, err := trust.ServerOptions(trust.ServerConfig{Host: "127.0.0.1", Port: -1, StoreDir: t.TempDir(), Broker: b, Spaces: spaces})
 	if err != nil {
@@ -268,7 +308,7 @@ func (s *Signer) StartBroker(t testing.TB) string {
 	if !ns.ReadyForConnections(10 * time.Second) {
 		t.Fatal("signerdtest: broker not ready")
 	}
-	return ns.ClientURL()
+	return ns
 }
 
 func (s *Signer) writeLeaf(t testing.TB, name string, leaf *mtls.Leaf) (certFile, keyFile string) {

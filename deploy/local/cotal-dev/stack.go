@@ -55,6 +55,7 @@ callers:
     rate: {per_second: 50, burst: 100}
     profiles:
       auth-callout: {ttl_max: 24h}
+      auth-plane: {ttl_max: 24h}
 `
 
 // layout names the files of the state directory.

@@ -50,6 +50,7 @@
 //	    rate: {per_second: 200, burst: 400}
 //	    profiles:
 //	      auth-callout: {ttl_max: 1h}
+//	      auth-plane: {ttl_max: 1h}
 //	      agent: {ttl_max: 12h, any_owner: true, channels: [">"], capabilities: [spawn, run, admin], remint: any}
 //	      observer: {ttl_max: 12h, any_owner: true}
 //	      operator: {ttl_max: 15m, any_owner: true, channels: [">"]}

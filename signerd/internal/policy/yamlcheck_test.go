@@ -74,24 +74,3 @@ callers:
 		mustParse(t, strings.Replace(hidingHead, `channels: [">"]`, `channels: ["*.a", ">"]`, 1))
 	})
 }
-
-func TestCheckPlainYAML(t *testing.T) {
-	for _, tc := range []struct {
-		name, src string
-		ok        bool
-	}{
-		{"ok/plain", "a: 1\nb: [x, y]\n", true},
-		{"ok/empty", "", true},
-		{"fail/anchor", "a: &x 1\n", false},
-		{"fail/alias", "a: &x 1\nb: *x\n", false},
-		{"fail/merge", "a: {k: 1}\nb:\n  <<: {k: 2}\n", false},
-		{"fail/tag", "a: !!binary YQ==\n", false},
-		{"fail/syntax", "a: [\n", false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if err := CheckPlainYAML([]byte(tc.src)); (err == nil) != tc.ok {
-				t.Fatalf("CheckPlainYAML = %v, want ok %v", err, tc.ok)
-			}
-		})
-	}
-}

@@ -11,7 +11,6 @@
 package serve
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -19,10 +18,8 @@ import (
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
+	"github.com/cotalgo/cotal/pkg/yamlx"
 	"github.com/cotalgo/cotal/signerd/internal/audit"
-	"github.com/cotalgo/cotal/signerd/internal/policy"
 	"github.com/cotalgo/cotal/signerd/internal/server"
 )
 
@@ -212,25 +209,8 @@ type AuditConfig struct {
 	MaxBytes int64 `yaml:"max_bytes"`
 }
 
-// Duration is a time.Duration written as "10s" in YAML.
-type Duration time.Duration
-
-// UnmarshalYAML parses a Go duration string.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	var s string
-	if err := n.Decode(&s); err != nil {
-		return fmt.Errorf("line %d: duration must be a string like \"10s\"", n.Line)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("line %d: %w", n.Line, err)
-	}
-	if v < 0 {
-		return fmt.Errorf("line %d: duration %s is negative", n.Line, s)
-	}
-	*d = Duration(v)
-	return nil
-}
+// Duration is a time.Duration written as "10s" in YAML (pkg/yamlx's, shared by every daemon).
+type Duration = yamlx.Duration
 
 // MaxConfigBytes bounds the configuration file.
 const MaxConfigBytes = 1 << 20
@@ -253,18 +233,9 @@ func LoadConfig(path string) (*Config, error) {
 
 // ParseConfig decodes strictly and validates.
 func ParseConfig(data []byte) (*Config, error) {
-	if err := policy.CheckPlainYAML(data); err != nil {
-		return nil, err
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
 	var cfg Config
-	if err := dec.Decode(&cfg); err != nil {
+	if err := yamlx.Decode(data, &cfg); err != nil {
 		return nil, err
-	}
-	var extra any
-	if err := dec.Decode(&extra); err == nil {
-		return nil, errors.New("more than one YAML document")
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err

@@ -58,6 +58,9 @@ const (
 	// The delivery daemon's membership feed: reads the members bucket, reads and writes the
 	// membership bucket.
 	Profile_PROFILE_MEMBERSHIP_RW Profile = 12
+	// authd's data-account connection: the plane claim, key "plane" of cotal_auth_<space>, and
+	// nothing else.
+	Profile_PROFILE_AUTH_PLANE Profile = 13
 )
 
 // Enum value maps for Profile.
@@ -76,6 +79,7 @@ var (
 		10: "PROFILE_AUTH_CALLOUT",
 		11: "PROFILE_SENTINEL",
 		12: "PROFILE_MEMBERSHIP_RW",
+		13: "PROFILE_AUTH_PLANE",
 	}
 	Profile_value = map[string]int32{
 		"PROFILE_UNSPECIFIED":   0,
@@ -91,6 +95,7 @@ var (
 		"PROFILE_AUTH_CALLOUT":  10,
 		"PROFILE_SENTINEL":      11,
 		"PROFILE_MEMBERSHIP_RW": 12,
+		"PROFILE_AUTH_PLANE":    13,
 	}
 )
 
@@ -2121,7 +2126,7 @@ const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\x06domain\x18\x02 \x01(\x0e2\x1a.cotal.signer.v1.MacDomainR\x06domain\x12\x18\n" +
 	"\apayload\x18\x03 \x01(\fR\apayload\"\x1f\n" +
 	"\vMacResponse\x12\x10\n" +
-	"\x03mac\x18\x01 \x01(\tR\x03mac*\xb4\x02\n" +
+	"\x03mac\x18\x01 \x01(\tR\x03mac*\xcc\x02\n" +
 	"\aProfile\x12\x17\n" +
 	"\x13PROFILE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rPROFILE_AGENT\x10\x01\x12\x16\n" +
@@ -2136,7 +2141,8 @@ const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\x14PROFILE_AUTH_CALLOUT\x10\n" +
 	"\x12\x14\n" +
 	"\x10PROFILE_SENTINEL\x10\v\x12\x19\n" +
-	"\x15PROFILE_MEMBERSHIP_RW\x10\f*\xeb\x04\n" +
+	"\x15PROFILE_MEMBERSHIP_RW\x10\f\x12\x16\n" +
+	"\x12PROFILE_AUTH_PLANE\x10\r*\xeb\x04\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15REASON_CALLER_UNKNOWN\x10\x01\x12\x1a\n" +

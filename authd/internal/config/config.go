@@ -1,0 +1,207 @@
+// Package config is authd's configuration file: strict, plain YAML (pkg/daemon.LoadConfig, so an
+// unknown key stops start-up naming it), validated before anything listens or dials.
+//
+// It refuses: a missing required key (named), a space name pkg/space refuses, a broker URL that
+// is not nats:// or tls://, an exchange listener that is not a loopback address, a callout seed
+// file looser than 0600 or its directory looser than 0700, or either owned by another uid (as
+// signerd checks its seeds), and a
+// configuration file or state directory holding an operator, account or curve seed or a private
+// JWK, naming the file: authd holds no signing key, so finding one next to it means signing
+// material has leaked out of signerd.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/cotalgo/cotal/authd/internal/exchange"
+	"github.com/cotalgo/cotal/pkg/creds"
+	"github.com/cotalgo/cotal/pkg/daemon"
+	"github.com/cotalgo/cotal/pkg/mtls"
+	"github.com/cotalgo/cotal/pkg/signerclient"
+	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/pkg/yamlx"
+)
+
+// Defaults.
+const (
+	// DefaultListen is the exchange listener: loopback, a port chosen by the kernel (the
+	// discovery file says which).
+	DefaultListen = "127.0.0.1:0"
+	// DefaultShutdownTimeout bounds a graceful stop.
+	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultMaxInFlight bounds callout requests served at once.
+	DefaultMaxInFlight = 64
+	// DefaultPlaneTTL is the plane claim's lifetime without renewal.
+	DefaultPlaneTTL = 30 * time.Second
+)
+
+// Config is `authd serve --config FILE`.
+type Config struct {
+	// Space is the space this authd serves. Required.
+	Space string `yaml:"space"`
+	// Brokers are the broker URLs (nats:// or tls://). Required, at least one.
+	Brokers []string `yaml:"brokers"`
+	// Signer is how to reach signerd. Required.
+	Signer Signer `yaml:"signer"`
+	// CalloutSeed is authd's callout-service user seed file (written by `signerd init` as
+	// DIR/authd/space.<hex>/callout.nk): 0600, owned by authd's uid. Required.
+	CalloutSeed string `yaml:"callout_seed"`
+	// StateDir holds the ledger (actors/, managed-actors/), idp.json and the discovery and
+	// refusal files. 0700; created if missing. Required.
+	StateDir string `yaml:"state_dir"`
+	// Listen is the exchange listener, a loopback host:port. Default DefaultListen.
+	Listen string `yaml:"listen"`
+	// AllowedServers, if set, are the only broker server ids whose callout requests authd
+	// answers.
+	AllowedServers []string `yaml:"allowed_servers"`
+	// MaxInFlight bounds callout requests served at once. Default DefaultMaxInFlight.
+	MaxInFlight int `yaml:"max_in_flight"`
+	// PlaneTTL is how long the plane claim outlives a crashed authd. Default DefaultPlaneTTL.
+	PlaneTTL yamlx.Duration `yaml:"plane_ttl"`
+	// ShutdownTimeout bounds a graceful stop. Default DefaultShutdownTimeout.
+	ShutdownTimeout yamlx.Duration `yaml:"shutdown_timeout"`
+	// LogLevel is debug, info (default), warn or error.
+	LogLevel string `yaml:"log_level"`
+}
+
+// Signer names signerd's address and authd's client certificate.
+type Signer struct {
+	// Address is host:port or unix:/path. Required.
+	Address string `yaml:"address"`
+	// CA is the bundle signerd's certificate must chain to. Required.
+	CA string `yaml:"ca"`
+	// Cert and Key are authd's client certificate (URI SAN spiffe://<td>/authd/<space>) and key.
+	// Required.
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+	// ServerName is the name signerd's certificate is verified for; default "localhost".
+	ServerName string `yaml:"server_name"`
+	// ServerID, if set, is the SPIFFE ID signerd's certificate must carry.
+	ServerID string `yaml:"server_id"`
+}
+
+// ClientConfig is the signerclient configuration for s.
+func (s Signer) ClientConfig() signerclient.Config {
+	return signerclient.Config{
+		Addr:       s.Address,
+		TLS:        mtls.ClientFiles{CertFile: s.Cert, KeyFile: s.Key, ServerCAFile: s.CA},
+		ServerName: s.ServerName,
+		ServerID:   s.ServerID,
+	}
+}
+
+// Decode reads path strictly (daemon.LoadConfig: bounded, plain YAML, unknown keys refused, no
+// secret in the file) without validating the values: `authd serve` hands the result to
+// service.Start, which validates it and, once the state directory is known, records a refusal
+// in auth-service-refusal.json.
+func Decode(path string) (*Config, error) {
+	var c Config
+	if err := daemon.LoadConfig(path, &c); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Load is Decode followed by Validate, for commands that use the configuration without starting
+// authd. It refuses everything the package doc lists.
+func Load(path string) (*Config, error) {
+	c, err := Decode(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, &daemon.ConfigError{Path: path, Err: err}
+	}
+	return c, nil
+}
+
+// Validate applies defaults and checks every value; it touches the file system only to check
+// the callout seed file and to scan the state directory for secrets.
+func (c *Config) Validate() error {
+	var missing []string
+	for _, f := range []struct{ name, v string }{
+		{"space", c.Space}, {"signer.address", c.Signer.Address}, {"signer.ca", c.Signer.CA},
+		{"signer.cert", c.Signer.Cert}, {"signer.key", c.Signer.Key}, {"callout_seed", c.CalloutSeed},
+		{"state_dir", c.StateDir},
+	} {
+		if f.v == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(c.Brokers) == 0 {
+		missing = append(missing, "brokers")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing required keys: %s", strings.Join(missing, ", "))
+	}
+	if err := space.ValidateName(c.Space); err != nil {
+		return fmt.Errorf("space: %w", err)
+	}
+	for _, b := range c.Brokers {
+		u, err := url.Parse(b)
+		if err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" || u.User != nil {
+			return fmt.Errorf("brokers: %q is not a nats:// or tls:// URL without credentials", b)
+		}
+	}
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if err := exchange.CheckLoopback(c.Listen); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	for _, id := range c.AllowedServers {
+		if !nkeys.IsValidPublicServerKey(id) {
+			return fmt.Errorf("allowed_servers: %q is not a server public key (N…)", id)
+		}
+	}
+	switch {
+	case c.MaxInFlight == 0:
+		c.MaxInFlight = DefaultMaxInFlight
+	case c.MaxInFlight < 1 || c.MaxInFlight > 4096:
+		return fmt.Errorf("max_in_flight %d: want 1 to 4096", c.MaxInFlight)
+	}
+	switch {
+	case c.PlaneTTL == 0:
+		c.PlaneTTL = yamlx.Duration(DefaultPlaneTTL)
+	case c.PlaneTTL.D() < 2*time.Second || c.PlaneTTL.D() > 10*time.Minute:
+		return fmt.Errorf("plane_ttl %v: want 2s to 10m", c.PlaneTTL.D())
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = yamlx.Duration(DefaultShutdownTimeout)
+	}
+	switch c.LogLevel {
+	case "", "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("log_level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	if err := creds.CheckSecretFile(c.CalloutSeed); err != nil {
+		return fmt.Errorf("callout_seed: %w", err)
+	}
+	if err := creds.CheckSecretDir(filepath.Dir(c.CalloutSeed)); err != nil {
+		return fmt.Errorf("callout_seed: %w", err)
+	}
+	abs, err := filepath.Abs(c.StateDir)
+	if err != nil {
+		return fmt.Errorf("state_dir: %w", err)
+	}
+	c.StateDir = abs
+	if fi, err := os.Lstat(c.StateDir); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("state_dir %s is not a directory", c.StateDir)
+		}
+		if err := creds.CheckSecretDir(c.StateDir); err != nil {
+			return fmt.Errorf("state_dir: %w", err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("state_dir: %w", err)
+	}
+	return daemon.ScanSecrets(c.StateDir)
+}

@@ -1,0 +1,143 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/cotalgo/cotal/pkg/daemon"
+)
+
+// fixture is a valid configuration's files: a 0600 callout seed and a 0700 state dir.
+type fixture struct{ dir, seed, state string }
+
+func newFixture(t *testing.T) fixture {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "authd")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	kp, _ := nkeys.CreateUser()
+	s, _ := kp.Seed()
+	f := fixture{dir: dir, seed: filepath.Join(dir, "callout.nk"), state: filepath.Join(dir, "state")}
+	if err := os.WriteFile(f.seed, s, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(f.state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f fixture) yaml(extra string) string {
+	return `space: alpha
+brokers: [nats://127.0.0.1:4222]
+signer: {address: 127.0.0.1:7443, ca: /x/ca.pem, cert: /x/authd.pem, key: /x/authd.key}
+callout_seed: ` + f.seed + `
+state_dir: ` + f.state + `
+` + extra
+}
+
+func (f fixture) load(t *testing.T, content string) (*Config, string, error) {
+	t.Helper()
+	p := filepath.Join(f.dir, "authd.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(p)
+	return c, p, err
+}
+
+func TestLoad(t *testing.T) {
+	t.Run("ok/defaults", func(t *testing.T) {
+		f := newFixture(t)
+		c, _, err := f.load(t, f.yaml(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Listen != DefaultListen || c.MaxInFlight != DefaultMaxInFlight || c.PlaneTTL.D() != DefaultPlaneTTL || c.ShutdownTimeout.D() != DefaultShutdownTimeout {
+			t.Fatalf("defaults: %+v", c)
+		}
+	})
+	t.Run("ok/everything", func(t *testing.T) {
+		f := newFixture(t)
+		kp, _ := nkeys.CreateServer()
+		id, _ := kp.PublicKey()
+		c, _, err := f.load(t, f.yaml("listen: '[::1]:8088'\nallowed_servers: ["+id+"]\nmax_in_flight: 8\nplane_ttl: 10s\nshutdown_timeout: 3s\nlog_level: debug\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Listen != "[::1]:8088" || len(c.AllowedServers) != 1 || c.MaxInFlight != 8 || c.PlaneTTL.D() != 10*time.Second {
+			t.Fatalf("%+v", c)
+		}
+	})
+	acct, _ := nkeys.CreateAccount()
+	acctSeed, _ := acct.Seed()
+	for _, tc := range []struct {
+		name, extra, want string
+		edit              func(f fixture, content string) string
+	}{
+		{name: "fail/unknown-key", extra: "listn: 127.0.0.1:1\n", want: "listn"},
+		{name: "fail/non-loopback-listener", extra: "listen: 0.0.0.0:8088\n", want: "not a loopback"},
+		{name: "fail/listener-without-port", extra: "listen: 127.0.0.1\n", want: "listen"},
+		{name: "fail/bad-server-id", extra: "allowed_servers: [nope]\n", want: "allowed_servers"},
+		{name: "fail/plane-ttl-too-short", extra: "plane_ttl: 1s\n", want: "plane_ttl"},
+		{name: "fail/max-in-flight", extra: "max_in_flight: -1\n", want: "max_in_flight"},
+		{name: "fail/log-level", extra: "log_level: loud\n", want: "log_level"},
+		{name: "fail/account-seed-in-config", extra: "# " + string(acctSeed) + "\n", want: "holds an account seed"},
+		{name: "fail/private-jwk-in-config", extra: "note: {kty: OKP, d: AA}\n", want: "private JWK"},
+		{name: "fail/missing-keys", want: "missing required keys: space, signer.address",
+			edit: func(_ fixture, _ string) string { return "brokers: [nats://127.0.0.1:4222]\n" }},
+		{name: "fail/bad-space", want: "space",
+			edit: func(_ fixture, c string) string {
+				return strings.Replace(c, "space: alpha", "space: \"a b\\u0000\"", 1)
+			}},
+		{name: "fail/broker-with-credentials", want: "brokers",
+			edit: func(_ fixture, c string) string {
+				return strings.Replace(c, "nats://127.0.0.1", "nats://u:p@127.0.0.1", 1)
+			}},
+		{name: "fail/http-broker", want: "brokers",
+			edit: func(_ fixture, c string) string { return strings.Replace(c, "nats://127.0.0.1", "http://127.0.0.1", 1) }},
+		{name: "fail/loose-callout-seed", want: "callout.nk",
+			edit: func(f fixture, c string) string { _ = os.Chmod(f.seed, 0o640); return c }},
+		{name: "fail/loose-callout-seed-dir", want: "mode",
+			edit: func(f fixture, c string) string { _ = os.Chmod(f.dir, 0o755); return c }},
+		{name: "fail/loose-state-dir", want: "state",
+			edit: func(f fixture, c string) string { _ = os.Chmod(f.state, 0o750); return c }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			content := f.yaml(tc.extra)
+			if tc.edit != nil {
+				content = tc.edit(f, content)
+			}
+			_, p, err := f.load(t, content)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), p) {
+				t.Fatalf("Load = %v; want an error naming %s and %q", err, p, tc.want)
+			}
+			if strings.Contains(err.Error(), string(acctSeed)) {
+				t.Fatal("the error quotes the seed")
+			}
+		})
+	}
+	t.Run("fail/seed-in-state-dir", func(t *testing.T) {
+		f := newFixture(t)
+		bad := filepath.Join(f.state, "managed-actors", "x.json")
+		if err := os.MkdirAll(filepath.Dir(bad), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(bad, []byte(`{"keys":[{"kty":"OKP","crv":"Ed25519","x":"AA","d":"AA"}]}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := f.load(t, f.yaml(""))
+		var se *daemon.SecretError
+		if !errors.As(err, &se) || se.Path != bad {
+			t.Fatalf("Load = %v; want a SecretError naming %s", err, bad)
+		}
+	})
+}

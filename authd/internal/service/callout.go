@@ -1,0 +1,83 @@
+package service
+
+import (
+	"context"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/cotalgo/cotal/authd/internal/bearer"
+	"github.com/cotalgo/cotal/authd/internal/callout"
+	"github.com/cotalgo/cotal/authd/internal/ledger"
+	"github.com/cotalgo/cotal/pkg/creds"
+	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/signerclient"
+)
+
+// calloutPart is the callout side: the auth-callout credential for authd's registered callout
+// user key (from the seed file, through the rail's provided-key option), its broker connection
+// and the responder on it.
+type calloutPart struct {
+	r    *signerclient.Rail
+	nc   *nats.Conn
+	resp *callout.Responder
+}
+
+func (c calloutPart) rail() *signerclient.Rail { return c.r }
+
+// close unsubscribes (waiting for requests in flight), closes the connection, then wipes the
+// rail's key.
+func (c calloutPart) close() {
+	if c.resp != nil {
+		c.resp.Close()
+	}
+	if c.nc != nil {
+		c.nc.Close()
+	}
+	if c.r != nil {
+		c.r.Close()
+	}
+}
+
+// startCallout reads the callout seed (mode and owner checked by pkg/creds), starts the rail on
+// it, connects, fetches the bearer JWKS once (a signerd that cannot serve it shows at start, not
+// at the first connect) and starts the responder, which returns once its subscription is
+// flushed. The seed is wiped once the rail has decoded its key. The responder lives until runCtx
+// ends or close.
+func startCallout(ctx, runCtx context.Context, s *Service, in Inputs, led *ledger.Ledger) (calloutPart, error) {
+	var c calloutPart
+	seed, err := creds.ReadSeedFile(s.cfg.CalloutSeed)
+	if err != nil {
+		return c, &StartError{Code: CodeConfig, Reason: "callout_seed refused", Err: err}
+	}
+	c.r, err = signerclient.NewRail(signerclient.RailConfig{
+		Client: s.signer, Space: s.cfg.Space, Profile: signerv1.Profile_PROFILE_AUTH_CALLOUT,
+		NatsURL: s.cfg.Brokers[0], Logger: s.log, Now: in.Now, UserSeed: seed,
+	})
+	seed.Wipe()
+	if err != nil {
+		return c, &StartError{Code: CodeConfig, Reason: "callout rail refused", Err: err}
+	}
+	if err := c.r.Start(ctx); err != nil {
+		return c, &StartError{Code: railCode(err), Reason: "no auth-callout credential for the registered callout user", Err: err}
+	}
+	if c.nc, err = connect(s.cfg, c.r, "authd-callout", in.NatsOptions); err != nil {
+		return c, &StartError{Code: CodeBroker, Reason: "callout connection refused", Err: err}
+	}
+	jwks, err := bearer.NewCache(bearer.CacheConfig{Space: s.cfg.Space, Signer: s.signer.API(), Now: in.Now, Logger: s.log})
+	if err != nil {
+		return c, &StartError{Code: CodeConfig, Reason: "bearer JWKS cache refused", Err: err}
+	}
+	if err := jwks.Refresh(ctx); err != nil {
+		return c, &StartError{Code: CodeSigner, Reason: "signerd did not serve the bearer JWKS", Err: err}
+	}
+	if c.resp, err = callout.New(callout.Config{
+		Space: s.cfg.Space, Signer: s.signer, Ledger: led, JWKS: jwks,
+		AllowedServers: s.cfg.AllowedServers, MaxInFlight: s.cfg.MaxInFlight, Now: in.Now, Logger: s.log,
+	}); err != nil {
+		return c, &StartError{Code: CodeConfig, Reason: "callout responder refused", Err: err}
+	}
+	if err := c.resp.Start(runCtx, c.nc); err != nil {
+		return c, &StartError{Code: CodeCallout, Reason: "callout subscription", Err: err}
+	}
+	return c, nil
+}

@@ -1,0 +1,229 @@
+package service_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cotalgo/cotal/authd/internal/config"
+	"github.com/cotalgo/cotal/authd/internal/service"
+	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/provision"
+	"github.com/cotalgo/cotal/pkg/signerclient"
+	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/pkg/yamlx"
+	"github.com/cotalgo/cotal/signerd/signerdtest"
+)
+
+const sp = "alpha"
+
+// env is a real signerd (loopback mTLS), the embedded broker it was initialised for (callout
+// configured in the AUTH account as `signerd init` writes it), the space provisioned through a
+// signerd-minted provisioner credential, and an authd configuration for it.
+type env struct {
+	sg  *signerdtest.Signer
+	ns  *server.Server
+	url string
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	sg := signerdtest.Start(t, signerdtest.Options{Spaces: []string{sp}})
+	ns := sg.StartBrokerServer(t)
+	url := ns.ClientURL()
+	mgr, err := signerclient.Dial(signerclient.Config{Addr: sg.Addr, TLS: sg.ClientFor(t, "managerd", sp)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mgr.Close()
+	if _, err := provision.Run(ctxT(t), provision.Config{Signer: mgr, Space: sp, NatsURL: url}); err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	return &env{sg: sg, ns: ns, url: url}
+}
+
+// config is an authd configuration for e with its own state directory.
+func (e *env) config(t *testing.T) *config.Config {
+	t.Helper()
+	tls := e.sg.ClientFor(t, "authd", sp)
+	return &config.Config{
+		Space:       sp,
+		Brokers:     []string{e.url},
+		Signer:      config.Signer{Address: e.sg.Addr, CA: tls.ServerCAFile, Cert: tls.CertFile, Key: tls.KeyFile},
+		CalloutSeed: filepath.Join(e.sg.Dir, "authd", space.Segment(sp), "callout.nk"),
+		StateDir:    filepath.Join(t.TempDir(), "state"),
+		PlaneTTL:    yamlx.Duration(2 * time.Second),
+	}
+}
+
+// yaml renders cfg as an authd configuration file.
+func yamlOf(c *config.Config) string {
+	return "space: " + c.Space + "\n" +
+		"brokers: [" + strings.Join(c.Brokers, ", ") + "]\n" +
+		"signer: {address: " + c.Signer.Address + ", ca: " + c.Signer.CA + ", cert: " + c.Signer.Cert + ", key: " + c.Signer.Key + "}\n" +
+		"callout_seed: " + c.CalloutSeed + "\n" +
+		"state_dir: " + c.StateDir + "\n" +
+		"plane_ttl: " + c.PlaneTTL.D().String() + "\n"
+}
+
+func start(t *testing.T, cfg *config.Config) *service.Service {
+	t.Helper()
+	s, err := service.Start(ctxT(t), service.Inputs{Config: cfg})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// planeRow reads the plane row as an auth-plane credential of its own (authd's identity may
+// mint one; the profile may read exactly this key), or reports that there is none.
+func (e *env) planeRow(t *testing.T) (map[string]any, bool) {
+	t.Helper()
+	c, err := signerclient.Dial(signerclient.Config{Addr: e.sg.Addr, TLS: e.sg.ClientFor(t, "authd", sp)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rail, err := signerclient.NewRail(signerclient.RailConfig{Client: c, Space: sp, Profile: signerv1.Profile_PROFILE_AUTH_PLANE, NatsURL: e.url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rail.Close()
+	if err := rail.Start(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(e.url, append(rail.NatsOptions(), nats.NoReconnect())...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	n, _ := space.NewNames(sp)
+	bucket, _ := n.Bucket(space.Auth)
+	kv, err := js.KeyValue(ctxT(t), bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ent, err := kv.Get(ctxT(t), "plane")
+	if err != nil {
+		return nil, false
+	}
+	var row map[string]any
+	if err := json.Unmarshal(ent.Value(), &row); err != nil {
+		t.Fatal(err)
+	}
+	return row, true
+}
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// authdBinary builds the authd binary once per test run.
+func authdBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "authd-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "authd")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/cotalgo/cotal/authd").CombinedOutput()
+		if err != nil {
+			binErr = &buildError{out: string(out), err: err}
+		}
+	})
+	if binErr != nil {
+		t.Fatalf("build authd: %v", binErr)
+	}
+	return binPath
+}
+
+type buildError struct {
+	out string
+	err error
+}
+
+func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
+
+// child is an authd binary running `serve` on a configuration file.
+type child struct {
+	cmd    *exec.Cmd
+	stderr *strings.Builder
+	waited chan error
+}
+
+func startChild(t *testing.T, cfg *config.Config) *child {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "authd.yaml")
+	if err := os.WriteFile(path, []byte(yamlOf(cfg)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: exec.Command(authdBinary(t), "serve", "--config", path), stderr: &strings.Builder{}, waited: make(chan error, 1)}
+	c.cmd.Stderr = &lockedWriter{w: c.stderr}
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { c.waited <- c.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = c.cmd.Process.Kill()
+		<-c.waited
+	})
+	return c
+}
+
+// exitCode waits for the child to exit and returns its code.
+func (c *child) exitCode(t *testing.T) int {
+	t.Helper()
+	select {
+	case err := <-c.waited:
+		c.waited <- err
+		if err == nil {
+			return 0
+		}
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		}
+		t.Fatalf("wait: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("child did not exit")
+	}
+	return -1
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *strings.Builder
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func readyCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,466 @@
+// Package service is authd as an embeddable service (STYLE.md §18): Start returns only once authd
+// serves, Close withdraws serving and releases only what this instance holds, Done says why it
+// stopped. `authd serve` is a thin wrapper around it.
+//
+// Start, in order: the signerd client; the data-account connection on an auth-plane credential
+// from the signer rail; the plane claim (key "plane" of cotal_auth_<space>: one authd per space);
+// the callout connection on the auth-callout credential for authd's registered callout user key
+// and the responder subscribed and flushed; the exchange listener bound; the claim marked ready;
+// and last the discovery file auth-service.json {ver, url, pid, cap}, whose existence is the
+// readiness signal. A refused start writes auth-service-refusal.json {ver, pid, code, reason,
+// details} instead (a second authd names the holder of the claim) and undoes what it began.
+//
+// While serving, the rails renew both credentials at 75% of their life and the claim is renewed
+// every half TTL. A claim found taken by another instance, or lost for longer than its TTL, stops
+// the service (Done reports it); a claim found gone is created again.
+package service
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/cotalgo/cotal/authd/internal/config"
+	"github.com/cotalgo/cotal/authd/internal/exchange"
+	"github.com/cotalgo/cotal/authd/internal/idp"
+	"github.com/cotalgo/cotal/authd/internal/ledger"
+	"github.com/cotalgo/cotal/pkg/daemon"
+	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/lease"
+	"github.com/cotalgo/cotal/pkg/profiles"
+	"github.com/cotalgo/cotal/pkg/signerclient"
+	"github.com/cotalgo/cotal/pkg/space"
+)
+
+// FileName is the discovery file's base name in the state directory: auth-service.json, and
+// auth-service-refusal.json for a refused start.
+const FileName = "auth-service"
+
+// Refusal codes written to auth-service-refusal.json and carried by *StartError.
+const (
+	CodeConfig     = "CONFIG"     // the configuration or state directory is refused
+	CodeSigner     = "SIGNER"     // signerd refused or could not be reached for a credential
+	CodeBroker     = "BROKER"     // the broker refused a credential or a connection
+	CodePlaneHeld  = "PLANE_HELD" // another authd holds the space's plane claim
+	CodePermission = "PERMISSION" // the broker refused a subject the plane claim needs
+	CodePlane      = "PLANE"      // the plane claim failed otherwise
+	CodeCallout    = "CALLOUT"    // the callout responder could not subscribe
+	CodeListen     = "LISTEN"     // the exchange listener could not bind
+	CodeDiscovery  = "DISCOVERY"  // the discovery file could not be written
+	CodeCanceled   = "CANCELED"   // ctx ended before the service was ready
+)
+
+// StartError is a refused start: the code and reason of the refusal file, details such as the
+// holder of the plane claim, and the cause.
+type StartError struct {
+	Code    string
+	Reason  string
+	Details map[string]string
+	Err     error
+}
+
+func (e *StartError) Error() string {
+	if e.Err == nil {
+		return "authd: " + e.Reason
+	}
+	return fmt.Sprintf("authd: %s: %v", e.Reason, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *StartError) Unwrap() error { return e.Err }
+
+// Stop causes reported by Err after Done.
+var (
+	// ErrPlaneTaken: another instance's row replaced this one's plane claim.
+	ErrPlaneTaken = errors.New("authd: the plane claim was taken by another instance")
+	// ErrPlaneLost: the claim could not be renewed for longer than its TTL.
+	ErrPlaneLost = errors.New("authd: the plane claim could not be renewed within its TTL")
+)
+
+// Inputs is what Start needs. Config is required and is validated by Start.
+type Inputs struct {
+	Config *config.Config
+	// Logger receives the service's lines (never a seed, JWT, bearer or cap); nil discards.
+	Logger *slog.Logger
+	// PID is written to the discovery and refusal files; zero means os.Getpid().
+	PID int
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// IdPClient fetches the pinned IdP's JWKS; nil means idp's default client.
+	IdPClient *http.Client
+	// NatsOptions are added to both broker connections (TLS settings, say).
+	NatsOptions []nats.Option
+}
+
+// Service is a running authd. Its methods are safe for concurrent use.
+type Service struct {
+	cfg *config.Config
+	log *slog.Logger
+	pid int
+
+	signer    *signerclient.Client
+	planeRail *signerclient.Rail
+	dataNC    *nats.Conn
+	plane     *lease.Lease
+	callout   calloutPart
+	ln        net.Listener
+	http      *http.Server
+	url       string
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	stopOnce sync.Once
+	done     chan struct{}
+	errMu    sync.Mutex
+	err      error // why it stopped; guarded by errMu
+}
+
+// Start runs authd until ctx ends or Close is called, and returns once it is ready (see the
+// package doc for the order). A refusal is a *StartError, also written to the refusal file when
+// the state directory can hold it.
+func Start(ctx context.Context, in Inputs) (*Service, error) {
+	if in.Config == nil {
+		return nil, &StartError{Code: CodeConfig, Reason: "no configuration"}
+	}
+	cfg := *in.Config
+	s := &Service{cfg: &cfg, log: in.Logger, pid: in.PID, done: make(chan struct{})}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.pid == 0 {
+		s.pid = os.Getpid()
+	}
+	if in.Now == nil {
+		in.Now = time.Now
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, s.refuse(&StartError{Code: CodeConfig, Reason: "configuration refused", Err: err})
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	if err := s.start(ctx, runCtx, in); err != nil {
+		s.teardown(context.Background())
+		return nil, s.refuse(err)
+	}
+	s.log.Info("authd ready", "space", cfg.Space, "url", s.url, "pid", s.pid)
+	if _, err := daemon.Notify("READY=1"); err != nil {
+		s.log.Warn("sd_notify READY failed", "err", err)
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			s.stop(context.Canceled)
+		case <-s.done:
+		}
+	}()
+	return s, nil
+}
+
+// start brings every part up in order; a failure returns a *StartError and leaves teardown to
+// the caller.
+func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
+	cfg := s.cfg
+	fail := func(code, reason string, err error) error {
+		if ctx.Err() != nil {
+			return &StartError{Code: CodeCanceled, Reason: "start canceled", Err: ctx.Err()}
+		}
+		return &StartError{Code: code, Reason: reason, Err: err}
+	}
+	led, err := ledger.Open(cfg.StateDir)
+	if err != nil {
+		return fail(CodeConfig, "state directory refused", err)
+	}
+	// A bad idp.json shows at start; a missing one is read when the first human exchange comes
+	// (idp.Pinned), so `authd idp pin` takes effect without a restart.
+	if _, err := idp.Load(cfg.StateDir); err != nil && !errors.Is(err, idp.ErrNotPinned) {
+		return fail(CodeConfig, "idp.json refused", err)
+	}
+	idpv := idp.NewPinned(cfg.StateDir, idp.Options{Client: in.IdPClient, Now: in.Now})
+
+	sc := cfg.Signer.ClientConfig()
+	sc.Logger = s.log
+	if s.signer, err = signerclient.Dial(sc); err != nil {
+		return fail(CodeConfig, "signer client refused", err)
+	}
+
+	// The data-account connection and the plane claim come first: a second authd must refuse
+	// before it touches the callout subject.
+	n, err := space.NewNames(cfg.Space)
+	if err != nil {
+		return fail(CodeConfig, "space refused", err)
+	}
+	if s.planeRail, err = signerclient.NewRail(signerclient.RailConfig{
+		Client: s.signer, Space: cfg.Space, Profile: signerv1.Profile_PROFILE_AUTH_PLANE,
+		NatsURL: cfg.Brokers[0], Logger: s.log, Now: in.Now,
+	}); err != nil {
+		return fail(CodeConfig, "plane rail refused", err)
+	}
+	if err := s.planeRail.Start(ctx); err != nil {
+		return fail(railCode(err), "no auth-plane credential", err)
+	}
+	s.dataNC, err = connect(cfg, s.planeRail, "authd-plane", in.NatsOptions)
+	if err != nil {
+		return fail(CodeBroker, "data-account connection refused", err)
+	}
+	bucket, err := n.Bucket(space.Auth)
+	if err != nil {
+		return fail(CodeConfig, "space refused", err)
+	}
+	host, _ := os.Hostname()
+	s.plane, err = lease.Acquire(ctx, lease.Config{
+		Conn: s.dataNC, Bucket: bucket, Key: profiles.PlaneKey,
+		Holder: "authd " + host + " pid " + strconv.Itoa(s.pid), Now: in.Now, KeyTTL: cfg.PlaneTTL.D(),
+	})
+	if err != nil {
+		var he *lease.HeldError
+		var pe *lease.PermissionError
+		switch {
+		case errors.As(err, &he):
+			return &StartError{Code: CodePlaneHeld, Reason: "another authd serves space " + strconv.Quote(cfg.Space) + ": " + he.Row.Holder + " holds its plane claim; stop it, or wait for its claim to expire", Err: err,
+				Details: map[string]string{"holder": he.Row.Holder, "incarnation": he.Row.Incarnation, "since": he.Row.Since.UTC().Format(time.RFC3339), "bucket": he.Bucket, "key": he.Key}}
+		case errors.As(err, &pe):
+			return fail(CodePermission, "the broker refused the auth-plane credential a subject of the plane claim", err)
+		}
+		return fail(CodePlane, "plane claim failed", err)
+	}
+
+	if s.callout, err = startCallout(ctx, runCtx, s, in, led); err != nil {
+		if ctx.Err() != nil {
+			return fail(CodeCallout, "", err) // reported as canceled
+		}
+		return err
+	}
+
+	capBytes := make([]byte, exchange.CapHexLen/2)
+	if _, err := rand.Read(capBytes); err != nil {
+		return fail(CodeConfig, "random cap", err)
+	}
+	capHex := hex.EncodeToString(capBytes)
+	clear(capBytes)
+	h, err := exchange.New(exchange.Config{Space: cfg.Space, Signer: s.signer, Ledger: led, IdP: idpv, Cap: capHex, Now: in.Now, Logger: s.log})
+	if err != nil {
+		return fail(CodeConfig, "exchange refused", err)
+	}
+	if s.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return fail(CodeListen, "exchange listener", err)
+	}
+	s.url = "http://" + s.ln.Addr().String()
+	s.http = exchange.NewServer(h)
+	s.http.ErrorLog = slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.http.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.stop(fmt.Errorf("authd: exchange listener: %w", err))
+		}
+	}()
+
+	if err := s.plane.SetReady(ctx, true); err != nil {
+		return fail(CodePlane, "plane claim could not be marked ready", err)
+	}
+	s.runLoops(runCtx)
+	if err := daemon.WriteDiscovery(cfg.StateDir, FileName, daemon.Discovery{URL: s.url, PID: s.pid, Cap: capHex}); err != nil {
+		return fail(CodeDiscovery, "discovery file", err)
+	}
+	return nil
+}
+
+// railCode tells a signerd refusal from a broker refusal of the credential.
+func railCode(err error) string {
+	var pe *signerclient.ProofError
+	if errors.As(err, &pe) {
+		return CodeBroker
+	}
+	return CodeSigner
+}
+
+// connect opens a reconnecting broker connection authenticated by rail.
+func connect(cfg *config.Config, rail *signerclient.Rail, name string, extra []nats.Option) (*nats.Conn, error) {
+	opts := append(rail.NatsOptions(), nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	opts = append(opts, extra...)
+	servers := cfg.Brokers[0]
+	for _, b := range cfg.Brokers[1:] {
+		servers += "," + b
+	}
+	return nats.Connect(servers, opts...)
+}
+
+// runLoops starts the rails' renewals and the claim's upkeep under ctx.
+func (s *Service) runLoops(ctx context.Context) {
+	rails := []*signerclient.Rail{s.planeRail}
+	if r := s.callout.rail(); r != nil {
+		rails = append(rails, r)
+	}
+	for _, r := range rails {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := r.Run(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, signerclient.ErrClosed) {
+				s.stop(fmt.Errorf("authd: credential renewal: %w", err))
+			}
+		}()
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.keepPlane(ctx)
+	}()
+}
+
+// keepPlane renews the claim every half TTL and acts on what a failed renewal learns.
+func (s *Service) keepPlane(ctx context.Context) {
+	t := time.NewTicker(s.plane.RenewInterval())
+	defer t.Stop()
+	var failingSince time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st, err := s.plane.Renew(ctx)
+		switch st {
+		case lease.Held:
+			failingSince = time.Time{}
+			continue
+		case lease.Gone:
+			s.log.Warn("plane claim gone; claiming it again", "err", err)
+			if rerr := s.plane.Reacquire(ctx); rerr != nil {
+				s.stop(fmt.Errorf("%w: %v", ErrPlaneTaken, rerr))
+				return
+			}
+			if rerr := s.plane.SetReady(ctx, true); rerr != nil {
+				s.log.Warn("plane claim re-created but not marked ready", "err", rerr)
+			}
+			failingSince = time.Time{}
+		case lease.Taken:
+			s.stop(fmt.Errorf("%w: %v", ErrPlaneTaken, err))
+			return
+		default:
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			}
+			s.log.Warn("plane claim renewal unanswered", "err", err)
+			if time.Since(failingSince) > s.plane.TTL() {
+				s.stop(fmt.Errorf("%w: %v", ErrPlaneLost, err))
+				return
+			}
+		}
+	}
+}
+
+// Ready waits until the authd running as pid with state directory stateDir is ready, or refused,
+// or gone: daemon.Ready on auth-service.json (see there). The capability stays in the file.
+func Ready(ctx context.Context, stateDir string, pid int) (daemon.ReadyInfo, error) {
+	return daemon.Ready(ctx, stateDir, FileName, pid)
+}
+
+// URL is the exchange face, http://127.0.0.1:<port>.
+func (s *Service) URL() string { return s.url }
+
+// Done is closed when the service has stopped; Err then says why.
+func (s *Service) Done() <-chan struct{} { return s.done }
+
+// Err is why the service stopped: daemon.ErrStopped after Close, context.Canceled when Start's
+// ctx ended, or the failure that stopped it; nil while it runs.
+func (s *Service) Err() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.err
+}
+
+// Close withdraws serving (discovery file, listener, callout subscription), releases this
+// instance's plane claim (only if the row is still its own) and closes every connection. It is
+// idempotent and returns once everything is down.
+func (s *Service) Close() {
+	s.stop(daemon.ErrStopped)
+	<-s.done
+}
+
+// stop records why and tears down once.
+func (s *Service) stop(why error) {
+	s.stopOnce.Do(func() {
+		s.errMu.Lock()
+		s.err = why
+		s.errMu.Unlock()
+		if !errors.Is(why, daemon.ErrStopped) && !errors.Is(why, context.Canceled) {
+			s.log.Error("authd stopping", "err", why)
+		}
+		if _, err := daemon.Notify("STOPPING=1"); err != nil {
+			s.log.Warn("sd_notify STOPPING failed", "err", err)
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout.D())
+			defer cancel()
+			s.teardown(ctx)
+			close(s.done)
+		}()
+	})
+}
+
+// teardown undoes whatever start did, in reverse; every part tolerates not having started.
+// Readiness goes first, so no caller is sent to a service that is going away.
+func (s *Service) teardown(ctx context.Context) {
+	if err := daemon.RemoveDiscovery(s.cfg.StateDir, FileName, s.pid); err != nil {
+		s.log.Warn("discovery file not removed", "err", err)
+	}
+	if s.http != nil {
+		if err := s.http.Shutdown(ctx); err != nil {
+			_ = s.http.Close()
+		}
+	} else if s.ln != nil {
+		_ = s.ln.Close()
+	}
+	s.callout.close()
+	if s.cancel != nil {
+		s.cancel()
+	}
+	if s.plane != nil {
+		if err := s.plane.Release(ctx); err != nil {
+			s.log.Warn("plane claim not released; it expires with its TTL", "err", err)
+		}
+	}
+	if s.dataNC != nil {
+		s.dataNC.Close()
+	}
+	s.wg.Wait()
+	if s.planeRail != nil {
+		s.planeRail.Close()
+	}
+	if s.signer != nil {
+		_ = s.signer.Close()
+	}
+}
+
+// refuse writes the refusal file for a failed start (when the state directory can hold one) and
+// returns err.
+func (s *Service) refuse(err error) error {
+	var se *StartError
+	if !errors.As(err, &se) {
+		se = &StartError{Code: CodeConfig, Reason: "start failed", Err: err}
+	}
+	if se.Code == CodeCanceled || s.cfg.StateDir == "" {
+		return se
+	}
+	reason := se.Reason
+	if se.Err != nil && se.Code != CodePlaneHeld {
+		reason += ": " + se.Err.Error()
+	}
+	werr := daemon.WriteRefusal(s.cfg.StateDir, FileName, daemon.Refusal{PID: s.pid, Code: se.Code, Reason: reason, Details: se.Details})
+	if werr != nil && s.cfg.StateDir != "" {
+		s.log.Warn("refusal file not written", "err", werr)
+	}
+	return se
+}

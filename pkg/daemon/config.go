@@ -1,0 +1,74 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/cotalgo/cotal/pkg/yamlx"
+)
+
+// MaxConfigBytes bounds a configuration file: a daemon's configuration is a few hundred bytes,
+// and a larger file is a mistake or an attack on the parser.
+const MaxConfigBytes = 1 << 20
+
+// ConfigError names the configuration file a refusal is about.
+type ConfigError struct {
+	Path string
+	Err  error
+}
+
+func (e *ConfigError) Error() string { return fmt.Sprintf("config: %s: %v", e.Path, e.Err) }
+
+// Unwrap returns the cause.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// ErrConfigTooLarge: the configuration file is larger than MaxConfigBytes.
+var ErrConfigTooLarge = fmt.Errorf("larger than %d bytes", MaxConfigBytes)
+
+// LoadConfig reads the configuration file at path into out (a pointer to the daemon's Config)
+// and checks it holds no secret. It refuses, with a *ConfigError naming path: a file it cannot
+// read or that is not a regular file, one over MaxConfigBytes, YAML that is not plain (anchors,
+// aliases, merge keys, tags), an unknown key (named with its line), more than one document, and
+// a file that ScanSecrets refuses. Validation of the values is the caller's.
+func LoadConfig(path string, out any) error {
+	data, err := readBounded(path, MaxConfigBytes)
+	if err != nil {
+		return &ConfigError{Path: path, Err: err}
+	}
+	if err := scanBytes(path, data); err != nil {
+		return err
+	}
+	if err := yamlx.Decode(data, out); err != nil {
+		return &ConfigError{Path: path, Err: err}
+	}
+	return nil
+}
+
+// readBounded reads a regular file of at most limit bytes.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, errors.New("not a regular file")
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		if limit == MaxConfigBytes {
+			return nil, ErrConfigTooLarge
+		}
+		return nil, fmt.Errorf("larger than %d bytes", limit)
+	}
+	return data, nil
+}

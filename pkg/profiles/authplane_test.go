@@ -1,0 +1,116 @@
+package profiles_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cotalgo/cotal/pkg/lease"
+	"github.com/cotalgo/cotal/pkg/profiles"
+	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/pkg/testkit"
+)
+
+// TestAuthPlaneBroker proves the auth-plane profile on the broker: it can do exactly what authd's
+// plane claim needs (bind cotal_auth_<space>, create, update, read, follow and delete key
+// "plane", through pkg/lease as authd uses it) and the broker refuses it every other key, bucket,
+// stream, consumer and subject.
+func TestAuthPlaneBroker(t *testing.T) {
+	b := testkit.StartBroker(t, brokerSpace)
+	n, must := names(t), mustOf(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tok, kp := b.Space(brokerSpace).MintUnlimited(t)
+	admin, err := b.Connect(t, tok, kp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ajs, err := jetstream.New(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	authBucket := must(n.Bucket(space.Auth))
+	// As pkg/provision makes it: per-key TTLs, no max_age, direct gets on.
+	akv, err := ajs.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: authBucket, LimitMarkerTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := akv.Put(ctx, "other", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ajs.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: must(n.Bucket(space.Presence))}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("ok/claims-follows-and-releases-plane", func(t *testing.T) {
+		nc := connectAs(t, b, principal{profiles.AuthPlane, none})
+		feed, err := nc.SubscribeSync(must(n.KV(space.Auth, profiles.PlaneKey)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := lease.Acquire(ctx, lease.Config{Conn: nc, Bucket: authBucket, Key: profiles.PlaneKey, Holder: "authd test", OpTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatalf("Acquire as auth-plane: %v (broker errors %v)", err, b.AsyncErrors(nc))
+		}
+		if err := l.SetReady(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := l.Renew(ctx); st != lease.Held || err != nil {
+			t.Fatalf("Renew = %v, %v", st, err)
+		}
+		for i := 0; i < 3; i++ { // create, ready, renew: each a put the subscription sees
+			if m, err := feed.NextMsg(5 * time.Second); err != nil || m.Subject != must(n.KV(space.Auth, profiles.PlaneKey)) {
+				t.Fatalf("feed message %d: %v", i, err)
+			}
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := akv.Get(ctx, profiles.PlaneKey); err == nil {
+			t.Fatal("plane row still there after Release")
+		}
+		if errs := b.AsyncErrors(nc); len(errs) != 0 {
+			t.Fatalf("broker refused the plane profile: %v", errs)
+		}
+	})
+
+	authStream := must(n.BucketStream(space.Auth))
+	presenceStream := must(n.BucketStream(space.Presence))
+	for _, tc := range []struct {
+		name, subject string
+		sub           bool
+	}{
+		{"fail/put-other-key", must(n.KV(space.Auth, "other")), false},
+		{"fail/put-other-bucket", must(n.KV(space.Presence, "o1.a1")), false},
+		{"fail/direct-get-other-key", must(space.DirectGetSubject(authStream, must(n.KV(space.Auth, "other")))), false},
+		{"fail/direct-get-by-body", must(space.DirectGet(authStream)), false},
+		{"fail/stream-msg-get", must(space.StreamMsgGet(authStream)), false},
+		{"fail/watch-consumer-create", must(space.ConsumerCreate(authStream)), false},
+		{"fail/watch-consumer-create-filtered", must(space.ConsumerCreateAny(authStream)) + "", false},
+		{"fail/bind-other-bucket", must(space.StreamInfo(presenceStream)), false},
+		{"fail/delete-bucket", "$JS.API.STREAM.DELETE." + authStream, false},
+		{"fail/purge-bucket", "$JS.API.STREAM.PURGE." + authStream, false},
+		{"fail/update-bucket", must(space.StreamUpdate(authStream)), false},
+		{"fail/chat", must(n.Chat("o1", "a1", "general")), false},
+		{"fail/sub-other-key", must(n.KV(space.Auth, "other")), true},
+		{"fail/sub-whole-bucket", must(n.KVAll(space.Auth)), true},
+		{"fail/sub-chat", n.ChatAll(), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nc := connectAs(t, b, principal{profiles.AuthPlane, none})
+			if tc.sub {
+				if _, err := nc.SubscribeSync(tc.subject); err != nil {
+					t.Fatal(err)
+				}
+				b.WaitAsyncError(t, nc, testkit.SubscribeViolation(tc.subject))
+				return
+			}
+			if err := nc.Publish(tc.subject, []byte("{}")); err != nil {
+				t.Fatal(err)
+			}
+			b.WaitAsyncError(t, nc, testkit.PublishViolation(tc.subject))
+		})
+	}
+}
