@@ -33,8 +33,6 @@ import (
 const (
 	// DefaultBatch is how many chat messages one pass takes; the member scan is shared by them.
 	DefaultBatch = 256
-	// fetchWait bounds one wait for the first message of a pass, so Run notices ctx.
-	fetchWait = 200 * time.Millisecond
 	// retryPause is the wait after a failed fetch (a broker that is reconnecting).
 	retryPause = time.Second
 )
@@ -126,7 +124,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Writer, error) {
 // Run fans out until ctx is done (nil) or the consumer fails.
 func (w *Writer) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
-		batch, err := w.fetch(ctx)
+		batch, err := plane3.FetchPass(ctx, w.consumer, w.cfg.Batch)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -156,32 +154,6 @@ func (w *Writer) Run(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// fetch waits for one message, then takes what else is already there, up to Batch.
-func (w *Writer) fetch(ctx context.Context) ([]jetstream.Msg, error) {
-	first, err := w.consumer.Fetch(1, jetstream.FetchMaxWait(fetchWait))
-	if err != nil {
-		return nil, err
-	}
-	var out []jetstream.Msg
-	for m := range first.Messages() {
-		out = append(out, m)
-	}
-	if err := first.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-		return nil, err
-	}
-	if len(out) == 0 || w.cfg.Batch == 1 {
-		return out, ctx.Err()
-	}
-	more, err := w.consumer.FetchNoWait(w.cfg.Batch - 1)
-	if err != nil {
-		return out, nil
-	}
-	for m := range more.Messages() {
-		out = append(out, m)
-	}
-	return out, nil
 }
 
 // view is what one pass reads once, after its messages were delivered: so it holds every

@@ -75,3 +75,34 @@ func Pause(ctx context.Context, d time.Duration) bool {
 		return false
 	}
 }
+
+// FetchWait bounds one wait for the first message of a pass, so a loop notices its ctx.
+const FetchWait = 200 * time.Millisecond
+
+// FetchPass waits up to FetchWait for one message of c, then takes what else is already there,
+// up to batch in all: one pass of the fan-out writer or the trusted reader. A timeout with
+// nothing delivered is an empty pass, not an error.
+func FetchPass(ctx context.Context, c jetstream.Consumer, batch int) ([]jetstream.Msg, error) {
+	first, err := c.Fetch(1, jetstream.FetchMaxWait(FetchWait))
+	if err != nil {
+		return nil, err
+	}
+	var out []jetstream.Msg
+	for m := range first.Messages() {
+		out = append(out, m)
+	}
+	if err := first.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		return nil, err
+	}
+	if len(out) == 0 || batch == 1 {
+		return out, ctx.Err()
+	}
+	more, err := c.FetchNoWait(batch - 1)
+	if err != nil {
+		return out, nil
+	}
+	for m := range more.Messages() {
+		out = append(out, m)
+	}
+	return out, nil
+}

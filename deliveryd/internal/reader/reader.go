@@ -37,8 +37,6 @@ const (
 	DefaultBatch = 256
 	// readConcurrency bounds the row reads of a pass in flight at once.
 	readConcurrency = 32
-	// fetchWait bounds one wait for the first entry of a pass, so Run notices ctx.
-	fetchWait = 200 * time.Millisecond
 	// retryPause is the wait after a failed fetch (a broker that is reconnecting).
 	retryPause = time.Second
 )
@@ -130,7 +128,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Reader, error) {
 // Run reads entries until ctx is done (nil) or the consumer fails.
 func (r *Reader) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
-		batch, err := r.fetch(ctx)
+		batch, err := plane3.FetchPass(ctx, r.consumer, r.cfg.Batch)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -152,32 +150,6 @@ func (r *Reader) Run(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// fetch waits for one entry, then takes what else is already there, up to Batch.
-func (r *Reader) fetch(ctx context.Context) ([]jetstream.Msg, error) {
-	first, err := r.consumer.Fetch(1, jetstream.FetchMaxWait(fetchWait))
-	if err != nil {
-		return nil, err
-	}
-	var out []jetstream.Msg
-	for m := range first.Messages() {
-		out = append(out, m)
-	}
-	if err := first.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-		return nil, err
-	}
-	if len(out) == 0 || r.cfg.Batch == 1 {
-		return out, ctx.Err()
-	}
-	more, err := r.consumer.FetchNoWait(r.cfg.Batch - 1)
-	if err != nil {
-		return out, nil
-	}
-	for m := range more.Messages() {
-		out = append(out, m)
-	}
-	return out, nil
 }
 
 // item is one entry of a pass.
