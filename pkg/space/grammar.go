@@ -19,7 +19,38 @@ const (
 	MaxJSNameLen = 255
 	// MaxFilterLen caps a consumer filter subject in bytes.
 	MaxFilterLen = 512
+	// MaxScopeWordLen caps one scope word of a Cotal bearer in bytes.
+	MaxScopeWordLen = 32
+	// MaxCredentialIDLen caps a bearer's connect-credential id in bytes.
+	MaxCredentialIDLen = 64
 )
+
+// IsScopeWord reports whether w is a Cotal bearer scope word: [a-z][a-z0-9_-]{0,31}. signerd
+// signs only such words and authd accepts only them, so both use this one grammar.
+func IsScopeWord(w string) bool {
+	if w == "" || len(w) > MaxScopeWordLen || w[0] < 'a' || w[0] > 'z' {
+		return false
+	}
+	for i := 1; i < len(w); i++ {
+		if c := w[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// IsCredentialID reports whether id is a bearer's connect-credential id: [A-Za-z0-9_-]{1,64}.
+func IsCredentialID(id string) bool {
+	if id == "" || len(id) > MaxCredentialIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !isAlnum(c) && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
 
 // ValidateOwner checks an owner token: one token of [A-Za-z0-9_]+, at most MaxIdentLen bytes.
 // '-' is excluded because it separates owner and actor in JetStream names; '.', '*' and '>' would

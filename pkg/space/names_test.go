@@ -199,3 +199,35 @@ func TestBucketKindsClosed(t *testing.T) {
 		}
 	}
 }
+
+// TestBearerGrammars: the scope-word and credential-id grammars signerd signs and authd verifies.
+func TestBearerGrammars(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		f    func(string) bool
+		in   string
+		want bool
+	}{
+		{"ok/scope-word", IsScopeWord, "spawn", true},
+		{"ok/scope-word-max", IsScopeWord, "a" + strings.Repeat("z", MaxScopeWordLen-1), true},
+		{"ok/scope-word-digits-dash", IsScopeWord, "a0_-9", true},
+		{"fail/scope-word-empty", IsScopeWord, "", false},
+		{"fail/scope-word-too-long", IsScopeWord, strings.Repeat("a", MaxScopeWordLen+1), false},
+		{"fail/scope-word-leading-digit", IsScopeWord, "0spawn", false},
+		{"fail/scope-word-upper", IsScopeWord, "Spawn", false},
+		{"fail/scope-word-role-colon", IsScopeWord, "role:reviewer", false},
+		{"fail/scope-word-dot", IsScopeWord, "a.b", false},
+		{"ok/credential-id", IsCredentialID, "Ab_-09", true},
+		{"ok/credential-id-max", IsCredentialID, strings.Repeat("x", MaxCredentialIDLen), true},
+		{"fail/credential-id-empty", IsCredentialID, "", false},
+		{"fail/credential-id-too-long", IsCredentialID, strings.Repeat("x", MaxCredentialIDLen+1), false},
+		{"fail/credential-id-dot", IsCredentialID, "a.b", false},
+		{"fail/credential-id-wildcard", IsCredentialID, "a*", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.f(tt.in); got != tt.want {
+				t.Fatalf("%q: got %v, want %v", tt.in, got, tt.want)
+			}
+		})
+	}
+}

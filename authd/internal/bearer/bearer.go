@@ -48,12 +48,10 @@ const (
 	MaxLifetime = views.MaxBearerTTL
 	// MaxTokenBytes bounds a token before it is decoded; signerd's bearers are under 2 KiB.
 	MaxTokenBytes = 8 << 10
-	// MaxScopes and maxScopeWordLen are signerd's scope limits.
-	MaxScopes          = 16
-	maxScopeWordLen    = 32
-	maxCredentialIDLen = 64
-	maxJTILen          = 64
-	maxKIDLen          = 128
+	// MaxScopes is signerd's limit on scope words (their grammar is space.IsScopeWord).
+	MaxScopes = 16
+	maxJTILen = 64
+	maxKIDLen = 128
 )
 
 // Check names one verification step; an *Error carries the one that failed.
@@ -501,8 +499,8 @@ func (p *payload) check(spaceName string, now time.Time) (*Claims, error) {
 		}
 	}
 	if _, ok := act["credentialId"]; ok {
-		if err := str(act, "credentialId", &c.CredentialID, true); err != nil || !validCredentialID(c.CredentialID) {
-			return nil, refuse(CheckCredentialID, "not 1 to %d characters of [A-Za-z0-9_-]", maxCredentialIDLen)
+		if err := str(act, "credentialId", &c.CredentialID, true); err != nil || !space.IsCredentialID(c.CredentialID) {
+			return nil, refuse(CheckCredentialID, "not 1 to %d characters of [A-Za-z0-9_-]", space.MaxCredentialIDLen)
 		}
 	}
 	c.IssuedAt, c.NotBefore, c.Expires = time.Unix(p.iat, 0), time.Unix(p.nbf, 0), time.Unix(p.exp, 0)
@@ -589,7 +587,7 @@ func checkScope(scope []string) error {
 		return refuse(CheckScope, "more than %d scope words", MaxScopes)
 	}
 	for i, w := range scope {
-		if !validScopeWord(w) {
+		if !space.IsScopeWord(w) {
 			return refuse(CheckScope, "scope[%d] is not a scope word", i)
 		}
 		if slices.Contains(scope[:i], w) {
@@ -598,20 +596,6 @@ func checkScope(scope []string) error {
 	}
 	return nil
 }
-
-func validScopeWord(w string) bool {
-	if w == "" || len(w) > maxScopeWordLen || w[0] < 'a' || w[0] > 'z' {
-		return false
-	}
-	for i := 1; i < len(w); i++ {
-		if c := w[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-func validCredentialID(id string) bool { return tokenOf(id, 1, maxCredentialIDLen) }
 
 // tokenOf reports whether s is min to max characters of [A-Za-z0-9_-].
 func tokenOf(s string, min, max int) bool {

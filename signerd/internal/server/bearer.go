@@ -34,9 +34,6 @@ const (
 	MaxTransferWriterBearerTTL = 300 * time.Second
 	// MaxBearerScopes bounds the scope words of one bearer.
 	MaxBearerScopes = 16
-	// maxScopeWordLen and maxCredentialIDLen are the grammars' length limits.
-	maxScopeWordLen    = 32
-	maxCredentialIDLen = 64
 )
 
 // viewTransferWriter is the one view with a shorter lifetime cap.
@@ -102,8 +99,8 @@ func parseSignBearer(req *signerv1.SignBearerRequest) (*bearerInput, error) {
 			return nil, invalid(err.Error())
 		}
 	}
-	if in.credentialID != "" && !validCredentialID(in.credentialID) {
-		return nil, invalid(fmt.Sprintf("credential_id is not 1 to %d characters of [A-Za-z0-9_-]", maxCredentialIDLen))
+	if in.credentialID != "" && !space.IsCredentialID(in.credentialID) {
+		return nil, invalid(fmt.Sprintf("credential_id is not 1 to %d characters of [A-Za-z0-9_-]", space.MaxCredentialIDLen))
 	}
 	if in.view != "" && !slices.Contains(bearerViews, in.view) {
 		return nil, invalid(fmt.Sprintf("view %.40q is not one of %s", in.view, strings.Join(bearerViews, ", ")))
@@ -114,8 +111,8 @@ func parseSignBearer(req *signerv1.SignBearerRequest) (*bearerInput, error) {
 	}
 	in.scope = make([]string, 0, len(scope))
 	for i, w := range scope {
-		if !validScopeWord(w) {
-			return nil, invalid(fmt.Sprintf("scope[%d] is not a scope word ([a-z][a-z0-9_-]{0,%d})", i, maxScopeWordLen-1))
+		if !space.IsScopeWord(w) {
+			return nil, invalid(fmt.Sprintf("scope[%d] is not a scope word ([a-z][a-z0-9_-]{0,%d})", i, space.MaxScopeWordLen-1))
 		}
 		if slices.Contains(in.scope, w) {
 			return nil, invalid(fmt.Sprintf("scope[%d] %q is a duplicate", i, w))
@@ -231,32 +228,6 @@ func newBearerID() string {
 			return id
 		}
 	}
-}
-
-// validScopeWord reports whether w matches [a-z][a-z0-9_-]{0,31}.
-func validScopeWord(w string) bool {
-	if w == "" || len(w) > maxScopeWordLen || w[0] < 'a' || w[0] > 'z' {
-		return false
-	}
-	for i := 1; i < len(w); i++ {
-		if c := w[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-// validCredentialID reports whether id matches [A-Za-z0-9_-]{1,64}.
-func validCredentialID(id string) bool {
-	if id == "" || len(id) > maxCredentialIDLen {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // GetJWKS returns the public keys of a space's bearer issuer, the active key first.

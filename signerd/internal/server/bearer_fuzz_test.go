@@ -56,7 +56,7 @@ func FuzzParseSignBearer(f *testing.F) {
 		if in.lifecycleUID != "" && space.ValidateUID(in.lifecycleUID) != nil {
 			t.Fatalf("accepted lifecycle uid %q", in.lifecycleUID)
 		}
-		if in.credentialID != "" && !validCredentialID(in.credentialID) {
+		if in.credentialID != "" && !space.IsCredentialID(in.credentialID) {
 			t.Fatalf("accepted credential id %q", in.credentialID)
 		}
 		if in.view != "" && !slices.Contains(bearerViews, in.view) {
