@@ -1,6 +1,9 @@
 // Package audit is signerd's tamper-evident audit log: one JSON line per
 // signing decision, granted or denied, hash-chained and made durable with
-// group commit before the decision is allowed to take effect.
+// group commit before the decision is allowed to take effect ([Log.Append]).
+// A decision that signs nothing may instead wait only until its line is
+// written ([Log.AppendWritten]); the durable line of any later decision
+// covers it.
 //
 // # Line format
 //

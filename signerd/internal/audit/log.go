@@ -127,6 +127,10 @@ type pending struct {
 	head     Head
 	rotateTo string     // if set, the writer renames the current file to this name and starts a new one with line
 	done     chan error // capacity 1, written exactly once by the writer
+	// written releases the waiter once the line is written to the file, before the fsync
+	// (AppendWritten); the writer sets answered when it does, so a failed fsync does not
+	// answer it twice.
+	written, answered bool
 }
 
 // New opens (or creates) the audit file, verifies the chain already in it
@@ -330,6 +334,22 @@ func (l *Log) Head() Head {
 // line may still be written: an audit line for a decision that did not take
 // effect is the safe side of the trade.
 func (l *Log) Append(ctx context.Context, r Record) error {
+	return l.append(ctx, r, false)
+}
+
+// AppendWritten is Append for a line that need not be durable before the answer: it returns
+// once the line is written to the file (the kernel holds it, so it survives the process), not
+// once it is fsynced. The fsync of the same batch follows at once; only a crash of the machine
+// before it can lose the line, and then with everything after it, as a cut at the end of the
+// chain that Verify accepts and the durable Head shows. signerd uses it for
+// OpenCalloutRequest, which signs nothing: the SignCalloutResponse that acts on an opened
+// request waits for its own line, which lies after the open's in the chain, so a durable grant
+// implies a durable open.
+func (l *Log) AppendWritten(ctx context.Context, r Record) error {
+	return l.append(ctx, r, true)
+}
+
+func (l *Log) append(ctx context.Context, r Record, written bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -366,9 +386,10 @@ func (l *Log) Append(ctx context.Context, r Record) error {
 	l.size += int64(len(line))
 	l.decisions++
 	p := &pending{
-		line: line,
-		head: Head{Replica: r.Replica, Seq: r.Seq, Hash: r.Hash, Time: r.Time},
-		done: make(chan error, 1),
+		line:    line,
+		head:    Head{Replica: r.Replica, Seq: r.Seq, Hash: r.Hash, Time: r.Time},
+		done:    make(chan error, 1),
+		written: written,
 	}
 	l.queue = append(l.queue, p)
 	l.mu.Unlock()
@@ -456,7 +477,16 @@ func (l *Log) run() {
 			buf = append(buf, p.line...)
 		}
 		if err == nil {
-			err = l.write(buf)
+			_, err = l.io.Write(l.f, buf)
+		}
+		if err == nil {
+			for _, p := range batch {
+				if p.written {
+					p.answered = true
+					p.done <- nil
+				}
+			}
+			err = l.io.Sync(l.f)
 		}
 		if err != nil {
 			l.fail(batch, err)
@@ -466,20 +496,15 @@ func (l *Log) run() {
 		l.durable = batch[len(batch)-1].head
 		l.mu.Unlock()
 		for _, p := range batch {
-			p.done <- nil
+			if !p.answered {
+				p.done <- nil
+			}
 		}
 		if l.onBatch != nil {
 			l.onBatch(len(batch))
 		}
 		clear(batch)
 	}
-}
-
-func (l *Log) write(buf []byte) error {
-	if _, err := l.io.Write(l.f, buf); err != nil {
-		return err
-	}
-	return l.io.Sync(l.f)
 }
 
 // fail poisons the log and fails the batch and everything queued behind it:
@@ -498,7 +523,9 @@ func (l *Log) fail(batch []*pending, cause error) {
 		close(l.failed)
 	}
 	for _, p := range batch {
-		p.done <- err
+		if !p.answered {
+			p.done <- err
+		}
 	}
 	for _, p := range rest {
 		p.done <- err

@@ -154,6 +154,73 @@ func TestAppendReturnsOnlyAfterFsync(t *testing.T) {
 	}
 }
 
+// TestAppendWrittenReturnsBeforeFsync: AppendWritten returns once its line is in the file, while
+// the batch's fsync still runs; the head advances only after the fsync, and a durable Append in
+// the same batch still waits for it.
+func TestAppendWrittenReturnsBeforeFsync(t *testing.T) {
+	path := logPath(t)
+	g := newGatedSync(2, nil)
+	l := openLog(t, Config{Path: path}, g.sync)
+	written := make(chan error, 1)
+	go func() { written <- l.AppendWritten(context.Background(), sample(0)) }()
+	g.waitEntered(t, 1)
+	if err := recv(t, written); err != nil {
+		t.Fatalf("AppendWritten: %v", err)
+	}
+	if g.synced.Load() != 0 {
+		t.Fatal("the fsync finished before AppendWritten returned; the test proves nothing")
+	}
+	if data, err := os.ReadFile(path); err != nil || !bytes.Contains(data, []byte(`"seq":1,`)) {
+		t.Fatalf("line not in the file when AppendWritten returned: %q, %v", data, err)
+	}
+	if h := l.Head(); h.Seq != 0 {
+		t.Fatalf("head seq %d before the fsync, want 0", h.Seq)
+	}
+	close(g.gates[0])
+	eventually(t, "the head to advance", func() bool { return l.Head().Seq == 1 })
+
+	durable := make(chan error, 1)
+	go func() { durable <- l.Append(context.Background(), sample(1)) }()
+	g.waitEntered(t, 2)
+	select {
+	case err := <-durable:
+		t.Fatalf("Append returned (%v) while its fsync was still running", err)
+	default:
+	}
+	close(g.gates[1])
+	if err := recv(t, durable); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAppendWrittenThenFailedSync: a failed fsync after an AppendWritten line was answered fails
+// the durable waiters of the batch, breaks the log and does not block on the answered waiter.
+func TestAppendWrittenThenFailedSync(t *testing.T) {
+	path := logPath(t)
+	diskErr := errors.New("injected: EIO")
+	g := newGatedSync(1, map[int]error{1: diskErr})
+	l := openLog(t, Config{Path: path}, g.sync)
+	written := make(chan error, 1)
+	durable := make(chan error, 1)
+	go func() { written <- l.AppendWritten(context.Background(), sample(0)) }()
+	g.waitEntered(t, 1)
+	if err := recv(t, written); err != nil {
+		t.Fatalf("AppendWritten: %v", err)
+	}
+	go func() { durable <- l.Append(context.Background(), sample(1)) }()
+	eventually(t, "the durable line to queue", func() bool { return queued(l) == 1 })
+	close(g.gates[0])
+	if err := recv(t, durable); !errors.Is(err, ErrBroken) || !errors.Is(err, diskErr) {
+		t.Fatalf("durable append behind a failed fsync: %v, want ErrBroken wrapping it", err)
+	}
+	if err := l.AppendWritten(context.Background(), sample(2)); !errors.Is(err, ErrBroken) {
+		t.Fatalf("AppendWritten after the failure: %v, want ErrBroken", err)
+	}
+	if err := l.Close(); !errors.Is(err, ErrBroken) {
+		t.Fatalf("Close = %v, want ErrBroken", err)
+	}
+}
+
 func TestGroupCommit(t *testing.T) {
 	tests := []struct {
 		name     string

@@ -21,6 +21,10 @@ func (a *recordingAuditor) Append(_ context.Context, r audit.Record) error {
 	return nil
 }
 
+func (a *recordingAuditor) AppendWritten(ctx context.Context, r audit.Record) error {
+	return a.Append(ctx, r)
+}
+
 // TestRateLimitedRefusalsCountedNotAudited: finish counts a refusal past a rate in the metrics
 // and the tally and appends nothing; the flush writes one line per caller and reason.
 func TestRateLimitedRefusalsCountedNotAudited(t *testing.T) {

@@ -59,7 +59,11 @@ const (
 
 // Auditor makes audit lines durable. *audit.Log implements it.
 type Auditor interface {
+	// Append returns once r's line is durable.
 	Append(ctx context.Context, r audit.Record) error
+	// AppendWritten returns once r's line is written, before its fsync (OpenCalloutRequest's
+	// line; see audit.Log.AppendWritten).
+	AppendWritten(ctx context.Context, r audit.Record) error
 }
 
 var _ Auditor = (*audit.Log)(nil)
@@ -108,6 +112,7 @@ type Service struct {
 	log     *slog.Logger
 	metrics *Metrics
 	idem    *idemCache
+	opened  *openedCache
 	// refusals counts the refusals past a rate limit until Run writes them.
 	refusals *refusalTally
 }
@@ -146,6 +151,7 @@ func New(cfg Config) (*Service, error) {
 		share = DefaultIdempotencyCallerBytes
 	}
 	s.idem = newIdemCache(IdempotencyWindow, budget, share)
+	s.opened = newOpenedCache(OpenedCacheBytes, OpenedCacheTTL)
 	return s, nil
 }
 
@@ -239,7 +245,13 @@ func (s *Service) finish(ctx context.Context, c *call, err error) error {
 		}
 		rec.Reason = reason
 	}
-	if aerr := s.audit.Append(ctx, rec); aerr != nil {
+	appendLine := s.audit.Append
+	if c.rpc == policy.RPCOpenCalloutRequest {
+		// It signs nothing, and the answer that acts on it waits for its own durable line, which
+		// follows this one in the chain; see the callout choices in callout.go.
+		appendLine = s.audit.AppendWritten
+	}
+	if aerr := appendLine(ctx, rec); aerr != nil {
 		s.log.Error("audit append failed; withholding the answer", "rpc", string(c.rpc), "caller", c.caller, "err", aerr)
 		s.metrics.observe(string(c.rpc), "error", "audit-failed", s.now().Sub(c.start).Seconds())
 		return refuse(codes.Unavailable, "audit-unavailable", "audit log unavailable").status()
