@@ -260,7 +260,11 @@ func TestBrokerAuthAccount(t *testing.T) {
 		if req.ConnectOptions.JWT != sentinelJWT {
 			t.Fatalf("callout request does not carry the sentinel JWT")
 		}
-		if err := <-done; !errors.Is(err, nats.ErrAuthorization) {
+		// The broker waits for the callout answer as long as its auth timeout (2 s) and sends
+		// an unverified client its first PING after 2 s too: under load the PING can reach the
+		// client before the violation, which nats.go then reports as a protocol error. Either
+		// way the sentinel is not let in.
+		if err := <-done; !errors.Is(err, nats.ErrAuthorization) && (err == nil || !strings.Contains(err.Error(), "expected 'PONG', got 'PING'")) {
 			t.Fatalf("unanswered callout: sentinel err = %v, want an authorization violation", err)
 		}
 		if errs := b.AsyncErrors(nc); len(errs) != 0 {
