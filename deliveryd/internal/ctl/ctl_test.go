@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/ctl"
+	"github.com/cotalgo/cotal/deliveryd/internal/fanout"
 	"github.com/cotalgo/cotal/deliveryd/internal/plane3"
 	"github.com/cotalgo/cotal/deliveryd/internal/plane3/plane3test"
 	"github.com/cotalgo/cotal/deliveryd/internal/reader"
@@ -640,4 +641,77 @@ func TestJoinEvicted(t *testing.T) {
 			t.Fatalf("rejoin = %+v, want durable at generation 2", got)
 		}
 	})
+}
+
+// TestJoinThenFanout: the rows durableJoin and durableLeave write are the ones the fan-out writer
+// routes by: after a join the member gets every later post exactly once through fan-out and the
+// trusted reader, and after its leave nothing more.
+func TestJoinThenFanout(t *testing.T) {
+	f := setup(t, nil, nil)
+	w, err := fanout.New(plane3test.Ctx(t), f.dc, fanout.Config{Names: f.e.N})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("fanout: %v", err)
+		}
+	})
+	runReader(t, f)
+	a0 := plane3test.JS(t, f.e.Agent(t, "a0", uid0))
+	a1 := f.e.Agent(t, "a1", uid1)
+	in := receive(t, f, "a1", uid1)
+	f.e.Post(t, a0, "a0", "m00", "before the join")
+	got := data[ctl.JoinResult](t, call(t, a1, "a1", ctl.OpDurableJoin, map[string]any{"channel": "general"}))
+	if !got.Durable {
+		t.Fatalf("join = %+v", got)
+	}
+	for i := 1; i <= 5; i++ {
+		f.e.Post(t, a0, "a0", fmt.Sprintf("m%02d", i), "after the join")
+	}
+	testkit.Eventually(t, 15*time.Second, func() error {
+		if g := strings.Join(in.got(), ","); g != "m01,m02,m03,m04,m05" {
+			return fmt.Errorf("a1 has %q", g)
+		}
+		return nil
+	})
+	if r := call(t, a1, "a1", ctl.OpDurableLeave, map[string]any{"channel": "general", "generation": got.Generation, "lifecycleUid": uid1}); !r.OK {
+		t.Fatal(r.Error)
+	}
+	for i := 6; i <= 8; i++ {
+		f.e.Post(t, a0, "a0", fmt.Sprintf("m%02d", i), "after the leave")
+	}
+	f.e.Post(t, plane3test.JS(t, a1), "a1", "x01", "a1 posts, so the chain has drained past the leave")
+	testkit.Eventually(t, 15*time.Second, func() error {
+		c, err := f.djs.Consumer(plane3test.Ctx(t), f.e.N.ChatStream(), "fanout")
+		if err != nil {
+			return err
+		}
+		ci, err := c.Info(plane3test.Ctx(t))
+		if err != nil {
+			return err
+		}
+		if ci.AckFloor.Stream < f.frontier(t) {
+			return fmt.Errorf("fanout acked up to %d", ci.AckFloor.Stream)
+		}
+		rc, err := f.djs.Consumer(plane3test.Ctx(t), f.e.N.InboxStream(), "reader")
+		if err != nil {
+			return err
+		}
+		ri, err := rc.Info(plane3test.Ctx(t))
+		if err != nil {
+			return err
+		}
+		if ri.NumPending != 0 || ri.NumAckPending != 0 {
+			return fmt.Errorf("reader: pending %d, unacked %d", ri.NumPending, ri.NumAckPending)
+		}
+		return nil
+	})
+	if g := strings.Join(in.got(), ","); g != "m01,m02,m03,m04,m05" {
+		t.Fatalf("after the leave a1 has %q", g)
+	}
 }

@@ -163,6 +163,9 @@ func (r *Responders) join(ctx context.Context, channel string, lc plane3.Lifecyc
 	if err != nil {
 		return JoinResult{}, err
 	}
+	if !r.mayAct() {
+		return JoinResult{}, ErrQuiesced
+	}
 	cur, err := r.members.read(ctx, key)
 	if err != nil {
 		return JoinResult{}, err
