@@ -1,30 +1,49 @@
 // Package ctl is deliveryd's two control responders (reference/delivery.md §1.5 and §4).
 //
 // ctl.delivery serves agents on cotal.<t>.ctl.delivery.*.* in queue group "delivery":
-// durableJoin {channel}, durableLeave {channel, generation, lifecycleUid},
-// listMemberships {lifecycleUid}; readHistory answers "not supported". ctl.delivery-admin serves
-// the manager on cotal.<t>.ctl.delivery-admin.*.* in queue group "delivery-admin" (only the
-// supervisor profile may publish there; the broker enforces it): reloadCreds renews the daemon's
-// credential now through the daemon's Renewer, reloadStoreIdentity names the signer endpoint it
-// renews from, and evictPrincipal, principalLiveness and planeConnLiveness answer a loud
-// "no executor wired" refusal.
+//   - durableJoin {channel}: the channel must be concrete and inside the caller's single live ACL
+//     row (resolved from <owner>.<actor>.*; none or several are refused). A new join commits
+//     generation+1 at joinCursor = CHAT's last sequence, state durable-active, activated:false
+//     (it routes at once); a retry of an unfinished activation keeps its window. The catch-up then
+//     copies (joinCursor, fence] of the channel into the member's inbox, fence = max(CHAT frontier,
+//     fanout's delivered sequence), in the fan-out writer's entry format and Nats-Msg-Id. If
+//     retention evicted part of the window the row is tombstoned at the fence and the reply is
+//     {durable:false, reason}; else a revision CAS flips activated:true, and a concurrent leave or
+//     rejoin that superseded it gives durable:false. Data: {durable, generation, lifecycleUid,
+//     reason?} (lifecycleUid is ours: the agent passes it back to durableLeave).
+//   - durableLeave {channel, generation, lifecycleUid}: no ACL check; no row is
+//     {alreadyLeft:true}; else a tombstone at leaveCursor = CHAT's last sequence, refused as a
+//     stale write when the row's generation is not the one given.
+//   - listMemberships {lifecycleUid}: the caller lifecycle's open rows, {channel, generation,
+//     activated}.
+//   - readHistory answers "not supported".
+//
+// ctl.delivery-admin serves the manager on cotal.<t>.ctl.delivery-admin.*.* in queue group
+// "delivery-admin"; only the supervisor profile may publish there (the broker enforces it,
+// pkg/profiles broker tests prove it). reloadCreds calls the daemon's Renewer and answers
+// {delivery:{ok, brokerAccepted:{identity, iat, exp}}, membership:{ok:true, skipped:true}};
+// reloadStoreIdentity answers {kind:"signer", endpoint}; evictPrincipal, principalLiveness and
+// planeConnLiveness answer a loud "no executor wired" refusal.
 //
 // Both share upstream's envelope: a request {op, args, from}, a reply {ok, data?, error?}. A
-// request is answered only on <request-subject>.reply.<nonce>; one with any other reply target
-// is dropped unanswered (boundReply: the daemon may publish on every caller's reply lane, so
+// request is answered only on <request-subject>.reply.<nonce>; one with any other reply target is
+// dropped unanswered (boundReply: the daemon may publish on every caller's reply lane, so
 // answering elsewhere would make it a confused deputy). It is refused, changing nothing, when its
 // body is over the request bound (DefaultMaxRequestBytes, never above the broker's max_payload),
 // is not a JSON envelope, names an unknown op, or claims a from.id other than the subject's
 // <owner>.<actor> ("sender mismatch"), or when the subject's owner is not a real principal owner.
+// A broker or bucket failure is logged and answered with a short reason only.
 //
-// Membership rows (plane3.Member, in cotal_members_<t> under <channel>/<owner>.<actor>.<uid>) are
-// written only with a revision CAS and a generation guard. Every KV write, inbox publish and
-// reply is fenced by Config.MayAct: a handler that finds it false stops and answers nothing, so
-// the caller retries against whoever holds the lease.
+// Membership rows (plane3.Member, in cotal_members_<t> under <channel>/<owner>.<actor>.<uid>, the
+// rows the fan-out writer and trusted reader route by) are written only with a revision CAS and a
+// generation guard. Every KV write, inbox publish and reply is fenced by Config.MayAct: a handler
+// that finds it false stops and answers nothing, so the caller retries against whoever holds the
+// lease.
 //
-// Use: New once; Start(ctx, nc) binds both responders on a delivery-credential connection
-// (opening, never creating, CHAT, INBOX and the members and ACL buckets); Stop unbinds them and
-// waits for requests in flight (a quiesced daemon calls Stop, a resumed one Start again).
+// Use: New(Config) once; Start(ctx, nc) binds both responders on a delivery-credential connection
+// (opening, never creating, CHAT, INBOX and the members and ACL buckets) and returns once the
+// broker holds the subscriptions; Stop unbinds them, cancels and waits for requests in flight. A
+// quiescing daemon calls Stop, a resumed one Start again (on the same or a new connection).
 package ctl
 
 import (

@@ -124,15 +124,15 @@ func (r *Responders) liveLifecycle(ctx context.Context, c Caller) (plane3.Lifecy
 	}
 	switch len(keys) {
 	case 0:
-		return plane3.Lifecycle{}, plane3.ACL{}, fmt.Errorf("durableJoin: no read ACL on record for %s (not provisioned for durable delivery)", c.Principal())
+		return plane3.Lifecycle{}, plane3.ACL{}, refusal(fmt.Sprintf("durableJoin: no read ACL on record for %s (not provisioned for durable delivery)", c.Principal()))
 	case 1:
 	default:
-		return plane3.Lifecycle{}, plane3.ACL{}, fmt.Errorf("durableJoin: %s has %d live lifecycle rows; at most one may be live per alias, refusing to guess", c.Principal(), len(keys))
+		return plane3.Lifecycle{}, plane3.ACL{}, refusal(fmt.Sprintf("durableJoin: %s has %d live lifecycle rows; at most one may be live per alias, refusing to guess", c.Principal(), len(keys)))
 	}
 	lc, ok := plane3.ParseACLKey(keys[0])
 	acl, valid := plane3.DecodeACL(values[0])
 	if !ok || lc.Principal() != c.Principal() || !valid {
-		return plane3.Lifecycle{}, plane3.ACL{}, fmt.Errorf("durableJoin: the ACL row of %s does not decode", c.Principal())
+		return plane3.Lifecycle{}, plane3.ACL{}, refusal(fmt.Sprintf("durableJoin: the ACL row of %s does not decode", c.Principal()))
 	}
 	return lc, acl, nil
 }
@@ -144,15 +144,14 @@ func (r *Responders) durableJoin(ctx context.Context, c Caller, args map[string]
 	}
 	lc, acl, err := r.liveLifecycle(ctx, c)
 	if err != nil {
-		return refuse("%v", err)
+		return r.failed(OpDurableJoin, c, err)
 	}
 	if !acl.Allows(channel) {
 		return refuse("channel %q is not within your read ACL", channel)
 	}
 	res, err := r.join(ctx, channel, lc)
 	if err != nil {
-		r.log.Warn("durableJoin failed", "principal", c.Principal(), "channel", channel, "err", err)
-		return refuse("durableJoin: %v", err)
+		return r.failed(OpDurableJoin, c, err)
 	}
 	return okReply(res)
 }
@@ -245,19 +244,16 @@ func (r *Responders) durableLeave(ctx context.Context, c Caller, args map[string
 	lc := plane3.Lifecycle{Owner: c.Owner, Actor: c.Actor, UID: uid}
 	key, err := r.memberKey(channel, lc)
 	if err != nil {
-		return refuse("durableLeave: %v", err)
+		return r.failed(OpDurableLeave, c, err)
 	}
 	// No ACL check: a leave follows a narrowed or revoked ACL, and must still close the row.
 	leaveCursor, err := r.frontier(ctx)
 	if err != nil {
-		return refuse("durableLeave: %v", err)
+		return r.failed(OpDurableLeave, c, err)
 	}
 	m, err := r.members.tombstone(ctx, key, leaveCursor, generation, r.cfg.WriterIdentity)
 	if err != nil {
-		if !errors.Is(err, ErrQuiesced) {
-			r.log.Info("durableLeave refused", "principal", c.Principal(), "channel", channel, "err", err)
-		}
-		return refuse("durableLeave: %v", err)
+		return r.failed(OpDurableLeave, c, err)
 	}
 	if m == nil {
 		return okReply(LeaveResult{Channel: channel, AlreadyLeft: true})
@@ -272,9 +268,32 @@ func (r *Responders) listMemberships(ctx context.Context, c Caller, args map[str
 	}
 	ms, err := r.members.list(ctx, plane3.Lifecycle{Owner: c.Owner, Actor: c.Actor, UID: uid})
 	if err != nil {
-		return refuse("listMemberships: %v", err)
+		return r.failed(OpListMemberships, c, err)
 	}
 	return okReply(map[string]any{"memberships": ms})
+}
+
+// refusal is an error whose text is meant for the caller.
+type refusal string
+
+func (e refusal) Error() string { return string(e) }
+
+// failed is the reply to an op that failed: a refusal or a stale write is told to the caller as
+// it is; anything else (a broker or bucket failure) is logged and answered with a short reason,
+// so internal detail stays in the log (STYLE 11).
+func (r *Responders) failed(op string, c Caller, err error) Reply {
+	var ref refusal
+	switch {
+	case errors.As(err, &ref):
+		return refuse("%v", err)
+	case errors.Is(err, ErrStale):
+		return refuse("%s: %v", op, err)
+	case errors.Is(err, ErrQuiesced):
+		return refuse("%s: quiesced", op) // never sent: the fence stops the reply
+	default:
+		r.log.Warn("control op failed", "op", op, "principal", c.Principal(), "err", err)
+		return refuse("%s: internal error, retry (the daemon logged the cause)", op)
+	}
 }
 
 // frontier is CHAT's last sequence.
