@@ -483,12 +483,13 @@ func (r *Responders) oldest(ctx context.Context, subject, name string) (uint64, 
 	if err != nil {
 		return 0, err
 	}
-	for m := range b.Messages() {
-		md, err := m.Metadata()
-		if err != nil {
-			return 0, err
-		}
-		return md.Sequence.Stream, nil
+	m, ok := <-b.Messages()
+	if !ok {
+		return 0, nil
 	}
-	return 0, nil
+	md, err := m.Metadata()
+	if err != nil {
+		return 0, err
+	}
+	return md.Sequence.Stream, nil
 }
