@@ -121,7 +121,7 @@ type Responders struct {
 	mu      sync.Mutex
 	running bool
 	subs    []*nats.Subscription
-	cancel  context.CancelFunc
+	cancel  func()
 	wg      sync.WaitGroup
 
 	// Bound by Start; read by handlers started after it.
@@ -199,8 +199,9 @@ func (r *Responders) Start(ctx context.Context, nc *nats.Conn) error {
 	if mp := int(nc.MaxPayload()); mp > 0 && mp < r.max {
 		r.max = mp
 	}
-	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	context.AfterFunc(ctx, cancel)
+	hctx, cancelH := context.WithCancel(context.WithoutCancel(ctx))
+	unhook := context.AfterFunc(ctx, cancelH)
+	cancel := func() { unhook(); cancelH() }
 	// Running before the first subscription: a request arriving while Start still holds mu
 	// waits for it, then is served.
 	r.running = true
