@@ -437,6 +437,42 @@ func TestJoinSuperseded(t *testing.T) {
 		wantRefusal(t, call(t, a1, "a1", ctl.OpDurableLeave, map[string]any{"channel": "team.backend", "generation": 1, "lifecycleUid": uid1}),
 			"stale membership write")
 	})
+	t.Run("fail/a fence that drops mid-join stops its copies, its flip and its reply", func(t *testing.T) {
+		sender := plane3test.JS(t, f.e.Agent(t, "a0", uid0))
+		a2 := f.e.Agent(t, "a2", uid2)
+		g := func() {
+			f.e.Post(t, sender, "a0", "q01", "posted during the join")
+			f.fence.Store(false)
+		}
+		during.Store(&g)
+		defer f.fence.Store(true)
+		inbox := f.lastSeq(t, f.e.N.InboxStream())
+		r, ok := send(t, a2, space.CtlServiceDelivery, "a2", body(t, ctl.OpDurableJoin, map[string]any{"channel": "general"}, "local.a2"), "", quiet)
+		during.Store(nil)
+		if ok {
+			t.Fatalf("a join fenced mid-way answered %+v", r)
+		}
+		testkit.Eventually(t, 5*time.Second, func() error {
+			if m := f.member(t, "general", "a2", uid2); m == nil || m.Generation != 1 {
+				return fmt.Errorf("row = %+v, want the pending commit made before the fence dropped", m)
+			}
+			return nil
+		})
+		if m := f.member(t, "general", "a2", uid2); m.Activated {
+			t.Fatalf("row = %+v was flipped while fenced", m)
+		}
+		if after := f.lastSeq(t, f.e.N.InboxStream()); after != inbox {
+			t.Fatalf("a fenced catch-up copied into INBOX (%d to %d)", inbox, after)
+		}
+		f.fence.Store(true)
+		got := data[ctl.JoinResult](t, call(t, a2, "a2", ctl.OpDurableJoin, map[string]any{"channel": "general"}))
+		if !got.Durable || got.Generation != 1 {
+			t.Fatalf("retry = %+v, want the same join completed", got)
+		}
+		if after := f.lastSeq(t, f.e.N.InboxStream()); after != inbox+1 {
+			t.Fatalf("the retried catch-up moved INBOX from %d to %d, want the one message", inbox, after)
+		}
+	})
 	t.Run("ok/a retry of the incomplete join activates it without a new generation", func(t *testing.T) {
 		got := data[ctl.JoinResult](t, call(t, a1, "a1", ctl.OpDurableJoin, map[string]any{"channel": "team.backend"}))
 		if !got.Durable || got.Generation != 2 {
