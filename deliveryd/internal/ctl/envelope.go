@@ -45,24 +45,22 @@ func DecodeRequest(b []byte, max int) (Request, error) {
 	if len(b) > max {
 		return Request{}, fmt.Errorf("%w: body of %d bytes is over the %d-byte bound", ErrBadRequest, len(b), max)
 	}
-	var raw struct {
-		Op   *string         `json:"op"`
-		Args json.RawMessage `json:"args"`
-		From *struct {
-			ID *string `json:"id"`
-		} `json:"from"`
-	}
-	if err := json.Unmarshal(b, &raw); err != nil || !isObject(b) {
+	var fields map[string]json.RawMessage
+	if !isObject(b) || json.Unmarshal(b, &fields) != nil {
 		return Request{}, fmt.Errorf("%w: body is not a JSON object", ErrBadRequest)
 	}
-	if raw.Op == nil || *raw.Op == "" || len(*raw.Op) > 64 {
+	var op string
+	if json.Unmarshal(fields["op"], &op) != nil || op == "" || len(op) > 64 {
 		return Request{}, fmt.Errorf("%w: op must be a non-empty string of at most 64 bytes", ErrBadRequest)
 	}
-	if raw.From == nil || raw.From.ID == nil {
+	var from struct {
+		ID *string `json:"id"`
+	}
+	if !isObject(fields["from"]) || json.Unmarshal(fields["from"], &from) != nil || from.ID == nil {
 		return Request{}, fmt.Errorf("%w: from.id must be a string", ErrBadRequest)
 	}
-	r := Request{Op: *raw.Op, From: *raw.From.ID, Args: map[string]json.RawMessage{}}
-	if a := bytes.TrimSpace(raw.Args); len(a) > 0 && !bytes.Equal(a, []byte("null")) {
+	r := Request{Op: op, From: *from.ID, Args: map[string]json.RawMessage{}}
+	if a := bytes.TrimSpace(fields["args"]); len(a) > 0 && !bytes.Equal(a, []byte("null")) {
 		if !isObject(a) || json.Unmarshal(a, &r.Args) != nil {
 			return Request{}, fmt.Errorf("%w: args must be a JSON object", ErrBadRequest)
 		}

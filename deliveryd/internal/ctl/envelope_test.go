@@ -43,6 +43,7 @@ func TestBadInput(t *testing.T) {
 		{"fail/an unknown verb", body(t, "purgeEverything", map[string]any{"channel": "general"}, "local.a1"), `op "purgeEverything" not supported`},
 		{"fail/readHistory is not supported", body(t, ctl.OpReadHistory, map[string]any{"channel": "general"}, "local.a1"), "readHistory: not supported"},
 		{"fail/args that are not an object", []byte(`{"op":"durableJoin","args":["general"],"from":{"id":"local.a1"}}`), "args must be a JSON object"},
+		{"fail/a from.id that is not a string", []byte(`{"op":"durableJoin","args":{"channel":"general"},"from":{"id":7}}`), "from.id must be a string"},
 		{"fail/no from", []byte(`{"op":"durableJoin","args":{"channel":"general"}}`), "from.id must be a string"},
 		{"fail/a spoofed sender", body(t, ctl.OpDurableJoin, map[string]any{"channel": "general"}, "local.a2"), "sender mismatch"},
 		{"fail/a 1 MiB body", big, "body of 1048576 bytes is over the 65536-byte bound"},
