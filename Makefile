@@ -32,6 +32,8 @@ FUZZ_TARGETS ?= \
 	pkg/profiles:FuzzBuild \
 	pkg/dlvclient:FuzzDecodeFrame \
 	deliveryd/internal/plane3:FuzzDecodeEntry \
+	deliveryd/internal/ctl:FuzzDecodeRequest \
+	deliveryd/internal/ctl:FuzzSubjects \
 	pkg/creds:FuzzParseCreds \
 	pkg/trust:FuzzLoadSpace \
 	signerd/internal/keystore:FuzzNewSigningKey \

@@ -1,0 +1,82 @@
+package ctl
+
+import (
+	"context"
+)
+
+// ctl.delivery-admin ops.
+const (
+	OpReloadCreds         = "reloadCreds"
+	OpReloadStoreIdentity = "reloadStoreIdentity"
+	OpEvictPrincipal      = "evictPrincipal"
+	OpPrincipalLiveness   = "principalLiveness"
+	OpPlaneConnLiveness   = "planeConnLiveness"
+)
+
+// BrokerAccepted is the credential a renewal proved on the broker; times are Unix seconds.
+type BrokerAccepted struct {
+	Identity string `json:"identity"`
+	IssuedAt int64  `json:"iat"`
+	Expires  int64  `json:"exp"`
+}
+
+// ComponentResult is one credential component of reloadCreds.
+type ComponentResult struct {
+	OK             bool            `json:"ok"`
+	Skipped        bool            `json:"skipped,omitempty"`
+	BrokerAccepted *BrokerAccepted `json:"brokerAccepted,omitempty"`
+	Error          string          `json:"error,omitempty"`
+}
+
+// ReloadResult is reloadCreds' data. The membership component is always skipped: this daemon
+// runs no membership feed.
+type ReloadResult struct {
+	Delivery   ComponentResult `json:"delivery"`
+	Membership ComponentResult `json:"membership"`
+}
+
+// StoreIdentity is reloadStoreIdentity's data: where the daemon's credential comes from (upstream
+// names a secret store; ours is the signer).
+type StoreIdentity struct {
+	Kind     string `json:"kind"`
+	Endpoint string `json:"endpoint"`
+}
+
+// admin dispatches one ctl.delivery-admin request. The broker lets only a supervisor credential
+// publish here, for its own principal; the envelope checks have run.
+func (r *Responders) admin(ctx context.Context, _ Caller, req Request) Reply {
+	switch req.Op {
+	case OpReloadCreds:
+		return r.reloadCreds(ctx)
+	case OpReloadStoreIdentity:
+		if r.cfg.StoreIdentity == "" {
+			return refuse("reloadStoreIdentity: no signer endpoint wired")
+		}
+		return okReply(StoreIdentity{Kind: "signer", Endpoint: r.cfg.StoreIdentity})
+	case OpEvictPrincipal, OpPrincipalLiveness, OpPlaneConnLiveness:
+		return refuse("%s: no executor wired (this delivery daemon holds no $SYS credential)", req.Op)
+	default:
+		return refuse("unsupported delivery-admin op %q", req.Op)
+	}
+}
+
+// reloadCreds renews the delivery credential now (upstream proves the delivery and membership
+// components; here membership is skipped). Any failure is a top-level ok:false carrying the
+// component results.
+func (r *Responders) reloadCreds(ctx context.Context) Reply {
+	if r.cfg.Renewer == nil {
+		return refuse("reloadCreds: no renewer wired")
+	}
+	ctx, cancel := context.WithTimeout(ctx, DefaultRenewTimeout)
+	defer cancel()
+	res := ReloadResult{Membership: ComponentResult{OK: true, Skipped: true}}
+	p, err := r.cfg.Renewer.RenewNow(ctx)
+	if err != nil {
+		r.log.Warn("reloadCreds: renewal failed", "err", err)
+		res.Delivery = ComponentResult{Error: err.Error()}
+		return Reply{Data: res, Error: "reloadCreds: delivery: " + err.Error()}
+	}
+	res.Delivery = ComponentResult{OK: true, BrokerAccepted: &BrokerAccepted{
+		Identity: p.Identity, IssuedAt: p.IssuedAt.Unix(), Expires: p.Expires.Unix()}}
+	return okReply(res)
+}

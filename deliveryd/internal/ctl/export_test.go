@@ -1,0 +1,6 @@
+package ctl
+
+// SetAfterCommit makes durableJoin call f after it committed its pending row, before the
+// catch-up: the seam a test uses to interleave a real concurrent request. Tests only; call it
+// before Start.
+func SetAfterCommit(r *Responders, f func()) { r.afterCommit = f }
