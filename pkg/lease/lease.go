@@ -158,6 +158,9 @@ type Lease struct {
 	rev uint64
 	// released is set by Release; nothing is written after it.
 	released bool
+	// freed is set once a Release settled the row (deleted it, or found it gone or another's);
+	// until then a Release that failed may be called again.
+	freed bool
 }
 
 // Acquire binds the bucket and creates Key with a new row (ready false). It refuses with a
@@ -392,10 +395,12 @@ func (l *Lease) Reacquire(ctx context.Context) error {
 // Release deletes the row if, on a fresh read, it is still ours, by CAS on the revision just
 // read, so a successor's row is never deleted. If the row is another's or gone it does nothing
 // and returns nil; if the broker does not answer the row is left to expire with the TTL and the
-// error says so. Release is idempotent; after it, Renew and SetReady refuse with ErrNotHeld.
+// error says so. After the first call Renew and SetReady refuse with ErrNotHeld. Release is
+// idempotent once it has settled the row; a call that failed may be made again (after the
+// connection came back, say), and tries again.
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
-	if l.released {
+	if l.freed {
 		l.mu.Unlock()
 		return nil
 	}
@@ -406,6 +411,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		if st == Unknown {
 			return fmt.Errorf("lease: release left to the TTL: %w", err)
 		}
+		l.setFreed()
 		return nil
 	}
 	l.mu.Lock()
@@ -416,5 +422,12 @@ func (l *Lease) Release(ctx context.Context) error {
 	if err := l.kv.Delete(octx, l.cfg.Key, jetstream.LastRevision(rev)); err != nil {
 		return l.classify(fmt.Errorf("lease: release %s/%s left to the TTL: %w", l.cfg.Bucket, l.cfg.Key, err))
 	}
+	l.setFreed()
 	return nil
+}
+
+func (l *Lease) setFreed() {
+	l.mu.Lock()
+	l.freed = true
+	l.mu.Unlock()
 }

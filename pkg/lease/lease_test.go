@@ -229,6 +229,27 @@ func TestLease(t *testing.T) {
 			t.Fatalf("Release = %v; want 'left to the TTL'", err)
 		}
 	})
+	t.Run("ok/failed-release-retried", func(t *testing.T) {
+		e := setup(t, time.Minute)
+		l := mustAcquire(t, e, "one")
+		gone, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := l.Release(gone); err == nil || !strings.Contains(err.Error(), "TTL") {
+			t.Fatalf("Release(canceled) = %v; want 'left to the TTL'", err)
+		}
+		if _, err := e.kv.Get(ctxT(t), "plane"); err != nil {
+			t.Fatalf("row after the failed release: %v", err)
+		}
+		if st, err := l.Renew(ctxT(t)); !errors.Is(err, lease.ErrNotHeld) {
+			t.Fatalf("Renew after a failed Release = %v, %v; want ErrNotHeld", st, err)
+		}
+		if err := l.Release(ctxT(t)); err != nil {
+			t.Fatalf("Release retried: %v", err)
+		}
+		if _, err := e.kv.Get(ctxT(t), "plane"); !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted) {
+			t.Fatalf("row after the retried release: %v", err)
+		}
+	})
 	t.Run("fail/no-ttl", func(t *testing.T) {
 		e := setup(t, 0)
 		if _, err := e.acquire(t, "one"); !errors.Is(err, lease.ErrNoTTL) {

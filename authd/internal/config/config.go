@@ -24,7 +24,6 @@ import (
 	"github.com/cotalgo/cotal/authd/internal/exchange"
 	"github.com/cotalgo/cotal/pkg/creds"
 	"github.com/cotalgo/cotal/pkg/daemon"
-	"github.com/cotalgo/cotal/pkg/mtls"
 	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/pkg/yamlx"
@@ -72,31 +71,9 @@ type Config struct {
 	LogLevel string `yaml:"log_level"`
 }
 
-// Signer names signerd's address and authd's client certificate.
-type Signer struct {
-	// Address is host:port or unix:/path. Required.
-	Address string `yaml:"address"`
-	// CA is the bundle signerd's certificate must chain to. Required.
-	CA string `yaml:"ca"`
-	// Cert and Key are authd's client certificate (URI SAN spiffe://<td>/authd/<space>) and key.
-	// Required.
-	Cert string `yaml:"cert"`
-	Key  string `yaml:"key"`
-	// ServerName is the name signerd's certificate is verified for; default "localhost".
-	ServerName string `yaml:"server_name"`
-	// ServerID, if set, is the SPIFFE ID signerd's certificate must carry.
-	ServerID string `yaml:"server_id"`
-}
-
-// ClientConfig is the signerclient configuration for s.
-func (s Signer) ClientConfig() signerclient.Config {
-	return signerclient.Config{
-		Addr:       s.Address,
-		TLS:        mtls.ClientFiles{CertFile: s.Cert, KeyFile: s.Key, ServerCAFile: s.CA},
-		ServerName: s.ServerName,
-		ServerID:   s.ServerID,
-	}
-}
+// Signer names signerd's address and authd's client certificate (URI SAN
+// spiffe://<td>/authd/<space>): the `signer:` block every daemon shares.
+type Signer = signerclient.FileConfig
 
 // Decode reads path strictly (daemon.LoadConfig: bounded, plain YAML, unknown keys refused, no
 // secret in the file) without validating the values: `authd serve` hands the result to
