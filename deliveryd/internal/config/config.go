@@ -1,0 +1,152 @@
+// Package config is deliveryd's configuration file: strict, plain YAML (pkg/daemon.LoadConfig,
+// so an unknown key stops start-up naming it), validated before anything dials.
+//
+// It refuses: a missing required key (named), a space name pkg/space refuses, a broker URL that
+// is not nats:// or tls:// or carries credentials, a broker-gone window or backstop out of range,
+// a state directory looser than 0700 or another uid's, and a configuration file or state
+// directory holding an operator, account or curve seed or a private JWK, naming the file:
+// deliveryd holds no signing key, so finding one next to it means signing material leaked out of
+// signerd.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cotalgo/cotal/pkg/creds"
+	"github.com/cotalgo/cotal/pkg/daemon"
+	"github.com/cotalgo/cotal/pkg/signerclient"
+	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/pkg/yamlx"
+)
+
+// Defaults.
+const (
+	// DefaultBrokerGone is the broker-gone window (upstream COTAL_DELIVERY_BROKER_GONE_MS).
+	DefaultBrokerGone = 15 * time.Second
+	// DefaultShutdownTimeout bounds a graceful stop, the lease release included.
+	DefaultShutdownTimeout = 10 * time.Second
+)
+
+// Config is `deliveryd serve --config FILE`.
+type Config struct {
+	// Space is the space this deliveryd serves. Required.
+	Space string `yaml:"space"`
+	// Brokers are the broker URLs (nats:// or tls://). Required, at least one.
+	Brokers []string `yaml:"brokers"`
+	// Signer is how to reach signerd, with deliveryd's client certificate (URI SAN
+	// spiffe://<td>/deliveryd/<space token>). Required, except server_name and server_id.
+	Signer signerclient.FileConfig `yaml:"signer"`
+	// StateDir holds the refusal file of a refused start. 0700; created if missing. Required.
+	StateDir string `yaml:"state_dir"`
+	// Holder names this instance in the lease row, for whoever finds it; default
+	// "deliveryd <host> pid <pid>".
+	Holder string `yaml:"holder"`
+	// CredentialTTL is the lifetime asked of signerd for each delivery credential; zero means
+	// the profile's default (signerd caps it by the profile and its policy).
+	CredentialTTL yamlx.Duration `yaml:"credential_ttl"`
+	// BrokerGone is how long the connection may stay down before deliveryd exits; default
+	// DefaultBrokerGone. COTAL_DELIVERY_BROKER_GONE_MS overrides it.
+	BrokerGone yamlx.Duration `yaml:"broker_gone"`
+	// BrokerGoneBackstop bounds every wait for the broker, an expired credential's included;
+	// default 4× BrokerGone. COTAL_DELIVERY_BROKER_GONE_BACKSTOP_MS overrides it.
+	BrokerGoneBackstop yamlx.Duration `yaml:"broker_gone_backstop"`
+	// ShutdownTimeout bounds a graceful stop. Default DefaultShutdownTimeout.
+	ShutdownTimeout yamlx.Duration `yaml:"shutdown_timeout"`
+	// LogLevel is debug, info (default), warn or error.
+	LogLevel string `yaml:"log_level"`
+}
+
+// Decode reads path strictly (daemon.LoadConfig: bounded, plain YAML, unknown keys refused, no
+// secret in the file) without validating the values; service.StartDeliveryService validates.
+func Decode(path string) (*Config, error) {
+	var c Config
+	if err := daemon.LoadConfig(path, &c); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Load is Decode followed by Validate.
+func Load(path string) (*Config, error) {
+	c, err := Decode(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, &daemon.ConfigError{Path: path, Err: err}
+	}
+	return c, nil
+}
+
+// Validate applies defaults and checks every value; it touches the file system only to check
+// and scan the state directory.
+func (c *Config) Validate() error {
+	var missing []string
+	if c.Space == "" {
+		missing = append(missing, "space")
+	}
+	if len(c.Brokers) == 0 {
+		missing = append(missing, "brokers")
+	}
+	missing = append(missing, c.Signer.Missing("signer.")...)
+	if c.StateDir == "" {
+		missing = append(missing, "state_dir")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing required keys: %s", strings.Join(missing, ", "))
+	}
+	if err := space.ValidateName(c.Space); err != nil {
+		return fmt.Errorf("space: %w", err)
+	}
+	for _, b := range c.Brokers {
+		u, err := url.Parse(b)
+		if err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" || u.User != nil {
+			return fmt.Errorf("brokers: %q is not a nats:// or tls:// URL without credentials", b)
+		}
+	}
+	if len(c.Holder) > 200 || strings.ContainsAny(c.Holder, "\r\n\x00") {
+		return errors.New("holder: at most 200 characters on one line")
+	}
+	if c.CredentialTTL < 0 {
+		return fmt.Errorf("credential_ttl %v: want zero (profile default) or positive", c.CredentialTTL.D())
+	}
+	switch {
+	case c.BrokerGone == 0:
+		c.BrokerGone = yamlx.Duration(DefaultBrokerGone)
+	case c.BrokerGone.D() < 100*time.Millisecond || c.BrokerGone.D() > time.Hour:
+		return fmt.Errorf("broker_gone %v: want 100ms to 1h", c.BrokerGone.D())
+	}
+	if c.BrokerGoneBackstop != 0 && c.BrokerGoneBackstop < c.BrokerGone {
+		return fmt.Errorf("broker_gone_backstop %v is shorter than broker_gone %v", c.BrokerGoneBackstop.D(), c.BrokerGone.D())
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = yamlx.Duration(DefaultShutdownTimeout)
+	}
+	switch c.LogLevel {
+	case "", "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("log_level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	abs, err := filepath.Abs(c.StateDir)
+	if err != nil {
+		return fmt.Errorf("state_dir: %w", err)
+	}
+	c.StateDir = abs
+	if fi, err := os.Lstat(c.StateDir); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("state_dir %s is not a directory", c.StateDir)
+		}
+		if err := creds.CheckSecretDir(c.StateDir); err != nil {
+			return fmt.Errorf("state_dir: %w", err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("state_dir: %w", err)
+	}
+	return daemon.ScanSecrets(c.StateDir)
+}
