@@ -179,6 +179,8 @@ type Rail struct {
 
 	startOnce atomic.Bool
 	closeOnce sync.Once
+	// renewMu serializes Run's renewals with RenewNow's.
+	renewMu sync.Mutex
 }
 
 // NewRail validates cfg and generates the rail's user nkey, or decodes it from cfg.UserSeed. It
@@ -461,7 +463,8 @@ func (r *Rail) Run(ctx context.Context) error {
 	if r.cur.Load() == nil {
 		return ErrNotStarted
 	}
-	next := renewAt(r.cur.Load())
+	planned := r.cur.Load()
+	next := renewAt(planned)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var last error
@@ -474,9 +477,17 @@ func (r *Rail) Run(ctx context.Context) error {
 			return ErrClosed
 		case <-timer.C:
 		}
+		r.renewMu.Lock()
 		cur := r.cur.Load()
+		if cur != planned {
+			// RenewNow adopted a newer credential: renew that one when its time comes.
+			r.renewMu.Unlock()
+			planned, next, last = cur, renewAt(cur), nil
+			continue
+		}
 		now := r.cfg.Now()
 		if expired(cur, now) {
+			r.renewMu.Unlock()
 			if last == nil {
 				last = errors.New("no renewal attempted before expiry")
 			}
@@ -484,6 +495,10 @@ func (r *Rail) Run(ctx context.Context) error {
 			return &ExpiredError{JTI: cur.jti, Expires: cur.expires, Last: last}
 		}
 		c, err := r.renew(ctx, cur)
+		if err == nil {
+			r.cur.Store(c)
+		}
+		r.renewMu.Unlock()
 		if err != nil {
 			select {
 			case <-ctx.Done():
@@ -501,13 +516,48 @@ func (r *Rail) Run(ctx context.Context) error {
 			continue
 		}
 		last = nil
-		r.cur.Store(c)
-		next = renewAt(c)
+		planned, next = c, renewAt(c)
 		r.log.Info("credential renewed", "jti", c.jti, "expires", c.expires, "previous_jti", cur.jti)
 		if r.cfg.OnRenew != nil {
 			r.cfg.OnRenew(c.jti, c.expires)
 		}
 	}
+}
+
+// Renewed is a credential RenewNow adopted: its jti and signerd's iat and exp.
+type Renewed struct {
+	JTI             string
+	Issued, Expires time.Time
+}
+
+// RenewNow renews the credential at once (deliveryd's reloadCreds): a Remint proven on a
+// throwaway broker connection and adopted exactly as Run's renewals are, serialized with them,
+// so the caller learns the proven credential's identity. A failure keeps the current credential.
+// Run then times its next renewal from the adopted credential.
+func (r *Rail) RenewNow(ctx context.Context) (Renewed, error) {
+	select {
+	case <-r.closed:
+		return Renewed{}, ErrClosed
+	default:
+	}
+	r.renewMu.Lock()
+	cur := r.cur.Load()
+	if cur == nil {
+		r.renewMu.Unlock()
+		return Renewed{}, ErrNotStarted
+	}
+	c, err := r.renew(ctx, cur)
+	if err != nil {
+		r.renewMu.Unlock()
+		return Renewed{}, err
+	}
+	r.cur.Store(c)
+	r.renewMu.Unlock()
+	r.log.Info("credential renewed on request", "jti", c.jti, "expires", c.expires, "previous_jti", cur.jti)
+	if r.cfg.OnRenew != nil {
+		r.cfg.OnRenew(c.jti, c.expires)
+	}
+	return Renewed{JTI: c.jti, Issued: c.issued, Expires: c.expires}, nil
 }
 
 // renew remints cur and accepts the result. The proof is dated signerNow, signerd's clock as

@@ -502,3 +502,58 @@ func TestRailExpiredCredentialNotPresented(t *testing.T) {
 		}
 	})
 }
+
+func TestRailRenewNow(t *testing.T) {
+	t.Run("ok/renew-now-adopts-a-proven-credential", func(t *testing.T) {
+		e := startEnv(t, shortPolicy("1h", "own"))
+		var renewed atomic.Int32
+		r := newRail(t, e, func(c *RailConfig) { c.OnRenew = func(string, time.Time) { renewed.Add(1) } })
+		if _, err := r.RenewNow(ctxT(t)); !errors.Is(err, ErrNotStarted) {
+			t.Fatalf("RenewNow before Start = %v, want ErrNotStarted", err)
+		}
+		if err := r.Start(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		done := runRail(t, r)
+		first, _ := r.Current()
+		// Two renewals in the same second with the same lifetime may yield the same JWT (the jti
+		// is derived from the claims), so wait for the next second on signerd's clock.
+		testkit.Eventually(t, 5*time.Second, func() error {
+			got, err := r.RenewNow(ctxT(t))
+			if err != nil {
+				return err
+			}
+			if got.JTI == first {
+				return errors.New("same jti")
+			}
+			return nil
+		})
+		jti, exp := r.Current()
+		if jti == first || exp.IsZero() {
+			t.Fatalf("Current = %s %v after RenewNow, first %s", jti, exp, first)
+		}
+		if renewed.Load() == 0 {
+			t.Fatal("OnRenew was not called")
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("Run ended: %v", err)
+		default:
+		}
+	})
+	t.Run("fail/renew-now-refused-keeps-current", func(t *testing.T) {
+		e := startEnv(t, shortPolicy("1h", "own"))
+		r := newRail(t, e, nil)
+		if err := r.Start(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		first, _ := r.Current()
+		e.s.Stop(t)
+		if _, err := r.RenewNow(ctxT(t)); err == nil {
+			t.Fatal("RenewNow with signerd stopped succeeded")
+		}
+		if jti, _ := r.Current(); jti != first {
+			t.Fatalf("Current = %s after a failed RenewNow, want %s", jti, first)
+		}
+	})
+}

@@ -1,0 +1,740 @@
+// Package service is deliveryd as an embeddable service (STYLE.md §18): StartDeliveryService
+// returns only once deliveryd serves, Close withdraws serving and releases only this instance's
+// lease, Done and Err say why it stopped. `deliveryd serve` is a thin wrapper around it.
+//
+// Start-up follows reference/delivery.md §3: the delivery credential from signerd through the
+// pkg/signerclient rail (its own user nkey generated in memory; a credential without exp or for
+// another nkey is refused, renewed by Remint at 75%, prove-then-adopt); one connection to the
+// broker with it and one authenticated reachability probe; every stream and bucket the daemon
+// uses opened, never created (a missing one is named); the lease (key lease.0 of
+// cotal_delivery_<space>, created with ready false: a live lease refuses start naming its holder,
+// and a permission error is reported as such); the fan-out writer, the trusted reader and the
+// optional responders bound; the mandatory watch on lease.0; the lease marked ready; then the
+// lease is renewed every RenewInterval.
+//
+// Every effect of the writer, the reader and the responders is fenced by "not quiesced". A
+// failed renewal, or a foreign row or a delete seen by the watch, quiesces the daemon (loops and
+// responders stopped), withdraws readiness (best effort), re-reads the key and acts: held resumes;
+// gone creates the row again and resumes (failing that is fatal); taken is fatal and the row is
+// left alone; unknown stays quiesced and asks again. The broker-gone watchdog
+// (deliveryd/internal/watchdog) turns a connection down for too long into a fatal stop, as does
+// a credential that expired without renewal.
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cotalgo/cotal/deliveryd/internal/config"
+	"github.com/cotalgo/cotal/deliveryd/internal/fanout"
+	"github.com/cotalgo/cotal/deliveryd/internal/plane3"
+	"github.com/cotalgo/cotal/deliveryd/internal/reader"
+	"github.com/cotalgo/cotal/deliveryd/internal/watchdog"
+	"github.com/cotalgo/cotal/pkg/daemon"
+	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/lease"
+	"github.com/cotalgo/cotal/pkg/signerclient"
+	"github.com/cotalgo/cotal/pkg/space"
+)
+
+// FileName is the base name of the refusal file in the state directory:
+// delivery-service-refusal.json.
+const FileName = "delivery-service"
+
+// Refusal codes carried by *StartError and written to the refusal file.
+const (
+	CodeConfig     = "CONFIG"     // the configuration or state directory is refused
+	CodeSigner     = "SIGNER"     // signerd refused or could not be reached for a credential
+	CodeBroker     = "BROKER"     // the broker refused the credential, the connection or the probe
+	CodeMissing    = "MISSING"    // a stream or bucket does not exist (provision the space)
+	CodeLeaseHeld  = "LEASE_HELD" // another deliveryd holds the space's lease
+	CodePermission = "PERMISSION" // the broker refused a subject the lease needs
+	CodeLease      = "LEASE"      // the lease failed otherwise
+	CodeBind       = "BIND"       // the writer, the reader or a responder could not bind
+	CodeWatch      = "WATCH"      // the mandatory lease watch could not be established
+	CodeCanceled   = "CANCELED"   // ctx ended before the service was ready
+)
+
+// StartError is a refused start: a stable code, a sentence, details (the lease holder) and the
+// cause.
+type StartError struct {
+	Code    string
+	Reason  string
+	Details map[string]string
+	Err     error
+}
+
+func (e *StartError) Error() string {
+	if e.Err == nil {
+		return "deliveryd: " + e.Reason
+	}
+	return fmt.Sprintf("deliveryd: %s: %v", e.Reason, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *StartError) Unwrap() error { return e.Err }
+
+// Stop causes reported by Err after Done.
+var (
+	// ErrLeaseTaken: another instance's row replaced this one's lease; it was left in place.
+	ErrLeaseTaken = errors.New("deliveryd: the delivery lease was taken by another instance")
+	// ErrLeaseLost: the lease was gone and could not be created again.
+	ErrLeaseLost = errors.New("deliveryd: the delivery lease was gone and could not be created again")
+)
+
+// Responders are request handlers the lease supervisor runs while this instance holds the
+// lease (deliveryd/internal/ctl's ctl.delivery and ctl.delivery-admin): Start binds them on nc
+// (subscribed and flushed when it returns) and is called on start and on every resume; Stop
+// unbinds them at once, on every quiesce and at Close. Their effects are fenced by Hooks.MayAct.
+type Responders interface {
+	Start(ctx context.Context, nc *nats.Conn) error
+	Stop()
+}
+
+// Renewer renews the delivery credential now through signerd, proving it on the broker before
+// adopting it: what ctl.delivery-admin's reloadCreds calls. *signerclient.Rail implements it.
+type Renewer interface {
+	RenewNow(ctx context.Context) (signerclient.Renewed, error)
+}
+
+var _ Renewer = (*signerclient.Rail)(nil)
+
+// Hooks is what the service hands the responders' constructor.
+type Hooks struct {
+	Names space.Names
+	// MayAct is the lease fence: false while quiesced. Check it before every reply, publish and
+	// write.
+	MayAct func() bool
+	// Renewer renews the delivery credential (reloadCreds).
+	Renewer Renewer
+	// Identity is the credential's user public key; SignerAddress is where it is renewed from
+	// (reloadStoreIdentity).
+	Identity, SignerAddress string
+	Logger                  *slog.Logger
+}
+
+// Inputs is what StartDeliveryService needs. Config is required and is validated by it.
+type Inputs struct {
+	Config *config.Config
+	// Logger receives the service's lines (never a seed or JWT); nil discards.
+	Logger *slog.Logger
+	// PID names this process in the default holder and the refusal file; zero means os.Getpid().
+	PID int
+	// NatsOptions are added to the broker connection (TLS settings, say).
+	NatsOptions []nats.Option
+	// Responders, if set, builds the responders the lease supervisor starts and quiesces; nil
+	// runs the fan-out writer and the trusted reader alone.
+	Responders func(Hooks) (Responders, error)
+	// Getenv reads the watchdog's environment overrides; nil means os.Getenv.
+	Getenv func(string) string
+}
+
+// Service is a running deliveryd. Its methods are safe for concurrent use.
+type Service struct {
+	cfg    *config.Config
+	log    *slog.Logger
+	pid    int
+	n      space.Names
+	holder string
+
+	signer *signerclient.Client
+	rail   *signerclient.Rail
+	nc     *nats.Conn
+	kv     jetstream.KeyValue // the delivery bucket
+	lease  *lease.Lease
+	writer *fanout.Writer
+	reader *reader.Reader
+	resp   Responders
+	wd     *watchdog.Watchdog
+	watch  *nats.Subscription
+	prompt chan struct{}
+
+	// quiesced is the fence: true while the loops and responders must not act.
+	quiesced atomic.Bool
+	// leaseTaken: another holder owns the row; Close must not touch it.
+	leaseTaken atomic.Bool
+
+	loopMu     sync.Mutex // guards loopCancel; held across a quiesce or resume
+	loopCancel context.CancelFunc
+	loopWG     sync.WaitGroup
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	stopOnce sync.Once
+	done     chan struct{}
+	errMu    sync.Mutex
+	err      error // why it stopped; guarded by errMu
+}
+
+// StartDeliveryService runs deliveryd until ctx ends, Close is called or a fatal condition stops
+// it, and returns once it serves (see the package doc for the order). A refusal is a
+// *StartError, also written to the refusal file when the state directory can hold it.
+func StartDeliveryService(ctx context.Context, in Inputs) (*Service, error) {
+	if in.Config == nil {
+		return nil, &StartError{Code: CodeConfig, Reason: "no configuration"}
+	}
+	cfg := *in.Config
+	s := &Service{cfg: &cfg, log: in.Logger, pid: in.PID, done: make(chan struct{}), prompt: make(chan struct{}, 1)}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.pid == 0 {
+		s.pid = os.Getpid()
+	}
+	if in.Getenv == nil {
+		in.Getenv = os.Getenv
+	}
+	s.quiesced.Store(true)
+	if err := cfg.Validate(); err != nil {
+		return nil, s.refuse(&StartError{Code: CodeConfig, Reason: "configuration refused", Err: err})
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	if err := s.start(ctx, runCtx, in); err != nil {
+		s.teardown(false)
+		close(s.done)
+		return nil, s.refuse(err)
+	}
+	s.log.Info("deliveryd ready", "space", cfg.Space, "holder", s.holder, "user", s.rail.PublicKey(), "pid", s.pid)
+	if _, err := daemon.Notify("READY=1"); err != nil {
+		s.log.Warn("sd_notify READY failed", "err", err)
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			s.stop(context.Canceled)
+		case <-s.done:
+		}
+	}()
+	return s, nil
+}
+
+// start brings every part up in order; a failure returns a *StartError and leaves teardown to
+// the caller.
+func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
+	cfg := s.cfg
+	fail := func(code, reason string, err error) error {
+		if ctx.Err() != nil {
+			return &StartError{Code: CodeCanceled, Reason: "start canceled", Err: ctx.Err()}
+		}
+		return &StartError{Code: code, Reason: reason, Err: err}
+	}
+	var err error
+	if s.n, err = space.NewNames(cfg.Space); err != nil {
+		return fail(CodeConfig, "space refused", err)
+	}
+	window, backstop, err := watchdog.Limits(cfg.BrokerGone.D(), cfg.BrokerGoneBackstop.D(), in.Getenv)
+	if err != nil {
+		return fail(CodeConfig, "broker-gone limits refused", err)
+	}
+	s.wd = watchdog.New(window, backstop, nil)
+	if err := daemon.ClearFiles(cfg.StateDir, FileName); err != nil {
+		return fail(CodeConfig, "state directory refused", err)
+	}
+	s.holder = cfg.Holder
+	if s.holder == "" {
+		host, _ := os.Hostname()
+		s.holder = "deliveryd " + host + " pid " + strconv.Itoa(s.pid)
+	}
+
+	// 1. The credential: the rail's own nkey, minted by signerd and proven on the broker.
+	sc := cfg.Signer.ClientConfig()
+	sc.Logger = s.log
+	if s.signer, err = signerclient.Dial(sc); err != nil {
+		return fail(CodeConfig, "signer client refused", err)
+	}
+	if s.rail, err = signerclient.NewRail(signerclient.RailConfig{
+		Client: s.signer, Space: cfg.Space, Profile: signerv1.Profile_PROFILE_DELIVERY,
+		TTL: cfg.CredentialTTL.D(), NatsURL: cfg.Brokers[0], Logger: s.log, OnRenew: s.onRenew,
+	}); err != nil {
+		return fail(CodeConfig, "delivery rail refused", err)
+	}
+	if err := s.rail.Start(ctx); err != nil {
+		var pe *signerclient.ProofError
+		if errors.As(err, &pe) {
+			return fail(CodeBroker, "the broker refused the delivery credential", err)
+		}
+		return fail(CodeSigner, "no delivery credential from signerd", err)
+	}
+
+	// 2. The resident connection and one authenticated reachability probe.
+	nc, err := s.connect(in.NatsOptions)
+	if err != nil {
+		return fail(CodeBroker, "broker connection refused", err)
+	}
+	s.loopMu.Lock()
+	s.nc = nc
+	s.loopMu.Unlock()
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		return fail(CodeBroker, "jetstream", err)
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err = js.AccountInfo(pctx)
+	pcancel()
+	if err != nil {
+		return fail(CodeBroker, "reachability probe (JetStream account info) failed", err)
+	}
+
+	// 3. Every stream and bucket, opened and never created.
+	for _, name := range []string{s.n.ChatStream(), s.n.InboxStream(), s.n.DLVStream()} {
+		if _, err := plane3.OpenStream(ctx, js, name); err != nil {
+			return fail(missingCode(err), "stream "+name, err)
+		}
+	}
+	for _, k := range []space.BucketKind{space.Members, space.ACL, space.Channels, space.Presence, space.Delivery} {
+		kv, err := plane3.OpenBucket(ctx, js, s.n, k)
+		if err != nil {
+			return fail(missingCode(err), "bucket "+string(k), err)
+		}
+		if k == space.Delivery {
+			s.kv = kv
+		}
+	}
+
+	// 4. The lease, ready false, before anything binds.
+	bucket, _ := s.n.Bucket(space.Delivery)
+	s.lease, err = lease.Acquire(ctx, lease.Config{Conn: s.nc, Bucket: bucket, Key: space.DeliveryLeaseKey, Holder: s.holder})
+	if err != nil {
+		var he *lease.HeldError
+		var pe *lease.PermissionError
+		switch {
+		case errors.As(err, &he):
+			return &StartError{Code: CodeLeaseHeld, Err: err,
+				Reason: "another deliveryd serves space " + strconv.Quote(cfg.Space) + ": " + strconv.Quote(he.Row.Holder) + " holds its delivery lease " + bucket + "/" + space.DeliveryLeaseKey + "; stop it, or wait for its lease to expire",
+				Details: map[string]string{"holder": he.Row.Holder, "incarnation": he.Row.Incarnation, "since": he.Row.Since.UTC().Format(time.RFC3339), "bucket": he.Bucket, "key": he.Key}}
+		case errors.As(err, &pe):
+			return fail(CodePermission, "the broker refused the delivery credential a subject of the lease (a permission error, not another daemon)", err)
+		}
+		return fail(CodeLease, "delivery lease failed", err)
+	}
+
+	// 5. The writer, the reader and the responders, bound.
+	if s.writer, err = fanout.New(ctx, s.nc, fanout.Config{Names: s.n, MayAct: s.MayAct, Logger: s.log}); err != nil {
+		return fail(bindCode(err), "fan-out writer", err)
+	}
+	if s.reader, err = reader.New(ctx, s.nc, reader.Config{Names: s.n, MayAct: s.MayAct, Logger: s.log}); err != nil {
+		return fail(bindCode(err), "trusted reader", err)
+	}
+	if in.Responders != nil {
+		if s.resp, err = in.Responders(Hooks{Names: s.n, MayAct: s.MayAct, Renewer: s.rail,
+			Identity: s.rail.PublicKey(), SignerAddress: cfg.Signer.Address, Logger: s.log}); err != nil {
+			return fail(CodeBind, "responders", err)
+		}
+	}
+	if err := s.serve(runCtx); err != nil {
+		return fail(CodeBind, "binding", err)
+	}
+
+	// 6. The mandatory lease watch: a core subscription on exactly $KV.<bucket>.lease.0 (see
+	// pkg/profiles deliveryPerms), restored by the client after a reconnect.
+	subj, err := s.n.KV(space.Delivery, space.DeliveryLeaseKey)
+	if err != nil {
+		return fail(CodeWatch, "lease watch", err)
+	}
+	if s.watch, err = s.nc.Subscribe(subj, s.onLeaseMsg); err != nil {
+		return fail(CodeWatch, "lease watch", err)
+	}
+	if err := s.nc.FlushTimeout(5 * time.Second); err != nil {
+		return fail(CodeWatch, "lease watch", err)
+	}
+	if err := s.nc.LastError(); err != nil && errors.Is(err, nats.ErrPermissionViolation) {
+		return fail(CodeWatch, "lease watch refused", err)
+	}
+
+	// 7. Ready, then the upkeep.
+	if err := s.lease.SetReady(ctx, true); err != nil {
+		return fail(CodeLease, "delivery lease could not be marked ready", err)
+	}
+	s.runLoops(runCtx)
+	return nil
+}
+
+func missingCode(err error) string {
+	if errors.Is(err, plane3.ErrMissing) {
+		return CodeMissing
+	}
+	return CodeBroker
+}
+
+func bindCode(err error) string {
+	if errors.Is(err, plane3.ErrMissing) {
+		return CodeMissing
+	}
+	return CodeBind
+}
+
+// connect opens the resident connection: reconnecting for ever (the watchdog decides when the
+// broker is gone), pinging every 2.5 s with at most 2 outstanding (upstream's defaults), and
+// feeding the watchdog its disconnect, reconnect and error events.
+func (s *Service) connect(extra []nats.Option) (*nats.Conn, error) {
+	opts := append(s.rail.NatsOptions(),
+		nats.Name("deliveryd"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+		nats.PingInterval(2500*time.Millisecond), nats.MaxPingsOutstanding(2),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if s.wd.Disconnected(err) {
+				s.log.Warn("broker connection lost: the credential expired; awaiting a proved renewal", "err", err)
+				return
+			}
+			s.log.Warn("broker connection lost; reconnecting", "err", err, "window", s.wd.Window())
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) {
+			s.wd.Reconnected()
+			s.log.Info("broker connection restored")
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			s.wd.AsyncError(err)
+			switch {
+			case watchdog.IsAuthExpired(err):
+				s.log.Debug("the broker closed the connection as its credential expired")
+			case sub != nil:
+				s.log.Warn("broker connection error", "subject", sub.Subject, "err", err)
+			default:
+				s.log.Warn("broker connection error", "err", err)
+			}
+		}),
+	)
+	opts = append(opts, extra...)
+	servers := s.cfg.Brokers[0]
+	for _, b := range s.cfg.Brokers[1:] {
+		servers += "," + b
+	}
+	return nats.Connect(servers, opts...)
+}
+
+// onRenew is the rail's hook after it adopted a proven renewal: the watchdog learns of it, and
+// the resident connection moves onto the new credential now rather than at the old one's expiry.
+func (s *Service) onRenew(jti string, expires time.Time) {
+	s.wd.Renewed()
+	if nc := s.conn(); nc != nil && nc.IsConnected() {
+		if err := nc.ForceReconnect(); err != nil {
+			s.log.Warn("reconnect onto the renewed credential failed", "err", err)
+		}
+	}
+}
+
+// conn is the resident connection once it exists (the rail may renew while start still runs).
+func (s *Service) conn() *nats.Conn {
+	s.loopMu.Lock()
+	defer s.loopMu.Unlock()
+	return s.nc
+}
+
+// MayAct is the lease fence: true while this instance serves.
+func (s *Service) MayAct() bool { return !s.quiesced.Load() }
+
+// serve binds the responders and starts the writer and the reader under ctx, the fence up.
+func (s *Service) serve(ctx context.Context) error {
+	s.loopMu.Lock()
+	defer s.loopMu.Unlock()
+	if s.loopCancel != nil {
+		return nil
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	s.quiesced.Store(false)
+	if s.resp != nil {
+		if err := s.resp.Start(lctx, s.nc); err != nil {
+			s.quiesced.Store(true)
+			cancel()
+			return fmt.Errorf("responders: %w", err)
+		}
+	}
+	s.loopCancel = cancel
+	for name, run := range map[string]func(context.Context) error{"fan-out writer": s.writer.Run, "trusted reader": s.reader.Run} {
+		s.loopWG.Add(1)
+		go func() {
+			defer s.loopWG.Done()
+			if err := run(lctx); err != nil && lctx.Err() == nil {
+				s.stop(fmt.Errorf("deliveryd: %s stopped: %w", name, err))
+			}
+		}()
+	}
+	return nil
+}
+
+// quiesce drops the fence, unbinds the responders and stops the loops, waiting for them.
+// Unacked messages redeliver to whoever holds the lease.
+func (s *Service) quiesce() {
+	s.quiesced.Store(true)
+	s.loopMu.Lock()
+	defer s.loopMu.Unlock()
+	if s.loopCancel == nil {
+		return
+	}
+	if s.resp != nil {
+		s.resp.Stop()
+	}
+	s.loopCancel()
+	s.loopCancel = nil
+	s.loopWG.Wait()
+}
+
+// Quiesced reports whether the service is quiesced (not serving while it holds, or re-checks,
+// its lease).
+func (s *Service) Quiesced() bool { return s.quiesced.Load() }
+
+// onLeaseMsg is the lease watch: a message on lease.0 that is not this instance's own row (a
+// delete, a purge or another holder's row) prompts the supervisor to read the key. A message is
+// only a prompt: the subscription also sees writes the stream then rejected.
+func (s *Service) onLeaseMsg(m *nats.Msg) {
+	if op := m.Header.Get("KV-Operation"); op == "" && len(m.Data) <= 4096 {
+		var row lease.Row
+		mine := s.lease.Row()
+		if json.Unmarshal(m.Data, &row) == nil && row.Holder == mine.Holder && row.Incarnation == mine.Incarnation {
+			return
+		}
+	}
+	select {
+	case s.prompt <- struct{}{}:
+	default:
+	}
+}
+
+// runLoops starts the rail's renewals, the lease upkeep and the watchdog under ctx.
+func (s *Service) runLoops(ctx context.Context) {
+	s.wg.Add(3)
+	go func() {
+		defer s.wg.Done()
+		if err := s.rail.Run(ctx); err != nil && !errors.Is(err, signerclient.ErrClosed) {
+			s.stop(fmt.Errorf("deliveryd: delivery credential: %w", err))
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.keepLease(ctx)
+	}()
+	go func() {
+		defer s.wg.Done()
+		if err := s.wd.Run(ctx, watchdog.Tick); err != nil {
+			s.stop(fmt.Errorf("deliveryd: %w", err))
+		}
+	}()
+}
+
+// keepLease renews the lease every RenewInterval and runs the recovery tree on a failed renewal
+// or a foreign row or delete seen by the watch.
+func (s *Service) keepLease(ctx context.Context) {
+	t := time.NewTicker(s.lease.RenewInterval())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			st, err := s.lease.Renew(ctx)
+			if st == lease.Held && err == nil {
+				continue
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Warn("delivery lease renewal failed", "state", st.String(), "err", err)
+			s.recover(ctx, "lease renewal failed")
+		case <-s.prompt:
+			if s.rowIsMine(ctx) {
+				continue
+			}
+			s.recover(ctx, "the lease watch saw a foreign row or a delete")
+		}
+	}
+}
+
+// rowIsMine reads lease.0: true only when the stored row is this instance's.
+func (s *Service) rowIsMine(ctx context.Context) bool {
+	octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	e, err := s.kv.Get(octx, space.DeliveryLeaseKey)
+	if err != nil {
+		return false
+	}
+	var row lease.Row
+	mine := s.lease.Row()
+	return len(e.Value()) <= 4096 && json.Unmarshal(e.Value(), &row) == nil && row.Holder == mine.Holder && row.Incarnation == mine.Incarnation
+}
+
+// recoverRetry is the pause between re-reads while the lease's state is unknown.
+const recoverRetry = time.Second
+
+// recover is the tree of reference/delivery.md §2: quiesce, withdraw readiness, re-read and act.
+func (s *Service) recover(ctx context.Context, why string) {
+	s.quiesce()
+	s.log.Warn("quiesced", "why", why)
+	if err := s.lease.SetReady(ctx, false); err != nil {
+		s.log.Debug("readiness not withdrawn", "err", err)
+	}
+	for ctx.Err() == nil {
+		st, err := s.lease.Renew(ctx)
+		switch st {
+		case lease.Held:
+			s.resume(ctx, "the lease is still held")
+			return
+		case lease.Gone:
+			if rerr := s.lease.Reacquire(ctx); rerr != nil {
+				var he *lease.HeldError
+				if errors.As(rerr, &he) {
+					s.leaseTaken.Store(true)
+				}
+				s.stop(fmt.Errorf("%w: %v", ErrLeaseLost, rerr))
+				return
+			}
+			s.resume(ctx, "the lease was gone and is created again")
+			return
+		case lease.Taken:
+			s.leaseTaken.Store(true)
+			s.stop(fmt.Errorf("%w: %v", ErrLeaseTaken, err))
+			return
+		default:
+			s.log.Warn("delivery lease state unknown; staying quiesced", "err", err, "retry_in", recoverRetry)
+			if !plane3.Pause(ctx, recoverRetry) {
+				return
+			}
+		}
+	}
+}
+
+// resume re-binds and marks the lease ready.
+func (s *Service) resume(ctx context.Context, why string) {
+	if err := s.serve(ctx); err != nil {
+		s.stop(fmt.Errorf("deliveryd: resume: %w", err))
+		return
+	}
+	if err := s.lease.SetReady(ctx, true); err != nil {
+		s.log.Warn("resumed, but the lease could not be marked ready; the next renewal decides", "err", err)
+	}
+	s.log.Info("resumed", "why", why)
+}
+
+// Holder is the name in this instance's lease row.
+func (s *Service) Holder() string { return s.holder }
+
+// Row is this instance's lease row as last written.
+func (s *Service) Row() lease.Row { return s.lease.Row() }
+
+// Done is closed when the service has stopped; Err then says why.
+func (s *Service) Done() <-chan struct{} { return s.done }
+
+// Err is why the service stopped: daemon.ErrStopped after Close, context.Canceled when its ctx
+// ended, or the fatal condition (ErrLeaseTaken, ErrLeaseLost, a watchdog.ErrBrokerGone, an
+// expired credential, a loop that failed); nil while it runs.
+func (s *Service) Err() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.err
+}
+
+// Close withdraws serving, releases this instance's lease (only if the row is still its own;
+// with the connection down it waits up to the broker-gone window for it to come back, then
+// retries once) and closes everything. It is idempotent and returns once everything is down.
+func (s *Service) Close() {
+	s.stop(daemon.ErrStopped)
+	<-s.done
+}
+
+// stop records why and tears down once.
+func (s *Service) stop(why error) {
+	s.stopOnce.Do(func() {
+		s.errMu.Lock()
+		s.err = why
+		s.errMu.Unlock()
+		fatal := !errors.Is(why, daemon.ErrStopped) && !errors.Is(why, context.Canceled)
+		if fatal {
+			s.log.Error("deliveryd stopping", "err", why)
+		}
+		if _, err := daemon.Notify("STOPPING=1"); err != nil {
+			s.log.Warn("sd_notify STOPPING failed", "err", err)
+		}
+		go func() {
+			s.teardown(fatal)
+			close(s.done)
+		}()
+	})
+}
+
+// teardown undoes whatever start did, in reverse; every part tolerates not having started. After
+// a fatal stop it does not wait for a dropped connection.
+func (s *Service) teardown(fatal bool) {
+	s.quiesced.Store(true)
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.wg.Wait()
+	s.quiesce()
+	if s.watch != nil {
+		_ = s.watch.Unsubscribe()
+	}
+	if s.lease != nil && !s.leaseTaken.Load() {
+		s.release(fatal)
+	}
+	if s.nc != nil {
+		s.nc.Close()
+	}
+	if s.rail != nil {
+		s.rail.Close()
+	}
+	if s.signer != nil {
+		_ = s.signer.Close()
+	}
+}
+
+// release withdraws readiness and deletes this instance's row by CAS. With the connection down it
+// waits up to the broker-gone window for it (not after a fatal stop), and retries once.
+func (s *Service) release(fatal bool) {
+	if s.nc == nil {
+		return
+	}
+	ctx := context.Background()
+	if !s.nc.IsConnected() && !fatal {
+		s.waitConnected()
+	}
+	err := s.lease.Release(ctx)
+	if err != nil && !fatal {
+		s.log.Warn("delivery lease release failed; waiting for the broker and trying once more", "err", err)
+		s.waitConnected()
+		err = s.lease.Release(ctx)
+	}
+	if err != nil {
+		s.log.Warn("delivery lease not released; it expires with its TTL", "err", err, "ttl", s.lease.TTL())
+		return
+	}
+	s.log.Info("delivery lease released")
+}
+
+// waitConnected polls the connection for up to the broker-gone window.
+func (s *Service) waitConnected() {
+	deadline := time.Now().Add(s.wd.Window())
+	for !s.nc.IsConnected() && time.Now().Before(deadline) && !s.nc.IsClosed() {
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// refuse writes the refusal file for a failed start (when the state directory can hold one) and
+// returns err.
+func (s *Service) refuse(err error) error {
+	var se *StartError
+	if !errors.As(err, &se) {
+		se = &StartError{Code: CodeConfig, Reason: "start failed", Err: err}
+	}
+	if se.Code == CodeCanceled || s.cfg.StateDir == "" {
+		return se
+	}
+	reason := se.Reason
+	if se.Err != nil && se.Code != CodeLeaseHeld {
+		reason += ": " + se.Err.Error()
+	}
+	if werr := daemon.WriteRefusal(s.cfg.StateDir, FileName, daemon.Refusal{PID: s.pid, Code: se.Code, Reason: reason, Details: se.Details}); werr != nil {
+		s.log.Warn("refusal file not written", "err", werr)
+	}
+	return se
+}
