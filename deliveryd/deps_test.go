@@ -1,5 +1,5 @@
-// Package deliveryd_test holds the deliveryd binary's dependency guard (STYLE 1).
-package deliveryd_test
+// Package main_test holds the deliveryd binary's dependency guard (STYLE 1).
+package main_test
 
 import (
 	"os/exec"

@@ -313,7 +313,7 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 		switch {
 		case errors.As(err, &he):
 			return &StartError{Code: CodeLeaseHeld, Err: err,
-				Reason: "another deliveryd serves space " + strconv.Quote(cfg.Space) + ": " + strconv.Quote(he.Row.Holder) + " holds its delivery lease " + bucket + "/" + space.DeliveryLeaseKey + "; stop it, or wait for its lease to expire",
+				Reason:  "another deliveryd serves space " + strconv.Quote(cfg.Space) + ": " + strconv.Quote(he.Row.Holder) + " holds its delivery lease " + bucket + "/" + space.DeliveryLeaseKey + "; stop it, or wait for its lease to expire",
 				Details: map[string]string{"holder": he.Row.Holder, "incarnation": he.Row.Incarnation, "since": he.Row.Since.UTC().Format(time.RFC3339), "bucket": he.Bucket, "key": he.Key}}
 		case errors.As(err, &pe):
 			return fail(CodePermission, "the broker refused the delivery credential a subject of the lease (a permission error, not another daemon)", err)

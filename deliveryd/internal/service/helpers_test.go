@@ -1,0 +1,86 @@
+package service_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cotalgo/cotal/deliveryd/internal/config"
+	"github.com/cotalgo/cotal/deliveryd/internal/plane3/plane3test"
+	"github.com/cotalgo/cotal/deliveryd/internal/service"
+)
+
+const (
+	uidAlice = "uidaaaaaaaaaaaaaaaaaaaaaaa"
+	uidBob   = "uidbbbbbbbbbbbbbbbbbbbbbbb"
+	uidCarol = "uidcccccccccccccccccccccccc"
+)
+
+// logBuffer collects the service's log lines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *logBuffer) has(s string) bool { return strings.Contains(l.String(), s) }
+
+func (l *logBuffer) logger() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// start runs deliveryd in process until the test ends.
+func start(t *testing.T, cfg *config.Config, logs *logBuffer) *service.Service {
+	t.Helper()
+	svc, err := service.StartDeliveryService(plane3test.Ctx(t), service.Inputs{Config: cfg, Logger: logs.logger(), Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatalf("StartDeliveryService: %v\n%s", err, logs)
+	}
+	t.Cleanup(svc.Close)
+	return svc
+}
+
+// eventually polls f until it returns nil, failing the test at the deadline.
+func eventually(t *testing.T, within time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %v", within, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stopped waits for svc to stop by itself and returns why.
+func stopped(t *testing.T, svc *service.Service, within time.Duration) error {
+	t.Helper()
+	select {
+	case <-svc.Done():
+		return svc.Err()
+	case <-time.After(within):
+		t.Fatalf("service still running after %v", within)
+	}
+	return nil
+}
+
+func ctx(t *testing.T) context.Context { return plane3test.Ctx(t) }

@@ -1,0 +1,109 @@
+// Command deliveryd is Cotal's durable delivery daemon for one space: the fan-out writer and the
+// trusted reader behind a single-instance lease, on a delivery credential signerd mints and
+// renews. It holds no signing key. See `deliveryd --help`.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/cotalgo/cotal/deliveryd/internal/config"
+	"github.com/cotalgo/cotal/deliveryd/internal/service"
+	"github.com/cotalgo/cotal/pkg/daemon"
+)
+
+const usage = `deliveryd: Cotal's durable delivery daemon for one space (fan-out writer, trusted reader, lease).
+
+Usage:
+  deliveryd serve --config FILE
+  deliveryd help | --help
+
+Run "deliveryd COMMAND --help" for a command's flags.
+`
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches a command line and returns the exit code: 0 done, 1 failed or refused, 2 usage.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "help", "--help", "-h", "-help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "serve":
+		return serve(ctx, args[1:], stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "deliveryd: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+// serve is `deliveryd serve --config FILE`: start, then wait for SIGINT/SIGTERM or a fatal
+// condition (exit 1 with its message).
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stdout, "Usage: deliveryd serve --config FILE\n\n")
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+	}
+	cfgPath := fs.String("config", "", "deliveryd's YAML configuration (required; unknown keys are refused)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "deliveryd serve: unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
+		return 2
+	}
+	if *cfgPath == "" {
+		fmt.Fprintln(stderr, "deliveryd serve: --config is required")
+		return 2
+	}
+	// The service validates the values, so that a refusal once the state dir is known is also
+	// written to delivery-service-refusal.json for the launcher.
+	cfg, err := config.Decode(*cfgPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "deliveryd: %v\n", err)
+		return 1
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level(cfg.LogLevel)}))
+	ctx, stop := daemon.NotifyContext(ctx)
+	defer stop()
+	svc, err := service.StartDeliveryService(ctx, service.Inputs{Config: cfg, Logger: log})
+	if err != nil {
+		fmt.Fprintf(stderr, "deliveryd: %v\n", err)
+		return 1
+	}
+	<-svc.Done()
+	if err := svc.Err(); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, daemon.ErrStopped) {
+		fmt.Fprintf(stderr, "deliveryd: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func level(s string) slog.Level {
+	switch s {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
