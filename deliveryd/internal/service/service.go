@@ -544,6 +544,7 @@ func (s *Service) keepLease(ctx context.Context) {
 			s.recover(ctx, "lease renewal failed")
 		case <-s.prompt:
 			if s.rowIsMine(ctx) {
+				s.log.Debug("lease watch: a write to lease.0 was rejected; the row is still ours")
 				continue
 			}
 			s.recover(ctx, "the lease watch saw a foreign row or a delete")

@@ -44,7 +44,26 @@ func Ctx(t testing.TB) context.Context {
 // New starts signerd and a broker and provisions the space through a signerd-minted provisioner.
 func New(t testing.TB) *Env {
 	t.Helper()
-	e := Unprovisioned(t)
+	return NewWith(t, signerdtest.Options{})
+}
+
+// NewWith is New with signerd's options (a policy, say); Spaces is always [Space].
+func NewWith(t testing.TB, opts signerdtest.Options) *Env {
+	t.Helper()
+	opts.Spaces = []string{Space}
+	s := signerdtest.Start(t, opts)
+	return On(t, s, s.StartBroker(t))
+}
+
+// On provisions the space on the broker at url, which trusts signerd s (a broker the test
+// stops and restarts, say).
+func On(t testing.TB, s *signerdtest.Signer, url string) *Env {
+	t.Helper()
+	e := &Env{S: s, URL: url}
+	var err error
+	if e.N, err = space.NewNames(Space); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := provision.Run(Ctx(t), provision.Config{Signer: e.signer(t, mtls.KindManagerd), Space: Space, NatsURL: e.URL}); err != nil {
 		t.Fatalf("provision: %v", err)
 	}
