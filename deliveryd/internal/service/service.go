@@ -696,7 +696,11 @@ func (s *Service) release(fatal bool) {
 		return
 	}
 	ctx := context.Background()
-	if !s.nc.IsConnected() && !fatal {
+	if !s.nc.IsConnected() {
+		if fatal {
+			s.log.Warn("delivery lease not released: no broker connection; it expires with its TTL", "ttl", s.lease.TTL())
+			return
+		}
 		s.waitConnected()
 	}
 	err := s.lease.Release(ctx)

@@ -1,0 +1,198 @@
+package service_test
+
+import (
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/cotalgo/cotal/deliveryd/internal/plane3/plane3test"
+	"github.com/cotalgo/cotal/deliveryd/internal/service/servicetest"
+	"github.com/cotalgo/cotal/deliveryd/internal/watchdog"
+	"github.com/cotalgo/cotal/pkg/signerclient"
+	"github.com/cotalgo/cotal/pkg/trust"
+	"github.com/cotalgo/cotal/pkg/yamlx"
+	"github.com/cotalgo/cotal/signerd/signerdtest"
+)
+
+// broker is an embedded broker the test stops and starts again on the same port and store.
+type broker struct {
+	t     *testing.T
+	s     *signerdtest.Signer
+	store string
+	port  int
+	ns    *server.Server
+}
+
+func startBroker(t *testing.T, s *signerdtest.Signer) *broker {
+	b := &broker{t: t, s: s, store: t.TempDir(), port: -1}
+	b.start()
+	b.port = b.ns.Addr().(*net.TCPAddr).Port
+	t.Cleanup(func() { b.stop() })
+	return b
+}
+
+func (b *broker) start() {
+	b.t.Helper()
+	tb, spaces := b.s.Trust(b.t)
+	opts, err := trust.ServerOptions(trust.ServerConfig{Host: "127.0.0.1", Port: b.port, StoreDir: b.store, Broker: tb, Spaces: spaces})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	opts.NoLog, opts.NoSigs = true, true
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		b.t.Fatal("broker not ready")
+	}
+	b.ns = ns
+}
+
+func (b *broker) stop() {
+	if b.ns != nil {
+		b.ns.Shutdown()
+		b.ns.WaitForShutdown()
+		b.ns = nil
+	}
+}
+
+// TestBrokerGone (e): the watchdog on the resident connection's own events.
+func TestBrokerGone(t *testing.T) {
+	t.Run("fail/broker-stopped-fatal-after-window", func(t *testing.T) {
+		s := signerdtest.Start(t, signerdtest.Options{Spaces: []string{plane3test.Space}})
+		b := startBroker(t, s)
+		e := plane3test.On(t, s, b.ns.ClientURL())
+		var logs logBuffer
+		cfg := servicetest.Config(t, e, "deliveryd-a")
+		cfg.BrokerGone = yamlx.Duration(time.Second)
+		svc := start(t, cfg, &logs)
+		b.stop()
+		err := stopped(t, svc, 15*time.Second)
+		var ge *watchdog.GoneError
+		if !errors.As(err, &ge) || ge.Limit != "window" || ge.Max != time.Second || ge.Down < time.Second {
+			t.Fatalf("Err = %v; want the broker-gone verdict after the 1s window\n%s", err, logs.String())
+		}
+		if !logs.has("broker connection lost") {
+			t.Fatalf("no disconnect logged:\n%s", logs.String())
+		}
+	})
+	t.Run("ok/broker-restart-within-window", func(t *testing.T) {
+		s := signerdtest.Start(t, signerdtest.Options{Spaces: []string{plane3test.Space}})
+		b := startBroker(t, s)
+		e := plane3test.On(t, s, b.ns.ClientURL())
+		members(t, e)
+		var logs logBuffer
+		cfg := servicetest.Config(t, e, "deliveryd-a")
+		const window = 3 * time.Second
+		cfg.BrokerGone = yamlx.Duration(window)
+		svc := start(t, cfg, &logs)
+		bob := servicetest.Receive(t, e, "bob", uidBob)
+		ajs := plane3test.JS(t, e.Agent(t, "alice", uidAlice))
+		e.Post(t, ajs, "alice", "before", "before the restart")
+		eventually(t, 10*time.Second, func() error { return servicetest.Exactly(bob.IDs(), []string{"before"}) })
+
+		down := time.Now()
+		b.stop()
+		b.start()
+		eventually(t, 10*time.Second, func() error {
+			if !logs.has("broker connection restored") {
+				return errors.New("not reconnected yet")
+			}
+			return nil
+		})
+		// Delivery works again (the agents reconnect on their own, so retry the post).
+		eventually(t, 15*time.Second, func() error {
+			if err := servicetest.Exactly(bob.IDs(), []string{"before", "after"}); err == nil {
+				return nil
+			}
+			if !strings.Contains(strings.Join(bob.IDs(), ","), "after") {
+				e.Post(t, ajs, "alice", "after", "after the restart")
+			}
+			return servicetest.Exactly(bob.IDs(), []string{"before", "after"})
+		})
+		// The reconnect cleared the clock: twice the window after the stop, it still serves.
+		eventually(t, 4*window, func() error {
+			select {
+			case <-svc.Done():
+				t.Fatalf("stopped after a restart within the window: %v\n%s", svc.Err(), logs.String())
+			default:
+			}
+			if time.Since(down) < 2*window {
+				return errors.New("watching")
+			}
+			return nil
+		})
+	})
+}
+
+// TestRenewal (f): the delivery credential renews on a short TTL policy, and a missed renewal
+// keeps the current one until it expires.
+func TestRenewal(t *testing.T) {
+	policy := func(ttl string) string {
+		p := strings.Replace(signerdtest.DefaultPolicy, "delivery: {ttl_max: 24h", "delivery: {ttl_max: "+ttl, 1)
+		if p == signerdtest.DefaultPolicy {
+			t.Fatal("policy not changed")
+		}
+		return p
+	}
+	t.Run("ok/delivery-across-renewals", func(t *testing.T) {
+		e := plane3test.NewWith(t, signerdtest.Options{Policy: policy("4s")})
+		members(t, e)
+		var logs logBuffer
+		svc := start(t, servicetest.Config(t, e, "deliveryd-a"), &logs)
+		bob := servicetest.Receive(t, e, "bob", uidBob)
+		ajs := plane3test.JS(t, e.Agent(t, "alice", uidAlice))
+		var want []string
+		for round := 1; round <= 3; round++ {
+			eventually(t, 10*time.Second, func() error {
+				if n := strings.Count(logs.String(), `"msg":"credential renewed"`); n < round {
+					return errors.New("waiting for a renewal")
+				}
+				return nil
+			})
+			id := "r-" + string(rune('0'+round))
+			want = append(want, id)
+			e.Post(t, ajs, "alice", id, "after a renewal")
+			eventually(t, 10*time.Second, func() error { return servicetest.Exactly(bob.IDs(), want) })
+		}
+		select {
+		case <-svc.Done():
+			t.Fatalf("stopped: %v", svc.Err())
+		default:
+		}
+	})
+	t.Run("ok/signerd-stopped-delivery-until-expiry", func(t *testing.T) {
+		e := plane3test.NewWith(t, signerdtest.Options{Policy: policy("8s")})
+		members(t, e)
+		var logs logBuffer
+		svc := start(t, servicetest.Config(t, e, "deliveryd-a"), &logs)
+		bob := servicetest.Receive(t, e, "bob", uidBob)
+		ajs := plane3test.JS(t, e.Agent(t, "alice", uidAlice))
+		e.S.Stop(t)
+		e.Post(t, ajs, "alice", "one", "signerd stopped")
+		eventually(t, 10*time.Second, func() error { return servicetest.Exactly(bob.IDs(), []string{"one"}) })
+		eventually(t, 10*time.Second, func() error {
+			if !logs.has("credential renewal failed; keeping the current credential") {
+				return errors.New("no missed renewal logged yet")
+			}
+			return nil
+		})
+		select {
+		case <-svc.Done():
+			t.Fatalf("stopped before expiry: %v", svc.Err())
+		default:
+			e.Post(t, ajs, "alice", "two", "renewal missed, credential still live")
+		}
+		eventually(t, 5*time.Second, func() error { return servicetest.Exactly(bob.IDs(), []string{"one", "two"}) })
+		err := stopped(t, svc, 15*time.Second)
+		if !errors.Is(err, signerclient.ErrExpired) {
+			t.Fatalf("Err = %v; want the credential's expiry\n%s", err, logs.String())
+		}
+	})
+}
