@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -217,5 +218,27 @@ func TestFailover(t *testing.T) {
 	now, _, err := servicetest.LeaseRow(context.Background(), kv)
 	if err != nil || now.Holder != "deliveryd-successor" || !now.Ready {
 		t.Fatalf("lease row after the failover = %+v, %v", now, err)
+	}
+}
+
+// TestSIGTERMReleases: `deliveryd serve` stops on SIGTERM with exit 0 and deletes its own lease
+// row, so a successor starts at once.
+func TestSIGTERMReleases(t *testing.T) {
+	bin := buildDeliveryd(t)
+	e := plane3test.New(t)
+	kv := servicetest.DeliveryKV(t, e)
+	c := spawn(t, bin, servicetest.Config(t, e, "deliveryd-term"))
+	servicetest.WaitReady(t, kv, "deliveryd-term", 15*time.Second)
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := c.exitCode(t, 15*time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0:\n%s", code, c.stderr)
+	}
+	if _, _, err := servicetest.LeaseRow(context.Background(), kv); !errors.Is(err, servicetest.ErrNoRow) {
+		t.Fatalf("lease row after SIGTERM: %v; want none", err)
+	}
+	if out := c.stderr.String(); !strings.Contains(out, "delivery lease released") || strings.Contains(out, "eyJ") {
+		t.Fatalf("stderr:\n%s", out)
 	}
 }

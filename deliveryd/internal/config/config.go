@@ -56,7 +56,8 @@ type Config struct {
 	// BrokerGoneBackstop bounds every wait for the broker, an expired credential's included;
 	// default 4× BrokerGone. COTAL_DELIVERY_BROKER_GONE_BACKSTOP_MS overrides it.
 	BrokerGoneBackstop yamlx.Duration `yaml:"broker_gone_backstop"`
-	// ShutdownTimeout bounds a graceful stop. Default DefaultShutdownTimeout.
+	// ShutdownTimeout bounds each wait of a graceful stop for a dropped connection to come back
+	// before the lease is released. Default DefaultShutdownTimeout.
 	ShutdownTimeout yamlx.Duration `yaml:"shutdown_timeout"`
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel string `yaml:"log_level"`

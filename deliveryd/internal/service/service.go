@@ -636,8 +636,8 @@ func (s *Service) Err() error {
 }
 
 // Close withdraws serving, releases this instance's lease (only if the row is still its own;
-// with the connection down it waits up to the broker-gone window for it to come back, then
-// retries once) and closes everything. It is idempotent and returns once everything is down.
+// with the connection down it waits up to the broker-gone window, at most the shutdown timeout,
+// for it to come back, then retries once) and closes everything. It is idempotent and returns once everything is down.
 func (s *Service) Close() {
 	s.stop(daemon.ErrStopped)
 	<-s.done
@@ -716,9 +716,14 @@ func (s *Service) release(fatal bool) {
 	s.log.Info("delivery lease released")
 }
 
-// waitConnected polls the connection for up to the broker-gone window.
+// waitConnected polls the connection for up to the broker-gone window, cut short by the
+// shutdown timeout.
 func (s *Service) waitConnected() {
-	deadline := time.Now().Add(s.wd.Window())
+	wait := min(s.wd.Window(), s.cfg.ShutdownTimeout.D())
+	if !s.nc.IsConnected() {
+		s.log.Info("waiting for the broker connection to release the delivery lease", "up_to", wait)
+	}
+	deadline := time.Now().Add(wait)
 	for !s.nc.IsConnected() && time.Now().Before(deadline) && !s.nc.IsClosed() {
 		time.Sleep(50 * time.Millisecond)
 	}

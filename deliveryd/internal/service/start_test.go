@@ -1,0 +1,169 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/cotalgo/cotal/deliveryd/internal/plane3/plane3test"
+	"github.com/cotalgo/cotal/deliveryd/internal/service"
+	"github.com/cotalgo/cotal/deliveryd/internal/service/servicetest"
+	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/pkg/yamlx"
+	"github.com/cotalgo/cotal/signerd/signerdtest"
+)
+
+// TestStartRefusals: a start that cannot serve is refused with a stable code naming why.
+func TestStartRefusals(t *testing.T) {
+	t.Run("fail/unprovisioned-space-names-the-stream", func(t *testing.T) {
+		e := plane3test.Unprovisioned(t)
+		_, err := service.StartDeliveryService(ctx(t), service.Inputs{Config: servicetest.Config(t, e, "d"), Getenv: func(string) string { return "" }})
+		var se *service.StartError
+		if !errors.As(err, &se) || se.Code != service.CodeMissing || !strings.Contains(err.Error(), "CHAT_"+e.N.Token()) {
+			t.Fatalf("start = %v; want MISSING naming CHAT_%s", err, e.N.Token())
+		}
+	})
+	t.Run("fail/unknown-caller-is-a-signer-refusal", func(t *testing.T) {
+		e := plane3test.New(t)
+		cfg := servicetest.Config(t, e, "d")
+		cf := e.S.Client(t, signerdtest.ID("somebody", plane3test.Space))
+		cfg.Signer.Cert, cfg.Signer.Key = cf.CertFile, cf.KeyFile
+		_, err := service.StartDeliveryService(ctx(t), service.Inputs{Config: cfg, Getenv: func(string) string { return "" }})
+		var se *service.StartError
+		if !errors.As(err, &se) || se.Code != service.CodeSigner {
+			t.Fatalf("start = %v; want SIGNER", err)
+		}
+	})
+	t.Run("fail/bad-watchdog-env", func(t *testing.T) {
+		e := plane3test.New(t)
+		_, err := service.StartDeliveryService(ctx(t), service.Inputs{Config: servicetest.Config(t, e, "d"),
+			Getenv: func(k string) string {
+				if k == "COTAL_DELIVERY_BROKER_GONE_MS" {
+					return "soon"
+				}
+				return ""
+			}})
+		var se *service.StartError
+		if !errors.As(err, &se) || se.Code != service.CodeConfig || !strings.Contains(err.Error(), "COTAL_DELIVERY_BROKER_GONE_MS") {
+			t.Fatalf("start = %v; want CONFIG naming the variable", err)
+		}
+	})
+}
+
+// recorder is a Responders that records its calls and the fence it was handed.
+type recorder struct {
+	mu            sync.Mutex
+	starts, stops int
+	hooks         service.Hooks
+}
+
+func (r *recorder) Start(context.Context, *nats.Conn) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.starts++
+	return nil
+}
+
+func (r *recorder) Stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stops++
+}
+
+func (r *recorder) counts() (int, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.starts, r.stops
+}
+
+// TestResponders: the responders seam is started with the loops, stopped on every quiesce,
+// started again on resume, and handed the fence and the renewer.
+func TestResponders(t *testing.T) {
+	e := plane3test.New(t)
+	rec := &recorder{}
+	var logs logBuffer
+	svc, err := service.StartDeliveryService(ctx(t), service.Inputs{
+		Config: servicetest.Config(t, e, "d"), Logger: logs.logger(), Getenv: func(string) string { return "" },
+		Responders: func(h service.Hooks) (service.Responders, error) { rec.hooks = h; return rec, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	if s, st := rec.counts(); s != 1 || st != 0 || !rec.hooks.MayAct() || rec.hooks.Renewer == nil || rec.hooks.SignerAddress != e.S.Addr || rec.hooks.Identity == "" {
+		t.Fatalf("after start: starts %d stops %d hooks %+v", s, st, rec.hooks)
+	}
+	renewed, err := rec.hooks.Renewer.RenewNow(ctx(t))
+	if err != nil || renewed.JTI == "" || !renewed.Expires.After(renewed.Issued) {
+		t.Fatalf("RenewNow = %+v, %v", renewed, err)
+	}
+	kv := servicetest.DeliveryKV(t, e)
+	if err := kv.Delete(ctx(t), space.DeliveryLeaseKey); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() error {
+		if s, st := rec.counts(); s != 2 || st != 1 {
+			return errors.New("no quiesce and resume yet")
+		}
+		return nil
+	})
+	if !rec.hooks.MayAct() {
+		t.Fatal("the fence is down after the resume")
+	}
+	svc.Close()
+	if s, st := rec.counts(); s != 2 || st != 2 || rec.hooks.MayAct() {
+		t.Fatalf("after Close: starts %d stops %d mayAct %v", s, st, rec.hooks.MayAct())
+	}
+}
+
+// TestCloseWaitsForBroker: Close with the broker down waits (up to the window) for it, then
+// releases the lease.
+func TestCloseWaitsForBroker(t *testing.T) {
+	s := signerdtest.Start(t, signerdtest.Options{Spaces: []string{plane3test.Space}})
+	b := startBroker(t, s)
+	e := plane3test.On(t, s, b.ns.ClientURL())
+	var logs logBuffer
+	cfg := servicetest.Config(t, e, "deliveryd-a")
+	cfg.BrokerGone = yamlx.Duration(10 * time.Second)
+	svc := start(t, cfg, &logs)
+	b.stop()
+	eventually(t, 5*time.Second, func() error {
+		if !logs.has("broker connection lost") {
+			return errors.New("not disconnected yet")
+		}
+		return nil
+	})
+	closed := make(chan struct{})
+	go func() {
+		svc.Close()
+		close(closed)
+	}()
+	eventually(t, 10*time.Second, func() error {
+		if !logs.has("waiting for the broker connection to release the delivery lease") {
+			return errors.New("Close is not waiting yet")
+		}
+		return nil
+	})
+	select {
+	case <-closed:
+		t.Fatal("Close returned without the broker")
+	default:
+	}
+	b.start()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("Close did not return:\n%s", logs.String())
+	}
+	if !logs.has("delivery lease released") {
+		t.Fatalf("lease not released:\n%s", logs.String())
+	}
+	if _, _, err := servicetest.LeaseRow(ctx(t), servicetest.DeliveryKV(t, e)); !errors.Is(err, servicetest.ErrNoRow) {
+		t.Fatalf("lease row after Close: %v; want none", err)
+	}
+}
