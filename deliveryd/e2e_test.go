@@ -18,6 +18,8 @@ import (
 	"github.com/cotalgo/cotal/deliveryd/internal/plane3/plane3test"
 	"github.com/cotalgo/cotal/deliveryd/internal/service"
 	"github.com/cotalgo/cotal/deliveryd/internal/service/servicetest"
+	"github.com/cotalgo/cotal/deliveryd/internal/watchdog"
+	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
 
 const (
@@ -68,7 +70,7 @@ type child struct {
 
 // spawn runs `deliveryd serve --config` for cfg as a child process, killed at the end of the
 // test if still running.
-func spawn(t *testing.T, bin string, cfg *config.Config) *child {
+func spawn(t *testing.T, bin string, cfg *config.Config, env ...string) *child {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "deliveryd.yaml")
 	if err := os.WriteFile(path, []byte(servicetest.YAML(cfg)), 0o600); err != nil {
@@ -76,7 +78,7 @@ func spawn(t *testing.T, bin string, cfg *config.Config) *child {
 	}
 	c := &child{cmd: exec.Command(bin, "serve", "--config", path), stderr: &syncBuffer{}, exited: make(chan struct{})}
 	c.cmd.Stderr = c.stderr
-	c.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET=")
+	c.cmd.Env = append(append(os.Environ(), "NOTIFY_SOCKET="), env...)
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -240,5 +242,23 @@ func TestSIGTERMReleases(t *testing.T) {
 	}
 	if out := c.stderr.String(); !strings.Contains(out, "delivery lease released") || strings.Contains(out, "eyJ") {
 		t.Fatalf("stderr:\n%s", out)
+	}
+}
+
+// TestBrokerGoneExits: with the broker stopped, `deliveryd serve` exits 1 once the window set by
+// COTAL_DELIVERY_BROKER_GONE_MS has passed, saying why.
+func TestBrokerGoneExits(t *testing.T) {
+	bin := buildDeliveryd(t)
+	s := signerdtest.Start(t, signerdtest.Options{Spaces: []string{plane3test.Space}})
+	ns := s.StartBrokerServer(t)
+	e := plane3test.On(t, s, ns.ClientURL())
+	c := spawn(t, bin, servicetest.Config(t, e, "deliveryd-gone"), watchdog.EnvWindow+"=700")
+	servicetest.WaitReady(t, servicetest.DeliveryKV(t, e), "deliveryd-gone", 15*time.Second)
+	ns.Shutdown()
+	if code := c.exitCode(t, 15*time.Second); code != 1 {
+		t.Fatalf("exit %d with the broker gone, want 1:\n%s", code, c.stderr)
+	}
+	if out := c.stderr.String(); !strings.Contains(out, "deliveryd: watchdog: broker gone: no broker for") || !strings.Contains(out, "the window is 700ms") {
+		t.Fatalf("stderr does not say the broker is gone after the 700ms window:\n%s", out)
 	}
 }
