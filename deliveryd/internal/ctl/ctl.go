@@ -69,6 +69,8 @@ const (
 	DefaultRequestTimeout = 25 * time.Second
 	// DefaultRenewTimeout bounds reloadCreds' renewal (upstream's 12 s fetch deadline).
 	DefaultRenewTimeout = 12 * time.Second
+	// bindTimeout bounds Start's flush of its subscriptions.
+	bindTimeout = 5 * time.Second
 	// maxInFlight bounds the requests handled at once per responder.
 	maxInFlight = 32
 	// lifecycleStripes is the number of locks serialising catch-up copies per lifecycle.
@@ -241,7 +243,12 @@ func (r *Responders) Start(ctx context.Context, nc *nats.Conn) error {
 		}
 		subs = append(subs, sub)
 	}
-	if err := nc.FlushWithContext(ctx); err != nil {
+	// ctx lives as long as the responders (deliveryd passes its serving context, which has no
+	// deadline, and FlushWithContext requires one), so the bind is bounded on its own.
+	fctx, fcancel := context.WithTimeout(ctx, bindTimeout)
+	err = nc.FlushWithContext(fctx)
+	fcancel()
+	if err != nil {
 		return fail(subs, fmt.Errorf("ctl: bind: %w", err))
 	}
 	r.subs, r.cancel = subs, cancel

@@ -70,7 +70,10 @@ func setup(t *testing.T, prepare func(*ctl.Config), hook func(*fixture, *ctl.Res
 	if hook != nil {
 		hook(f, r)
 	}
-	if err := r.Start(plane3test.Ctx(t), f.dc); err != nil {
+	// Started as deliveryd starts it: with its serving context, which has no deadline.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := r.Start(ctx, f.dc); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Stop)
