@@ -9,7 +9,7 @@
 // uses opened, never created (a missing one is named); the lease (key lease.0 of
 // cotal_delivery_<space>, created with ready false: a live lease refuses start naming its holder,
 // and a permission error is reported as such); the fan-out writer, the trusted reader and the
-// optional responders bound; the mandatory watch on lease.0; the lease marked ready; then the
+// ctl responders bound; the mandatory watch on lease.0; the lease marked ready; then the
 // lease is renewed every RenewInterval.
 //
 // Every effect of the writer, the reader and the responders is fenced by "not quiesced". A
@@ -37,6 +37,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/config"
+	"github.com/cotalgo/cotal/deliveryd/internal/ctl"
 	"github.com/cotalgo/cotal/deliveryd/internal/fanout"
 	"github.com/cotalgo/cotal/deliveryd/internal/plane3"
 	"github.com/cotalgo/cotal/deliveryd/internal/reader"
@@ -124,6 +125,32 @@ type Hooks struct {
 	Logger                  *slog.Logger
 }
 
+// CtlResponders is deliveryd's ctl.delivery and ctl.delivery-admin (deliveryd/internal/ctl),
+// wired to the hooks: the lease fence, the rail for reloadCreds and the signer address for
+// reloadStoreIdentity; membership rows carry the daemon's user public key as writer identity.
+func CtlResponders(h Hooks) (Responders, error) {
+	var rn ctl.Renewer
+	if h.Renewer != nil {
+		rn = ctlRenewer{h.Renewer, h.Identity}
+	}
+	return ctl.New(ctl.Config{Names: h.Names, WriterIdentity: h.Identity, MayAct: h.MayAct, Renewer: rn,
+		StoreIdentity: h.SignerAddress, Logger: h.Logger})
+}
+
+// ctlRenewer answers ctl's reloadCreds with the rail's proven renewal.
+type ctlRenewer struct {
+	r        Renewer
+	identity string
+}
+
+func (c ctlRenewer) RenewNow(ctx context.Context) (ctl.Proven, error) {
+	rn, err := c.r.RenewNow(ctx)
+	if err != nil {
+		return ctl.Proven{}, err
+	}
+	return ctl.Proven{Identity: c.identity, IssuedAt: rn.Issued, Expires: rn.Expires}, nil
+}
+
 // Inputs is what StartDeliveryService needs. Config is required and is validated by it.
 type Inputs struct {
 	Config *config.Config
@@ -133,8 +160,8 @@ type Inputs struct {
 	PID int
 	// NatsOptions are added to the broker connection (TLS settings, say).
 	NatsOptions []nats.Option
-	// Responders, if set, builds the responders the lease supervisor starts and quiesces; nil
-	// runs the fan-out writer and the trusted reader alone.
+	// Responders builds the responders the lease supervisor starts and quiesces; nil means
+	// CtlResponders (ctl.delivery and ctl.delivery-admin).
 	Responders func(Hooks) (Responders, error)
 	// Getenv reads the watchdog's environment overrides; nil means os.Getenv.
 	Getenv func(string) string
@@ -328,11 +355,12 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 	if s.reader, err = reader.New(ctx, s.nc, reader.Config{Names: s.n, MayAct: s.MayAct, Logger: s.log}); err != nil {
 		return fail(bindCode(err), "trusted reader", err)
 	}
-	if in.Responders != nil {
-		if s.resp, err = in.Responders(Hooks{Names: s.n, MayAct: s.MayAct, Renewer: s.rail,
-			Identity: s.rail.PublicKey(), SignerAddress: cfg.Signer.Address, Logger: s.log}); err != nil {
-			return fail(CodeBind, "responders", err)
-		}
+	if in.Responders == nil {
+		in.Responders = CtlResponders
+	}
+	if s.resp, err = in.Responders(Hooks{Names: s.n, MayAct: s.MayAct, Renewer: s.rail,
+		Identity: s.rail.PublicKey(), SignerAddress: cfg.Signer.Address, Logger: s.log}); err != nil {
+		return fail(CodeBind, "responders", err)
 	}
 	if err := s.serve(runCtx); err != nil {
 		return fail(CodeBind, "binding", err)
@@ -414,15 +442,22 @@ func (s *Service) connect(extra []nats.Option) (*nats.Conn, error) {
 	return nats.Connect(servers, opts...)
 }
 
+// swapDelay is how long after a renewal the resident connection moves onto it (upstream's
+// reloadCreds swap runs 250 ms after its reply, so the reply leaves on the old connection).
+const swapDelay = 250 * time.Millisecond
+
 // onRenew is the rail's hook after it adopted a proven renewal: the watchdog learns of it, and
-// the resident connection moves onto the new credential now rather than at the old one's expiry.
+// the resident connection moves onto the new credential shortly rather than at the old one's
+// expiry.
 func (s *Service) onRenew(jti string, expires time.Time) {
 	s.wd.Renewed()
-	if nc := s.conn(); nc != nil && nc.IsConnected() {
-		if err := nc.ForceReconnect(); err != nil {
-			s.log.Warn("reconnect onto the renewed credential failed", "err", err)
+	time.AfterFunc(swapDelay, func() {
+		if nc := s.conn(); nc != nil && nc.IsConnected() {
+			if err := nc.ForceReconnect(); err != nil {
+				s.log.Warn("reconnect onto the renewed credential failed", "err", err)
+			}
 		}
-	}
+	})
 }
 
 // conn is the resident connection once it exists (the rail may renew while start still runs).
@@ -616,6 +651,9 @@ func (s *Service) resume(ctx context.Context, why string) {
 	}
 	s.log.Info("resumed", "why", why)
 }
+
+// Identity is the delivery credential's user public key.
+func (s *Service) Identity() string { return s.rail.PublicKey() }
 
 // Holder is the name in this instance's lease row.
 func (s *Service) Holder() string { return s.holder }
