@@ -106,16 +106,13 @@ func TestBrokerGone(t *testing.T) {
 			}
 			return nil
 		})
-		// Delivery works again (the agents reconnect on their own, so retry the post).
+		// Delivery works again, once alice's own connection is back and CHAT answers.
 		eventually(t, 15*time.Second, func() error {
-			if err := servicetest.Exactly(bob.IDs(), []string{"before", "after"}); err == nil {
-				return nil
-			}
-			if !strings.Contains(strings.Join(bob.IDs(), ","), "after") {
-				e.Post(t, ajs, "alice", "after", "after the restart")
-			}
-			return servicetest.Exactly(bob.IDs(), []string{"before", "after"})
+			_, err := ajs.Stream(ctx(t), e.N.ChatStream())
+			return err
 		})
+		e.Post(t, ajs, "alice", "after", "after the restart")
+		eventually(t, 15*time.Second, func() error { return servicetest.Exactly(bob.IDs(), []string{"before", "after"}) })
 		// The reconnect cleared the clock: twice the window after the stop, it still serves.
 		eventually(t, 4*window, func() error {
 			select {
