@@ -50,7 +50,8 @@ type Request struct {
 	// 32 entries, keys 128 bytes, values 4096 bytes, no NUL.
 	Env map[string]string `json:"env,omitempty"`
 	// Material is written to <agent dir>/launch-material (0600, owned by the agent uid) and its
-	// path alone is set in COTAL_LAUNCH_MATERIAL. Optional; at most 64 KiB.
+	// path alone is set in COTAL_LAUNCH_MATERIAL. Optional (empty is none, and removes an earlier
+	// agent's file); at most 64 KiB.
 	Material []byte `json:"material,omitempty"`
 	// Rows and Cols are the terminal's initial size. Optional (0: the kernel's default).
 	Rows uint16 `json:"rows,omitempty"`
@@ -170,6 +171,14 @@ func decodeRequest(body []byte) (*wireRequest, error) {
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, refuse(ReasonBadRequest, "data after the request")
+	}
+	// Empty and absent are one thing on the wire (omitempty): normalise, so a request means the
+	// same after a re-encoding. Empty material is no material.
+	if len(req.Env) == 0 {
+		req.Env = nil
+	}
+	if len(req.Material) == 0 {
+		req.Material = nil
 	}
 	return &req, nil
 }
