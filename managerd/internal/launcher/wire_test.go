@@ -86,7 +86,9 @@ func TestValidate(t *testing.T) {
 		{"fail/op-unknown", func(r *wireRequest) { r.Op = "exec" }, ReasonBadRequest},
 		{"fail/op-empty", func(r *wireRequest) { r.Op = "" }, ReasonBadRequest},
 		{"fail/launch-with-pid", func(r *wireRequest) { r.Pid = 1234 }, ReasonBadRequest},
-		{"fail/signal-with-name", func(r *wireRequest) { *r = wireRequest{Op: opSignal, Pid: 42, StartTime: 7, Signal: "TERM", Request: Request{Name: "x"}} }, ReasonBadRequest},
+		{"fail/signal-with-name", func(r *wireRequest) {
+			*r = wireRequest{Op: opSignal, Pid: 42, StartTime: 7, Signal: "TERM", Request: Request{Name: "x"}}
+		}, ReasonBadRequest},
 		{"fail/signal-init", func(r *wireRequest) { *r = wireRequest{Op: opSignal, Pid: 1, StartTime: 7, Signal: "KILL"} }, ReasonBadRequest},
 		{"fail/signal-group", func(r *wireRequest) { *r = wireRequest{Op: opSignal, Pid: -5, StartTime: 7, Signal: "KILL"} }, ReasonBadRequest},
 		{"fail/signal-other", func(r *wireRequest) { *r = wireRequest{Op: opSignal, Pid: 42, StartTime: 7, Signal: "STOP"} }, ReasonBadRequest},
