@@ -32,8 +32,8 @@ const DefaultTimeout = 10 * time.Second
 var _ SignalFunc = (*Client)(nil).Signal
 
 // Launch asks the launcher to start an agent. It returns the child and the PTY master (the
-// caller's to read, write and close; closing it hangs the agent's terminal up). A refusal is a
-// *RefusedError.
+// caller's to read, write and close; closing it hangs the agent's terminal up; it is pollable, so
+// read deadlines work). A refusal is a *RefusedError.
 func (c *Client) Launch(ctx context.Context, req Request) (Child, *os.File, error) {
 	resp, master, err := c.call(ctx, wireRequest{Op: opLaunch, Request: req})
 	if err != nil {
@@ -209,6 +209,12 @@ func readResponse(conn *net.UnixConn) (*response, *os.File, error) {
 	var f *os.File
 	if len(fds) == 1 {
 		unix.CloseOnExec(fds[0])
+		// Non-blocking, so os.NewFile registers it with the poller: the caller can use read
+		// deadlines and Close unblocks a reader.
+		if err := unix.SetNonblock(fds[0], true); err != nil {
+			closeFDs()
+			return nil, nil, fmt.Errorf("launcher: PTY master: %w", err)
+		}
 		f = os.NewFile(uintptr(fds[0]), "launcher-pty-master")
 	}
 	return &resp, f, nil

@@ -453,14 +453,19 @@ func (s *Server) handle(conn *net.UnixConn) {
 	}
 }
 
-// signal sends TERM or KILL to the process group of a child this launcher started and has not
-// yet reaped, named by pid and start time.
+// signal sends TERM or KILL to the process group of a child this launcher started and that has
+// not exited, named by pid and start time.
 func (s *Server) signal(req *wireRequest) error {
 	s.mu.Lock()
 	defer s.mu.Unlock() // held across kill: the reaper cannot drop the pid (and the pid be reused) meanwhile
 	st, ok := s.children[req.Pid]
 	if !ok || st != req.StartTime {
 		return refuse(ReasonChildUnknown, "pid %d with start time %d is not a running child of this launcher", req.Pid, req.StartTime)
+	}
+	// Exited but not yet reaped is gone too (as Child.Gone says), so a caller that saw it gone
+	// always hears CHILD_UNKNOWN after.
+	if gone, err := (Child{Pid: req.Pid, StartTime: req.StartTime}).Gone(); err != nil || gone {
+		return refuse(ReasonChildUnknown, "pid %d has exited", req.Pid)
 	}
 	sig := unix.SIGTERM
 	if req.Signal == "KILL" {
