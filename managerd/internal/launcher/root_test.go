@@ -250,10 +250,11 @@ agent_root: %s
 connectors:
   report: {argv: [%s, report]}
   stubborn: {argv: [%s, stubborn]}
+  missing: {argv: [%s]}
 env_allow: [TERM, COTAL_SUBSCRIBE]
 log_level: debug
 `, e.socket, e.tokenFile, e.mgrUID, e.mgrGID, e.agentUID, e.agentGID, e.agentRoot,
-		filepath.Join(e.bin, "agent"), filepath.Join(e.bin, "agent"))
+		filepath.Join(e.bin, "agent"), filepath.Join(e.bin, "agent"), filepath.Join(e.bin, "no-such-agent"))
 	cfgPath := filepath.Join(e.base, "launcher.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -532,8 +533,10 @@ func TestRootLaunch(t *testing.T) {
 // TestRootRefusals: against the same root launcher, each refusal has its reason and leaves no
 // agent directory: a peer uid other than managerd's (with managerd's group, so the socket's mode
 // lets it connect, and with the right token), root itself (with and without the token), a wrong
-// token, no token, another target uid or gid, a traversing name, an unknown connector, a body
-// over the bound; and the agent uid with its own group cannot even connect (EACCES).
+// token, no token, another target uid or gid, a traversing name, an unknown connector, a command
+// in the request, a body over the bound, a connector whose binary is missing (its directory and
+// material are removed again); and the agent uid with its own group cannot even connect (EACCES)
+// nor read the token.
 func TestRootRefusals(t *testing.T) {
 	e := startRootLauncher(t)
 	tok := e.token(t)
@@ -576,6 +579,7 @@ func TestRootRefusals(t *testing.T) {
 		{"fail/command-field", e.mgrUID, e.mgrGID, clientSpec{Raw: req(`,"argv":["/bin/sh"]`)}, ReasonBadRequest},
 		{"fail/env-not-allowed", e.mgrUID, e.mgrGID, clientSpec{Request: Request{Name: "refused", Connector: "report", Env: map[string]string{"LD_PRELOAD": "/x"}}}, ReasonEnvNotAllowed},
 		{"fail/over-long", e.mgrUID, e.mgrGID, clientSpec{RawLen: &big}, ReasonTooLarge},
+		{"fail/connector-binary-missing", e.mgrUID, e.mgrGID, clientSpec{Request: Request{Name: "refused", Connector: "missing", Material: []byte("m")}}, ReasonLaunchFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.refusal(t, tc.uid, tc.gid, tc.spec)
@@ -613,4 +617,99 @@ func TestRootRefusals(t *testing.T) {
 	if len(ents) != 0 {
 		t.Fatalf("refused requests left %d entries in the agent root (first %q)", len(ents), ents[0].Name())
 	}
+}
+
+// TestRootStartRefusals: Start refuses, naming the path, a directory above the agent root, the
+// token file or the socket that another uid owns or a group may write (the launcher chowns what
+// it makes there as root), a non-socket at the socket path and a socket another launcher listens
+// on; and `managerd launcher` run as a uid without CAP_SETUID/CAP_SETGID exits 1 naming them.
+func TestRootStartRefusals(t *testing.T) {
+	e := startRootLauncher(t)
+	u := func(v uint32) *uint32 { return &v }
+	base := t.TempDir()
+	mk := func(p string, mode os.FileMode, uid int) string {
+		t.Helper()
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, uid, 0); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	foreign := mk(filepath.Join(base, "foreign"), 0o755, int(e.mgrUID))
+	groupW := mk(filepath.Join(base, "groupw"), 0o775, 0)
+	good := mk(filepath.Join(base, "good"), 0o755, 0)
+	notSock := filepath.Join(mk(filepath.Join(base, "sockdir"), 0o750, 0), "l.sock")
+	if err := os.WriteFile(notSock, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := func(mut func(c *Config)) Config {
+		c := Config{
+			Socket: filepath.Join(good, "run", "l.sock"), TokenFile: filepath.Join(good, "tok", "t"),
+			AgentRoot: filepath.Join(good, "agents"),
+			Manager:   IDs{UID: u(e.mgrUID), GID: u(e.mgrGID)}, Agent: AgentIDs{UID: u(e.agentUID), GID: u(e.agentGID)},
+			Connectors: map[string]Connector{"x": {Argv: []string{"/bin/true"}}},
+		}
+		mut(&c)
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"fail/agent-root-under-foreign-dir", cfg(func(c *Config) { c.AgentRoot = filepath.Join(foreign, "agents") }), foreign + " (above"},
+		{"fail/token-under-group-writable", cfg(func(c *Config) { c.TokenFile = filepath.Join(groupW, "tok", "t") }), groupW + " (above"},
+		{"fail/token-dir-under-foreign", cfg(func(c *Config) { c.TokenFile = filepath.Join(foreign, "tok", "t") }), "owned by uid"},
+		{"fail/socket-under-foreign", cfg(func(c *Config) { c.Socket = filepath.Join(foreign, "run", "l.sock") }), foreign},
+		{"fail/socket-not-a-socket", cfg(func(c *Config) { c.Socket = notSock }), "exists and is not a socket"},
+		{"fail/socket-in-use", cfg(func(c *Config) { c.Socket = e.socket }), "another launcher is listening"},
+		{"fail/agent-root-missing-parent", cfg(func(c *Config) { c.AgentRoot = filepath.Join(good, "no", "agents") }), "parent of"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, err := Start(context.Background(), Inputs{Config: tc.cfg})
+			if err == nil {
+				srv.Close()
+				t.Fatalf("Start succeeded, want a refusal naming %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Start: %v; want it to name %q", err, tc.want)
+			}
+		})
+	}
+	t.Run("ok/good-config-starts-and-closes", func(t *testing.T) {
+		srv, err := Start(context.Background(), Inputs{Config: cfg(func(*Config) {})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(filepath.Join(good, "run", "l.sock")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("socket after Close: %v", err)
+		}
+	})
+	t.Run("fail/unprivileged", func(t *testing.T) {
+		c := cfg(func(*Config) {})
+		cfgPath := filepath.Join(e.base, "unpriv.yaml")
+		body := fmt.Sprintf("socket: %s\ntoken_file: %s\nmanager: {uid: %d, gid: %d}\nagent: {uid: %d, gid: %d}\nagent_root: %s\nconnectors: {x: {argv: [/bin/true]}}\n",
+			c.Socket, c.TokenFile, e.mgrUID, e.mgrGID, e.agentUID, e.agentGID, c.AgentRoot)
+		if err := os.WriteFile(cfgPath, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(filepath.Join(e.bin, "managerd"), "launcher", "--config", cfgPath)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: e.mgrUID, Gid: e.mgrGID, Groups: []uint32{}}}
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("unprivileged launcher: %v\n%s", err, out)
+		}
+		if !strings.Contains(string(out), "CAP_SETUID") || !strings.Contains(string(out), "CAP_SETGID") {
+			t.Fatalf("refusal does not name the capabilities: %s", out)
+		}
+	})
 }

@@ -196,11 +196,71 @@ func capNames() string {
 	return strings.Join(n, " ")
 }
 
-// openAgentRoot makes the agent root if missing and keeps a descriptor on it: every agent
-// directory is made and opened relative to it, never through a path a request could bend.
+// safeParent resolves the directory that holds dir and refuses it unless every directory from
+// / down to it is owned by root or the launcher's uid and writable by no one else (or sticky,
+// as /tmp): the launcher chowns and chmods what it makes there as root, so no other uid may be
+// able to swap a path component under it. It returns dir under the resolved parent.
+func safeParent(dir string) (string, error) {
+	parent, err := filepath.EvalSymlinks(filepath.Dir(dir))
+	if err != nil {
+		return "", fmt.Errorf("parent of %s: %w", dir, err)
+	}
+	euid := uint32(os.Geteuid())
+	for p := parent; ; p = filepath.Dir(p) {
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return "", err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return "", fmt.Errorf("%s is not a directory", p)
+		}
+		if st.Uid != 0 && st.Uid != euid {
+			return "", fmt.Errorf("%s (above %s) is owned by uid %d: only root or the launcher may own it", p, dir, st.Uid)
+		}
+		if st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
+			return "", fmt.Errorf("%s (above %s) is mode %#o: a group or other may write it", p, dir, st.Mode&0o7777)
+		}
+		if p == "/" {
+			break
+		}
+	}
+	return filepath.Join(parent, filepath.Base(dir)), nil
+}
+
+// secureDir makes dir if missing under a safe parent (safeParent), refuses a symbolic link, and
+// sets its owner and mode through a descriptor (never a path that could be swapped). It returns
+// the resolved path.
+func secureDir(dir string, uid, gid int, mode uint32) (string, error) {
+	dir, err := safeParent(dir)
+	if err != nil {
+		return "", err
+	}
+	if err := unix.Mkdir(dir, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+		return "", err
+	}
+	fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_RDONLY, 0)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w (a symbolic link is refused)", dir, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Fchown(fd, uid, gid); err != nil {
+		return "", err
+	}
+	if err := unix.Fchmod(fd, mode); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// openAgentRoot makes the agent root if missing (0755, under a safe parent) and keeps a
+// descriptor on it: every agent directory is made and opened relative to it, never through a
+// path a request could bend.
 func (s *Server) openAgentRoot() error {
-	root := s.cfg.AgentRoot
-	if err := os.MkdirAll(root, agentRootMode); err != nil {
+	root, err := safeParent(s.cfg.AgentRoot)
+	if err != nil {
+		return fmt.Errorf("launcher: agent_root: %w", err)
+	}
+	if err := unix.Mkdir(root, agentRootMode); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("launcher: agent_root: %w", err)
 	}
 	fd, err := unix.Open(root, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_RDONLY, 0)
@@ -221,31 +281,13 @@ func (s *Server) openAgentRoot() error {
 	return nil
 }
 
-// secureDir makes dir if missing, refuses a symbolic link, and sets its owner and mode.
-func secureDir(dir string, uid, gid int, mode os.FileMode) error {
-	if err := os.MkdirAll(dir, mode); err != nil {
-		return err
-	}
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return err
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("%s is not a directory", dir)
-	}
-	if err := os.Lchown(dir, uid, gid); err != nil {
-		return err
-	}
-	return os.Chmod(dir, mode)
-}
-
 // writeToken makes a fresh 32-byte token and writes it, hex, to token_file (0600 in a 0700
 // directory, both managerd's), replacing any earlier one atomically.
 func (s *Server) writeToken() error {
 	mUID, mGID := int(*s.cfg.Manager.UID), int(*s.cfg.Manager.GID)
-	dir := filepath.Dir(s.cfg.TokenFile)
-	if err := secureDir(dir, mUID, mGID, tokenDirMode); err != nil {
-		return fmt.Errorf("launcher: token directory: %w", err)
+	dir, err := secureDir(filepath.Dir(s.cfg.TokenFile), mUID, mGID, tokenDirMode)
+	if err != nil {
+		return fmt.Errorf("launcher: token_file directory: %w", err)
 	}
 	s.token = make([]byte, tokenBytes)
 	if _, err := rand.Read(s.token); err != nil {
@@ -310,28 +352,33 @@ func writeFileAt(dfd int, name string, data []byte, uid, gid int, mode uint32) e
 
 // listen binds the socket: directory 0750 launcher:manager-group, socket 0660.
 func (s *Server) listen() error {
-	dir := filepath.Dir(s.cfg.Socket)
-	if err := secureDir(dir, os.Geteuid(), int(*s.cfg.Manager.GID), socketDirMode); err != nil {
+	dir, err := secureDir(filepath.Dir(s.cfg.Socket), os.Geteuid(), int(*s.cfg.Manager.GID), socketDirMode)
+	if err != nil {
 		return fmt.Errorf("launcher: socket directory: %w", err)
 	}
-	if fi, err := os.Lstat(s.cfg.Socket); err == nil {
+	sock := filepath.Join(dir, filepath.Base(s.cfg.Socket))
+	if fi, err := os.Lstat(sock); err == nil {
 		if fi.Mode()&fs.ModeSocket == 0 {
-			return fmt.Errorf("launcher: %s exists and is not a socket", s.cfg.Socket)
+			return fmt.Errorf("launcher: %s exists and is not a socket", sock)
 		}
-		if err := os.Remove(s.cfg.Socket); err != nil {
+		if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
+			c.Close()
+			return fmt.Errorf("launcher: %s: another launcher is listening", sock)
+		}
+		if err := os.Remove(sock); err != nil {
 			return fmt.Errorf("launcher: stale socket: %w", err)
 		}
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: s.cfg.Socket, Net: "unix"})
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
 		return fmt.Errorf("launcher: %w", err)
 	}
 	ln.SetUnlinkOnClose(true)
 	s.ln = ln
-	if err := os.Chown(s.cfg.Socket, os.Geteuid(), int(*s.cfg.Manager.GID)); err != nil {
+	if err := os.Chown(sock, os.Geteuid(), int(*s.cfg.Manager.GID)); err != nil {
 		return fmt.Errorf("launcher: socket: %w", err)
 	}
-	if err := os.Chmod(s.cfg.Socket, socketFileMode); err != nil {
+	if err := os.Chmod(sock, socketFileMode); err != nil {
 		return fmt.Errorf("launcher: socket: %w", err)
 	}
 	return nil
@@ -479,23 +526,29 @@ func (s *Server) signal(req *wireRequest) error {
 
 // agentDir makes (or adopts) <agent_root>/<name> relative to the root descriptor, refusing a
 // symbolic link, and sets it to agent:manager 0750. It returns an open descriptor on it.
-func (s *Server) agentDir(name string) (int, error) {
-	if err := unix.Mkdirat(s.rootFD, name, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
-		return -1, err
+// created says whether this call made it.
+func (s *Server) agentDir(name string) (fd int, created bool, err error) {
+	err = unix.Mkdirat(s.rootFD, name, 0o700)
+	if err != nil && !errors.Is(err, unix.EEXIST) {
+		return -1, false, err
 	}
-	fd, err := unix.Openat(s.rootFD, name, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_RDONLY, 0)
+	created = err == nil
+	fd, err = unix.Openat(s.rootFD, name, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_RDONLY, 0)
+	if err == nil {
+		if err = unix.Fchown(fd, int(*s.cfg.Agent.UID), int(*s.cfg.Manager.GID)); err == nil {
+			err = unix.Fchmod(fd, agentDirMode)
+		}
+		if err != nil {
+			unix.Close(fd)
+		}
+	}
 	if err != nil {
-		return -1, err
+		if created {
+			_ = unix.Unlinkat(s.rootFD, name, unix.AT_REMOVEDIR)
+		}
+		return -1, false, err
 	}
-	if err := unix.Fchown(fd, int(*s.cfg.Agent.UID), int(*s.cfg.Manager.GID)); err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
-	if err := unix.Fchmod(fd, agentDirMode); err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
-	return fd, nil
+	return fd, created, nil
 }
 
 // launch starts one agent on a new PTY and returns the child and the PTY master.
@@ -503,11 +556,25 @@ func (s *Server) launch(req *Request) (Child, *os.File, error) {
 	argv := s.cfg.Connectors[req.Connector].Argv
 	aUID, aGID := *s.cfg.Agent.UID, *s.cfg.Agent.GID
 	dir := filepath.Join(s.cfg.AgentRoot, req.Name)
-	dfd, err := s.agentDir(req.Name)
+	dfd, created, err := s.agentDir(req.Name)
 	if err != nil {
 		return Child{}, nil, refuse(ReasonLaunchFailed, "agent directory: %v", err)
 	}
 	defer unix.Close(dfd)
+	ok := false
+	wroteMaterial := false
+	defer func() {
+		if ok {
+			return
+		}
+		// A launch that failed leaves no material, and no directory it made.
+		if wroteMaterial {
+			_ = unix.Unlinkat(dfd, materialName, 0)
+		}
+		if created {
+			_ = unix.Unlinkat(s.rootFD, req.Name, unix.AT_REMOVEDIR)
+		}
+	}()
 
 	env := []string{"PATH=" + s.cfg.Path, "HOME=" + dir}
 	for _, k := range sortedKeys(req.Env) {
@@ -517,6 +584,7 @@ func (s *Server) launch(req *Request) (Child, *os.File, error) {
 		if err := writeFileAt(dfd, materialName, req.Material, int(aUID), int(aGID), 0o600); err != nil {
 			return Child{}, nil, refuse(ReasonLaunchFailed, "launch material: %v", err)
 		}
+		wroteMaterial = true
 		env = append(env, EnvLaunchMaterial+"="+filepath.Join(dir, materialName))
 	} else if err := unix.Unlinkat(dfd, materialName, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 		return Child{}, nil, refuse(ReasonLaunchFailed, "stale launch material: %v", err)
@@ -527,7 +595,6 @@ func (s *Server) launch(req *Request) (Child, *os.File, error) {
 		return Child{}, nil, refuse(ReasonLaunchFailed, "pty: %v", err)
 	}
 	defer slave.Close()
-	ok := false
 	defer func() {
 		if !ok {
 			master.Close()
