@@ -510,6 +510,10 @@ func TestRootLaunch(t *testing.T) {
 			if st := statOf(t, dir); st.Mode&0o7777 != 0o750 || st.Uid != e.agentUID || st.Gid != e.mgrGID {
 				t.Fatalf("agent dir mode %#o owner %d:%d", st.Mode&0o7777, st.Uid, st.Gid)
 			}
+			// While it runs, its name is taken.
+			if r := e.refusal(t, e.mgrUID, e.mgrGID, clientSpec{Request: Request{Name: name, Connector: "report"}}); r.Reason != ReasonNameInUse {
+				t.Fatalf("second launch of %s: %q (%s), want NAME_IN_USE", name, r.Reason, r.Err)
+			}
 			if _, err := io.WriteString(c.stdin, "terminate\n"); err != nil {
 				t.Fatal(err)
 			}
@@ -525,6 +529,17 @@ func TestRootLaunch(t *testing.T) {
 			}
 			if gone, err := child.Gone(); !gone || err != nil {
 				t.Fatalf("terminated child gone=%v err=%v", gone, err)
+			}
+			// Proven gone, the name is free again at once.
+			again := e.client(t, e.mgrUID, e.mgrGID, clientSpec{Grace: 5 * time.Second, Request: Request{Name: name, Connector: "report"}})
+			if r := again.next(t); r.Err != "" || r.Child == nil || r.Child.Pid == child.Pid {
+				t.Fatalf("relaunch of %s: %+v", name, r)
+			}
+			if _, err := io.WriteString(again.stdin, "terminate\n"); err != nil {
+				t.Fatal(err)
+			}
+			if r := again.next(t); r.Err != "" || !r.Terminated {
+				t.Fatalf("terminate relaunched: %+v", r)
 			}
 		})
 	}

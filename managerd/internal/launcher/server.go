@@ -71,7 +71,8 @@ type Server struct {
 	sem    chan struct{}
 
 	mu       sync.Mutex
-	children map[int]uint64 // pid → start time, until reaped
+	children map[int]uint64 // pid → start time, until the child exits
+	names    map[string]int // agent name → its child's pid (0 while launching)
 
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -97,7 +98,7 @@ func Start(ctx context.Context, in Inputs) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, rootFD: -1, sem: make(chan struct{}, maxConcurrent),
-		children: map[int]uint64{}, done: make(chan struct{})}
+		children: map[int]uint64{}, names: map[string]int{}, done: make(chan struct{})}
 	ok := false
 	defer func() {
 		if !ok {
@@ -431,15 +432,17 @@ func (s *Server) handle(conn *net.UnixConn) {
 		return
 	}
 	log := s.log.With("peer_uid", cred.Uid, "peer_pid", cred.Pid)
-	reply := func(resp response, master *os.File) {
+	reply := func(resp response, master *os.File) error {
 		body, _ := json.Marshal(resp)
 		var oob []byte
 		if master != nil {
 			oob = unix.UnixRights(int(master.Fd()))
 		}
-		if _, _, err := conn.WriteMsgUnix(frame(body), oob, nil); err != nil {
+		_, _, err := conn.WriteMsgUnix(frame(body), oob, nil)
+		if err != nil {
 			log.Warn("launcher: answer not sent", "err", err)
 		}
+		return err
 	}
 	refused := func(err error) {
 		var re *RefusedError
@@ -447,7 +450,7 @@ func (s *Server) handle(conn *net.UnixConn) {
 			re = refuse(ReasonBadRequest, "%s", trimErr(err))
 		}
 		log.Warn("launcher: refused", "reason", re.Reason, "msg", re.Message)
-		reply(response{Reason: re.Reason, Message: re.Message}, nil)
+		_ = reply(response{Reason: re.Reason, Message: re.Message}, nil)
 	}
 	if cred.Uid != *s.cfg.Manager.UID {
 		refused(refuse(ReasonPeerNotAllowed, "uid %d may not use this launcher", cred.Uid))
@@ -487,7 +490,7 @@ func (s *Server) handle(conn *net.UnixConn) {
 			return
 		}
 		log.Info("launcher: signalled", "pid", req.Pid, "signal", req.Signal)
-		reply(response{OK: true}, nil)
+		_ = reply(response{OK: true}, nil)
 	case opLaunch:
 		child, master, err := s.launch(&req.Request)
 		if err != nil {
@@ -496,7 +499,20 @@ func (s *Server) handle(conn *net.UnixConn) {
 		}
 		defer master.Close()
 		log.Info("launcher: started", "agent", req.Name, "connector", req.Connector, "pid", child.Pid)
-		reply(response{OK: true, Child: &child}, master)
+		if err := reply(response{OK: true, Child: &child}, master); err != nil {
+			// Nobody holds the child or its terminal: end it rather than leave it unowned.
+			s.kill(child, unix.SIGKILL)
+			log.Warn("launcher: killed an agent whose caller did not take it", "agent", req.Name, "pid", child.Pid)
+		}
+	}
+}
+
+// kill signals a running child's group; it does nothing once the child has exited.
+func (s *Server) kill(c Child, sig unix.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, ok := s.children[c.Pid]; ok && st == c.StartTime {
+		_ = unix.Kill(-c.Pid, sig)
 	}
 }
 
@@ -551,8 +567,32 @@ func (s *Server) agentDir(name string) (fd int, created bool, err error) {
 	return fd, created, nil
 }
 
-// launch starts one agent on a new PTY and returns the child and the PTY master.
+// launch starts one agent on a new PTY and returns the child and the PTY master. One name has
+// at most one agent from this launcher at a time (NAME_IN_USE): a second would overwrite the
+// first's launch material.
 func (s *Server) launch(req *Request) (Child, *os.File, error) {
+	s.mu.Lock()
+	if pid, ok := s.names[req.Name]; ok {
+		// An agent that has exited but is not yet reaped no longer holds its name (Child.Gone
+		// says it is gone, so its caller may launch it again at once).
+		gone, err := Child{Pid: pid, StartTime: s.children[pid]}.Gone()
+		if pid == 0 || err != nil || !gone {
+			s.mu.Unlock()
+			return Child{}, nil, refuse(ReasonNameInUse, "agent %q is launching or running", req.Name)
+		}
+	}
+	s.names[req.Name] = 0
+	s.mu.Unlock()
+	started := false
+	defer func() {
+		if !started {
+			s.mu.Lock()
+			if s.names[req.Name] == 0 {
+				delete(s.names, req.Name)
+			}
+			s.mu.Unlock()
+		}
+	}()
 	argv := s.cfg.Connectors[req.Connector].Argv
 	aUID, aGID := *s.cfg.Agent.UID, *s.cfg.Agent.GID
 	dir := filepath.Join(s.cfg.AgentRoot, req.Name)
@@ -638,6 +678,8 @@ func (s *Server) launch(req *Request) (Child, *os.File, error) {
 	}
 	s.mu.Lock()
 	s.children[pid] = st.StartTime
+	s.names[req.Name] = pid
+	started = true
 	s.mu.Unlock()
 	go func() {
 		// Wait for the exit without reaping (WNOWAIT), forget the child, then reap: until the
@@ -651,6 +693,9 @@ func (s *Server) launch(req *Request) (Child, *os.File, error) {
 		}
 		s.mu.Lock()
 		delete(s.children, pid)
+		if s.names[req.Name] == pid {
+			delete(s.names, req.Name)
+		}
 		s.mu.Unlock()
 		err := cmd.Wait()
 		s.log.Info("launcher: agent exited", "agent", req.Name, "pid", pid, "status", fmt.Sprint(err))

@@ -99,6 +99,7 @@ const (
 	ReasonTargetNotAllowed  Reason = "TARGET_NOT_ALLOWED"
 	ReasonEnvNotAllowed     Reason = "ENV_NOT_ALLOWED"
 	ReasonChildUnknown      Reason = "CHILD_UNKNOWN"
+	ReasonNameInUse         Reason = "NAME_IN_USE"
 	ReasonLaunchFailed      Reason = "LAUNCH_FAILED"
 	ReasonResourceExhausted Reason = "RESOURCE_EXHAUSTED"
 )
