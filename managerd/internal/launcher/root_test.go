@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(clientEnv); spec != "" {
 		os.Exit(clientMain(spec))
 	}
+	if mode := os.Getenv(sleeperEnv); mode != "" {
+		sleeperMain(mode)
+	}
 	os.Exit(m.Run())
 }
 
