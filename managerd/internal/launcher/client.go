@@ -104,6 +104,7 @@ func (c *Client) call(ctx context.Context, req wireRequest) (*response, *os.File
 	if err != nil {
 		return nil, nil, err
 	}
+	defer clear(body) // it holds the token and the launch material
 	if len(body) > MaxRequestBytes {
 		return nil, nil, refuse(ReasonTooLarge, "request of %d bytes is over %d", len(body), MaxRequestBytes)
 	}

@@ -14,6 +14,11 @@ import (
 // Config is the launcher's configuration (`managerd launcher --config FILE`). Every field that
 // decides who may ask and what runs is here, on the launcher's side: a request names an agent and
 // a connector, never a uid, a command or a path.
+//
+// The launcher changes owners and modes as root in the socket's, the token file's and the agent
+// root's directories, so the directory holding each must exist and it, and every directory above
+// it, must be owned by root or the launcher's uid and writable by no one else (or sticky, as
+// /tmp); Start refuses otherwise, naming the directory.
 type Config struct {
 	// Socket is the Unix socket the launcher listens on. Required, absolute. Its directory is made
 	// (or reset to) 0750 owned by the launcher's uid and Manager.GID; the socket is 0660.

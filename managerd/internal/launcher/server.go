@@ -492,6 +492,7 @@ func (s *Server) handle(conn *net.UnixConn) {
 		log.Info("launcher: signalled", "pid", req.Pid, "signal", req.Signal)
 		_ = reply(response{OK: true}, nil)
 	case opLaunch:
+		defer clear(req.Material) // credentials: not kept past the launch
 		child, master, err := s.launch(&req.Request)
 		if err != nil {
 			refused(err)
