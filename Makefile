@@ -51,7 +51,8 @@ FUZZ_TARGETS ?= \
 	pkg/daemon:FuzzScanBytes \
 	pkg/lease:FuzzDecodeRow \
 	authd/internal/ledger:FuzzDecodeRow \
-	authd/internal/bearer:FuzzDecode
+	authd/internal/bearer:FuzzDecode \
+	managerd/internal/launcher:FuzzDecodeRequest
 
 .PHONY: all generate check-generated lint test test-go test-ts fuzz bench check run build clean
 

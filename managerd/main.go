@@ -1,0 +1,129 @@
+// Command managerd is Cotal's agent supervisor for one machine. Only its uid-dropping launcher is
+// built so far: `managerd launcher --config FILE`. See `managerd --help`.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/cotalgo/cotal/managerd/internal/launcher"
+	"github.com/cotalgo/cotal/pkg/daemon"
+)
+
+const usage = `managerd: Cotal's agent supervisor for one machine.
+
+Usage:
+  managerd launcher --config FILE   the uid-dropping launcher (root, or CAP_SETUID/CAP_SETGID)
+  managerd help | --help
+
+Not built yet: "managerd serve" (the supervisor itself, ManagerService) comes later; today only
+the launcher runs.
+
+Run "managerd COMMAND --help" for a command's flags.
+`
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches a command line and returns the exit code: 0 done, 1 failed or refused, 2 usage.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "help", "--help", "-h", "-help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "launcher":
+		return runLauncher(ctx, args[1:], stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "managerd: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+const launcherSynopsis = `managerd launcher --config FILE
+
+Starts agents as the configured agent uid for managerd alone: a Unix socket that admits only
+managerd's uid (SO_PEERCRED) and a capability token written at each start to token_file. Needs
+root, or CAP_SETUID CAP_SETGID CAP_CHOWN CAP_DAC_OVERRIDE CAP_FOWNER CAP_KILL.
+
+Configuration (strict YAML: an unknown key stops start-up, naming it):
+
+  socket: /run/cotal/launcher/launcher.sock      # dir 0750 launcher:manager-gid, socket 0660
+  token_file: /run/cotal/managerd/launcher.token # 0600 in a 0700 dir, both managerd's
+  manager: {uid: 990, gid: 990}                  # the only peer uid admitted
+  agent: {uid: 991, gid: 991, groups: []}        # the only uid agents run as
+  agent_root: /var/lib/cotal/agents              # one dir per agent, agent:manager 0750
+  connectors:                                    # requests name one; they carry no command
+    claude: {argv: [/usr/local/bin/claude]}
+  env_allow: [TERM, LANG, COTAL_SUBSCRIBE]       # variables a request may set
+  path: /usr/local/bin:/usr/bin:/bin             # the agents' PATH (default)
+  log_level: info`
+
+// runLauncher is `managerd launcher --config FILE`: serve until SIGINT/SIGTERM or a failure.
+func runLauncher(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("launcher", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fs.SetOutput(stdout)
+		fmt.Fprintf(stdout, "Usage: %s\n\nFlags:\n", launcherSynopsis)
+		fs.PrintDefaults()
+	}
+	cfgPath := fs.String("config", "", "the launcher's YAML configuration (required; unknown keys are refused)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "managerd launcher: unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
+		return 2
+	}
+	if *cfgPath == "" {
+		fmt.Fprintln(stderr, "managerd launcher: --config is required")
+		return 2
+	}
+	cfg, err := launcher.LoadConfig(*cfgPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "managerd launcher: %v\n", err)
+		return 1
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level(cfg.LogLevel)}))
+	ctx, stop := daemon.NotifyContext(ctx)
+	defer stop()
+	srv, err := launcher.Start(ctx, launcher.Inputs{Config: cfg, Logger: log})
+	if err != nil {
+		fmt.Fprintf(stderr, "managerd launcher: %v\n", err)
+		return 1
+	}
+	if _, err := daemon.Notify("READY=1"); err != nil {
+		log.Warn("sd_notify", "err", err)
+	}
+	<-srv.Done()
+	if err := srv.Err(); err != nil {
+		fmt.Fprintf(stderr, "managerd launcher: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func level(s string) slog.Level {
+	switch s {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
