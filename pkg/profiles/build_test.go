@@ -222,7 +222,9 @@ func TestBuildOK(t *testing.T) {
 		if !reflect.DeepEqual(a, b) {
 			t.Fatalf("equal inputs gave different specs:\n%+v\n%+v", a, b)
 		}
-		want := []string{"cotal.demo_space.ctl.delivery.local.bob.>", "cotal.demo_space.chat.*.*.alpha",
+		want := []string{"cotal.demo_space.ctl.delivery.local.bob.>",
+			"cotal.demo_space.live.manager.local.bob.reply.>", "cotal.demo_space.live.delivery.local.bob.reply.>",
+			"cotal.demo_space.chat.*.*.alpha",
 			"cotal.demo_space.chat.*.*.general", "cotal.demo_space.chat.*.*.zeta",
 			"$KV.cotal_presence_demo_space.>", "$KV.cotal_channels_demo_space.>"}
 		if !reflect.DeepEqual([]string(a.Sub.Allow), want) {

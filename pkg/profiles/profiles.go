@@ -88,9 +88,14 @@
 // Deferred, and said so where each row would go: the v0.4 endpoint (ep.*) rows and everything that
 // hangs off them (the agent's baseline and capability rows, its ep reply rail and goal-progress
 // rows, the delivery daemon's timer writer on ept.*, the provisioner's endpoint-plane streams and
-// object store, issued-authority rows), the probing side of the liveness rail (delivery serves
-// live.delivery.*.*, but no profile yet asks it), and the $SYS-account kinds (membership-observer, connection-evictor), which live in the
-// system account and are not profiles here.
+// object store, issued-authority rows) and the $SYS-account kinds (membership-observer,
+// connection-evictor), which live in the system account and are not profiles here.
+//
+// Plane liveness (upstream #1577, SPEC §6.1): each plane's own credential serves live.<plane>.*.*
+// and replies only on its .reply.> leaves (delivery for the delivery plane, supervisor for the
+// manager plane); the agent, the peer upstream lets ask, publishes a probe of either plane as its
+// own principal and subscribes its own .reply.> lane. Observer and admin hold no probe row, as
+// upstream: the observer has no principal to pin a probe to, and neither is a peer.
 package profiles
 
 import (

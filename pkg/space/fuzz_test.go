@@ -88,6 +88,8 @@ func FuzzNames(f *testing.F) {
 		concrete("Dlv", s, err)
 		s, err = n.LiveDelivery(owner, actor)
 		concrete("LiveDelivery", s, err)
+		s, err = n.LiveManager(owner, actor)
+		concrete("LiveManager", s, err)
 		for _, k := range append(BucketKinds(), BucketKind(role)) {
 			s, err = n.KV(k, channel)
 			concrete("KV", s, err)

@@ -78,6 +78,12 @@ func TestBuilders(t *testing.T) {
 		{"ok/live delivery", func() (string, error) { return n.LiveDelivery("local", "bob") }, "cotal.demo_space.live.delivery.local.bob"},
 		{"ok/live serve", s(n.LiveDeliveryServe()), "cotal.demo_space.live.delivery.*.*"},
 		{"ok/live reply any", s(n.LiveDeliveryReplyAny()), "cotal.demo_space.live.delivery.*.*.reply.>"},
+		{"ok/live delivery replies", func() (string, error) { return n.LiveDeliveryReplies("local", "bob") }, "cotal.demo_space.live.delivery.local.bob.reply.>"},
+		{"ok/live manager", func() (string, error) { return n.LiveManager("local", "bob") }, "cotal.demo_space.live.manager.local.bob"},
+		{"ok/live manager replies", func() (string, error) { return n.LiveManagerReplies("local", "bob") }, "cotal.demo_space.live.manager.local.bob.reply.>"},
+		{"ok/live manager serve", s(n.LiveManagerServe()), "cotal.demo_space.live.manager.*.*"},
+		{"ok/live manager reply any", s(n.LiveManagerReplyAny()), "cotal.demo_space.live.manager.*.*.reply.>"},
+		{"ok/live queues", s(LiveQueue(LivePlaneManager) + " " + LiveQueue(LivePlaneDelivery)), "live.manager live.delivery"},
 		{"ok/streams", s(strings.Join([]string{n.ChatStream(), n.DMStream(), n.TaskStream(), n.InboxStream(), n.DLVStream()}, " ")), "CHAT_demo_space DM_demo_space TASK_demo_space INBOX_demo_space DLV_demo_space"},
 		{"ok/fixed consumers", s(n.FanoutConsumer() + " " + n.ReaderConsumer()), "fanout reader"},
 		{"ok/dlv consumer", func() (string, error) { return n.DlvConsumer("local", "bob", tUID) }, "dlv_local-bob-" + tUID},
@@ -111,6 +117,9 @@ func TestBuilders(t *testing.T) {
 		{"fail/kv key wildcard", func() (string, error) { return n.KV(Presence, "a.*") }, ""},
 		{"fail/member key channel wildcard", func() (string, error) { return MemberKey("a.>", "local", "bob", tUID) }, ""},
 		{"fail/manager lease key", func() (string, error) { return ManagerLeaseKey("*") }, ""},
+		{"fail/live manager actor star", func() (string, error) { return n.LiveManager("local", "*") }, ""},
+		{"fail/live manager replies owner gt", func() (string, error) { return n.LiveManagerReplies(">", "bob") }, ""},
+		{"fail/live delivery replies owner dot", func() (string, error) { return n.LiveDeliveryReplies("a.b", "bob") }, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
