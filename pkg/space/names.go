@@ -129,6 +129,31 @@ func (n Names) ChatRead(channel string) (string, error) {
 	return n.sub("chat.*.*." + channel), nil
 }
 
+// ChatGrant is the publish row for one principal on a channel pattern (ValidateChannelPattern):
+// cotal.<t>.chat.<owner>.<actor>.<pattern>. For a concrete channel it equals Chat.
+func (n Names) ChatGrant(owner, actor, pattern string) (string, error) {
+	p, err := n.principal(owner, actor)
+	if err != nil {
+		return "", err
+	}
+	if err := ValidateChannelPattern(pattern); err != nil {
+		return "", err
+	}
+	return n.sub("chat." + p + "." + pattern), nil
+}
+
+// ChatReadGrant is the read row for a channel pattern from any principal:
+// cotal.<t>.chat.*.*.<pattern>. For a concrete channel it equals ChatRead.
+func (n Names) ChatReadGrant(pattern string) (string, error) {
+	if err := n.check(); err != nil {
+		return "", err
+	}
+	if err := ValidateChannelPattern(pattern); err != nil {
+		return "", err
+	}
+	return n.sub("chat.*.*." + pattern), nil
+}
+
 // ChatAll is every chat subject, cotal.<t>.chat.> (the CHAT stream's subject).
 func (n Names) ChatAll() string { return n.sub("chat.>") }
 
