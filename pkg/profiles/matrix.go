@@ -140,7 +140,7 @@ func agentPerms(b *builder) {
 	n, p := b.n, b.p
 	chat, dm, dlv := n.ChatStream(), n.DMStream(), n.DLVStream()
 	for _, ch := range p.AllowPublish {
-		b.pub(n.Chat(p.Owner, p.Actor, ch))
+		b.pub(n.ChatGrant(p.Owner, p.Actor, ch))
 	}
 	b.pub(n.InstFrom(p.Owner, p.Actor))
 	b.pub(n.SvcFrom(p.Owner, p.Actor))
@@ -158,7 +158,7 @@ func agentPerms(b *builder) {
 		return
 	}
 	for _, ch := range p.AllowSubscribe {
-		read, err := n.ChatRead(ch)
+		read, err := n.ChatReadGrant(ch)
 		if err != nil {
 			b.pub("", err)
 			return
@@ -203,7 +203,7 @@ func agentPerms(b *builder) {
 	b.sub(n.LiveManagerReplies(p.Owner, p.Actor))
 	b.sub(n.LiveDeliveryReplies(p.Owner, p.Actor))
 	for _, ch := range p.AllowSubscribe {
-		b.sub(n.ChatRead(ch))
+		b.sub(n.ChatReadGrant(ch))
 	}
 	b.kvFeed(space.Presence)
 	b.kvFeed(space.Channels)

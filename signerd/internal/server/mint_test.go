@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -240,15 +241,36 @@ func TestMint(t *testing.T) {
 			},
 		},
 		{
-			name:   "fail/wildcard-channel/star",
-			call:   mintAs(managerAlpha, agentWith(func(p *signerv1.ProfileParams) { p.AllowPublish = []string{"team.*"} })),
-			code:   codes.InvalidArgument,
-			reason: "INVALID_ARGUMENT",
-			audit:  denied(managerAlpha, "Mint", "alpha", "agent", "invalid-argument"),
+			name: "ok/wildcard-channel/covered-by-policy",
+			call: mintAs(managerAlpha, agentWith(func(p *signerv1.ProfileParams) {
+				p.AllowPublish, p.AllowSubscribe, p.Subscribe = []string{"team.*"}, []string{"team.*"}, []string{"team.a"}
+			})),
+			code:  codes.OK,
+			audit: granted(managerAlpha, "Mint", "alpha", "agent", ""),
+			check: func(t *testing.T, resp proto.Message) {
+				uc := decodeUser(t, resp.(*signerv1.MintResponse).GetCredential().GetJwt())
+				if !slices.Contains(uc.Pub.Allow, "cotal.alpha.chat.o1.a1.team.*") || !slices.Contains(uc.Sub.Allow, "cotal.alpha.chat.*.*.team.*") {
+					t.Fatalf("team.* grant missing: pub %v sub %v", uc.Pub.Allow, uc.Sub.Allow)
+				}
+			},
+		},
+		{
+			name:   "fail/wildcard-channel/wider-than-policy",
+			call:   mintAs(managerAlpha, agentWith(func(p *signerv1.ProfileParams) { p.AllowPublish = []string{"team.>"} })),
+			code:   codes.PermissionDenied,
+			reason: "CHANNEL_NOT_ALLOWED",
+			audit:  denied(managerAlpha, "Mint", "alpha", "agent", "channel-not-allowed"),
 		},
 		{
 			name:   "fail/wildcard-channel/gt",
 			call:   mintAs(managerAlpha, agentWith(func(p *signerv1.ProfileParams) { p.AllowPublish = []string{">"} })),
+			code:   codes.PermissionDenied,
+			reason: "CHANNEL_NOT_ALLOWED",
+			audit:  denied(managerAlpha, "Mint", "alpha", "agent", "channel-not-allowed"),
+		},
+		{
+			name:   "fail/wildcard-channel/partial-token",
+			call:   mintAs(managerAlpha, agentWith(func(p *signerv1.ProfileParams) { p.AllowPublish = []string{"team.a*"} })),
 			code:   codes.InvalidArgument,
 			reason: "INVALID_ARGUMENT",
 			audit:  denied(managerAlpha, "Mint", "alpha", "agent", "invalid-argument"),
