@@ -9,8 +9,8 @@ import (
 // ("team.*"). A pattern is a channel whose tokens may also be "*" (exactly one token) or, as the
 // last token only, ">" (one or more trailing tokens), as in NATS subjects. Only the agent
 // profile's channel grants take a pattern, and signerd's policy grants one only where one of the
-// caller's allowed patterns covers it and it reaches no excluded channel (PatternCovers,
-// PatternsIntersect). Every other name in this package takes a concrete channel (ValidateChannel).
+// caller's allowed patterns covers its reach and its reach touches no excluded channel
+// (ChannelReach, PatternCovers, PatternsIntersect). Every other name in this package takes a concrete channel (ValidateChannel).
 
 // ValidateChannelPattern checks a channel grant pattern: one or more tokens joined by '.', each
 // [A-Za-z0-9_-]+ or "*", and a last token that may be ">", at most MaxChannelLen bytes. A wildcard
@@ -52,6 +52,24 @@ func IsChannelPattern(s string) bool {
 		}
 	}
 	return false
+}
+
+// ChannelReach is what a channel grant reaches on the broker, as a pattern. nats-server matches a
+// permission's last-token '*' against a literal '>' in the subject it checks, so the holder of a
+// "team.*" row may subscribe "team.>" (and receives "team.x.y"), create a history consumer
+// filtered on "team.>" and publish to the literal subject "team.>" (broker-proven in pkg/profiles).
+// A '*' elsewhere cannot be widened that way: '>' is valid only last. So a pattern whose last token
+// is '*' reaches its whole subtree (its last token read as '>'), and any other pattern reaches
+// exactly what it names. A grant must be judged by its reach: signerd's policy checks
+// ChannelReach(grant), not the grant as written.
+func ChannelReach(pattern string) string {
+	if pattern == "*" {
+		return ">"
+	}
+	if rest, ok := strings.CutSuffix(pattern, ".*"); ok {
+		return rest + ".>"
+	}
+	return pattern
 }
 
 // PatternCovers reports whether every concrete subject that pattern q matches is also matched by

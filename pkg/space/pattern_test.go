@@ -131,6 +131,29 @@ func TestPatternCovers(t *testing.T) {
 	}
 }
 
+func TestChannelReach(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"team.*", "team.>"},
+		{"*", ">"},
+		{"team.*.x", "team.*.x"},
+		{"*.x", "*.x"},
+		{"team.>", "team.>"},
+		{">", ">"},
+		{"team.a", "team.a"},
+		{"team.a*", "team.a*"}, // malformed; left for the grammar to refuse
+	} {
+		t.Run("ok/"+tc.in, func(t *testing.T) {
+			if got := ChannelReach(tc.in); got != tc.want {
+				t.Fatalf("ChannelReach(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+			// A grant's reach covers the grant: judging the reach is never looser.
+			if ValidateChannelPattern(tc.in) == nil && !PatternCovers(ChannelReach(tc.in), tc.in) {
+				t.Fatalf("ChannelReach(%q) does not cover %q", tc.in, tc.in)
+			}
+		})
+	}
+}
+
 // bruteMatch is the reference matcher: NATS subject matching of a concrete subject s by pattern
 // p, written independently of CoversTokens and IntersectTokens.
 func bruteMatch(p, s []string) bool {
