@@ -22,8 +22,17 @@
 //   - Tags are owner:<o>, actor:<a>, principal:<o>.<a> when the credential holder is a principal,
 //     and always profile:<name>. jwt.TagList.Add lower-cases tags; Claims assigns the list as is so
 //     the principal tag keeps the case of the owner and actor it attributes.
-//   - Channels are concrete: a channel containing '*' or '>' is refused (upstream accepts subtree
-//     patterns in allowSubscribe; here no caller value can put a wildcard into a grant).
+//   - Channels may be patterns, as upstream's ACLs hold them: the agent's Subscribe,
+//     AllowSubscribe and AllowPublish take space.ValidateChannelPattern ("team.>" a subtree,
+//     "team.*" one level; a wildcard is a whole token, '>' last), become the rows
+//     chat.<o>.<a>.<pattern> (post), chat.*.*.<pattern> (read) and the chathist_ create row
+//     filtered on the read pattern, and Subscribe must be within AllowSubscribe
+//     (space.PatternCovers). Build does not judge a pattern's width: signerd grants one only where
+//     a channel pattern of the caller's policy covers its broker reach (space.ChannelReach: a
+//     trailing '*' reaches the subtree, since the broker lets such a row admit a literal '>') and
+//     that reach overlaps no excluded pattern; channels_test.go proves both ends on a broker.
+//     Every other channel in the project (chat subjects, member keys, durable joins, ACL reads of
+//     one channel) stays concrete.
 //   - KV reads carry both read verbs: the leader-served STREAM.MSG.GET upstream's JS client uses,
 //     and DIRECT.GET.<stream>.> that the Go KV client uses on allow_direct buckets. Both reach every
 //     key of the bucket, so the pair grants nothing the upstream row does not. Every KV watch
