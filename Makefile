@@ -32,6 +32,7 @@ FUZZ_TARGETS ?= \
 	signerd/internal/audit:FuzzSealVerify \
 	signerd/internal/audit:FuzzRedact \
 	pkg/space:FuzzNames \
+	pkg/space:FuzzPatternCovers \
 	pkg/profiles:FuzzBuild \
 	pkg/dlvclient:FuzzDecodeFrame \
 	deliveryd/internal/plane3:FuzzDecodeEntry \

@@ -3,6 +3,7 @@ package profiles
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -36,9 +37,12 @@ type Spec struct {
 //
 // It refuses, with *ParamError: an invalid space name; a required field left empty; any field the
 // profile does not accept; Owner without Actor or the reverse; a value failing its pkg/space
-// grammar (owner, actor, lifecycle UID, role, channel, inbox nonce); a channel list longer than
-// MaxChannels; a Subscribe channel missing from AllowSubscribe; and a capability word outside the
-// closed set. An unknown profile is refused with *UnknownProfileError. Channels and capabilities
+// grammar (owner, actor, lifecycle UID, role, channel pattern, inbox nonce); a channel list longer
+// than MaxChannels; a Subscribe pattern no AllowSubscribe pattern covers; and a capability word
+// outside the closed set. Channel lists take patterns (space.ValidateChannelPattern: "team.>",
+// "team.*"); only the agent accepts them, and Build does not judge how wide a pattern may be: that
+// is the caller's policy (signerd grants a pattern only where one of the caller's allowed patterns
+// covers it and it reaches no excluded channel). An unknown profile is refused with *UnknownProfileError. Channels and capabilities
 // are deduplicated and sorted, so equal inputs give byte-equal specs.
 func Build(spaceName string, name Name, p Params) (*Spec, error) {
 	r, ok := matrix[name]
@@ -159,13 +163,9 @@ func normalize(name Name, r rule, p Params) (Params, error) {
 	if out.AllowPublish, err = channels(name, "AllowPublish", p.AllowPublish); err != nil {
 		return Params{}, err
 	}
-	allowed := make(map[string]bool, len(out.AllowSubscribe))
-	for _, c := range out.AllowSubscribe {
-		allowed[c] = true
-	}
 	for _, c := range out.Subscribe {
-		if !allowed[c] {
-			return Params{}, refuse(name, "Subscribe", "channel %q is not in AllowSubscribe", c)
+		if !slices.ContainsFunc(out.AllowSubscribe, func(a string) bool { return space.PatternCovers(a, c) }) {
+			return Params{}, refuse(name, "Subscribe", "channel %q is not within AllowSubscribe", c)
 		}
 	}
 	for i, c := range p.Capabilities {
@@ -182,7 +182,7 @@ func channels(name Name, fieldName string, in []string) ([]string, error) {
 		return nil, refuse(name, fieldName, "has %d channels, more than %d", len(in), MaxChannels)
 	}
 	for i, c := range in {
-		if err := space.ValidateChannel(c); err != nil {
+		if err := space.ValidateChannelPattern(c); err != nil {
 			return nil, &ParamError{Profile: name, Field: fieldName, Reason: fmt.Sprintf("entry %d: %v", i, err), Err: err}
 		}
 	}

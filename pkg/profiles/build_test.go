@@ -150,8 +150,10 @@ func TestBuildRefusals(t *testing.T) {
 		{"fail/agent uid short", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.LifecycleUID = "abc" }), "LifecycleUID", true},
 		{"fail/agent uid upper", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.LifecycleUID = strings.ToUpper(mxUID) }), "LifecycleUID", true},
 		{"fail/agent role dot", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.Role = "a.b" }), "Role", true},
-		{"fail/agent publish star", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.AllowPublish = []string{"team.*"} }), "AllowPublish", true},
-		{"fail/agent subscribe gt", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.AllowSubscribe = []string{"general", ">"} }), "AllowSubscribe", true},
+		{"fail/agent publish partial star", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.AllowPublish = []string{"team.a*"} }), "AllowPublish", true},
+		{"fail/agent subscribe gt not last", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.AllowSubscribe = []string{"general", "team.>.x"} }), "AllowSubscribe", true},
+		{"fail/agent subscribe wider than allow", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.AllowSubscribe = []string{"team.*"}; p.Subscribe = []string{"team.>"} }), "Subscribe", false},
+		{"fail/agent subscribe level outside allow", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.AllowSubscribe = []string{"team.a"}; p.Subscribe = []string{"team.*"} }), "Subscribe", false},
 		{"fail/agent channel empty token", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.AllowPublish = []string{"a..b"} }), "AllowPublish", true},
 		{"fail/agent channel empty string", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.AllowSubscribe = []string{"general", ""} }), "AllowSubscribe", true},
 		{"fail/agent channel space", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.Subscribe = []string{"gen eral"} }), "Subscribe", true},
@@ -202,6 +204,43 @@ func TestBuildRefusals(t *testing.T) {
 }
 
 func TestBuildOK(t *testing.T) {
+	t.Run("ok/agent channel patterns become pattern rows", func(t *testing.T) {
+		s, err := Build(mxSpace, Agent, mxWith(mxAgent(), func(p *Params) {
+			p.Subscribe = []string{"team.a", "team.*"}
+			p.AllowSubscribe = []string{"team.>"}
+			p.AllowPublish = []string{"team.>", "ops.*"}
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []struct {
+			list []string
+			row  string
+		}{
+			{s.Pub.Allow, "cotal.demo_space.chat.local.bob.team.>"},
+			{s.Pub.Allow, "cotal.demo_space.chat.local.bob.ops.*"},
+			{s.Pub.Allow, "$JS.API.CONSUMER.CREATE.CHAT_demo_space.chathist_local-bob-" + mxUID + ".cotal.demo_space.chat.*.*.team.>"},
+			{s.Sub.Allow, "cotal.demo_space.chat.*.*.team.>"},
+		} {
+			if !slices.Contains(want.list, want.row) {
+				t.Errorf("no row %q in %v", want.row, want.list)
+			}
+		}
+		for _, row := range append(append([]string(nil), s.Pub.Allow...), s.Sub.Allow...) {
+			if strings.Contains(row, ".chat.") && !strings.Contains(row, "team.") && !strings.Contains(row, "ops.") {
+				t.Errorf("chat row %q outside the granted patterns", row)
+			}
+		}
+	})
+	t.Run("ok/agent subscribe within allow by pattern", func(t *testing.T) {
+		for _, c := range []struct{ sub, allow string }{{"team.a", "team.*"}, {"team.*", "team.>"}, {"team.>", "team.>"}, {"x.y", ">"}} {
+			if _, err := Build(mxSpace, Agent, mxWith(mxAgent(), func(p *Params) {
+				p.Subscribe, p.AllowSubscribe = []string{c.sub}, []string{c.allow}
+			})); err != nil {
+				t.Errorf("subscribe %q within allow %q: %v", c.sub, c.allow, err)
+			}
+		}
+	})
 	t.Run("ok/agent channels deduplicated and sorted", func(t *testing.T) {
 		a, err := Build(mxSpace, Agent, mxWith(mxAgent(), func(p *Params) {
 			p.AllowSubscribe = []string{"zeta", "alpha", "zeta", "general"}
@@ -222,7 +261,9 @@ func TestBuildOK(t *testing.T) {
 		if !reflect.DeepEqual(a, b) {
 			t.Fatalf("equal inputs gave different specs:\n%+v\n%+v", a, b)
 		}
-		want := []string{"cotal.demo_space.ctl.delivery.local.bob.>", "cotal.demo_space.chat.*.*.alpha",
+		want := []string{"cotal.demo_space.ctl.delivery.local.bob.>",
+			"cotal.demo_space.live.manager.local.bob.reply.>", "cotal.demo_space.live.delivery.local.bob.reply.>",
+			"cotal.demo_space.chat.*.*.alpha",
 			"cotal.demo_space.chat.*.*.general", "cotal.demo_space.chat.*.*.zeta",
 			"$KV.cotal_presence_demo_space.>", "$KV.cotal_channels_demo_space.>"}
 		if !reflect.DeepEqual([]string(a.Sub.Allow), want) {

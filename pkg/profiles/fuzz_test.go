@@ -48,12 +48,19 @@ func (v mxFuzzValues) params(include field) Params {
 }
 
 // canonical replaces every caller value with a fixed valid one, keeping which channels are equal
-// to which, so its build has the shape the profile itself gives those fields.
+// to which and where a channel pattern's wildcard tokens are, so its build has the shape the
+// profile and the caller's patterns give those fields.
 func (v mxFuzzValues) canonical() mxFuzzValues {
 	ch := map[string]string{}
 	for _, c := range []string{v.ch1, v.ch2, v.ch3} {
 		if _, ok := ch[c]; !ok {
-			ch[c] = fmt.Sprintf("c%d", len(ch))
+			toks := strings.Split(c, ".")
+			for i, t := range toks {
+				if t != "*" && t != ">" {
+					toks[i] = fmt.Sprintf("c%d", len(ch))
+				}
+			}
+			ch[c] = strings.Join(toks, ".")
 		}
 	}
 	return mxFuzzValues{
@@ -106,15 +113,17 @@ func mxShapes(list []string) []string {
 	return out
 }
 
-// FuzzBuild shows that no parameters produce a malformed subject or a wildcard in a place the
-// profile did not put one itself: every accepted build has exactly the wildcard shape of the same
-// build with fixed, known-good values, and yields claims that validate.
+// FuzzBuild shows that no parameters produce a malformed subject or a wildcard in a place neither
+// the profile nor a channel pattern put one: every accepted build has exactly the wildcard shape of
+// the same build with fixed, known-good values (each channel's literal tokens replaced, its
+// wildcard tokens kept), and yields claims that validate.
 func FuzzBuild(f *testing.F) {
 	good := mxFuzzValues{"local", "bob", mxUID, "review", "general", "team.backend", "general", CapSpawn, ""}
 	for i := range All() {
 		f.Add("demo space", uint8(i), uint16(0), uint16(0), good.owner, good.actor, good.uid, good.role, good.ch1, good.ch2, good.ch3, good.capw, good.nonce)
 	}
 	f.Add("x", uint8(1), uint16(0), uint16(0), "a.b", "*", ">", "r.>", "team.>", "*", "a..b", "root", ">>>>>>>>")
+	f.Add("demo space", uint8(0), uint16(0), uint16(0), "local", "bob", mxUID, "review", "team.*", "team.>", ">", CapSpawn, "")
 	f.Add("\U0001F600", uint8(1), uint16(0), uint16(0xffff), "u_abcdefghijklmnopqrstuvwxyz", "A_1", strings.Repeat("9", 32), "r-1", "a-b.c_d", "a-b.c_d", "z", CapAdmin, "nonce-nonce")
 	f.Add("s", uint8(3), uint16(fInboxNonce), uint16(fRole), "o", "a", mxUID, "r", "c", "c", "c", "run", "nonce_12")
 	k := mxKeys(f)

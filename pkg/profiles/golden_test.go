@@ -21,8 +21,8 @@ var mxGoldenParams = map[Name]Params{
 	Agent: {
 		Owner: "local", Actor: "bob", LifecycleUID: mxUID, Role: "review",
 		Subscribe:      []string{"general"},
-		AllowSubscribe: []string{"team.backend", "general", "general"},
-		AllowPublish:   []string{"general"},
+		AllowSubscribe: []string{"team.backend", "general", "general", "proj.>"},
+		AllowPublish:   []string{"general", "proj.>"},
 		Capabilities:   []string{CapSpawn},
 	},
 	Supervisor:    {Owner: "local", Actor: "manager"},

@@ -125,7 +125,8 @@ func (b *builder) ownPresence() {
 // agentPerms is upstream's agent arm: post as itself to its AllowPublish channels, DM and anycast
 // as itself, ask the delivery daemon for durable joins, read history of and live-subscribe its
 // AllowSubscribe channels, bind (never create) its own DM, DLV and role TASK consumers, publish
-// its own presence key and read the roster, channel registry and delivery lease.
+// its own presence key and read the roster, channel registry and delivery lease, and probe the
+// manager and delivery planes' liveness as itself.
 //
 // Narrowed from upstream: the roster and the channel registry are read with gets and followed
 // with a core subscription on their $KV subjects, not watched through a consumer, so the agent
@@ -139,7 +140,7 @@ func agentPerms(b *builder) {
 	n, p := b.n, b.p
 	chat, dm, dlv := n.ChatStream(), n.DMStream(), n.DLVStream()
 	for _, ch := range p.AllowPublish {
-		b.pub(n.Chat(p.Owner, p.Actor, ch))
+		b.pub(n.ChatGrant(p.Owner, p.Actor, ch))
 	}
 	b.pub(n.InstFrom(p.Owner, p.Actor))
 	b.pub(n.SvcFrom(p.Owner, p.Actor))
@@ -157,7 +158,7 @@ func agentPerms(b *builder) {
 		return
 	}
 	for _, ch := range p.AllowSubscribe {
-		read, err := n.ChatRead(ch)
+		read, err := n.ChatReadGrant(ch)
 		if err != nil {
 			b.pub("", err)
 			return
@@ -192,17 +193,27 @@ func agentPerms(b *builder) {
 	b.denyCreate(task)
 	b.denyCreate(dlv)
 
+	// Plane liveness (upstream #1577): the agent may ask whether the manager or the delivery
+	// daemon is up, as itself only, and hear the answers on its own .reply.> lane; it can neither
+	// serve a plane nor answer another peer's probe.
+	b.pub(n.LiveManager(p.Owner, p.Actor))
+	b.pub(n.LiveDelivery(p.Owner, p.Actor))
+
 	b.sub(n.CtlDeliveryTree(p.Owner, p.Actor))
+	b.sub(n.LiveManagerReplies(p.Owner, p.Actor))
+	b.sub(n.LiveDeliveryReplies(p.Owner, p.Actor))
 	for _, ch := range p.AllowSubscribe {
-		b.sub(n.ChatRead(ch))
+		b.sub(n.ChatReadGrant(ch))
 	}
 	b.kvFeed(space.Presence)
 	b.kvFeed(space.Channels)
 }
 
 // supervisorPerms is upstream's supervisor arm: the manager's standing credential. It holds its
-// instance lease, publishes its presence and watches the roster, and calls the delivery daemon's
-// admin rail. Two rows go beyond the stored upstream version, both for the renewal ownership in
+// instance lease, publishes its presence and watches the roster, calls the delivery daemon's
+// admin rail, and answers the manager plane's liveness probes: it serves live.manager.*.* (in the
+// queue group live.manager) and publishes only on the .reply.> leaves under them, so it can answer
+// any peer but never send a probe as one, and it cannot serve the delivery plane. Two rows go beyond the stored upstream version, both for the renewal ownership in
 // reference/manager.md §3: the per-space renewal lease key ($KV.cotal_manager_<t>.renewal) and a
 // point read of the delivery lease (lease.0), which the manager checks before each remint.
 func supervisorPerms(b *builder) {
@@ -219,7 +230,9 @@ func supervisorPerms(b *builder) {
 	b.kvBind(space.Delivery)
 	b.kvGet(space.Delivery)
 	b.pub(n.CtlDeliveryAdmin(p.Owner, p.Actor))
+	b.pub(n.LiveManagerReplyAny(), nil)
 	b.sub(n.CtlDeliveryAdminTree(p.Owner, p.Actor))
+	b.sub(n.LiveManagerServe(), nil)
 }
 
 // provisionerPerms is upstream's provisioner arm: the one-shot onboarding credential. It creates

@@ -22,8 +22,17 @@
 //   - Tags are owner:<o>, actor:<a>, principal:<o>.<a> when the credential holder is a principal,
 //     and always profile:<name>. jwt.TagList.Add lower-cases tags; Claims assigns the list as is so
 //     the principal tag keeps the case of the owner and actor it attributes.
-//   - Channels are concrete: a channel containing '*' or '>' is refused (upstream accepts subtree
-//     patterns in allowSubscribe; here no caller value can put a wildcard into a grant).
+//   - Channels may be patterns, as upstream's ACLs hold them: the agent's Subscribe,
+//     AllowSubscribe and AllowPublish take space.ValidateChannelPattern ("team.>" a subtree,
+//     "team.*" one level; a wildcard is a whole token, '>' last), become the rows
+//     chat.<o>.<a>.<pattern> (post), chat.*.*.<pattern> (read) and the chathist_ create row
+//     filtered on the read pattern, and Subscribe must be within AllowSubscribe
+//     (space.PatternCovers). Build does not judge a pattern's width: signerd grants one only where
+//     a channel pattern of the caller's policy covers its broker reach (space.ChannelReach: a
+//     trailing '*' reaches the subtree, since the broker lets such a row admit a literal '>') and
+//     that reach overlaps no excluded pattern; channels_test.go proves both ends on a broker.
+//     Every other channel in the project (chat subjects, member keys, durable joins, ACL reads of
+//     one channel) stays concrete.
 //   - KV reads carry both read verbs: the leader-served STREAM.MSG.GET upstream's JS client uses,
 //     and DIRECT.GET.<stream>.> that the Go KV client uses on allow_direct buckets. Both reach every
 //     key of the bucket, so the pair grants nothing the upstream row does not. Every KV watch
@@ -88,9 +97,14 @@
 // Deferred, and said so where each row would go: the v0.4 endpoint (ep.*) rows and everything that
 // hangs off them (the agent's baseline and capability rows, its ep reply rail and goal-progress
 // rows, the delivery daemon's timer writer on ept.*, the provisioner's endpoint-plane streams and
-// object store, issued-authority rows), the probing side of the liveness rail (delivery serves
-// live.delivery.*.*, but no profile yet asks it), and the $SYS-account kinds (membership-observer, connection-evictor), which live in the
-// system account and are not profiles here.
+// object store, issued-authority rows) and the $SYS-account kinds (membership-observer,
+// connection-evictor), which live in the system account and are not profiles here.
+//
+// Plane liveness (upstream #1577, SPEC §6.1): each plane's own credential serves live.<plane>.*.*
+// and replies only on its .reply.> leaves (delivery for the delivery plane, supervisor for the
+// manager plane); the agent, the peer upstream lets ask, publishes a probe of either plane as its
+// own principal and subscribes its own .reply.> lane. Observer and admin hold no probe row, as
+// upstream: the observer has no principal to pin a probe to, and neither is a peer.
 package profiles
 
 import (

@@ -88,6 +88,8 @@ func FuzzNames(f *testing.F) {
 		concrete("Dlv", s, err)
 		s, err = n.LiveDelivery(owner, actor)
 		concrete("LiveDelivery", s, err)
+		s, err = n.LiveManager(owner, actor)
+		concrete("LiveManager", s, err)
 		for _, k := range append(BucketKinds(), BucketKind(role)) {
 			s, err = n.KV(k, channel)
 			concrete("KV", s, err)
@@ -114,6 +116,25 @@ func FuzzNames(f *testing.F) {
 		pattern("ChatFrom", s, err, nil, true)
 		s, err = n.ChatRead(channel)
 		pattern("ChatRead", s, err, []int{3, 4}, false)
+		// The pattern builders give a valid filter, and equal the concrete ones on a channel.
+		for _, b := range []struct {
+			what     string
+			grant    func() (string, error)
+			concrete func() (string, error)
+		}{
+			{"ChatGrant", func() (string, error) { return n.ChatGrant(owner, actor, channel) }, func() (string, error) { return n.Chat(owner, actor, channel) }},
+			{"ChatReadGrant", func() (string, error) { return n.ChatReadGrant(channel) }, func() (string, error) { return n.ChatRead(channel) }},
+		} {
+			g, gerr := b.grant()
+			if gerr == nil {
+				if err := ValidateFilter(g); err != nil {
+					t.Fatalf("%s(%q) = %q, not a valid filter: %v", b.what, channel, g, err)
+				}
+			}
+			if c, cerr := b.concrete(); cerr == nil && (gerr != nil || g != c) {
+				t.Fatalf("%s(%q) = %q, %v; the concrete builder gave %q", b.what, channel, g, gerr, c)
+			}
+		}
 		s, err = n.InstFrom(owner, actor)
 		pattern("InstFrom", s, err, []int{3, 4}, false)
 		s, err = n.InstTo(owner, actor)

@@ -7,11 +7,13 @@ import (
 )
 
 // Control and liveness service tokens (upstream CONTROL_DELIVERY, CONTROL_DELIVERY_ADMIN and the
-// liveness rail's plane).
+// liveness rail's two planes, LIVENESS_PLANES). The liveness planes are a closed set: each plane's
+// responder answers only for itself, on live.<plane>.*.*.
 const (
 	CtlServiceDelivery      = "delivery"
 	CtlServiceDeliveryAdmin = "delivery-admin"
 	LivePlaneDelivery       = "delivery"
+	LivePlaneManager        = "manager"
 )
 
 // Fixed KV keys (upstream subjects.ts).
@@ -125,6 +127,31 @@ func (n Names) ChatRead(channel string) (string, error) {
 		return "", err
 	}
 	return n.sub("chat.*.*." + channel), nil
+}
+
+// ChatGrant is the publish row for one principal on a channel pattern (ValidateChannelPattern):
+// cotal.<t>.chat.<owner>.<actor>.<pattern>. For a concrete channel it equals Chat.
+func (n Names) ChatGrant(owner, actor, pattern string) (string, error) {
+	p, err := n.principal(owner, actor)
+	if err != nil {
+		return "", err
+	}
+	if err := ValidateChannelPattern(pattern); err != nil {
+		return "", err
+	}
+	return n.sub("chat." + p + "." + pattern), nil
+}
+
+// ChatReadGrant is the read row for a channel pattern from any principal:
+// cotal.<t>.chat.*.*.<pattern>. For a concrete channel it equals ChatRead.
+func (n Names) ChatReadGrant(pattern string) (string, error) {
+	if err := n.check(); err != nil {
+		return "", err
+	}
+	if err := ValidateChannelPattern(pattern); err != nil {
+		return "", err
+	}
+	return n.sub("chat.*.*." + pattern), nil
 }
 
 // ChatAll is every chat subject, cotal.<t>.chat.> (the CHAT stream's subject).
@@ -328,15 +355,42 @@ func (n Names) DlvAny() string { return n.sub("dlv.*.*.*") }
 func (n Names) DlvAll() string { return n.sub("dlv.>") }
 
 // ---- liveness rail ----
+//
+// A peer asks whether a plane is alive with an empty request on live.<plane>.<owner>.<actor>
+// (its own principal) and names its reply subject under it, <request>.reply.<nonce>. The plane's
+// responder subscribes live.<plane>.*.* in the queue group live.<plane> and may publish only on the
+// .reply.> leaves, so it can answer any caller but never forge a probe (upstream livenessSubject,
+// livenessServeFilter, livenessReplyGrant).
 
-// LiveDelivery is a principal's liveness probe of the delivery plane:
-// cotal.<t>.live.delivery.<owner>.<actor>.
-func (n Names) LiveDelivery(owner, actor string) (string, error) {
+func (n Names) live(plane, owner, actor string) (string, error) {
 	p, err := n.principal(owner, actor)
 	if err != nil {
 		return "", err
 	}
-	return n.sub("live." + LivePlaneDelivery + "." + p), nil
+	return n.sub("live." + plane + "." + p), nil
+}
+
+func (n Names) liveReplies(plane, owner, actor string) (string, error) {
+	s, err := n.live(plane, owner, actor)
+	if err != nil {
+		return "", err
+	}
+	return s + ".reply.>", nil
+}
+
+// LiveQueue is the queue group a plane's responders serve in: live.<plane>.
+func LiveQueue(plane string) string { return "live." + plane }
+
+// LiveDelivery is a principal's liveness probe of the delivery plane:
+// cotal.<t>.live.delivery.<owner>.<actor>.
+func (n Names) LiveDelivery(owner, actor string) (string, error) {
+	return n.live(LivePlaneDelivery, owner, actor)
+}
+
+// LiveDeliveryReplies is the prober's reply lane for its delivery probes:
+// cotal.<t>.live.delivery.<owner>.<actor>.reply.>.
+func (n Names) LiveDeliveryReplies(owner, actor string) (string, error) {
+	return n.liveReplies(LivePlaneDelivery, owner, actor)
 }
 
 // LiveDeliveryServe is the responder's pattern: cotal.<t>.live.delivery.*.*.
@@ -346,6 +400,27 @@ func (n Names) LiveDeliveryServe() string { return n.sub("live." + LivePlaneDeli
 // cotal.<t>.live.delivery.*.*.reply.>.
 func (n Names) LiveDeliveryReplyAny() string {
 	return n.sub("live." + LivePlaneDelivery + ".*.*.reply.>")
+}
+
+// LiveManager is a principal's liveness probe of the manager plane:
+// cotal.<t>.live.manager.<owner>.<actor>.
+func (n Names) LiveManager(owner, actor string) (string, error) {
+	return n.live(LivePlaneManager, owner, actor)
+}
+
+// LiveManagerReplies is the prober's reply lane for its manager probes:
+// cotal.<t>.live.manager.<owner>.<actor>.reply.>.
+func (n Names) LiveManagerReplies(owner, actor string) (string, error) {
+	return n.liveReplies(LivePlaneManager, owner, actor)
+}
+
+// LiveManagerServe is the manager's responder pattern: cotal.<t>.live.manager.*.*.
+func (n Names) LiveManagerServe() string { return n.sub("live." + LivePlaneManager + ".*.*") }
+
+// LiveManagerReplyAny is the manager's reply-publish pattern:
+// cotal.<t>.live.manager.*.*.reply.>.
+func (n Names) LiveManagerReplyAny() string {
+	return n.sub("live." + LivePlaneManager + ".*.*.reply.>")
 }
 
 // ---- streams ----

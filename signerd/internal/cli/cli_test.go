@@ -120,7 +120,8 @@ func TestPolicyExplain(t *testing.T) {
 		{"ok/allowed-with-claims", []string{"--allow-publish", "general", "--ttl", "2h"}, 0,
 			[]string{"decision: allowed", "ttl:      1h0m0s", `"cotal.alpha.chat.alice.bot.general"`, "callers[0]"}},
 		{"fail/channel-not-allowed", []string{"--allow-publish", "secret"}, 1, []string{"decision: denied", "channel-not-allowed"}},
-		{"fail/wildcard-channel", []string{"--allow-publish", "team.*"}, 1, []string{"decision: denied", "invalid-argument"}},
+		{"fail/wildcard-channel-wider-than-policy", []string{"--allow-publish", "team.*"}, 1, []string{"decision: denied", "channel-not-allowed"}},
+		{"fail/malformed-channel", []string{"--allow-publish", "team.a*"}, 1, []string{"decision: denied", "invalid-argument"}},
 		{"fail/other-space", []string{"--space", "beta"}, 1, []string{"decision: denied", "space-not-allowed"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

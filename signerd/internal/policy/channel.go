@@ -52,44 +52,13 @@ func isChannelByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
 }
 
-// covers reports whether every channel that q matches is also matched by p. For a literal q
-// this is plain matching; a wildcard in q is covered only by a wildcard at least as wide in p,
-// so a grant of "team.*" needs a rule of "team.*" or "team.>" or wider, never "team.a".
-func covers(p, q []string) bool {
-	for i, pt := range p {
-		if pt == tokTail {
-			return len(q) > i
-		}
-		if i == len(q) {
-			return false
-		}
-		qt := q[i]
-		switch {
-		case qt == tokTail:
-			return false
-		case pt == tokAny:
-		case qt == tokAny || pt != qt:
-			return false
-		}
-	}
-	return len(p) == len(q)
-}
+// covers reports whether every channel that q matches is also matched by p (space.CoversTokens):
+// for a literal q this is plain matching; a wildcard in q is covered only by a wildcard at least
+// as wide in p, so a grant of "team.*" needs a rule of "team.*" or "team.>" or wider, never
+// "team.a".
+func covers(p, q []string) bool { return space.CoversTokens(p, q) }
 
-// intersects reports whether some channel is matched by both p and q. Exclusions use it: a
-// requested pattern that could reach an excluded channel is refused even if most of what it
-// names is allowed.
-func intersects(p, q []string) bool {
-	for i := 0; ; i++ {
-		switch {
-		case i == len(p) || i == len(q):
-			return len(p) == len(q)
-		case p[i] == tokTail:
-			return true // q has a token at i, and ">" takes it and anything after
-		case q[i] == tokTail:
-			return true
-		case p[i] == tokAny || q[i] == tokAny || p[i] == q[i]:
-		default:
-			return false
-		}
-	}
-}
+// intersects reports whether some channel is matched by both p and q (space.IntersectTokens).
+// Exclusions use it: a requested pattern that could reach an excluded channel is refused even if
+// most of what it names is allowed.
+func intersects(p, q []string) bool { return space.IntersectTokens(p, q) }

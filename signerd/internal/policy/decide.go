@@ -139,9 +139,10 @@ func (p *Policy) Explain(req Request) Explanation {
 // caller identity), then the parameters the credential was minted with, exactly as for a Mint:
 // Remint rebuilds the credential from them under the policy in force, so a narrowed rule
 // reaches renewed credentials. For Mint, Remint and SignCalloutResponse the parameters are
-// checked: the owner (unless empty) must be listed or any_owner set; every channel in
-// Subscribe, AllowSubscribe and AllowPublish must reach no excluded channel and be covered by a
-// channel pattern; the role (unless empty) and every capability must be listed. Actor and
+// checked: the owner (unless empty) must be listed or any_owner set; every channel or channel
+// pattern in Subscribe, AllowSubscribe and AllowPublish is judged by what it reaches on the broker
+// (space.ChannelReach: a last-token '*' reaches the whole subtree), which must touch no excluded
+// pattern and be covered by one allowed pattern; the role (unless empty) and every capability must be listed. Actor and
 // LifecycleUID are not constrained by policy. Anything not listed is denied.
 //
 // A TTL above the cap is not a denial: Decision.TTLCap carries the cap and signerd grants the
@@ -292,7 +293,11 @@ func (pr *profileRule) checkParams(r *rule, params *profiles.Params) (Decision, 
 		{"allow_publish", params.AllowPublish},
 	} {
 		for _, ch := range list.chans {
-			toks, err := parseChannel(ch)
+			if _, err := parseChannel(ch); err != nil {
+				return deny(r, ReasonChannelNotAllowed, "%s channel %s is malformed: %v", list.field, echo(ch), err), true
+			}
+			// Judge what the grant reaches on the broker: a last-token '*' reaches the subtree.
+			toks, err := parseChannel(space.ChannelReach(ch))
 			if err != nil {
 				return deny(r, ReasonChannelNotAllowed, "%s channel %s is malformed: %v", list.field, echo(ch), err), true
 			}

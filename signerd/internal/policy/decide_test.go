@@ -79,7 +79,7 @@ func TestDecide(t *testing.T) {
 		{"ok/mint-no-params", mint(profiles.Params{}), ReasonAllowed, mgrRule, time.Hour, ""},
 		{"ok/mint-ttl-above-cap-is-capped-not-denied", func() Request { r := mint(good); r.TTL = 100 * time.Hour; return r }(), ReasonAllowed, mgrRule, time.Hour, ""},
 		{"ok/mint-ttl-zero-default", func() Request { r := mint(good); r.TTL = 0; return r }(), ReasonAllowed, mgrRule, time.Hour, ""},
-		{"ok/mint-wildcard-covered", with(func(p *profiles.Params) { p.AllowSubscribe = []string{"proj.*", "proj.y.>"} }), ReasonAllowed, mgrRule, time.Hour, ""},
+		{"ok/mint-wildcard-covered", with(func(p *profiles.Params) { p.AllowSubscribe = []string{"proj.y.*", "proj.y.>"} }), ReasonAllowed, mgrRule, time.Hour, ""},
 		{"ok/any-owner", Request{Caller: mgrAlpha, RPC: RPCMint, Space: "alpha", Profile: profiles.Supervisor, Params: profiles.Params{Owner: "zed"}}, ReasonAllowed, mgrRule, 24 * time.Hour, ""},
 		{"ok/get-space-no-profile-checks", Request{Caller: mgrAlpha, RPC: RPCGetSpace, Space: "alpha", Profile: "bogus", TTL: -1}, ReasonAllowed, mgrRule, 0, ""},
 		{"ok/remint-own", remint(profiles.Agent, mgrAlpha), ReasonAllowed, mgrRule, time.Hour, ""},
@@ -150,6 +150,12 @@ func TestDecide(t *testing.T) {
 			p.AllowPublish = nil
 		}), ReasonChannelNotAllowed, mgrRule, time.Hour, `"team.*"`},
 		{"fail/channel-wider-than-rule", with(func(p *profiles.Params) { p.AllowSubscribe = []string{">"} }), ReasonChannelNotAllowed, mgrRule, time.Hour, ""},
+		// A last-token '*' reaches the subtree on the broker (space.ChannelReach): proj.* reaches
+		// proj.x.y, which the rule excludes, though proj.* alone would not touch proj.x.>.
+		{"fail/channel-trailing-star-reaches-excluded-subtree", with(func(p *profiles.Params) {
+			p.AllowSubscribe = []string{"proj.*"}
+			p.Subscribe = nil
+		}), ReasonChannelNotAllowed, mgrRule, time.Hour, `"proj.*"`},
 		{"fail/channel-malformed", with(func(p *profiles.Params) { p.AllowSubscribe = []string{"team. a"} }), ReasonChannelNotAllowed, mgrRule, time.Hour, "malformed"},
 		{"fail/channel-empty", with(func(p *profiles.Params) { p.AllowPublish = []string{""} }), ReasonChannelNotAllowed, mgrRule, time.Hour, ""},
 		{"fail/channel-none-allowed", Request{Caller: mgrAlpha, RPC: RPCMint, Space: "alpha", Profile: profiles.Supervisor,

@@ -75,6 +75,16 @@
 // or, last only, ">" (one or more trailing tokens). Owners are [A-Za-z0-9_]+; roles and
 // capabilities are [A-Za-z0-9_-]+ and have no wildcard.
 //
+// A request may ask for a channel pattern too (an agent's subscribe, allow_subscribe and
+// allow_publish; "team.>" as upstream's ACLs hold). Each requested channel is judged by what it
+// reaches on the broker (space.ChannelReach): a pattern whose last token is "*" reaches its whole
+// subtree, because nats-server lets a permission's trailing "*" match a literal ">", so "team.*" is
+// judged as "team.>". That reach must be covered by one channels pattern (space.PatternCovers:
+// "team.a" is within "team.*", "team.*" and "team.>" within "team.>", "team.>" not within "team.*",
+// ">" only within ">") and must overlap no exclude_channels pattern (space.PatternsIntersect); else
+// the answer is channel-not-allowed. A rule of "team.*" therefore grants the concrete channels
+// team.<x>, and a pattern grant needs a rule ending in ">".
+//
 // Validation at load also refuses: an id that is neither a SPIFFE ID nor a valid pattern, a
 // duplicate id, a pattern that an earlier pattern already matches entirely (it could never be
 // selected), an unknown RPC or profile name, an unparsable or non-positive ttl_max, a missing or

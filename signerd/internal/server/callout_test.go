@@ -679,9 +679,14 @@ func TestSignCalloutResponse(t *testing.T) {
 			codes.InvalidArgument, "INVALID_ARGUMENT"},
 		{"fail/grant-bad-params", "", valid(), srv.xkey, func() *signerv1.CalloutGrant { g := agentGrant(in10m()); g.Params.LifecycleUid = ""; return g }(),
 			codes.InvalidArgument, "INVALID_ARGUMENT"},
-		{"fail/grant-wildcard-channel", "", valid(), srv.xkey, func() *signerv1.CalloutGrant {
+		{"fail/grant-wildcard-channel-wider-than-policy", "", valid(), srv.xkey, func() *signerv1.CalloutGrant {
 			g := agentGrant(in10m())
 			g.Params.AllowSubscribe = []string{">"}
+			return g
+		}(), codes.PermissionDenied, "CHANNEL_NOT_ALLOWED"},
+		{"fail/grant-malformed-channel-pattern", "", valid(), srv.xkey, func() *signerv1.CalloutGrant {
+			g := agentGrant(in10m())
+			g.Params.AllowSubscribe = []string{"team.>.x"}
 			return g
 		}(), codes.InvalidArgument, "INVALID_ARGUMENT"},
 		{"fail/grant-profile-not-allowed", "", valid(), srv.xkey, &signerv1.CalloutGrant{Profile: signerv1.Profile_PROFILE_SUPERVISOR,

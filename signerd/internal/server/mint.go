@@ -68,8 +68,9 @@ func parseMint(req *signerv1.MintRequest) (*mintInput, error) {
 		return nil, err
 	}
 	in.params = paramsOf(req.GetParams())
-	// Build before the policy is asked: the policy judges values known to fit the grammars, and
-	// a wildcard never reaches a pattern match.
+	// Build before the policy is asked: the policy judges values known to fit the grammars. A
+	// channel pattern ("team.>") fits them; the policy then grants it only where one of the
+	// caller's channel patterns covers it and it reaches no excluded channel.
 	if in.spec, err = profiles.Build(in.space, name, in.params); err != nil {
 		return nil, invalid(err.Error())
 	}

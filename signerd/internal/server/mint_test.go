@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -25,7 +26,7 @@ callers:
     spaces: ["{space}"]
     rate: {per_second: 1000, burst: 1000}
     profiles:
-      agent: {ttl_max: 1h, owners: [o1], channels: ["general", "team.*"], roles: [reviewer], capabilities: [spawn]}
+      agent: {ttl_max: 1h, owners: [o1], channels: ["general", "team.*", "ops.>"], roles: [reviewer], capabilities: [spawn]}
       probe: {ttl_max: 1m, remint: none}
   - id: spiffe://cotal.local/getspace-only/{space}
     rpcs: [GetSpace]
@@ -240,15 +241,45 @@ func TestMint(t *testing.T) {
 			},
 		},
 		{
-			name:   "fail/wildcard-channel/star",
+			name: "ok/wildcard-channel/covered-by-policy",
+			call: mintAs(managerAlpha, agentWith(func(p *signerv1.ProfileParams) {
+				p.AllowPublish, p.AllowSubscribe, p.Subscribe = []string{"ops.*"}, []string{"ops.>"}, []string{"ops.a"}
+			})),
+			code:  codes.OK,
+			audit: granted(managerAlpha, "Mint", "alpha", "agent", ""),
+			check: func(t *testing.T, resp proto.Message) {
+				uc := decodeUser(t, resp.(*signerv1.MintResponse).GetCredential().GetJwt())
+				if !slices.Contains(uc.Pub.Allow, "cotal.alpha.chat.o1.a1.ops.*") || !slices.Contains(uc.Sub.Allow, "cotal.alpha.chat.*.*.ops.>") {
+					t.Fatalf("ops.* / ops.> grants missing: pub %v sub %v", uc.Pub.Allow, uc.Sub.Allow)
+				}
+			},
+		},
+		{
+			name:   "fail/wildcard-channel/wider-than-policy",
+			call:   mintAs(managerAlpha, agentWith(func(p *signerv1.ProfileParams) { p.AllowPublish = []string{"team.>"} })),
+			code:   codes.PermissionDenied,
+			reason: "CHANNEL_NOT_ALLOWED",
+			audit:  denied(managerAlpha, "Mint", "alpha", "agent", "channel-not-allowed"),
+		},
+		{
+			// team.* reaches team.> on the broker (space.ChannelReach), which the rule's team.*
+			// does not cover; the rule's team.* still grants concrete team.<x> channels.
+			name:   "fail/wildcard-channel/trailing-star-reaches-subtree",
 			call:   mintAs(managerAlpha, agentWith(func(p *signerv1.ProfileParams) { p.AllowPublish = []string{"team.*"} })),
-			code:   codes.InvalidArgument,
-			reason: "INVALID_ARGUMENT",
-			audit:  denied(managerAlpha, "Mint", "alpha", "agent", "invalid-argument"),
+			code:   codes.PermissionDenied,
+			reason: "CHANNEL_NOT_ALLOWED",
+			audit:  denied(managerAlpha, "Mint", "alpha", "agent", "channel-not-allowed"),
 		},
 		{
 			name:   "fail/wildcard-channel/gt",
 			call:   mintAs(managerAlpha, agentWith(func(p *signerv1.ProfileParams) { p.AllowPublish = []string{">"} })),
+			code:   codes.PermissionDenied,
+			reason: "CHANNEL_NOT_ALLOWED",
+			audit:  denied(managerAlpha, "Mint", "alpha", "agent", "channel-not-allowed"),
+		},
+		{
+			name:   "fail/wildcard-channel/partial-token",
+			call:   mintAs(managerAlpha, agentWith(func(p *signerv1.ProfileParams) { p.AllowPublish = []string{"team.a*"} })),
 			code:   codes.InvalidArgument,
 			reason: "INVALID_ARGUMENT",
 			audit:  denied(managerAlpha, "Mint", "alpha", "agent", "invalid-argument"),

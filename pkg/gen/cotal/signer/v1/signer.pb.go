@@ -314,11 +314,11 @@ type ProfileParams struct {
 	LifecycleUid string `protobuf:"bytes,3,opt,name=lifecycle_uid,json=lifecycleUid,proto3" json:"lifecycle_uid,omitempty"`
 	// Optional. The service role that binds the TASK work queue (agent only).
 	Role string `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
-	// Optional. Channels the agent is joined to now; each must also be in allow_subscribe.
+	// Optional. Channels the agent is joined to now; each must be within allow_subscribe.
 	Subscribe []string `protobuf:"bytes,5,rep,name=subscribe,proto3" json:"subscribe,omitempty"`
-	// Optional. Channels the agent may read. No wildcards.
+	// Optional. Channels the agent may read; a pattern ("team.>") only where the caller's policy covers it.
 	AllowSubscribe []string `protobuf:"bytes,6,rep,name=allow_subscribe,json=allowSubscribe,proto3" json:"allow_subscribe,omitempty"`
-	// Optional. Channels the agent may post to. No wildcards.
+	// Optional. Channels the agent may post to; a pattern ("team.>") only where the caller's policy covers it.
 	AllowPublish []string `protobuf:"bytes,7,rep,name=allow_publish,json=allowPublish,proto3" json:"allow_publish,omitempty"`
 	// Optional. Scope words granted to the agent (for example "spawn").
 	Capabilities  []string `protobuf:"bytes,8,rep,name=capabilities,proto3" json:"capabilities,omitempty"`

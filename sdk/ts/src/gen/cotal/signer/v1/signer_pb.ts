@@ -54,21 +54,21 @@ export type ProfileParams = Message<"cotal.signer.v1.ProfileParams"> & {
   role: string;
 
   /**
-   * Optional. Channels the agent is joined to now; each must also be in allow_subscribe.
+   * Optional. Channels the agent is joined to now; each must be within allow_subscribe.
    *
    * @generated from field: repeated string subscribe = 5;
    */
   subscribe: string[];
 
   /**
-   * Optional. Channels the agent may read. No wildcards.
+   * Optional. Channels the agent may read; a pattern ("team.>") only where the caller's policy covers it.
    *
    * @generated from field: repeated string allow_subscribe = 6;
    */
   allowSubscribe: string[];
 
   /**
-   * Optional. Channels the agent may post to. No wildcards.
+   * Optional. Channels the agent may post to; a pattern ("team.>") only where the caller's policy covers it.
    *
    * @generated from field: repeated string allow_publish = 7;
    */
