@@ -142,28 +142,16 @@ func DecodeACL(b []byte) (ACL, bool) {
 }
 
 // Allows reports whether channel is inside AllowSubscribe. A pattern matches token by token as a
-// NATS subject does ('*' one token, a final '>' one or more), so an upstream subtree grant
-// ("team.>") keeps its meaning; a concrete entry matches only itself.
+// NATS subject does ('*' one token, a final '>' one or more; space.PatternCovers), so an upstream
+// subtree grant ("team.>") keeps its meaning; a concrete entry matches only itself, and a
+// malformed entry matches nothing.
 func (a ACL) Allows(channel string) bool {
-	ch := strings.Split(channel, ".")
 	for _, p := range a.AllowSubscribe {
-		if matchTokens(strings.Split(p, "."), ch) {
+		if space.PatternCovers(p, channel) {
 			return true
 		}
 	}
 	return false
-}
-
-func matchTokens(p, s []string) bool {
-	for i, t := range p {
-		if t == ">" {
-			return i == len(p)-1 && len(s) > i
-		}
-		if i >= len(s) || (t != "*" && t != s[i]) {
-			return false
-		}
-	}
-	return len(p) == len(s)
 }
 
 // Entry is what the fan-out writer puts in a lifecycle's inbox and the trusted reader takes out
