@@ -148,7 +148,7 @@ func grant(ctx context.Context, args []string, env Env) error {
 	owner := fs.String("owner", "", "the derived owner (u_ and 26 base32 characters)")
 	subject := fs.String("subject", "", "the IdP subject whose owner to grant (instead of --owner)")
 	actor := fs.String("actor", "", "the actor")
-	scope := fs.String("scope", "", "comma-separated scope words (admin, spawn, supervise, role:R, ...)")
+	scope := fs.String("scope", "", "comma-separated scope: capability words [a-z][a-z0-9_-]{0,31} carried in the bearer (admin, spawn, supervise, ...) and role:R delegation tokens kept in the ledger")
 	sub := fs.String("allow-subscribe", "", "comma-separated channels the actor may read")
 	pub := fs.String("allow-publish", "", "comma-separated channels the actor may post to")
 	role := fs.String("role", "", "the actor's role")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -118,6 +119,52 @@ func TestActorGrant(t *testing.T) {
 			t.Fatalf("grant into a 0755 state dir = %v, want an error naming it", r.err)
 		}
 	})
+}
+
+// TestActorGrantScope: `authd actor grant --scope` takes capability words (the bearer grammar
+// signerd signs) and role:<role> delegation tokens; anything else is refused at grant time with a
+// sentence naming both forms, and no row is written (it used to be written and then fail every
+// exchange with 502 when signerd refused to sign its scope).
+func TestActorGrantScope(t *testing.T) {
+	dir := stateDir(t)
+	l, err := ledger.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("ok/words-and-role", func(t *testing.T) {
+		if r := actor(t, dir, "grant", "--owner", owner, "--actor", "carol", "--scope", "spawn,role:reviewer,supervise"); r.err != nil {
+			t.Fatal(r.err)
+		}
+		row, _, err := l.Get(owner, "carol")
+		if err != nil || !slices.Equal(row.Scope, []string{"spawn", "role:reviewer", "supervise"}) || !slices.Equal(row.BearerScope(), []string{"spawn", "supervise"}) {
+			t.Fatalf("row %+v (bearer scope %q), %v", row, row.BearerScope(), err)
+		}
+	})
+	for _, tc := range []struct{ name, scope, err string }{
+		{"fail/upper-case", "spawn,Admin", `scope entry "Admin" is neither a capability word ([a-z][a-z0-9_-]{0,31}, carried in the bearer) nor role:<role>`},
+		{"fail/leading-digit", "9lives", `scope entry "9lives" is neither a capability word`},
+		{"fail/unknown-prefix", "team:x", `scope entry "team:x" is neither a capability word`},
+		{"fail/too-long", "a" + strings.Repeat("b", 32), "is neither a capability word"},
+		{"fail/role-grammar", "role:a:b", `scope entry "role:a:b" is not role:<role>`},
+		{"fail/role-empty", "role:", `scope entry "role:" is not role:<role>`},
+		{"fail/too-many-words", strings.Join(func() []string {
+			var w []string
+			for i := 0; i <= ledger.MaxCapabilities; i++ {
+				w = append(w, fmt.Sprintf("w%d", i))
+			}
+			return w
+		}(), ","), "17 capability words in scope, more than the 16 a bearer carries"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := actor(t, dir, "grant", "--owner", owner, "--actor", "bob", "--scope", tc.scope)
+			if r.err == nil || !strings.Contains(r.err.Error(), "authd actor grant") || !strings.Contains(r.err.Error(), tc.err) {
+				t.Fatalf("grant --scope %q = %v, want an error containing %q", tc.scope, r.err, tc.err)
+			}
+			if _, _, err := l.Get(owner, "bob"); !errors.Is(err, ledger.ErrNoRow) {
+				t.Fatalf("refused grant left a row: %v", err)
+			}
+		})
+	}
 }
 
 func TestActorRevokeAndList(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cotalgo/cotal/authd/internal/bearer"
 	"github.com/cotalgo/cotal/authd/internal/bearer/bearertest"
+	"github.com/cotalgo/cotal/authd/internal/ledger"
 
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
@@ -271,5 +272,13 @@ func TestSignerdJWKS(t *testing.T) {
 	}
 	if len(resp.GetKeys()) != 1 || resp.GetKeys()[0].GetKid() != bearer.Thumbprint(resp.GetKeys()[0].GetX()) {
 		t.Fatalf("JWKS = %v", resp.GetKeys())
+	}
+}
+
+// TestScopeCapMatchesLedger: the ledger caps a row's capability words at what one bearer carries,
+// so that every granted row exchanges (ledger.Row.BearerScope); the two caps must stay equal.
+func TestScopeCapMatchesLedger(t *testing.T) {
+	if bearer.MaxScopes != ledger.MaxCapabilities {
+		t.Fatalf("bearer.MaxScopes %d != ledger.MaxCapabilities %d", bearer.MaxScopes, ledger.MaxCapabilities)
 	}
 }

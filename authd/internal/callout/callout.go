@@ -400,8 +400,8 @@ var protoProfile = map[profiles.Name]signerv1.Profile{
 }
 
 // agentCapabilities keeps the bearer scope words the agent profile knows (spawn, run, admin).
-// Other scope words (supervise, role:<r>) gate views and delegation, not agent rows; passing
-// them would make signerd refuse the whole grant.
+// Other scope words (supervise, ...) gate views, not agent rows; passing them would make signerd
+// refuse the whole grant. (role:<r> delegation tokens never reach a bearer: ledger.Row.BearerScope.)
 func agentCapabilities(scope []string) []string {
 	var out []string
 	for _, s := range scope {

@@ -488,12 +488,14 @@ func (h *Handler) agent(ctx context.Context, req *request) (*response, error) {
 	return h.sign(ctx, req.Owner, req.Actor, req.View, row, ttl)
 }
 
-// sign asks signerd for the bearer: scope, parent and lifecycle uid come from the row only.
+// sign asks signerd for the bearer: scope, parent and lifecycle uid come from the row only. The
+// scope is the row's capability words (ledger.Row.BearerScope); its role:<r> delegation tokens
+// stay in the ledger.
 func (h *Handler) sign(ctx context.Context, owner, actor, view string, row ledger.Row, ttl time.Duration) (*response, error) {
 	ctx, cancel := context.WithTimeout(ctx, signerTimeout)
 	defer cancel()
 	resp, err := h.cfg.Signer.API().SignBearer(ctx, &signerv1.SignBearerRequest{
-		Space: h.cfg.Space, Owner: owner, Actor: actor, Scope: row.Scope, Parent: row.Parent,
+		Space: h.cfg.Space, Owner: owner, Actor: actor, Scope: row.BearerScope(), Parent: row.Parent,
 		LifecycleUid: row.LifecycleUID, View: view, Ttl: durationpb.New(ttl),
 	})
 	if err != nil {
@@ -507,7 +509,8 @@ func (h *Handler) sign(ctx context.Context, owner, actor, view string, row ledge
 
 // signerRefusal maps a signerd error: unreachable, slow or rate-limited is 503 (retry later);
 // anything else is signerd refusing what the row asked for, 502 with its reason code, since the
-// caller can do nothing about it but an operator can (policy, or a row signerd will not sign).
+// caller can do nothing about it but an operator can (signerd's policy; the ledger accepts only
+// rows whose bearer signerd's grammar admits).
 func signerRefusal(what string, err error) *refusal {
 	err = signerclient.AsError(err)
 	if errors.Is(err, signerclient.ErrUnavailable) || errors.Is(err, signerclient.ErrDeadline) || errors.Is(err, signerclient.ErrRateLimited) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cotalgo/cotal/authd/internal/exchange"
 	"github.com/cotalgo/cotal/authd/internal/idp"
+	"github.com/cotalgo/cotal/authd/internal/ledger"
 	"github.com/cotalgo/cotal/authd/internal/views"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/testkit"
@@ -445,17 +446,61 @@ func TestSignerDown(t *testing.T) {
 	}
 }
 
-// TestSignerRefusesRow: the ledger's scope grammar ([A-Za-z0-9_:-], e.g. role:reviewer) is wider
-// than signerd's bearer scope words ([a-z][a-z0-9_-]*), so such a row gets 502 naming signerd's
-// reason rather than a bearer or a misleading 503.
-func TestSignerRefusesRow(t *testing.T) {
+// TestGrantedRowYieldsBearer: every row the ledger accepts exchanges to a bearer on both arms,
+// whatever its scope holds: capability words ride the bearer (row order), role:<r> delegation
+// tokens stay in the ledger (signerd's bearer grammar has no ':'; a row with role:reviewer used to
+// get 502), and a row at the ledger's capability cap is within signerd's bearer cap.
+func TestGrantedRowYieldsBearer(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	owner := e.owner("roleuser")
-	e.grant(owner, "bob", "role:reviewer")
-	a := e.exchange(map[string]any{"idpToken": e.idpToken("roleuser", time.Hour), "actor": "bob"})
-	if a.status != http.StatusBadGateway || !strings.Contains(a.errorText(t), "INVALID_ARGUMENT") {
-		t.Fatalf("exchange of a row signerd will not sign = %d %s, want 502 naming the reason", a.status, a.body)
+	owner := e.owner("scoped")
+	words := make([]string, ledger.MaxCapabilities)
+	for i := range words {
+		words[i] = fmt.Sprintf("cap%02d", i)
 	}
+	words[0] = "a" + strings.Repeat("z", 31) // the longest scope word
+	for i, tc := range []struct {
+		name  string
+		scope []string
+		want  []string
+	}{
+		{name: "ok/empty", scope: nil, want: []string{}},
+		{name: "ok/words", scope: []string{"spawn", "admin"}, want: []string{"spawn", "admin"}},
+		{name: "ok/role-only", scope: []string{"role:reviewer"}, want: []string{}},
+		{name: "ok/words-and-roles", scope: []string{"role:Review_er-2", "spawn", "role:x", "supervise"}, want: []string{"spawn", "supervise"}},
+		{name: "ok/capability-cap", scope: append(append([]string{}, words...), "role:reviewer", "role:"+strings.Repeat("R", 64)), want: words},
+	} {
+		t.Run(tc.name+"/human", func(t *testing.T) {
+			actor := fmt.Sprintf("human%d", i)
+			row := e.grant(owner, actor, tc.scope...)
+			a := e.exchange(map[string]any{"idpToken": e.idpToken("scoped", time.Hour), "actor": actor})
+			if a.status != http.StatusOK {
+				t.Fatalf("human exchange of a granted row (scope %q) = %d %s", tc.scope, a.status, a.body)
+			}
+			b := e.verifyBearer(a.json(t)["token"].(string))
+			if !slices.Equal(nonNil(b.Act.Scope), tc.want) || !slices.Equal(row.BearerScope(), tc.want) || b.Act.LifecycleUID != row.LifecycleUID {
+				t.Fatalf("bearer act.scope %q (row.BearerScope %q), want %q", b.Act.Scope, row.BearerScope(), tc.want)
+			}
+		})
+		t.Run(tc.name+"/agent", func(t *testing.T) {
+			actor := fmt.Sprintf("agent%d", i)
+			row, tok := e.spawn(owner, actor, tc.scope...)
+			a := e.exchange(map[string]any{"owner": owner, "actor": actor, "actorToken": tok})
+			if a.status != http.StatusOK {
+				t.Fatalf("agent exchange of a granted row (scope %q) = %d %s", tc.scope, a.status, a.body)
+			}
+			b := e.verifyBearer(a.json(t)["token"].(string))
+			if !slices.Equal(nonNil(b.Act.Scope), tc.want) || b.Act.LifecycleUID != row.LifecycleUID {
+				t.Fatalf("bearer act.scope %q, want %q", b.Act.Scope, tc.want)
+			}
+		})
+	}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 // TestBodyLimitChunked: a body over 64 KiB sent without a Content-Length (chunked) is 413 too;

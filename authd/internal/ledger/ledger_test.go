@@ -5,8 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cotalgo/cotal/pkg/space"
 )
 
 const (
@@ -214,7 +217,15 @@ func TestPutValidates(t *testing.T) {
 		{"fail/scope space", Interactive, func(r *Row) { r.Scope = []string{"a b"} }},
 		{"fail/scope empty token", Interactive, func(r *Row) { r.Scope = []string{""} }},
 		{"fail/scope duplicate", Interactive, func(r *Row) { r.Scope = []string{"spawn", "spawn"} }},
-		{"fail/too many scopes", Interactive, func(r *Row) { r.Scope = manyTokens("s", MaxScope+1) }},
+		{"fail/too many scopes", Interactive, func(r *Row) { r.Scope = manyTokens("role:s", MaxScope+1) }},
+		{"fail/too many capability words", Interactive, func(r *Row) { r.Scope = manyTokens("s", MaxCapabilities+1) }},
+		{"fail/scope upper-case word", Interactive, func(r *Row) { r.Scope = []string{"Spawn"} }},
+		{"fail/scope word leading digit", Interactive, func(r *Row) { r.Scope = []string{"1spawn"} }},
+		{"fail/scope word too long", Interactive, func(r *Row) { r.Scope = []string{"a" + strings.Repeat("b", 32)} }},
+		{"fail/scope unknown prefix", Interactive, func(r *Row) { r.Scope = []string{"team:x"} }},
+		{"fail/scope role empty", Interactive, func(r *Row) { r.Scope = []string{"role:"} }},
+		{"fail/scope role colon", Interactive, func(r *Row) { r.Scope = []string{"role:a:b"} }},
+		{"fail/scope role too long", Interactive, func(r *Row) { r.Scope = []string{"role:" + strings.Repeat("r", 65)} }},
 		{"fail/channel wildcard", Interactive, func(r *Row) { r.AllowSubscribe = []string{">"} }},
 		{"fail/channel star", Interactive, func(r *Row) { r.AllowPublish = []string{"team.*"} }},
 		{"fail/channel duplicate", Interactive, func(r *Row) { r.AllowPublish = []string{"a", "a"} }},
@@ -253,6 +264,47 @@ func TestPutValidates(t *testing.T) {
 		got, _, err := l.Get(ownerA, "nils")
 		if err != nil || got.Scope == nil || len(got.AllowPublish) != 0 {
 			t.Fatalf("Get = %+v, %v", got, err)
+		}
+	})
+}
+
+// TestScopeKinds: a scope entry is a capability word (it rides the bearer) or role:<role> (it
+// stays in the ledger); BearerScope keeps the words in row order, and a decoded row written by
+// upstream (role:default beside spawn) reads back with the same split.
+func TestScopeKinds(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		scope []string
+		want  []string
+	}{
+		{"ok/empty", []string{}, []string{}},
+		{"ok/words", []string{"spawn", "admin", "a" + strings.Repeat("z", 31)}, []string{"spawn", "admin", "a" + strings.Repeat("z", 31)}},
+		{"ok/roles dropped", []string{"role:default", "spawn", "role:Re-view_2"}, []string{"spawn"}},
+		{"ok/capability cap with roles", append(manyTokens("s", MaxCapabilities), manyTokens("role:r", MaxScope-MaxCapabilities)...), manyTokens("s", MaxCapabilities)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLedger(t)
+			r := interactiveRow(ownerA, "x")
+			r.Scope = tc.scope
+			mustPut(t, l, Interactive, r)
+			got, _, err := l.Get(ownerA, "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got.Scope, tc.scope) || !slices.Equal(got.BearerScope(), tc.want) {
+				t.Fatalf("scope %q, BearerScope %q; want %q, %q", got.Scope, got.BearerScope(), tc.scope, tc.want)
+			}
+			for _, w := range got.BearerScope() {
+				if !space.IsScopeWord(w) {
+					t.Fatalf("BearerScope holds %q, outside the bearer grammar", w)
+				}
+			}
+		})
+	}
+	t.Run("fail/message names both forms", func(t *testing.T) {
+		err := ValidateScopeToken("role-reviewer:x")
+		if err == nil || !strings.Contains(err.Error(), "capability word") || !strings.Contains(err.Error(), "role:<role>") {
+			t.Fatalf("ValidateScopeToken = %v", err)
 		}
 	})
 }

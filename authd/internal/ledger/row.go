@@ -30,15 +30,23 @@ const (
 // Version is the only row version this package reads or writes.
 const Version = 1
 
-// Bounds on a row. The channel cap is the profile package's, so every row the ledger accepts can
-// be minted; the others keep a row file small enough to read on every connect.
+// Bounds on a row. The channel cap is the profile package's and the capability cap is the bearer's,
+// so every row the ledger accepts can be exchanged and minted; the others keep a row file small
+// enough to read on every connect.
 const (
-	MaxRowBytes    = 64 << 10
-	MaxScope       = 64
-	MaxScopeLen    = 64
-	MaxLabelLen    = 128
-	maxChainLength = 64
+	MaxRowBytes = 64 << 10
+	// MaxScope caps a row's scope entries of both kinds (capability words and role:<r>).
+	MaxScope = 64
+	// MaxCapabilities caps a row's capability words: the scope words one bearer may carry
+	// (signerd's MaxBearerScopes, authd/internal/bearer.MaxScopes).
+	MaxCapabilities = 16
+	MaxLabelLen     = 128
+	maxChainLength  = 64
 )
+
+// RolePrefix starts a row's delegation token role:<r>: the holder may spawn agents serving role r
+// (the spawner-chain rule). It is read from the ledger only and never rides a bearer.
+const RolePrefix = "role:"
 
 // Row is one granted (owner, actor): everything the exchange and the callout mint from. The
 // JSON field names are upstream's (ledger.ts); GrantedAt is unix milliseconds.
@@ -59,6 +67,23 @@ type Row struct {
 
 // Principal is the row's dot-form principal, <owner>.<actor>.
 func (r Row) Principal() string { return r.Owner + "." + r.Actor }
+
+// BearerScope is the scope a bearer minted from r carries: r's capability words
+// (space.IsScopeWord: spawn, admin, supervise, ...) in row order. r's delegation tokens
+// (role:<r>) stay in the ledger, where the spawner-chain rule reads them; the bearer grammar
+// signerd signs and authd verifies has no room for them, and nothing downstream of the bearer
+// reads them. Every scope entry of a valid row is one or the other (ValidateScopeToken), and a
+// valid row holds at most MaxCapabilities words, so every granted row yields a bearer. Since the
+// result is a subset of r.Scope, AuthorizeConnect's "bearer scope within the row's" holds for it.
+func (r Row) BearerScope() []string {
+	out := make([]string, 0, len(r.Scope))
+	for _, s := range r.Scope {
+		if space.IsScopeWord(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
 
 // wireRow is Row as read from disk: pointers, so that a missing or null required field is told
 // apart from an empty one.
@@ -177,8 +202,9 @@ func deref(p *string) string {
 
 // validate checks every field of r for a row of space kind. It refuses, with a *Error wrapping
 // ErrInvalidRow: an unknown kind; a version other than Version; an owner that is not a derived
-// owner (u_ + 26 base32) or an actor outside the owner/actor grammar; a scope entry outside
-// [A-Za-z0-9_:-] (capability tokens, role:<r>, compared by equality); a channel that is not one
+// owner (u_ + 26 base32) or an actor outside the owner/actor grammar; a scope entry that is
+// neither a capability word nor role:<role> (ValidateScopeToken); more than MaxCapabilities
+// capability words; a channel that is not one
 // concrete channel (no '*' or '>': every grant names exactly the channels it reaches, as
 // pkg/profiles requires); more channels than profiles.MaxChannels or scope entries than
 // MaxScope; a duplicate in any list; a role outside the role grammar; a parent that is not one
@@ -209,6 +235,9 @@ func validate(kind Kind, r Row) error {
 	}
 	if err := noDuplicates("scope", r.Scope); err != nil {
 		return err
+	}
+	if n := len(r.BearerScope()); n > MaxCapabilities {
+		return invalid("%d capability words in scope, more than the %d a bearer carries", n, MaxCapabilities)
 	}
 	for name, list := range map[string][]string{"allowSubscribe": r.AllowSubscribe, "allowPublish": r.AllowPublish} {
 		if len(list) > profiles.MaxChannels {
@@ -255,20 +284,28 @@ func validate(kind Kind, r Row) error {
 	return nil
 }
 
-// ValidateScopeToken checks one capability token of a row's or a bearer's scope: 1 to
-// MaxScopeLen bytes of [A-Za-z0-9_:-]. The vocabulary is open (spawn, admin, role:<r>, ...);
-// the grammar is closed so a token never carries whitespace or subject metacharacters.
+// ValidateScopeToken checks one entry of a row's scope. An entry is one of two kinds:
+//   - a capability word, space.IsScopeWord ([a-z][a-z0-9_-]{0,31}: spawn, admin, supervise, ...),
+//     the grammar signerd signs and authd's bearer package verifies; it rides the bearer
+//     (Row.BearerScope) and gates views and agent capabilities;
+//   - a delegation token role:<r> with r in the role grammar (space.ValidateRole); it stays in the
+//     ledger and lets the row's holder spawn agents serving role r (the spawner-chain rule).
+//
+// Anything else is refused with a sentence naming both forms: a row the ledger accepts must
+// always exchange to a bearer, so a token signerd would refuse to sign is refused here, at grant
+// time, rather than as a 502 at the first exchange.
 func ValidateScopeToken(s string) error {
-	if s == "" || len(s) > MaxScopeLen {
-		return fmt.Errorf("scope token %.64q is not 1 to %d bytes", s, MaxScopeLen)
+	if space.IsScopeWord(s) {
+		return nil
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z') && !(c >= 'A' && c <= 'Z') && !(c >= '0' && c <= '9') && c != '_' && c != ':' && c != '-' {
-			return fmt.Errorf("scope token %.64q: byte %d (%q) is outside [A-Za-z0-9_:-]", s, i, c)
+	if role, ok := strings.CutPrefix(s, RolePrefix); ok {
+		if err := space.ValidateRole(role); err != nil {
+			return fmt.Errorf("scope entry %.80q is not role:<role>: %v", s, err)
 		}
+		return nil
 	}
-	return nil
+	return fmt.Errorf("scope entry %.80q is neither a capability word ([a-z][a-z0-9_-]{0,%d}, carried in the bearer) nor role:<role> (a delegation token kept in the ledger)",
+		s, space.MaxScopeWordLen-1)
 }
 
 // SplitPrincipal splits a dot-form principal <owner>.<actor> whose owner is a derived owner. It
