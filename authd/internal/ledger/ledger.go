@@ -181,7 +181,10 @@ func (l *Ledger) AuthorizeGrant(owner, actor string) (Row, error) {
 // AuthorizeAgentExchange is the agent exchange's check: managed rows only, and actorToken's
 // SHA-256 must equal the row's tokenHash (compared in constant time). Until the secret has
 // matched, every refusal (no row, a row in the other or in both spaces, a broken row, a wrong
-// secret) is ErrAgentExchange, so the answer says nothing about which rows exist. After it, the
+// secret) is ErrAgentExchange, so the answer says nothing about which rows exist; and every one
+// of them does the same work (hash the token, compare it in constant time: against the row's
+// hash, or against dummyTokenHash when there is no usable managed row), so neither does the time
+// the answer takes. After it, the
 // row must sit within its spawner chain, re-checked on every exchange so that narrowing or
 // revoking a spawner bites its agents at their next refresh: walking parent links up to an
 // admin-scoped or parentless row, every link must exist, stay within one owner, not loop, and
@@ -189,18 +192,23 @@ func (l *Ledger) AuthorizeGrant(owner, actor string) (Row, error) {
 func (l *Ledger) AuthorizeAgentExchange(owner, actor, actorToken string) (Row, error) {
 	deny := &Error{Err: ErrAgentExchange, Principal: owner + "." + actor}
 	r, kind, err := l.Get(owner, actor)
-	if err != nil || kind != Managed {
-		if err != nil {
-			deny.Detail = err.Error()
-		}
-		return Row{}, deny
+	usable := err == nil && kind == Managed
+	wantHex := dummyTokenHash
+	if usable {
+		wantHex = r.TokenHash
 	}
-	want, err := hex.DecodeString(r.TokenHash)
-	if err != nil {
-		return Row{}, deny
-	}
+	want, herr := hex.DecodeString(wantHex)
 	got := sha256.Sum256([]byte(actorToken))
-	if subtle.ConstantTimeCompare(got[:], want) != 1 {
+	match := constantTimeCompare(got[:], want) == 1
+	switch {
+	case err != nil:
+		deny.Detail = err.Error()
+		return Row{}, deny
+	case !usable:
+		deny.Detail = "the row is not a managed row"
+		return Row{}, deny
+	case herr != nil || !match:
+		deny.Detail = "the secret does not match the row's hash"
 		return Row{}, deny
 	}
 	if err := l.withinSpawnerGrant(r); err != nil {
@@ -208,6 +216,15 @@ func (l *Ledger) AuthorizeAgentExchange(owner, actor, actorToken string) (Row, e
 	}
 	return r, nil
 }
+
+// dummyTokenHash stands in for a managed row's tokenHash when there is none, so the no-row path
+// hashes and compares like the wrong-token path. It is the SHA-256 of a fixed string that no
+// secret from NewActorToken (43 base64url characters) can equal; and a match against it is
+// refused all the same.
+var dummyTokenHash = HashActorToken("cotal authd: no managed row: dummy token hash")
+
+// constantTimeCompare is subtle.ConstantTimeCompare; a variable so a test can count the compares.
+var constantTimeCompare = subtle.ConstantTimeCompare
 
 // withinSpawnerGrant walks r's parent chain (see AuthorizeAgentExchange).
 func (l *Ledger) withinSpawnerGrant(r Row) error {

@@ -492,20 +492,30 @@ func TestAuthorizeAgentExchange(t *testing.T) {
 	l := newLedger(t)
 	mustPut(t, l, Interactive, interactiveRow(ownerA, "laptop"))
 	mustPut(t, l, Managed, managedRow(ownerA, "worker", ownerA+".laptop"))
-	if r, err := l.AuthorizeAgentExchange(ownerA, "worker", "secret-worker"); err != nil || r.Actor != "worker" {
-		t.Fatalf("AuthorizeAgentExchange = %+v, %v", r, err)
+	compares := 0
+	countCompares(t, &compares)
+	if r, err := l.AuthorizeAgentExchange(ownerA, "worker", "secret-worker"); err != nil || r.Actor != "worker" || compares != 1 {
+		t.Fatalf("AuthorizeAgentExchange = %+v, %v (%d hash compares)", r, err, compares)
 	}
+	// Every refusal before the secret matched is the same sentence and does the same work: one
+	// SHA-256 of the token and one constant-time compare (against the dummy hash when there is no
+	// managed row), so neither the answer nor the work tells a missing row from a wrong secret.
 	for _, tc := range []struct{ name, owner, actor, token string }{
 		{"fail/wrong secret", ownerA, "worker", "secret-other"},
 		{"fail/no row", ownerA, "nobody", "secret-nobody"},
+		{"fail/no row, the dummy's own preimage", ownerA, "nobody", "cotal authd: no managed row: dummy token hash"},
 		{"fail/interactive row", ownerA, "laptop", "secret-laptop"},
 		{"fail/bad owner", "alice", "worker", "secret-worker"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			compares = 0
 			_, err := l.AuthorizeAgentExchange(tc.owner, tc.actor, tc.token)
 			wantErr(t, err, ErrAgentExchange)
 			if err.(*Error).Err.Error() != ErrAgentExchange.Error() {
 				t.Fatalf("sentence differs: %v", err)
+			}
+			if compares != 1 {
+				t.Fatalf("%d constant-time hash compares, want 1 (the same work as a wrong secret)", compares)
 			}
 		})
 	}
@@ -516,6 +526,17 @@ func TestAuthorizeAgentExchange(t *testing.T) {
 		_, err := l.AuthorizeAgentExchange(ownerA, "worker", "secret-worker")
 		wantErr(t, err, ErrSpawnerChain)
 	})
+}
+
+// countCompares makes constantTimeCompare count its calls into *n until the test ends.
+func countCompares(t *testing.T, n *int) {
+	t.Helper()
+	orig := constantTimeCompare
+	constantTimeCompare = func(x, y []byte) int {
+		*n++
+		return orig(x, y)
+	}
+	t.Cleanup(func() { constantTimeCompare = orig })
 }
 
 func TestSpawnerChain(t *testing.T) {
