@@ -48,7 +48,7 @@ func stateDir(t *testing.T) string {
 func TestActorGrant(t *testing.T) {
 	dir := stateDir(t)
 	r := actor(t, dir, "grant", "--owner", owner, "--actor", "alice", "--scope", "admin,spawn",
-		"--allow-subscribe", "general,team.a", "--allow-publish", "general", "--role", "reviewer", "--label", "Alice")
+		"--allow-subscribe", "general,team.a,ops.>", "--allow-publish", "general,team.*", "--role", "reviewer", "--label", "Alice")
 	if r.err != nil {
 		t.Fatalf("grant: %v", r.err)
 	}
@@ -60,8 +60,8 @@ func TestActorGrant(t *testing.T) {
 	if err != nil || kind != ledger.Interactive {
 		t.Fatalf("Get = %v %v", kind, err)
 	}
-	if !slices.Equal(row.Scope, []string{"admin", "spawn"}) || !slices.Equal(row.AllowSubscribe, []string{"general", "team.a"}) ||
-		!slices.Equal(row.AllowPublish, []string{"general"}) || row.Role != "reviewer" || row.Label != "Alice" ||
+	if !slices.Equal(row.Scope, []string{"admin", "spawn"}) || !slices.Equal(row.AllowSubscribe, []string{"general", "team.a", "ops.>"}) ||
+		!slices.Equal(row.AllowPublish, []string{"general", "team.*"}) || row.Role != "reviewer" || row.Label != "Alice" ||
 		row.GrantedAt != 1_800_000_000_000 || space.ValidateUID(row.LifecycleUID) != nil || row.TokenHash != "" {
 		t.Fatalf("row = %+v", row)
 	}
@@ -87,7 +87,7 @@ func TestActorGrant(t *testing.T) {
 		{name: "fail/no-owner", args: []string{"grant", "--actor", "bob"}, err: "one of --owner and --subject", use: true},
 		{name: "fail/bad-owner", args: []string{"grant", "--owner", "root", "--actor", "bob"}, err: "owner"},
 		{name: "fail/bad-actor", args: []string{"grant", "--owner", owner, "--actor", "b.o.b"}, err: "actor"},
-		{name: "fail/wildcard-channel", args: []string{"grant", "--owner", owner, "--actor", "bob", "--allow-publish", ">"}, err: "allowPublish"},
+		{name: "fail/malformed-channel-pattern", args: []string{"grant", "--owner", owner, "--actor", "bob", "--allow-publish", "team.>.x"}, err: "allowPublish"},
 		{name: "fail/self-parent", args: []string{"grant", "--owner", owner, "--actor", "bob", "--parent", owner + ".bob"}, err: "parent"},
 		{name: "fail/unknown-flag", args: []string{"grant", "--owner", owner, "--actor", "bob", "--token-hash", "x"}, err: "token-hash", use: true},
 		{name: "fail/extra-arg", args: []string{"grant", "--owner", owner, "--actor", "bob", "extra"}, err: "unexpected argument", use: true},

@@ -35,6 +35,12 @@ import (
 // to channel general.
 func (e *env) reader(t *testing.T) *nats.Subscription {
 	t.Helper()
+	return e.readerOn(t, "general")
+}
+
+// readerOn is reader subscribed to one concrete channel (managerd's policy must cover it).
+func (e *env) readerOn(t *testing.T, channel string) *nats.Subscription {
+	t.Helper()
 	manager := dialSigner(t, e.s.Addr, e.s.ClientFor(t, mtls.KindManagerd, testSpace))
 	kp, err := nkeys.CreateUser()
 	if err != nil {
@@ -42,7 +48,7 @@ func (e *env) reader(t *testing.T) *nats.Subscription {
 	}
 	pub, _ := kp.PublicKey()
 	cred, err := manager.Mint(ctxT(t), &signerv1.MintRequest{Space: testSpace, Profile: signerv1.Profile_PROFILE_AGENT, UserPublicKey: pub,
-		Params: &signerv1.ProfileParams{Owner: "reader", Actor: "r", LifecycleUid: uid2, Subscribe: []string{"general"}, AllowSubscribe: []string{"general"}}})
+		Params: &signerv1.ProfileParams{Owner: "reader", Actor: "r", LifecycleUid: uid2, Subscribe: []string{channel}, AllowSubscribe: []string{channel}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +57,7 @@ func (e *env) reader(t *testing.T) *nats.Subscription {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	read, err := e.names.ChatRead("general")
+	read, err := e.names.ChatRead(channel)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,6 +164,75 @@ func TestCalloutGrant(t *testing.T) {
 	if log := logOf(t); strings.Contains(log, tok) || strings.Contains(log, "eyJ") {
 		t.Fatal("the responder logged a bearer or JWT")
 	}
+}
+
+// TestCalloutChannelPattern: a ledger row holding the channel subtree team.> connects through the
+// callout (its pattern reaches the agent grant as written, and signerd grants it because authd's
+// policy covers team.>); the broker lets it post on team.x and team.x.y, which a reader receives,
+// and read its team.x history subject, and refuses a post on ops.x. A row whose pattern authd's
+// policy does not cover (ops.>) is refused by signerd, so its connect is denied.
+func TestCalloutChannelPattern(t *testing.T) {
+	top := t // the responder logs to the test that started it
+	e := startEnv(t, envOptions{})
+	sub := e.readerOn(t, "team.x")
+	r := row("pat")
+	r.AllowSubscribe, r.AllowPublish = []string{"team.>"}, []string{"team.>"}
+	e.grant(t, r)
+	tok, _ := e.bearerFor(t, r, time.Minute, nil)
+	nonce := newNonce()
+	c, err := e.connect(t, tok, nonce)
+	if err != nil {
+		t.Fatalf("connect with a team.> row: %v", err)
+	}
+	if p := e.rec.grant(t, nonce).GetParams(); !slices.Equal(p.GetAllowPublish(), []string{"team.>"}) ||
+		!slices.Equal(p.GetAllowSubscribe(), []string{"team.>"}) || !slices.Equal(p.GetSubscribe(), []string{"team.>"}) {
+		t.Fatalf("grant params %v, want the row's team.> pattern", p)
+	}
+	t.Run("ok/publishes on team.x", func(t *testing.T) {
+		subject, _ := e.names.Chat(owner, "pat", "team.x")
+		if err := c.Publish(subject, []byte("hi")); err != nil {
+			t.Fatal(err)
+		}
+		m, err := sub.NextMsg(5 * time.Second)
+		if err != nil || m.Subject != subject || string(m.Data) != "hi" {
+			t.Fatalf("reader got %v, %v", m, err)
+		}
+		c.noErrors(t)
+	})
+	t.Run("ok/publishes and reads deeper in the subtree", func(t *testing.T) {
+		read, _ := e.names.ChatRead("team.x.y")
+		own, err := c.SubscribeSync(read)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subject, _ := e.names.Chat(owner, "pat", "team.x.y")
+		if err := c.Publish(subject, []byte("deep")); err != nil {
+			t.Fatal(err)
+		}
+		m, err := own.NextMsg(5 * time.Second)
+		if err != nil || m.Subject != subject || string(m.Data) != "deep" {
+			t.Fatalf("own subscription got %v, %v", m, err)
+		}
+		c.noErrors(t)
+	})
+	t.Run("fail/publish on ops.x", func(t *testing.T) {
+		subject, _ := e.names.Chat(owner, "pat", "ops.x")
+		if err := c.Publish(subject, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		c.waitError(t, testkit.PublishViolation(subject))
+	})
+	t.Run("fail/pattern outside authd's policy", func(t *testing.T) {
+		r := row("wide")
+		r.AllowSubscribe, r.AllowPublish = []string{"general"}, []string{"ops.>"}
+		e.grant(t, r)
+		tok, _ := e.bearerFor(t, r, time.Minute, nil)
+		c, err := e.connect(t, tok, newNonce())
+		wantDenied(t, c, err)
+		if log := logOf(top); !strings.Contains(log, "signerd refused the grant") || !strings.Contains(log, "wide") {
+			t.Fatalf("the denial was not signerd refusing the ops.> grant; log:\n%s", log)
+		}
+	})
 }
 
 // TestCalloutDenials: every ledger, view and request-shape refusal denies the connect.

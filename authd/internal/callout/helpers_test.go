@@ -41,7 +41,9 @@ const (
 )
 
 // testPolicy is signerdtest's default policy with the admin profile added for authd (the admin
-// view) and the agent capabilities the tests grant.
+// view), the agent capabilities the tests grant, and the channel subtree team.> for authd's
+// agents (a ledger row may hold a channel pattern; signerd grants it only where a policy pattern
+// covers its broker reach, and team.* does not cover team.>).
 const testPolicy = `version: 1
 callers:
   - id: spiffe://cotal.local/managerd/{space}
@@ -57,7 +59,7 @@ callers:
     rate: {per_second: 10000, burst: 20000}
     profiles:
       auth-callout: {ttl_max: 24h}
-      agent: {ttl_max: 1h, any_owner: true, channels: ["general", "team.*"], capabilities: [spawn, run]}
+      agent: {ttl_max: 1h, any_owner: true, channels: ["general", "team.>"], capabilities: [spawn, run]}
       admin: {ttl_max: 1h, any_owner: true}
 `
 
@@ -227,10 +229,11 @@ func (e *env) grant(t testing.TB, r ledger.Row) ledger.Row {
 	return r
 }
 
-// bearerFor signs a bearer for r through signerd (scope, uid from the row), edited by edit.
+// bearerFor signs a bearer for r through signerd (scope and uid from the row, as the exchange
+// takes them), edited by edit.
 func (e *env) bearerFor(t testing.TB, r ledger.Row, ttl time.Duration, edit func(*signerv1.SignBearerRequest)) (string, time.Time) {
 	t.Helper()
-	req := &signerv1.SignBearerRequest{Space: testSpace, Owner: r.Owner, Actor: r.Actor, Scope: r.Scope,
+	req := &signerv1.SignBearerRequest{Space: testSpace, Owner: r.Owner, Actor: r.Actor, Scope: r.BearerScope(),
 		LifecycleUid: r.LifecycleUID, Ttl: durationpb.New(ttl)}
 	if edit != nil {
 		edit(req)

@@ -188,7 +188,8 @@ func (l *Ledger) AuthorizeGrant(owner, actor string) (Row, error) {
 // row must sit within its spawner chain, re-checked on every exchange so that narrowing or
 // revoking a spawner bites its agents at their next refresh: walking parent links up to an
 // admin-scoped or parentless row, every link must exist, stay within one owner, not loop, and
-// grant the child's scope, channels and role:<role> (ErrSpawnerChain).
+// grant the child's scope, channels (by broker reach: withinChannels) and role:<role>
+// (ErrSpawnerChain).
 func (l *Ledger) AuthorizeAgentExchange(owner, actor, actorToken string) (Row, error) {
 	deny := &Error{Err: ErrAgentExchange, Principal: owner + "." + actor}
 	r, kind, err := l.Get(owner, actor)
@@ -265,12 +266,12 @@ func (l *Ledger) withinSpawnerGrant(r Row) error {
 			}
 		}
 		for _, ch := range child.AllowSubscribe {
-			if !slices.Contains(parent.AllowSubscribe, ch) {
+			if !withinChannels(parent.AllowSubscribe, ch) {
 				over = append(over, "subscribe "+ch)
 			}
 		}
 		for _, ch := range child.AllowPublish {
-			if !slices.Contains(parent.AllowPublish, ch) {
+			if !withinChannels(parent.AllowPublish, ch) {
 				over = append(over, "publish "+ch)
 			}
 		}
@@ -283,6 +284,15 @@ func (l *Ledger) withinSpawnerGrant(r Row) error {
 		child = parent
 	}
 	return nil
+}
+
+// withinChannels reports whether channel pattern ch reaches nothing on the broker that one of the
+// spawner's patterns does not: each side is judged by its reach (space.ChannelReach: a last-token
+// '*' reaches the whole subtree, as the broker lets it), so a spawner's "team.*" covers a child's
+// "team.>" and "team.x", while a spawner's "team.x" covers neither "team.*" nor "team.>".
+func withinChannels(parent []string, ch string) bool {
+	reach := space.ChannelReach(ch)
+	return slices.ContainsFunc(parent, func(p string) bool { return space.PatternCovers(space.ChannelReach(p), reach) })
 }
 
 // Put writes r as the row of its principal in space kind, replacing any row there (an upsert).

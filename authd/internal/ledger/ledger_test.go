@@ -226,8 +226,10 @@ func TestPutValidates(t *testing.T) {
 		{"fail/scope role empty", Interactive, func(r *Row) { r.Scope = []string{"role:"} }},
 		{"fail/scope role colon", Interactive, func(r *Row) { r.Scope = []string{"role:a:b"} }},
 		{"fail/scope role too long", Interactive, func(r *Row) { r.Scope = []string{"role:" + strings.Repeat("r", 65)} }},
-		{"fail/channel wildcard", Interactive, func(r *Row) { r.AllowSubscribe = []string{">"} }},
-		{"fail/channel star", Interactive, func(r *Row) { r.AllowPublish = []string{"team.*"} }},
+		{"fail/channel '>' not last", Interactive, func(r *Row) { r.AllowSubscribe = []string{"team.>.x"} }},
+		{"fail/channel partial wildcard", Interactive, func(r *Row) { r.AllowPublish = []string{"team*"} }},
+		{"fail/channel empty token", Interactive, func(r *Row) { r.AllowPublish = []string{"team..x"} }},
+		{"fail/channel space", Interactive, func(r *Row) { r.AllowSubscribe = []string{"team x"} }},
 		{"fail/channel duplicate", Interactive, func(r *Row) { r.AllowPublish = []string{"a", "a"} }},
 		{"fail/too many channels", Interactive, func(r *Row) { r.AllowSubscribe = manyTokens("c", 129) }},
 		{"fail/role dot", Interactive, func(r *Row) { r.Role = "a.b" }},
@@ -307,6 +309,53 @@ func TestScopeKinds(t *testing.T) {
 			t.Fatalf("ValidateScopeToken = %v", err)
 		}
 	})
+}
+
+// TestChannelPatterns: allowSubscribe and allowPublish take channel patterns (they become the
+// agent profile's channel params), round-trip as written, and the spawner chain judges them by
+// broker reach.
+func TestChannelPatterns(t *testing.T) {
+	l := newLedger(t)
+	r := interactiveRow(ownerA, "lead")
+	r.Scope = []string{"spawn"}
+	r.AllowSubscribe = []string{"general", "team.>", "ops.*"}
+	r.AllowPublish = []string{"team.>", "proj.*.notes"}
+	mustPut(t, l, Interactive, r)
+	got, _, err := l.Get(ownerA, "lead")
+	if err != nil || !slices.Equal(got.AllowSubscribe, r.AllowSubscribe) || !slices.Equal(got.AllowPublish, r.AllowPublish) {
+		t.Fatalf("Get = %+v, %v", got, err)
+	}
+	for _, tc := range []struct {
+		name     string
+		sub, pub []string
+		ok       bool
+	}{
+		{"ok/concrete under a subtree", []string{"team.x"}, []string{"team.x.y"}, true},
+		{"ok/same pattern", []string{"team.>"}, []string{"team.>"}, true},
+		{"ok/level under a subtree", []string{"team.*"}, []string{"team.*"}, true},
+		{"ok/subtree within a trailing-star level (same reach)", []string{"ops.>"}, nil, true},
+		{"ok/deeper under a trailing-star level", []string{"ops.a.b"}, nil, true},
+		{"ok/pattern within a middle-star pattern", nil, []string{"proj.x.notes"}, true},
+		{"fail/subtree over a concrete channel", []string{"general.>"}, nil, false},
+		{"fail/root subtree", []string{">"}, nil, false},
+		{"fail/other subtree", nil, []string{"ops.>"}, false},
+		{"fail/middle star widened", nil, []string{"proj.*.*"}, false},
+		{"fail/publish beyond", nil, []string{"general"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := managedRow(ownerA, "kid", ownerA+".lead")
+			c.Scope = []string{"spawn"}
+			c.AllowSubscribe, c.AllowPublish = tc.sub, tc.pub
+			err := l.Put(Managed, c)
+			if tc.ok && err != nil {
+				t.Fatalf("Put child sub %q pub %q under the lead = %v", tc.sub, tc.pub, err)
+			}
+			if !tc.ok {
+				wantErr(t, err, ErrSpawnerChain)
+			}
+			_ = l.Revoke(Managed, ownerA, "kid")
+		})
+	}
 }
 
 func manyTokens(prefix string, n int) []string {

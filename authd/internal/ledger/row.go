@@ -204,10 +204,10 @@ func deref(p *string) string {
 // ErrInvalidRow: an unknown kind; a version other than Version; an owner that is not a derived
 // owner (u_ + 26 base32) or an actor outside the owner/actor grammar; a scope entry that is
 // neither a capability word nor role:<role> (ValidateScopeToken); more than MaxCapabilities
-// capability words; a channel that is not one
-// concrete channel (no '*' or '>': every grant names exactly the channels it reaches, as
-// pkg/profiles requires); more channels than profiles.MaxChannels or scope entries than
-// MaxScope; a duplicate in any list; a role outside the role grammar; a parent that is not one
+// capability words; an allowSubscribe or allowPublish entry that is not a channel pattern
+// (space.ValidateChannelPattern: a concrete channel, or one with whole-token wildcards such as
+// "team.>" or "team.*", as the agent profile's channel params take them); more channels than
+// profiles.MaxChannels or scope entries than MaxScope; a duplicate in any list; a role outside the role grammar; a parent that is not one
 // <u_...>.<actor> principal or is the row itself; a label that is not short printable UTF-8; a
 // token hash in an interactive row, or a managed row without a lower-case SHA-256 hex one; a
 // lifecycle UID outside its grammar (it is required: the callout mints lifecycle-keyed grants
@@ -244,7 +244,11 @@ func validate(kind Kind, r Row) error {
 			return invalid("%d %s channels, more than %d", len(list), name, profiles.MaxChannels)
 		}
 		for _, ch := range list {
-			if err := space.ValidateChannel(ch); err != nil {
+			// Both lists become the agent profile's channel params (the callout passes
+			// allowSubscribe as Subscribe and AllowSubscribe, allowPublish as AllowPublish),
+			// which take patterns; signerd grants a pattern only where authd's policy covers
+			// its broker reach.
+			if err := space.ValidateChannelPattern(ch); err != nil {
 				return invalid("%s: %v", name, err)
 			}
 		}
