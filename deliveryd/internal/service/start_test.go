@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -106,17 +107,16 @@ func TestResponders(t *testing.T) {
 	if err := kv.Delete(ctx(t), space.DeliveryLeaseKey); err != nil {
 		t.Fatal(err)
 	}
+	// At least one quiesce and resume, and running again: a renewal that lands in the same
+	// moment may make a second round on a loaded machine (make check failed once on an exact 2/1).
 	eventually(t, 10*time.Second, func() error {
-		if s, st := rec.counts(); s != 2 || st != 1 {
-			return errors.New("no quiesce and resume yet")
+		if s, st := rec.counts(); s < 2 || s != st+1 || !rec.hooks.MayAct() {
+			return fmt.Errorf("no quiesce and resume yet (starts %d, stops %d, mayAct %v)", s, st, rec.hooks.MayAct())
 		}
 		return nil
 	})
-	if !rec.hooks.MayAct() {
-		t.Fatal("the fence is down after the resume")
-	}
 	svc.Close()
-	if s, st := rec.counts(); s != 2 || st != 2 || rec.hooks.MayAct() {
+	if s, st := rec.counts(); s < 2 || st != s || rec.hooks.MayAct() {
 		t.Fatalf("after Close: starts %d stops %d mayAct %v", s, st, rec.hooks.MayAct())
 	}
 }
