@@ -201,7 +201,14 @@ func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 			return nil, err
 		}
 		if !found {
-			continue // expired between the create and the read
+			// Expired between the create and the read: create again, within the same bound, so
+			// a broker whose create and read disagree cannot keep this loop going.
+			if deadline.IsZero() {
+				deadline = time.Now().Add(l.ttl + cfg.WaitMargin)
+			} else if time.Now().After(deadline) {
+				return nil, fmt.Errorf("instlease: %s/%s: the create keeps finding a row the read does not", bucket, key)
+			}
+			continue
 		}
 		if !l.predecessorDead(other) {
 			return nil, &LeaseHeld{Bucket: bucket, Key: key, Row: other, SameRoot: other.Root == l.row.Root}

@@ -392,6 +392,38 @@ func TestInstanceLease(t *testing.T) {
 		}
 	})
 
+	t.Run("fail/unwritable-lease-permission", func(t *testing.T) {
+		// The provisioner may read the bucket's configuration but not write a lease key: the
+		// refused create is a permission error, not a holder.
+		cfg := e.cfg(t, short, id("nowrite"), rootA)
+		cfg.Conn = e.conn(t, short, signerv1.Profile_PROFILE_PROVISIONER, nil)
+		cfg.OpTimeout = time.Second
+		_, err := instlease.Acquire(ctxT(t), cfg)
+		var pe *lease.PermissionError
+		var held *instlease.LeaseHeld
+		if !errors.As(err, &pe) || errors.As(err, &held) || !strings.Contains(err.Error(), "Permissions Violation for Publish") || !strings.Contains(err.Error(), "lease."+id("nowrite")) {
+			t.Fatalf("Acquire with a provisioner credential = %v; want a permission error on the lease key", err)
+		}
+	})
+
+	t.Run("fail/broker-unreachable-is-unknown-not-held", func(t *testing.T) {
+		cfg := e.cfg(t, short, id("unreachable"), rootA)
+		cfg.OpTimeout = time.Second
+		l := acquire(t, cfg)
+		cfg.Conn.Close()
+		st, err := l.Renew(ctxT(t))
+		var held *instlease.LeaseHeld
+		if st != lease.Unknown || err == nil || errors.As(err, &held) || !strings.Contains(err.Error(), "could not be read") {
+			t.Fatalf("Renew without a broker = %v, %v; want unknown, a plain error", st, err)
+		}
+		if l.State() != lease.Unknown {
+			t.Fatalf("State = %v", l.State())
+		}
+		if err := l.Release(ctxT(t)); err == nil || !strings.Contains(err.Error(), "left to the TTL") {
+			t.Fatalf("Release without a broker = %v; want 'left to the TTL'", err)
+		}
+	})
+
 	t.Run("fail/corrupt-row-named", func(t *testing.T) {
 		kv := e.kv(t, short)
 		for _, tc := range []struct{ name, value, want string }{
