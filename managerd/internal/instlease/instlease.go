@@ -21,6 +21,10 @@
 // so no renew in flight or later ever puts the row again, then deletes the row by CAS on the
 // revision it just read, only when that row is this lease's own.
 //
+// managerd's Start acquires the lease once its supervisor credential is proven, runs Run in its
+// group, and calls Release only after every child is proven gone (issue 11 item 5); a Stop that
+// cannot prove that keeps the lease.
+//
 // The mechanism beneath (the bucket's TTL as expiry, CAS create/update/delete, permission
 // classification) is pkg/lease's; that package's Lease type is not used because its row
 // ({holder, incarnation, since as RFC 3339, ready}) is not upstream's manager row and its
@@ -492,7 +496,9 @@ func (l *Lease) setFreed() {
 }
 
 // ProcAlive reports whether pid is a live process on this host: /proc/<pid> exists and is not a
-// zombie. Without /proc it answers true, so a lease is refused rather than waited for.
+// zombie. Without /proc, or when the entry cannot be read (hidepid), it answers true, so a lease
+// is refused rather than waited for. A pid reused by an unrelated process also reads as alive: the
+// row carries no process start time (upstream's fields), so that case refuses too.
 func ProcAlive(pid int) bool {
 	if pid <= 0 {
 		return false
