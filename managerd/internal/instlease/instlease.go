@@ -133,9 +133,16 @@ type Lease struct {
 	stopped chan struct{} // closed when stopping is set
 }
 
-// held are the leases this process holds and has not begun to release, by bucket/key: a second
-// Acquire of one of them in this process is a double start, not a dead predecessor.
-var held sync.Map // string -> *Lease
+// held are the leases this process holds and has not begun to release, by heldKey: a row of this
+// process that one of them wrote is a live double start, not a dead predecessor.
+var held sync.Map // heldKey -> *Lease
+
+// heldKey names a row on a key: the bucket, the key and the whole row (a row of this pid with
+// another since is an earlier start).
+type heldKey struct {
+	bucket, key string
+	row         Row
+}
 
 // Acquire creates the instance's row, waiting out a dead predecessor's (see the package doc). It
 // refuses with *LeaseHeld only when a row proves a live holder on this root or any holder on
@@ -194,7 +201,7 @@ func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 			l.mu.Lock()
 			l.rev, l.state = rev, lease.Held
 			l.mu.Unlock()
-			held.Store(bucket+"/"+key, l)
+			held.Store(heldKey{bucket, key, l.row}, l)
 			return l, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
@@ -300,7 +307,7 @@ func (l *Lease) predecessorDead(other Row) bool {
 		return false
 	}
 	if other.PID == l.row.PID {
-		_, live := held.Load(l.bucket + "/" + l.key)
+		_, live := held.Load(heldKey{l.bucket, l.key, other})
 		return !live
 	}
 	return !l.cfg.Alive(other.PID)
@@ -458,7 +465,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		close(l.stopped)
 	}
 	l.mu.Unlock()
-	held.CompareAndDelete(l.bucket+"/"+l.key, l)
+	held.CompareAndDelete(heldKey{l.bucket, l.key, l.row}, l)
 	l.renewMu.Lock()
 	defer l.renewMu.Unlock()
 	l.mu.Lock()

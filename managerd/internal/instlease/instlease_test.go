@@ -197,6 +197,7 @@ func acquire(t *testing.T, cfg instlease.Config) *instlease.Lease {
 	if err != nil {
 		t.Fatalf("Acquire(%s, root %s): %v", cfg.InstanceID, cfg.Root, err)
 	}
+	t.Cleanup(func() { _ = l.Release(context.Background()) })
 	return l
 }
 
