@@ -37,8 +37,10 @@ import (
 const (
 	// short is the space whose manager bucket the test makes with a 2 s max_age, so a dead
 	// predecessor's row expires quickly; full is provisioned by pkg/provision (10 s).
-	short    = "alpha"
-	full     = "beta"
+	short = "alpha"
+	full  = "beta"
+	// bare has no manager bucket until a test makes one without max_age.
+	bare     = "gamma"
 	shortTTL = 2 * time.Second
 	// childEnv re-executes the test binary as a lease-holding child process.
 	childEnv = "INSTLEASE_TEST_CHILD"
@@ -92,9 +94,9 @@ func ctxT(t *testing.T) context.Context {
 // gets only its manager bucket, with a 2 s max_age, created with a signerd-minted provisioner.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	s := signerdtest.Start(t, signerdtest.Options{Spaces: []string{short, full}})
+	s := signerdtest.Start(t, signerdtest.Options{Spaces: []string{short, full, bare}})
 	e := &env{s: s, url: s.StartBroker(t), sc: map[string]*signerclient.Client{}}
-	for _, sp := range []string{short, full} {
+	for _, sp := range []string{short, full, bare} {
 		c, err := signerclient.Dial(signerclient.Config{Addr: s.Addr, TLS: s.ClientFor(t, mtls.KindManagerd, sp)})
 		if err != nil {
 			t.Fatal(err)
@@ -422,6 +424,31 @@ func TestInstanceLease(t *testing.T) {
 		}
 		if err := l.Release(ctxT(t)); err == nil || !strings.Contains(err.Error(), "left to the TTL") {
 			t.Fatalf("Release without a broker = %v; want 'left to the TTL'", err)
+		}
+	})
+
+	t.Run("fail/missing-bucket-then-bucket-without-ttl", func(t *testing.T) {
+		_, err := instlease.Acquire(ctxT(t), e.cfg(t, bare, id("bare"), rootA))
+		if err == nil || !strings.Contains(err.Error(), "cotal_manager_gamma does not exist") {
+			t.Fatalf("Acquire without a bucket = %v", err)
+		}
+		plan, err := provision.Plan(names(t, bare))
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(plan, func(it provision.Item) bool { return it.Name == "cotal_manager_gamma" })
+		cfg := plan[i].Config
+		cfg.MaxAge, cfg.Duplicates = 0, 2*time.Minute
+		js, err := jetstream.New(e.conn(t, bare, signerv1.Profile_PROFILE_PROVISIONER, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.CreateStream(ctxT(t), cfg); err != nil {
+			t.Fatal(err)
+		}
+		// A row that never expires would make a dead predecessor's wait unbounded: refused.
+		if _, err := instlease.Acquire(ctxT(t), e.cfg(t, bare, id("bare"), rootA)); !errors.Is(err, lease.ErrNoTTL) {
+			t.Fatalf("Acquire on a bucket without max_age = %v; want ErrNoTTL", err)
 		}
 	})
 
