@@ -268,17 +268,25 @@ func (l *Lease) create(ctx context.Context) error {
 	return l.classify(fmt.Errorf("lease: create %s/%s: %w", l.cfg.Bucket, l.cfg.Key, err))
 }
 
-// classify turns a failure the broker caused by refusing a subject into a *PermissionError. A
-// denied publish or request is not answered (the broker sends the violation asynchronously), so
-// the call itself times out; the connection's last error says why.
-func (l *Lease) classify(err error) error {
-	if errors.Is(err, nats.ErrPermissionViolation) {
-		return &PermissionError{Bucket: l.cfg.Bucket, Key: l.cfg.Key, Err: err}
+// classify is Classify for this claim.
+func (l *Lease) classify(err error) error { return Classify(l.cfg.Conn, l.cfg.Bucket, l.cfg.Key, err) }
+
+// Classify turns a failure the broker caused by refusing a subject into a *PermissionError for
+// bucket/key, and returns any other error as it is. A denied publish or request is not answered
+// (the broker sends the violation asynchronously), so the call itself times out; nc's last error
+// says why. Other claims on a KV key (managerd's instance lease) use it to report a refused
+// credential as such, never as another holder.
+func Classify(nc *nats.Conn, bucket, key string, err error) error {
+	if err == nil {
+		return nil
 	}
-	last := l.cfg.Conn.LastError()
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		return &PermissionError{Bucket: bucket, Key: key, Err: err}
+	}
+	last := nc.LastError()
 	if last != nil && errors.Is(last, nats.ErrPermissionViolation) &&
-		(strings.Contains(last.Error(), l.cfg.Bucket) || strings.Contains(strings.ToLower(last.Error()), "$js.api")) {
-		return &PermissionError{Bucket: l.cfg.Bucket, Key: l.cfg.Key, Err: fmt.Errorf("%w (after: %v)", last, err)}
+		(strings.Contains(last.Error(), bucket) || strings.Contains(strings.ToLower(last.Error()), "$js.api")) {
+		return &PermissionError{Bucket: bucket, Key: key, Err: fmt.Errorf("%w (after: %v)", last, err)}
 	}
 	return err
 }
