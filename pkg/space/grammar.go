@@ -21,6 +21,9 @@ const (
 	MaxFilterLen = 512
 	// MaxScopeWordLen caps one scope word of a Cotal bearer in bytes.
 	MaxScopeWordLen = 32
+	// MaxScopeWords caps the scope words of one bearer: signerd signs no more, authd accepts no
+	// more, and an actor row holds no more capability words.
+	MaxScopeWords = 16
 	// MaxCredentialIDLen caps a bearer's connect-credential id in bytes.
 	MaxCredentialIDLen = 64
 )

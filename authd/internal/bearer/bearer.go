@@ -49,7 +49,7 @@ const (
 	// MaxTokenBytes bounds a token before it is decoded; signerd's bearers are under 2 KiB.
 	MaxTokenBytes = 8 << 10
 	// MaxScopes is signerd's limit on scope words (their grammar is space.IsScopeWord).
-	MaxScopes = 16
+	MaxScopes = space.MaxScopeWords
 	maxJTILen = 64
 	maxKIDLen = 128
 )

@@ -37,9 +37,8 @@ const (
 	MaxRowBytes = 64 << 10
 	// MaxScope caps a row's scope entries of both kinds (capability words and role:<r>).
 	MaxScope = 64
-	// MaxCapabilities caps a row's capability words: the scope words one bearer may carry
-	// (signerd's MaxBearerScopes, authd/internal/bearer.MaxScopes).
-	MaxCapabilities = 16
+	// MaxCapabilities caps a row's capability words: the scope words one bearer may carry.
+	MaxCapabilities = space.MaxScopeWords
 	MaxLabelLen     = 128
 	maxChainLength  = 64
 )

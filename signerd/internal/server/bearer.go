@@ -33,7 +33,7 @@ const (
 	// hold to 300 seconds.
 	MaxTransferWriterBearerTTL = 300 * time.Second
 	// MaxBearerScopes bounds the scope words of one bearer.
-	MaxBearerScopes = 16
+	MaxBearerScopes = space.MaxScopeWords
 )
 
 // viewTransferWriter is the one view with a shorter lifetime cap.
