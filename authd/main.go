@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -76,39 +75,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// newFlags is a FlagSet whose --help prints the command's synopsis and flags to stdout.
-func newFlags(name, synopsis string, stdout, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fs.SetOutput(stdout)
-		fmt.Fprintf(stdout, "Usage: %s\n\n", synopsis)
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// parse parses args; it returns (code, false) when the caller must return code (help: 0,
-// bad flags: 2), refusing positional arguments.
-func parse(fs *flag.FlagSet, args []string) (int, bool) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0, false
-		}
-		return 2, false
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
-		return 2, false
-	}
-	return 0, true
-}
-
 // serve is `authd serve --config FILE`: Start, then wait for SIGINT/SIGTERM or a failure.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("serve", "authd serve --config FILE", stdout, stderr)
+	fs := daemon.Flags("authd serve", "authd serve --config FILE", stdout, stderr)
 	cfgPath := fs.String("config", "", "authd's YAML configuration (required; unknown keys are refused)")
-	if code, ok := parse(fs, args); !ok {
+	if code, ok := daemon.ParseFlags(fs, args); !ok {
 		return code
 	}
 	if *cfgPath == "" {
@@ -122,7 +93,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "authd: %v\n", err)
 		return 1
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level(cfg.LogLevel)}))
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: daemon.LogLevel(cfg.LogLevel)}))
 	ctx, stop := daemon.NotifyContext(ctx)
 	defer stop()
 	svc, err := service.Start(ctx, service.Inputs{Config: cfg, Logger: log})
@@ -164,16 +135,4 @@ func adminExit(err error, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "authd: %v\n", err)
 	return 1
-}
-
-func level(s string) slog.Level {
-	switch s {
-	case "debug":
-		return slog.LevelDebug
-	case "warn":
-		return slog.LevelWarn
-	case "error":
-		return slog.LevelError
-	}
-	return slog.LevelInfo
 }

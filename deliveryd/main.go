@@ -6,12 +6,10 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/config"
 	"github.com/cotalgo/cotal/deliveryd/internal/service"
@@ -51,23 +49,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // serve is `deliveryd serve --config FILE`: start, then wait for SIGINT/SIGTERM or a fatal
 // condition (exit 1 with its message).
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stdout, "Usage: deliveryd serve --config FILE\n\n")
-		fs.SetOutput(stdout)
-		fs.PrintDefaults()
-	}
+	fs := daemon.Flags("deliveryd serve", "deliveryd serve --config FILE", stdout, stderr)
 	cfgPath := fs.String("config", "", "deliveryd's YAML configuration (required; unknown keys are refused)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "deliveryd serve: unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
-		return 2
+	if code, ok := daemon.ParseFlags(fs, args); !ok {
+		return code
 	}
 	if *cfgPath == "" {
 		fmt.Fprintln(stderr, "deliveryd serve: --config is required")
@@ -80,7 +65,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "deliveryd: %v\n", err)
 		return 1
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level(cfg.LogLevel)}))
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: daemon.LogLevel(cfg.LogLevel)}))
 	ctx, stop := daemon.NotifyContext(ctx)
 	defer stop()
 	svc, err := service.StartDeliveryService(ctx, service.Inputs{Config: cfg, Logger: log})
@@ -94,16 +79,4 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-func level(s string) slog.Level {
-	switch s {
-	case "debug":
-		return slog.LevelDebug
-	case "warn":
-		return slog.LevelWarn
-	case "error":
-		return slog.LevelError
-	}
-	return slog.LevelInfo
 }

@@ -4,13 +4,10 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 
 	"github.com/cotalgo/cotal/managerd/internal/launcher"
 	"github.com/cotalgo/cotal/pkg/daemon"
@@ -70,23 +67,10 @@ Configuration (strict YAML: an unknown key stops start-up, naming it):
 
 // runLauncher is `managerd launcher --config FILE`: serve until SIGINT/SIGTERM or a failure.
 func runLauncher(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("launcher", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fs.SetOutput(stdout)
-		fmt.Fprintf(stdout, "Usage: %s\n\nFlags:\n", launcherSynopsis)
-		fs.PrintDefaults()
-	}
+	fs := daemon.Flags("managerd launcher", launcherSynopsis, stdout, stderr)
 	cfgPath := fs.String("config", "", "the launcher's YAML configuration (required; unknown keys are refused)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "managerd launcher: unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
-		return 2
+	if code, ok := daemon.ParseFlags(fs, args); !ok {
+		return code
 	}
 	if *cfgPath == "" {
 		fmt.Fprintln(stderr, "managerd launcher: --config is required")
@@ -97,7 +81,7 @@ func runLauncher(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "managerd launcher: %v\n", err)
 		return 1
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level(cfg.LogLevel)}))
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: daemon.LogLevel(cfg.LogLevel)}))
 	ctx, stop := daemon.NotifyContext(ctx)
 	defer stop()
 	srv, err := launcher.Start(ctx, launcher.Inputs{Config: cfg, Logger: log})
@@ -114,16 +98,4 @@ func runLauncher(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return 1
 	}
 	return 0
-}
-
-func level(s string) slog.Level {
-	switch s {
-	case "debug":
-		return slog.LevelDebug
-	case "warn":
-		return slog.LevelWarn
-	case "error":
-		return slog.LevelError
-	}
-	return slog.LevelInfo
 }

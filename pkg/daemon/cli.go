@@ -1,0 +1,53 @@
+package daemon
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+)
+
+// Flags is a subcommand's FlagSet: errors go to stderr, and --help prints "Usage: synopsis"
+// and the flags to stdout.
+func Flags(name, synopsis string, stdout, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fs.SetOutput(stdout)
+		fmt.Fprintf(stdout, "Usage: %s\n\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// ParseFlags parses args and refuses positional arguments. When ok is false the caller returns
+// code at once: 0 after --help, 2 for bad flags or arguments (named on fs's output).
+func ParseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "%s: unexpected arguments: %s\n", fs.Name(), strings.Join(fs.Args(), " "))
+		return 2, false
+	}
+	return 0, true
+}
+
+// LogLevel maps a config's log_level ("debug", "info", "warn", "error") to a slog level; any
+// other value, the empty one included, is info (the configs validate the value first).
+func LogLevel(s string) slog.Level {
+	switch s {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
