@@ -95,6 +95,12 @@ type HeldError struct {
 	Row         Row
 }
 
+// Details are the held claim's facts for a refusal file: holder, incarnation, since, bucket, key.
+func (e *HeldError) Details() map[string]string {
+	return map[string]string{"holder": e.Row.Holder, "incarnation": e.Row.Incarnation,
+		"since": e.Row.Since.UTC().Format(time.RFC3339), "bucket": e.Bucket, "key": e.Key}
+}
+
 func (e *HeldError) Error() string {
 	return fmt.Sprintf("lease: %s/%s is held by %q (incarnation %s, since %s); a live claim already exists, so this instance does not start: stop that one, or wait for its claim to expire",
 		e.Bucket, e.Key, e.Row.Holder, e.Row.Incarnation, e.Row.Since.UTC().Format(time.RFC3339))

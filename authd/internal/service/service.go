@@ -49,36 +49,20 @@ const FileName = "auth-service"
 
 // Refusal codes written to auth-service-refusal.json and carried by *StartError.
 const (
-	CodeConfig     = "CONFIG"     // the configuration or state directory is refused
-	CodeSigner     = "SIGNER"     // signerd refused or could not be reached for a credential
-	CodeBroker     = "BROKER"     // the broker refused a credential or a connection
-	CodePlaneHeld  = "PLANE_HELD" // another authd holds the space's plane claim
-	CodePermission = "PERMISSION" // the broker refused a subject the plane claim needs
-	CodePlane      = "PLANE"      // the plane claim failed otherwise
-	CodeCallout    = "CALLOUT"    // the callout responder could not subscribe
-	CodeListen     = "LISTEN"     // the exchange listener could not bind
-	CodeDiscovery  = "DISCOVERY"  // the discovery file could not be written
-	CodeCanceled   = "CANCELED"   // ctx ended before the service was ready
+	CodeConfig     = daemon.CodeConfig   // the configuration or state directory is refused
+	CodeSigner     = "SIGNER"            // signerd refused or could not be reached for a credential
+	CodeBroker     = "BROKER"            // the broker refused a credential or a connection
+	CodePlaneHeld  = "PLANE_HELD"        // another authd holds the space's plane claim
+	CodePermission = "PERMISSION"        // the broker refused a subject the plane claim needs
+	CodePlane      = "PLANE"             // the plane claim failed otherwise
+	CodeCallout    = "CALLOUT"           // the callout responder could not subscribe
+	CodeListen     = "LISTEN"            // the exchange listener could not bind
+	CodeDiscovery  = "DISCOVERY"         // the discovery file could not be written
+	CodeCanceled   = daemon.CodeCanceled // ctx ended before the service was ready
 )
 
-// StartError is a refused start: the code and reason of the refusal file, details such as the
-// holder of the plane claim, and the cause.
-type StartError struct {
-	Code    string
-	Reason  string
-	Details map[string]string
-	Err     error
-}
-
-func (e *StartError) Error() string {
-	if e.Err == nil {
-		return "authd: " + e.Reason
-	}
-	return fmt.Sprintf("authd: %s: %v", e.Reason, e.Err)
-}
-
-// Unwrap returns the cause.
-func (e *StartError) Unwrap() error { return e.Err }
+// StartError is a refused start (daemon.StartError): code, reason, details and cause.
+type StartError = daemon.StartError
 
 // Stop causes reported by Err after Done.
 var (
@@ -132,7 +116,7 @@ type Service struct {
 // the state directory can hold it.
 func Start(ctx context.Context, in Inputs) (*Service, error) {
 	if in.Config == nil {
-		return nil, &StartError{Code: CodeConfig, Reason: "no configuration"}
+		return nil, &StartError{Daemon: "authd", Code: CodeConfig, Reason: "no configuration"}
 	}
 	cfg := *in.Config
 	s := &Service{cfg: &cfg, log: in.Logger, pid: in.PID, done: make(chan struct{})}
@@ -229,7 +213,7 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 		switch {
 		case errors.As(err, &he):
 			return &StartError{Code: CodePlaneHeld, Reason: "another authd serves space " + strconv.Quote(cfg.Space) + ": " + he.Row.Holder + " holds its plane claim; stop it, or wait for its claim to expire", Err: err,
-				Details: map[string]string{"holder": he.Row.Holder, "incarnation": he.Row.Incarnation, "since": he.Row.Since.UTC().Format(time.RFC3339), "bucket": he.Bucket, "key": he.Key}}
+				Details: he.Details()}
 		case errors.As(err, &pe):
 			return fail(CodePermission, "the broker refused the auth-plane credential a subject of the plane claim", err)
 		}
@@ -444,23 +428,8 @@ func (s *Service) teardown(ctx context.Context) {
 	}
 }
 
-// refuse writes the refusal file for a failed start (when the state directory can hold one) and
-// returns err.
+// refuse writes the refusal file for a failed start (daemon.RefuseStart) and returns err as a
+// *StartError.
 func (s *Service) refuse(err error) error {
-	var se *StartError
-	if !errors.As(err, &se) {
-		se = &StartError{Code: CodeConfig, Reason: "start failed", Err: err}
-	}
-	if se.Code == CodeCanceled || s.cfg.StateDir == "" {
-		return se
-	}
-	reason := se.Reason
-	if se.Err != nil && se.Code != CodePlaneHeld {
-		reason += ": " + se.Err.Error()
-	}
-	werr := daemon.WriteRefusal(s.cfg.StateDir, FileName, daemon.Refusal{PID: s.pid, Code: se.Code, Reason: reason, Details: se.Details})
-	if werr != nil && s.cfg.StateDir != "" {
-		s.log.Warn("refusal file not written", "err", werr)
-	}
-	return se
+	return daemon.RefuseStart(s.log, s.cfg.StateDir, FileName, "authd", s.pid, err)
 }

@@ -55,36 +55,20 @@ const FileName = "delivery-service"
 
 // Refusal codes carried by *StartError and written to the refusal file.
 const (
-	CodeConfig     = "CONFIG"     // the configuration or state directory is refused
-	CodeSigner     = "SIGNER"     // signerd refused or could not be reached for a credential
-	CodeBroker     = "BROKER"     // the broker refused the credential, the connection or the probe
-	CodeMissing    = "MISSING"    // a stream or bucket does not exist (provision the space)
-	CodeLeaseHeld  = "LEASE_HELD" // another deliveryd holds the space's lease
-	CodePermission = "PERMISSION" // the broker refused a subject the lease needs
-	CodeLease      = "LEASE"      // the lease failed otherwise
-	CodeBind       = "BIND"       // the writer, the reader or a responder could not bind
-	CodeWatch      = "WATCH"      // the mandatory lease watch could not be established
-	CodeCanceled   = "CANCELED"   // ctx ended before the service was ready
+	CodeConfig     = daemon.CodeConfig   // the configuration or state directory is refused
+	CodeSigner     = "SIGNER"            // signerd refused or could not be reached for a credential
+	CodeBroker     = "BROKER"            // the broker refused the credential, the connection or the probe
+	CodeMissing    = "MISSING"           // a stream or bucket does not exist (provision the space)
+	CodeLeaseHeld  = "LEASE_HELD"        // another deliveryd holds the space's lease
+	CodePermission = "PERMISSION"        // the broker refused a subject the lease needs
+	CodeLease      = "LEASE"             // the lease failed otherwise
+	CodeBind       = "BIND"              // the writer, the reader or a responder could not bind
+	CodeWatch      = "WATCH"             // the mandatory lease watch could not be established
+	CodeCanceled   = daemon.CodeCanceled // ctx ended before the service was ready
 )
 
-// StartError is a refused start: a stable code, a sentence, details (the lease holder) and the
-// cause.
-type StartError struct {
-	Code    string
-	Reason  string
-	Details map[string]string
-	Err     error
-}
-
-func (e *StartError) Error() string {
-	if e.Err == nil {
-		return "deliveryd: " + e.Reason
-	}
-	return fmt.Sprintf("deliveryd: %s: %v", e.Reason, e.Err)
-}
-
-// Unwrap returns the cause.
-func (e *StartError) Unwrap() error { return e.Err }
+// StartError is a refused start (daemon.StartError): code, reason, details and cause.
+type StartError = daemon.StartError
 
 // Stop causes reported by Err after Done.
 var (
@@ -210,7 +194,7 @@ type Service struct {
 // *StartError, also written to the refusal file when the state directory can hold it.
 func StartDeliveryService(ctx context.Context, in Inputs) (*Service, error) {
 	if in.Config == nil {
-		return nil, &StartError{Code: CodeConfig, Reason: "no configuration"}
+		return nil, &StartError{Daemon: "deliveryd", Code: CodeConfig, Reason: "no configuration"}
 	}
 	cfg := *in.Config
 	s := &Service{cfg: &cfg, log: in.Logger, pid: in.PID, done: make(chan struct{}), prompt: make(chan struct{}, 1)}
@@ -341,7 +325,7 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 		case errors.As(err, &he):
 			return &StartError{Code: CodeLeaseHeld, Err: err,
 				Reason:  "another deliveryd serves space " + strconv.Quote(cfg.Space) + ": " + strconv.Quote(he.Row.Holder) + " holds its delivery lease " + bucket + "/" + space.DeliveryLeaseKey + "; stop it, or wait for its lease to expire",
-				Details: map[string]string{"holder": he.Row.Holder, "incarnation": he.Row.Incarnation, "since": he.Row.Since.UTC().Format(time.RFC3339), "bucket": he.Bucket, "key": he.Key}}
+				Details: he.Details()}
 		case errors.As(err, &pe):
 			return fail(CodePermission, "the broker refused the delivery credential a subject of the lease (a permission error, not another daemon)", err)
 		}
@@ -767,22 +751,8 @@ func (s *Service) waitConnected() {
 	}
 }
 
-// refuse writes the refusal file for a failed start (when the state directory can hold one) and
-// returns err.
+// refuse writes the refusal file for a failed start (daemon.RefuseStart) and returns err as a
+// *StartError.
 func (s *Service) refuse(err error) error {
-	var se *StartError
-	if !errors.As(err, &se) {
-		se = &StartError{Code: CodeConfig, Reason: "start failed", Err: err}
-	}
-	if se.Code == CodeCanceled || s.cfg.StateDir == "" {
-		return se
-	}
-	reason := se.Reason
-	if se.Err != nil && se.Code != CodeLeaseHeld {
-		reason += ": " + se.Err.Error()
-	}
-	if werr := daemon.WriteRefusal(s.cfg.StateDir, FileName, daemon.Refusal{PID: s.pid, Code: se.Code, Reason: reason, Details: se.Details}); werr != nil {
-		s.log.Warn("refusal file not written", "err", werr)
-	}
-	return se
+	return daemon.RefuseStart(s.log, s.cfg.StateDir, FileName, "deliveryd", s.pid, err)
 }
