@@ -93,20 +93,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "authd: %v\n", err)
 		return 1
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: daemon.LogLevel(cfg.LogLevel)}))
-	ctx, stop := daemon.NotifyContext(ctx)
-	defer stop()
-	svc, err := service.Start(ctx, service.Inputs{Config: cfg, Logger: log})
-	if err != nil {
-		fmt.Fprintf(stderr, "authd: %v\n", err)
-		return 1
-	}
-	<-svc.Done()
-	if err := svc.Err(); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, daemon.ErrStopped) {
-		fmt.Fprintf(stderr, "authd: %v\n", err)
-		return 1
-	}
-	return 0
+	return daemon.Serve(ctx, stderr, "authd", cfg.LogLevel, func(ctx context.Context, log *slog.Logger) (daemon.Service, error) {
+		return service.Start(ctx, service.Inputs{Config: cfg, Logger: log})
+	})
 }
 
 // leadingConfig takes a leading "--config FILE" (or --config=FILE) off an operator command's

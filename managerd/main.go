@@ -81,21 +81,14 @@ func runLauncher(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "managerd launcher: %v\n", err)
 		return 1
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: daemon.LogLevel(cfg.LogLevel)}))
-	ctx, stop := daemon.NotifyContext(ctx)
-	defer stop()
-	srv, err := launcher.Start(ctx, launcher.Inputs{Config: cfg, Logger: log})
-	if err != nil {
-		fmt.Fprintf(stderr, "managerd launcher: %v\n", err)
-		return 1
-	}
-	if _, err := daemon.Notify("READY=1"); err != nil {
-		log.Warn("sd_notify", "err", err)
-	}
-	<-srv.Done()
-	if err := srv.Err(); err != nil {
-		fmt.Fprintf(stderr, "managerd launcher: %v\n", err)
-		return 1
-	}
-	return 0
+	return daemon.Serve(ctx, stderr, "managerd launcher", cfg.LogLevel, func(ctx context.Context, log *slog.Logger) (daemon.Service, error) {
+		srv, err := launcher.Start(ctx, launcher.Inputs{Config: cfg, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := daemon.Notify("READY=1"); err != nil {
+			log.Warn("sd_notify", "err", err)
+		}
+		return srv, nil
+	})
 }

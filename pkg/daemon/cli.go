@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -50,4 +51,32 @@ func LogLevel(s string) slog.Level {
 		return slog.LevelError
 	}
 	return slog.LevelInfo
+}
+
+// Service is a started daemon service: Done is closed when it has stopped and Err says why (nil,
+// context.Canceled or ErrStopped for a stop that was asked for).
+type Service interface {
+	Done() <-chan struct{}
+	Err() error
+}
+
+// Serve runs one daemon service to its end and returns the process's exit code. It logs JSON to
+// stderr at level (LogLevel), starts the service with a context that SIGINT and SIGTERM cancel
+// (NotifyContext) and waits for it to stop. A refused start or a failure is printed as
+// "prefix: error" on stderr and exits 1; a stop that was asked for exits 0.
+func Serve(ctx context.Context, stderr io.Writer, prefix, level string, start func(context.Context, *slog.Logger) (Service, error)) int {
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: LogLevel(level)}))
+	ctx, stop := NotifyContext(ctx)
+	defer stop()
+	svc, err := start(ctx, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", prefix, err)
+		return 1
+	}
+	<-svc.Done()
+	if err := svc.Err(); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrStopped) {
+		fmt.Fprintf(stderr, "%s: %v\n", prefix, err)
+		return 1
+	}
+	return 0
 }
