@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"path/filepath"
 
+	"github.com/cotalgo/cotal/pkg/creds"
 	"github.com/cotalgo/cotal/pkg/yamlx"
 )
 
@@ -71,4 +74,47 @@ func readBounded(path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("larger than %d bytes", limit)
 	}
 	return data, nil
+}
+
+// CheckBrokers refuses a broker list entry that is not a nats:// or tls:// URL with a host and
+// without credentials (a daemon's credential comes from signerd, never from its config).
+func CheckBrokers(urls []string) error {
+	for _, b := range urls {
+		u, err := url.Parse(b)
+		if err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" || u.User != nil {
+			return fmt.Errorf("brokers: %q is not a nats:// or tls:// URL without credentials", b)
+		}
+	}
+	return nil
+}
+
+// CheckLogLevel accepts the log_level values LogLevel maps: empty, debug, info, warn, error.
+func CheckLogLevel(level string) error {
+	switch level {
+	case "", "debug", "info", "warn", "error":
+		return nil
+	}
+	return fmt.Errorf("log_level %q: want debug, info, warn or error", level)
+}
+
+// CheckStateDir makes dir absolute and, when it exists, requires a directory that passes
+// creds.CheckSecretDir (0700, this uid) and holds no secret (ScanSecrets); a state directory
+// that does not exist yet is accepted (the daemon makes it). It returns the absolute path, with
+// the refusal too, so a refusal file can still go there.
+func CheckStateDir(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("state_dir: %w", err)
+	}
+	if fi, err := os.Lstat(abs); err == nil {
+		if !fi.IsDir() {
+			return abs, fmt.Errorf("state_dir %s is not a directory", abs)
+		}
+		if err := creds.CheckSecretDir(abs); err != nil {
+			return abs, fmt.Errorf("state_dir: %w", err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return abs, fmt.Errorf("state_dir: %w", err)
+	}
+	return abs, ScanSecrets(abs)
 }

@@ -11,10 +11,7 @@
 package config
 
 import (
-	"errors"
 	"fmt"
-	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -104,11 +101,11 @@ func Load(path string) (*Config, error) {
 // the callout seed file and to scan the state directory for secrets.
 func (c *Config) Validate() error {
 	var missing []string
-	for _, f := range []struct{ name, v string }{
-		{"space", c.Space}, {"signer.address", c.Signer.Address}, {"signer.ca", c.Signer.CA},
-		{"signer.cert", c.Signer.Cert}, {"signer.key", c.Signer.Key}, {"callout_seed", c.CalloutSeed},
-		{"state_dir", c.StateDir},
-	} {
+	if c.Space == "" {
+		missing = append(missing, "space")
+	}
+	missing = append(missing, c.Signer.Missing("signer.")...)
+	for _, f := range []struct{ name, v string }{{"callout_seed", c.CalloutSeed}, {"state_dir", c.StateDir}} {
 		if f.v == "" {
 			missing = append(missing, f.name)
 		}
@@ -122,11 +119,8 @@ func (c *Config) Validate() error {
 	if err := space.ValidateName(c.Space); err != nil {
 		return fmt.Errorf("space: %w", err)
 	}
-	for _, b := range c.Brokers {
-		u, err := url.Parse(b)
-		if err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" || u.User != nil {
-			return fmt.Errorf("brokers: %q is not a nats:// or tls:// URL without credentials", b)
-		}
+	if err := daemon.CheckBrokers(c.Brokers); err != nil {
+		return err
 	}
 	if c.Listen == "" {
 		c.Listen = DefaultListen
@@ -154,10 +148,8 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = yamlx.Duration(DefaultShutdownTimeout)
 	}
-	switch c.LogLevel {
-	case "", "debug", "info", "warn", "error":
-	default:
-		return fmt.Errorf("log_level %q: want debug, info, warn or error", c.LogLevel)
+	if err := daemon.CheckLogLevel(c.LogLevel); err != nil {
+		return err
 	}
 	if err := creds.CheckSecretFile(c.CalloutSeed); err != nil {
 		return fmt.Errorf("callout_seed: %w", err)
@@ -165,20 +157,9 @@ func (c *Config) Validate() error {
 	if err := creds.CheckSecretDir(filepath.Dir(c.CalloutSeed)); err != nil {
 		return fmt.Errorf("callout_seed: %w", err)
 	}
-	abs, err := filepath.Abs(c.StateDir)
-	if err != nil {
-		return fmt.Errorf("state_dir: %w", err)
+	abs, err := daemon.CheckStateDir(c.StateDir)
+	if abs != "" {
+		c.StateDir = abs
 	}
-	c.StateDir = abs
-	if fi, err := os.Lstat(c.StateDir); err == nil {
-		if !fi.IsDir() {
-			return fmt.Errorf("state_dir %s is not a directory", c.StateDir)
-		}
-		if err := creds.CheckSecretDir(c.StateDir); err != nil {
-			return fmt.Errorf("state_dir: %w", err)
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("state_dir: %w", err)
-	}
-	return daemon.ScanSecrets(c.StateDir)
+	return err
 }

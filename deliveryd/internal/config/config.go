@@ -12,13 +12,9 @@ package config
 import (
 	"errors"
 	"fmt"
-	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/cotalgo/cotal/pkg/creds"
 	"github.com/cotalgo/cotal/pkg/daemon"
 	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/pkg/space"
@@ -105,11 +101,8 @@ func (c *Config) Validate() error {
 	if err := space.ValidateName(c.Space); err != nil {
 		return fmt.Errorf("space: %w", err)
 	}
-	for _, b := range c.Brokers {
-		u, err := url.Parse(b)
-		if err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" || u.User != nil {
-			return fmt.Errorf("brokers: %q is not a nats:// or tls:// URL without credentials", b)
-		}
+	if err := daemon.CheckBrokers(c.Brokers); err != nil {
+		return err
 	}
 	if len(c.Holder) > 200 || strings.ContainsAny(c.Holder, "\r\n\x00") {
 		return errors.New("holder: at most 200 characters on one line")
@@ -129,25 +122,12 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = yamlx.Duration(DefaultShutdownTimeout)
 	}
-	switch c.LogLevel {
-	case "", "debug", "info", "warn", "error":
-	default:
-		return fmt.Errorf("log_level %q: want debug, info, warn or error", c.LogLevel)
+	if err := daemon.CheckLogLevel(c.LogLevel); err != nil {
+		return err
 	}
-	abs, err := filepath.Abs(c.StateDir)
-	if err != nil {
-		return fmt.Errorf("state_dir: %w", err)
+	abs, err := daemon.CheckStateDir(c.StateDir)
+	if abs != "" {
+		c.StateDir = abs
 	}
-	c.StateDir = abs
-	if fi, err := os.Lstat(c.StateDir); err == nil {
-		if !fi.IsDir() {
-			return fmt.Errorf("state_dir %s is not a directory", c.StateDir)
-		}
-		if err := creds.CheckSecretDir(c.StateDir); err != nil {
-			return fmt.Errorf("state_dir: %w", err)
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("state_dir: %w", err)
-	}
-	return daemon.ScanSecrets(c.StateDir)
+	return err
 }
