@@ -148,7 +148,7 @@ func TestFailover(t *testing.T) {
 	first := spawn(t, bin, servicetest.Config(t, e, "deliveryd-first"))
 	row := servicetest.WaitReady(t, kv, "deliveryd-first", 15*time.Second)
 
-	bob, carol := servicetest.Receive(t, e, "bob", uidBob), servicetest.Receive(t, e, "carol", uidCarol)
+	bob, carol := plane3test.Receive(t, e, "bob", uidBob), plane3test.Receive(t, e, "carol", uidCarol)
 	ajs := plane3test.JS(t, e.Agent(t, "alice", uidAlice))
 	post := func(from, to int) {
 		for i := from; i <= to; i++ {
@@ -157,7 +157,7 @@ func TestFailover(t *testing.T) {
 	}
 	received := func(want []string) func() error {
 		return func() error {
-			for name, b := range map[string]*servicetest.Inbox{"bob": bob, "carol": carol} {
+			for name, b := range map[string]*plane3test.Inbox{"bob": bob, "carol": carol} {
 				if err := servicetest.Exactly(b.IDs(), want); err != nil {
 					return fmt.Errorf("%s: %w", name, err)
 				}

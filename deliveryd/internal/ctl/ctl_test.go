@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,7 +20,6 @@ import (
 	"github.com/cotalgo/cotal/deliveryd/internal/plane3"
 	"github.com/cotalgo/cotal/deliveryd/internal/plane3/plane3test"
 	"github.com/cotalgo/cotal/deliveryd/internal/reader"
-	"github.com/cotalgo/cotal/pkg/dlvclient"
 	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/pkg/testkit"
 )
@@ -485,44 +483,6 @@ func TestJoinSuperseded(t *testing.T) {
 }
 
 // box records what a lifecycle's dlvclient was handed.
-type box struct {
-	mu  sync.Mutex
-	ids []string
-}
-
-func (b *box) got() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]string(nil), b.ids...)
-}
-
-func receive(t *testing.T, f *fixture, actor, uid string) *box {
-	t.Helper()
-	c, err := dlvclient.New(plane3test.Ctx(t), plane3test.JS(t, f.e.Agent(t, actor, uid)),
-		dlvclient.Config{Space: plane3test.Space, Owner: plane3test.Owner, Actor: actor, LifecycleUID: uid})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &box{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- c.Run(ctx, func(_ context.Context, d dlvclient.Delivery) error {
-			b.mu.Lock()
-			b.ids = append(b.ids, d.ID)
-			b.mu.Unlock()
-			return nil
-		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("dlvclient: %v", err)
-		}
-	})
-	return b
-}
-
 // runReader runs the trusted reader (and no fan-out writer: only catch-up fills the inboxes).
 func runReader(t *testing.T, f *fixture) {
 	t.Helper()
@@ -567,13 +527,13 @@ func TestCatchUp(t *testing.T) {
 			f.e.Post(t, a0, "a0", fmt.Sprintf("m%02d", i), "in the window")
 		}
 		f.e.Post(t, a1, "a1", "own", "the member's own post")
-		in := receive(t, f, "a1", uid1)
+		in := plane3test.Receive(t, f.e, "a1", uid1)
 		got := data[ctl.JoinResult](t, call(t, a1nc, "a1", ctl.OpDurableJoin, map[string]any{"channel": "general"}))
 		if !got.Durable || got.Generation != 1 {
 			t.Fatalf("join = %+v", got)
 		}
 		testkit.Eventually(t, 15*time.Second, func() error {
-			if g := strings.Join(in.got(), ","); g != "m01,m02,m03" {
+			if g := strings.Join(in.IDs(), ","); g != "m01,m02,m03" {
 				return fmt.Errorf("a1 has %q", g)
 			}
 			return nil
@@ -583,7 +543,7 @@ func TestCatchUp(t *testing.T) {
 		}
 	})
 	t.Run("ok/messages posted during a fresh join reach the member", func(t *testing.T) {
-		in := receive(t, f, "a2", uid2)
+		in := plane3test.Receive(t, f.e, "a2", uid2)
 		g := func() {
 			f.e.Post(t, a0, "a0", "d01", "during the join")
 			f.e.Post(t, a0, "a0", "d02", "during the join")
@@ -595,7 +555,7 @@ func TestCatchUp(t *testing.T) {
 			t.Fatalf("join = %+v", got)
 		}
 		testkit.Eventually(t, 15*time.Second, func() error {
-			if g := strings.Join(in.got(), ","); g != "d01,d02" {
+			if g := strings.Join(in.IDs(), ","); g != "d01,d02" {
 				return fmt.Errorf("a2 has %q", g)
 			}
 			return nil
@@ -703,7 +663,7 @@ func TestJoinThenFanout(t *testing.T) {
 	runReader(t, f)
 	a0 := plane3test.JS(t, f.e.Agent(t, "a0", uid0))
 	a1 := f.e.Agent(t, "a1", uid1)
-	in := receive(t, f, "a1", uid1)
+	in := plane3test.Receive(t, f.e, "a1", uid1)
 	f.e.Post(t, a0, "a0", "m00", "before the join")
 	got := data[ctl.JoinResult](t, call(t, a1, "a1", ctl.OpDurableJoin, map[string]any{"channel": "general"}))
 	if !got.Durable {
@@ -713,7 +673,7 @@ func TestJoinThenFanout(t *testing.T) {
 		f.e.Post(t, a0, "a0", fmt.Sprintf("m%02d", i), "after the join")
 	}
 	testkit.Eventually(t, 15*time.Second, func() error {
-		if g := strings.Join(in.got(), ","); g != "m01,m02,m03,m04,m05" {
+		if g := strings.Join(in.IDs(), ","); g != "m01,m02,m03,m04,m05" {
 			return fmt.Errorf("a1 has %q", g)
 		}
 		return nil
@@ -750,7 +710,7 @@ func TestJoinThenFanout(t *testing.T) {
 		}
 		return nil
 	})
-	if g := strings.Join(in.got(), ","); g != "m01,m02,m03,m04,m05" {
+	if g := strings.Join(in.IDs(), ","); g != "m01,m02,m03,m04,m05" {
 		t.Fatalf("after the leave a1 has %q", g)
 	}
 }

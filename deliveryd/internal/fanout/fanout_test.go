@@ -17,7 +17,6 @@ import (
 	"github.com/cotalgo/cotal/deliveryd/internal/plane3"
 	"github.com/cotalgo/cotal/deliveryd/internal/plane3/plane3test"
 	"github.com/cotalgo/cotal/deliveryd/internal/reader"
-	"github.com/cotalgo/cotal/pkg/dlvclient"
 	"github.com/cotalgo/cotal/pkg/testkit"
 )
 
@@ -54,44 +53,6 @@ func startLoops(t *testing.T, e *plane3test.Env, dc *nats.Conn) {
 }
 
 // inbox is one agent's dlvclient, recording what it was handed.
-type inbox struct {
-	mu  sync.Mutex
-	ids []string
-}
-
-func (b *inbox) got() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]string(nil), b.ids...)
-}
-
-func receive(t *testing.T, e *plane3test.Env, actor, uid string) *inbox {
-	t.Helper()
-	c, err := dlvclient.New(plane3test.Ctx(t), plane3test.JS(t, e.Agent(t, actor, uid)),
-		dlvclient.Config{Space: plane3test.Space, Owner: plane3test.Owner, Actor: actor, LifecycleUID: uid})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &inbox{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- c.Run(ctx, func(_ context.Context, d dlvclient.Delivery) error {
-			b.mu.Lock()
-			b.ids = append(b.ids, d.ID)
-			b.mu.Unlock()
-			return nil
-		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("dlvclient: %v", err)
-		}
-	})
-	return b
-}
-
 // dlvCount is how many messages DLV holds on a lifecycle's subject.
 func dlvCount(t *testing.T, e *plane3test.Env, djs jetstream.JetStream, actor, uid string) uint64 {
 	t.Helper()
@@ -156,15 +117,15 @@ func TestDurableChannelTwoMembers(t *testing.T) {
 		e.Join(t, djs, "general", m.actor, m.uid, 0, 1)
 	}
 	startLoops(t, e, dc)
-	in1, in2 := receive(t, e, "a1", uid1), receive(t, e, "a2", uid2)
+	in1, in2 := plane3test.Receive(t, e, "a1", uid1), plane3test.Receive(t, e, "a2", uid2)
 	sender := plane3test.JS(t, e.Agent(t, "a0", uid0))
 
 	for i := 1; i <= 20; i++ {
 		e.Post(t, sender, "a0", fmt.Sprintf("m%02d", i), "hello")
 	}
 	testkit.Eventually(t, 15*time.Second, func() error {
-		if !sameSet(in1.got(), want("m", 1, 20)) || !sameSet(in2.got(), want("m", 1, 20)) {
-			return fmt.Errorf("a1 has %d, a2 has %d", len(in1.got()), len(in2.got()))
+		if !sameSet(in1.IDs(), want("m", 1, 20)) || !sameSet(in2.IDs(), want("m", 1, 20)) {
+			return fmt.Errorf("a1 has %d, a2 has %d", len(in1.IDs()), len(in2.IDs()))
 		}
 		return nil
 	})
@@ -178,8 +139,8 @@ func TestDurableChannelTwoMembers(t *testing.T) {
 		if got := dlvCount(t, e, djs, "a0", uid0); got != 0 {
 			t.Fatalf("the sender got %d copies of its own posts", got)
 		}
-		if len(in1.got()) != 20 || len(in2.got()) != 20 {
-			t.Fatalf("handed over %d and %d, want 20 each", len(in1.got()), len(in2.got()))
+		if len(in1.IDs()) != 20 || len(in2.IDs()) != 20 {
+			t.Fatalf("handed over %d and %d, want 20 each", len(in1.IDs()), len(in2.IDs()))
 		}
 	})
 
@@ -189,8 +150,8 @@ func TestDurableChannelTwoMembers(t *testing.T) {
 			e.Post(t, sender, "a0", fmt.Sprintf("m%02d", i), "after the revocation")
 		}
 		testkit.Eventually(t, 15*time.Second, func() error {
-			if !sameSet(in2.got(), want("m", 1, 25)) {
-				return fmt.Errorf("a2 has %d", len(in2.got()))
+			if !sameSet(in2.IDs(), want("m", 1, 25)) {
+				return fmt.Errorf("a2 has %d", len(in2.IDs()))
 			}
 			return nil
 		})
@@ -198,8 +159,8 @@ func TestDurableChannelTwoMembers(t *testing.T) {
 		if got := dlvCount(t, e, djs, "a1", uid1); got != 20 {
 			t.Fatalf("a1's DLV holds %d after the revocation, want 20", got)
 		}
-		if !sameSet(in1.got(), want("m", 1, 20)) {
-			t.Fatalf("a1 was handed %v", in1.got())
+		if !sameSet(in1.IDs(), want("m", 1, 20)) {
+			t.Fatalf("a1 was handed %v", in1.IDs())
 		}
 	})
 }
@@ -217,7 +178,7 @@ func TestFanoutRefusesWhatIsNotAPrincipalsPost(t *testing.T) {
 	before := e.Post(t, sender, "a0", "old", "before a1 joined")
 	e.Join(t, djs, "general", "a1", uid1, before+1, 1) // a1 joins after the next post
 	startLoops(t, e, dc)
-	in1 := receive(t, e, "a1", uid1)
+	in1 := plane3test.Receive(t, e, "a1", uid1)
 
 	subj, _ := e.N.Chat(plane3test.Owner, "a0", "general")
 	for _, body := range []string{
@@ -231,7 +192,7 @@ func TestFanoutRefusesWhatIsNotAPrincipalsPost(t *testing.T) {
 	}
 	e.Post(t, sender, "a0", "m01", "the only one a1 may get")
 	testkit.Eventually(t, 15*time.Second, func() error {
-		if got := in1.got(); len(got) != 1 || got[0] != "m01" {
+		if got := in1.IDs(); len(got) != 1 || got[0] != "m01" {
 			return fmt.Errorf("a1 has %v", got)
 		}
 		return nil
@@ -269,18 +230,18 @@ func TestLiveMention(t *testing.T) {
 		}
 	}
 	startLoops(t, e, dc)
-	in1, in2 := receive(t, e, "a1", uid1), receive(t, e, "a2", uid2)
+	in1, in2 := plane3test.Receive(t, e, "a1", uid1), plane3test.Receive(t, e, "a2", uid2)
 	sender := plane3test.JS(t, e.Agent(t, "a0", uid0))
 	e.Post(t, sender, "a0", "m01", "no mention")
 	e.Post(t, sender, "a0", "m02", "hi both", "alice", "Bob", "nobody")
 	testkit.Eventually(t, 15*time.Second, func() error {
-		if got := in1.got(); len(got) != 1 || got[0] != "m02" {
+		if got := in1.IDs(); len(got) != 1 || got[0] != "m02" {
 			return fmt.Errorf("a1 has %v", got)
 		}
 		return nil
 	})
 	drained(t, e, djs)
-	if got := in2.got(); len(got) != 0 {
+	if got := in2.IDs(); len(got) != 0 {
 		t.Fatalf("a2, whose ACL does not allow general, got %v", got)
 	}
 }

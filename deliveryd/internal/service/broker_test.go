@@ -92,7 +92,7 @@ func TestBrokerGone(t *testing.T) {
 		const window = 3 * time.Second
 		cfg.BrokerGone = yamlx.Duration(window)
 		svc := start(t, cfg, &logs)
-		bob := servicetest.Receive(t, e, "bob", uidBob)
+		bob := plane3test.Receive(t, e, "bob", uidBob)
 		ajs := plane3test.JS(t, e.Agent(t, "alice", uidAlice))
 		e.Post(t, ajs, "alice", "before", "before the restart")
 		eventually(t, 10*time.Second, func() error { return servicetest.Exactly(bob.IDs(), []string{"before"}) })
@@ -143,7 +143,7 @@ func TestRenewal(t *testing.T) {
 		members(t, e)
 		var logs logBuffer
 		svc := start(t, servicetest.Config(t, e, "deliveryd-a"), &logs)
-		bob := servicetest.Receive(t, e, "bob", uidBob)
+		bob := plane3test.Receive(t, e, "bob", uidBob)
 		ajs := plane3test.JS(t, e.Agent(t, "alice", uidAlice))
 		var want []string
 		for round := 1; round <= 3; round++ {
@@ -169,7 +169,7 @@ func TestRenewal(t *testing.T) {
 		members(t, e)
 		var logs logBuffer
 		svc := start(t, servicetest.Config(t, e, "deliveryd-a"), &logs)
-		bob := servicetest.Receive(t, e, "bob", uidBob)
+		bob := plane3test.Receive(t, e, "bob", uidBob)
 		ajs := plane3test.JS(t, e.Agent(t, "alice", uidAlice))
 		e.S.Stop(t)
 		e.Post(t, ajs, "alice", "one", "signerd stopped")

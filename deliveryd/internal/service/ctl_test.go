@@ -67,7 +67,7 @@ func TestCtlWired(t *testing.T) {
 	if !r.OK || json.Unmarshal(r.Data, &join) != nil || !join.Durable || join.Generation != 1 {
 		t.Fatalf("durableJoin = %+v", r)
 	}
-	bob := servicetest.Receive(t, e, "bob", uidBob)
+	bob := plane3test.Receive(t, e, "bob", uidBob)
 	e.Post(t, plane3test.JS(t, e.Agent(t, "alice", uidAlice)), "alice", "j-1", "after the join")
 	eventually(t, 10*time.Second, func() error { return servicetest.Exactly(bob.IDs(), []string{"j-1"}) })
 

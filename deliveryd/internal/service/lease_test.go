@@ -24,7 +24,7 @@ func TestLeaseWatch(t *testing.T) {
 		kv := servicetest.DeliveryKV(t, e)
 		servicetest.WaitReady(t, kv, "deliveryd-a", 5*time.Second)
 		inc := svc.Row().Incarnation
-		bob := servicetest.Receive(t, e, "bob", uidBob)
+		bob := plane3test.Receive(t, e, "bob", uidBob)
 		ajs := plane3test.JS(t, e.Agent(t, "alice", uidAlice))
 		e.Post(t, ajs, "alice", "before", "before the delete")
 		eventually(t, 10*time.Second, func() error { return servicetest.Exactly(bob.IDs(), []string{"before"}) })

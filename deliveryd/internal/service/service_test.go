@@ -37,7 +37,7 @@ func TestDurableMembersExactlyOnce(t *testing.T) {
 	if row.Incarnation != svc.Row().Incarnation {
 		t.Fatalf("lease row %+v is not the service's %+v", row, svc.Row())
 	}
-	bob, carol := servicetest.Receive(t, e, "bob", uidBob), servicetest.Receive(t, e, "carol", uidCarol)
+	bob, carol := plane3test.Receive(t, e, "bob", uidBob), plane3test.Receive(t, e, "carol", uidCarol)
 	ajs := plane3test.JS(t, e.Agent(t, "alice", uidAlice))
 	want := servicetest.Seq("m", 1, 25)
 	for i, id := range want {
@@ -45,7 +45,7 @@ func TestDurableMembersExactlyOnce(t *testing.T) {
 	}
 	pjs := e.Provisioner(t)
 	eventually(t, 10*time.Second, func() error {
-		for name, b := range map[string]*servicetest.Inbox{"bob": bob, "carol": carol} {
+		for name, b := range map[string]*plane3test.Inbox{"bob": bob, "carol": carol} {
 			if err := servicetest.Exactly(b.IDs(), want); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}

@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +20,6 @@ import (
 
 	"github.com/cotalgo/cotal/deliveryd/internal/config"
 	"github.com/cotalgo/cotal/deliveryd/internal/plane3/plane3test"
-	"github.com/cotalgo/cotal/pkg/dlvclient"
 	"github.com/cotalgo/cotal/pkg/lease"
 	"github.com/cotalgo/cotal/pkg/mtls"
 	"github.com/cotalgo/cotal/pkg/signerclient"
@@ -65,47 +63,6 @@ func ShortenLease(t testing.TB, e *plane3test.Env, pjs jetstream.JetStream, ttl 
 	if _, err := pjs.UpdateStream(plane3test.Ctx(t), cfg); err != nil {
 		t.Fatalf("shorten the lease TTL: %v", err)
 	}
-}
-
-// Inbox is one member's dlvclient, recording every id it was handed.
-type Inbox struct {
-	mu  sync.Mutex
-	ids []string
-}
-
-// IDs is what the member was handed, in order.
-func (b *Inbox) IDs() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]string(nil), b.ids...)
-}
-
-// Receive runs local.<actor>'s dlvclient for lifecycle uid until the test ends.
-func Receive(t testing.TB, e *plane3test.Env, actor, uid string) *Inbox {
-	t.Helper()
-	c, err := dlvclient.New(plane3test.Ctx(t), plane3test.JS(t, e.Agent(t, actor, uid)),
-		dlvclient.Config{Space: plane3test.Space, Owner: plane3test.Owner, Actor: actor, LifecycleUID: uid})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &Inbox{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- c.Run(ctx, func(_ context.Context, d dlvclient.Delivery) error {
-			b.mu.Lock()
-			b.ids = append(b.ids, d.ID)
-			b.mu.Unlock()
-			return nil
-		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("dlvclient %s: %v", actor, err)
-		}
-	})
-	return b
 }
 
 // Exactly checks that ids hold each of want exactly once and nothing else.
