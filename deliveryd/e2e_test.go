@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/config"
-	"github.com/cotalgo/cotal/deliveryd/internal/plane3/plane3test"
+	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/deliveryd/internal/service"
 	"github.com/cotalgo/cotal/deliveryd/internal/service/servicetest"
 	"github.com/cotalgo/cotal/deliveryd/internal/watchdog"

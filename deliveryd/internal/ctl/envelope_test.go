@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/ctl"
-	"github.com/cotalgo/cotal/deliveryd/internal/plane3/plane3test"
+	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
 	"github.com/cotalgo/cotal/pkg/signerclient"

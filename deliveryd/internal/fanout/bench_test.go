@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/fanout"
-	"github.com/cotalgo/cotal/deliveryd/internal/plane3/plane3test"
+	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/deliveryd/internal/reader"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/plane3"
-	"github.com/cotalgo/cotal/deliveryd/internal/plane3/plane3test"
+	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/deliveryd/internal/reader"
 	"github.com/cotalgo/cotal/pkg/dlvclient"
 	"github.com/cotalgo/cotal/pkg/testkit"

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cotalgo/cotal/deliveryd/internal/plane3/plane3test"
+	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/deliveryd/internal/service"
 	"github.com/cotalgo/cotal/deliveryd/internal/service/servicetest"
 	"github.com/cotalgo/cotal/pkg/daemon"

@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/cotalgo/cotal/deliveryd/internal/plane3/plane3test"
+	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/deliveryd/internal/service"
 	"github.com/cotalgo/cotal/deliveryd/internal/service/servicetest"
 	"github.com/cotalgo/cotal/pkg/space"

@@ -19,7 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/config"
-	"github.com/cotalgo/cotal/deliveryd/internal/plane3/plane3test"
+	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/pkg/lease"
 	"github.com/cotalgo/cotal/pkg/mtls"
 	"github.com/cotalgo/cotal/pkg/signerclient"
