@@ -1,6 +1,7 @@
 package provision
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -35,7 +36,14 @@ func (a ACL) Encode() ([]byte, error) {
 	if a.AllowSubscribe == nil {
 		a.AllowSubscribe = []string{}
 	}
-	return json.Marshal(a)
+	// As JSON.stringify writes it: no HTML escaping of '>' in a subtree grant.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(a); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // DecodeACL reads an ACL row. A row that does not decode or lacks the allowSubscribe array is
