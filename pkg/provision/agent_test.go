@@ -186,14 +186,14 @@ func fetchOne(t *testing.T, js jetstream.JetStream, stream, consumer string) str
 	if err != nil {
 		t.Fatalf("fetch %s: %v", consumer, err)
 	}
-	for m := range batch.Messages() {
-		if err := m.Ack(); err != nil {
-			t.Fatalf("ack on %s: %v", consumer, err)
-		}
-		return string(m.Data())
+	m, ok := <-batch.Messages()
+	if !ok {
+		t.Fatalf("fetch %s: nothing (%v)", consumer, batch.Error())
 	}
-	t.Fatalf("fetch %s: nothing (%v)", consumer, batch.Error())
-	return ""
+	if err := m.Ack(); err != nil {
+		t.Fatalf("ack on %s: %v", consumer, err)
+	}
+	return string(m.Data())
 }
 
 // TestProvisionAgent provisions one agent through a signerd-minted provisioner: exactly its dm_
