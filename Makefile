@@ -37,6 +37,7 @@ FUZZ_TARGETS ?= \
 	pkg/profiles:FuzzBuild \
 	pkg/dlvclient:FuzzDecodeFrame \
 	deliveryd/internal/plane3:FuzzDecodeEntry \
+	pkg/provision:FuzzDecodeACL \
 	deliveryd/internal/ctl:FuzzDecodeRequest \
 	deliveryd/internal/ctl:FuzzSubjects \
 	pkg/creds:FuzzParseCreds \

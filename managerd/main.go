@@ -17,6 +17,7 @@ const usage = `managerd: Cotal's agent supervisor for one machine.
 
 Usage:
   managerd launcher --config FILE   the uid-dropping launcher (root, or CAP_SETUID/CAP_SETGID)
+  managerd provision --space S --config FILE   create a space's streams and buckets, once
   managerd help | --help
 
 Not built yet: "managerd serve" (the supervisor itself, ManagerService) comes later; today only
@@ -41,6 +42,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "launcher":
 		return runLauncher(ctx, args[1:], stdout, stderr)
+	case "provision":
+		return runProvision(ctx, args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "managerd: unknown command %q\n\n%s", args[0], usage)
 	return 2

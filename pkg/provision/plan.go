@@ -10,9 +10,15 @@
 // updates or deletes a stream, never rewrites a channel-defaults entry an operator set, and
 // refuses one that does not decode.
 //
+// Per agent incarnation, ProvisionAgent makes what upstream's provisionAgentDurables makes (its
+// dm_ and dlv_ durables, its role's shared queue and its read-ACL row, the ACL type deliveryd
+// reads) on a provisioner credential, and DeprovisionAgent removes the lifecycle's own items on a
+// deprovisioner credential signerd pins to that lifecycle; RunProvisionAgent and
+// RunDeprovisionAgent mint those one-shot credentials as Run does.
+//
 // It deliberately leaves out what upstream's setup also makes and nothing here needs yet: the
 // authority records and issued stores and the endpoint-plane streams (deferred with the endpoint
-// plane, see pkg/profiles), and the per-agent dm_/dlv_ durables (made per lifecycle by managerd).
+// plane, see pkg/profiles).
 package provision
 
 import (

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -262,16 +263,18 @@ func ensureDefaults(ctx context.Context, js jetstream.JetStream, n space.Names, 
 	return "", false, fmt.Errorf("provision: %s in %s kept changing while it was written", key, bucket)
 }
 
-// Config is what Run needs. Signer, Space and NatsURL are required.
+// Config is what Run, RunProvisionAgent and RunDeprovisionAgent need. Signer, Space and NatsURL
+// are required.
 type Config struct {
-	// Signer mints the provisioner credential.
+	// Signer mints the one-shot credential.
 	Signer *signerclient.Client
 	// Space is the space to provision.
 	Space string
-	// NatsURL is the broker.
+	// NatsURL is the broker (a comma-separated list for several).
 	NatsURL string
-	// Owner and Actor, when set, name the principal the credential is minted for (the signer
-	// policy may require them); both or neither.
+	// Owner and Actor, when set, name the principal the provisioner credential is minted for
+	// (the signer policy may require them); both or neither. A deprovisioner credential names
+	// its target lifecycle instead and ignores them.
 	Owner, Actor string
 	// TTL is the credential's requested lifetime; zero asks for the profile's (5 min). signerd
 	// caps it further by policy.
@@ -279,7 +282,7 @@ type Config struct {
 	// NatsOptions are added to the connection (TLS, a name); the credential's own options come
 	// first.
 	NatsOptions []nats.Option
-	// Options tune Ensure.
+	// Options tune Ensure (Run only).
 	Options Options
 }
 
@@ -291,35 +294,129 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("provision: %w", err)
 	}
+	js, done, err := cfg.provisioner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return Ensure(ctx, js, n, cfg.Options)
+}
+
+// RollbackTimeout bounds RunProvisionAgent's rollback, which runs even when ctx has ended
+// (upstream deprovisions within 15 s).
+const RollbackTimeout = 15 * time.Second
+
+// RunProvisionAgent is ProvisionAgent on a one-shot provisioner credential minted through signerd
+// as Run mints it (key in memory only, never written, connection closed and key wiped at the
+// end). When ProvisionAgent fails after creating something, it mints a one-shot deprovisioner
+// credential pinned to a's lifecycle and removes what that run created (Rollback, bounded by
+// RollbackTimeout even if ctx has ended), so a failure leaves nothing behind; the error then
+// names the failed step, and also the rollback's failure if that failed too, in which case the
+// returned Provisioned's Created lists what is left.
+func RunProvisionAgent(ctx context.Context, cfg Config, a Agent) (Provisioned, error) {
+	n, err := space.NewNames(cfg.Space)
+	if err != nil {
+		return Provisioned{}, fmt.Errorf("provision: %w", err)
+	}
+	js, done, err := cfg.provisioner(ctx)
+	if err != nil {
+		return Provisioned{}, err
+	}
+	p, err := ProvisionAgent(ctx, js, n, a)
+	done()
+	if err == nil || len(p.Created) == 0 {
+		return p, err
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RollbackTimeout)
+	defer cancel()
+	djs, ddone, rerr := cfg.deprovisioner(rctx, a.Owner, a.Actor, a.LifecycleUID)
+	if rerr == nil {
+		var removed []string
+		removed, rerr = Rollback(rctx, djs, n, p)
+		ddone()
+		p.Created = without(p.Created, removed)
+	}
+	if rerr != nil {
+		return p, fmt.Errorf("%w; rollback failed, left %v: %v", err, p.Created, rerr)
+	}
+	return p, err
+}
+
+// RunDeprovisionAgent is DeprovisionAgent on a one-shot deprovisioner credential minted through
+// signerd with the target lifecycle as its parameters (signerd pins its rights to exactly that
+// lifecycle's dm_ and dlv_ durables and ACL row); key in memory only, as Run.
+func RunDeprovisionAgent(ctx context.Context, cfg Config, owner, actor, uid string) ([]string, error) {
+	n, err := space.NewNames(cfg.Space)
+	if err != nil {
+		return nil, fmt.Errorf("provision: %w", err)
+	}
+	js, done, err := cfg.deprovisioner(ctx, owner, actor, uid)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return DeprovisionAgent(ctx, js, n, owner, actor, uid)
+}
+
+// without is list less the entries of drop.
+func without(list, drop []string) []string {
+	var out []string
+	for _, s := range list {
+		if !slices.Contains(drop, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// provisioner connects with a one-shot provisioner credential for cfg's principal, if any.
+func (cfg Config) provisioner(ctx context.Context) (jetstream.JetStream, func(), error) {
 	if (cfg.Owner == "") != (cfg.Actor == "") {
-		return nil, errors.New("provision: Config.Owner and Config.Actor go together")
+		return nil, nil, errors.New("provision: Config.Owner and Config.Actor go together")
 	}
 	var params *signerv1.ProfileParams
 	if cfg.Owner != "" {
 		params = &signerv1.ProfileParams{Owner: cfg.Owner, Actor: cfg.Actor}
 	}
+	return cfg.oneShot(ctx, signerv1.Profile_PROFILE_PROVISIONER, params)
+}
+
+// deprovisioner connects with a one-shot deprovisioner credential pinned to one lifecycle.
+func (cfg Config) deprovisioner(ctx context.Context, owner, actor, uid string) (jetstream.JetStream, func(), error) {
+	return cfg.oneShot(ctx, signerv1.Profile_PROFILE_DEPROVISIONER,
+		&signerv1.ProfileParams{Owner: owner, Actor: actor, LifecycleUid: uid})
+}
+
+// oneShot mints a credential of profile through signerd for a user nkey held only in memory,
+// proves it on the broker and connects with it. done closes the connection and wipes the key.
+func (cfg Config) oneShot(ctx context.Context, profile signerv1.Profile, params *signerv1.ProfileParams) (js jetstream.JetStream, done func(), err error) {
+	what := strings.ToLower(strings.TrimPrefix(profile.String(), "PROFILE_"))
 	rail, err := signerclient.NewRail(signerclient.RailConfig{
-		Client: cfg.Signer, Space: cfg.Space, Profile: signerv1.Profile_PROFILE_PROVISIONER,
+		Client: cfg.Signer, Space: cfg.Space, Profile: profile,
 		Params: params, TTL: cfg.TTL, NatsURL: cfg.NatsURL,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("provision: %w", err)
+		return nil, nil, fmt.Errorf("provision: %w", err)
 	}
-	defer rail.Close()
 	if err := rail.Start(ctx); err != nil {
-		return nil, fmt.Errorf("provision: provisioner credential: %w", err)
+		rail.Close()
+		return nil, nil, fmt.Errorf("provision: %s credential: %w", what, err)
 	}
-	opts := append(rail.NatsOptions(), nats.Name("cotal-provision"), nats.NoReconnect())
+	opts := append(rail.NatsOptions(), nats.Name("cotal-"+what), nats.NoReconnect())
 	nc, err := nats.Connect(cfg.NatsURL, append(opts, cfg.NatsOptions...)...)
 	if err != nil {
-		return nil, fmt.Errorf("provision: connect %s: %w", cfg.NatsURL, err)
+		rail.Close()
+		return nil, nil, fmt.Errorf("provision: connect %s: %w", cfg.NatsURL, err)
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("provision: %w", err)
+	done = func() {
+		nc.Close()
+		rail.Close()
 	}
-	return Ensure(ctx, js, n, cfg.Options)
+	if js, err = jetstream.New(nc); err != nil {
+		done()
+		return nil, nil, fmt.Errorf("provision: %w", err)
+	}
+	return js, done, nil
 }
 
 // EnsureDlvDurable creates a lifecycle's dlv_ durable (DlvDurable) on a provisioner connection,

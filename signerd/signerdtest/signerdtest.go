@@ -30,7 +30,7 @@ import (
 const TrustDomain = "cotal.local"
 
 // DefaultPolicy lets each daemon act on its own space only: managerd mints agents, its supervisor
-// and the one-shot provisioner, deliveryd its delivery and membership-rw credentials, authd its
+// and the one-shot provisioner and deprovisioner, deliveryd its delivery and membership-rw credentials, authd its
 // callout user and plane credential, the callout answers (agents and observers), bearers, owner
 // ids and registration MACs.
 const DefaultPolicy = `version: 1
@@ -49,6 +49,7 @@ callers:
       supervisor: {ttl_max: 24h, any_owner: true}
       probe: {ttl_max: 1m, remint: none}
       provisioner: {ttl_max: 5m, any_owner: true, remint: none}
+      deprovisioner: {ttl_max: 5m, any_owner: true, remint: none}
   - id: spiffe://cotal.local/deliveryd/{space}
     rpcs: [Mint, Remint, GetSpace]
     spaces: ["{space}"]

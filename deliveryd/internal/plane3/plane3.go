@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cotalgo/cotal/pkg/provision"
 	"github.com/cotalgo/cotal/pkg/space"
 )
 
@@ -119,40 +120,14 @@ func ParseACLKey(key string) (Lifecycle, bool) {
 	return lc, true
 }
 
-// ACL is a lifecycle's read-ACL row (upstream AclRecord). A present row with an empty
-// AllowSubscribe is a known "reads nothing" policy; an absent row is an unknown lifecycle.
-type ACL struct {
-	AllowSubscribe []string `json:"allowSubscribe"`
-	Revision       uint64   `json:"revision"`
-	UpdatedAt      int64    `json:"updatedAt"`
-}
+// ACL is a lifecycle's read-ACL row (upstream AclRecord), the type managerd writes it with
+// (pkg/provision.ACL): one definition for the writer and every reader here.
+type ACL = provision.ACL
 
-// DecodeACL reads an ACL row. A row that does not decode or lacks the allowSubscribe array is
-// reported as not a row (upstream readAcl treats it as unknown, so the reader defers, never drops).
-func DecodeACL(b []byte) (ACL, bool) {
-	var raw struct {
-		AllowSubscribe *[]string `json:"allowSubscribe"`
-		Revision       uint64    `json:"revision"`
-		UpdatedAt      int64     `json:"updatedAt"`
-	}
-	if len(b) > MaxBodyBytes || json.Unmarshal(b, &raw) != nil || raw.AllowSubscribe == nil {
-		return ACL{}, false
-	}
-	return ACL{AllowSubscribe: *raw.AllowSubscribe, Revision: raw.Revision, UpdatedAt: raw.UpdatedAt}, true
-}
-
-// Allows reports whether channel is inside AllowSubscribe. A pattern matches token by token as a
-// NATS subject does ('*' one token, a final '>' one or more; space.PatternCovers), so an upstream
-// subtree grant ("team.>") keeps its meaning; a concrete entry matches only itself, and a
-// malformed entry matches nothing.
-func (a ACL) Allows(channel string) bool {
-	for _, p := range a.AllowSubscribe {
-		if space.PatternCovers(p, channel) {
-			return true
-		}
-	}
-	return false
-}
+// DecodeACL reads an ACL row (provision.DecodeACL). A row that does not decode or lacks the
+// allowSubscribe array is reported as not a row (upstream readAcl treats it as unknown, so the
+// reader defers, never drops).
+func DecodeACL(b []byte) (ACL, bool) { return provision.DecodeACL(b) }
 
 // Entry is what the fan-out writer puts in a lifecycle's inbox and the trusted reader takes out
 // (upstream Plane3Entry).

@@ -165,7 +165,10 @@ func (e *Env) SetACL(t testing.TB, pjs jetstream.JetStream, actor, uid string, a
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(map[string]any{"allowSubscribe": allow, "revision": 1, "updatedAt": time.Now().UnixMilli()})
+	b, err := provision.ACL{AllowSubscribe: allow, Revision: 1, UpdatedAt: time.Now().UnixMilli()}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := kv.Put(Ctx(t), key, b); err != nil {
 		t.Fatalf("ACL row %s: %v", key, err)
 	}
