@@ -87,11 +87,11 @@ func TestRefusals(t *testing.T) {
 // Go-quoted, so it can neither add a line nor drive the terminal; plain text is printed as is.
 func TestPrintable(t *testing.T) {
 	for in, want := range map[string]string{
-		"hello bob":            "hello bob",
-		"two\nlines":           `"two\nlines"`,
-		"\x1b]0;pwned\x07":     `"\x1b]0;pwned\a"`,
-		"caf\u00e9 \u2713":     "caf\u00e9 \u2713",
-		"bad utf8 \xff":        `"bad utf8 \xff"`,
+		"hello bob":           "hello bob",
+		"two\nlines":          `"two\nlines"`,
+		"\x1b]0;pwned\x07":    `"\x1b]0;pwned\a"`,
+		"caf\u00e9 \u2713":    "caf\u00e9 \u2713",
+		"bad utf8 \xff":       `"bad utf8 \xff"`,
 		"recv general x fake": "recv general x fake",
 	} {
 		if got := printable(in); got != want {
