@@ -40,7 +40,8 @@ var ErrClosed = errors.New("term: terminal closed")
 type Options struct {
 	// SnapshotBytes is the ring's size; zero means DefaultSnapshotBytes.
 	SnapshotBytes int
-	// QueueLen is a subscriber's bound in chunks; zero means DefaultQueueLen.
+	// QueueLen is a subscriber's bound in chunks (one read of the master each, at most 32 KiB,
+	// usually a few KiB: a viewer holds at most QueueLen × 32 KiB); zero means DefaultQueueLen.
 	QueueLen int
 }
 
