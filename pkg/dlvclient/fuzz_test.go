@@ -38,3 +38,36 @@ func FuzzDecodeFrame(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeJoinReply: a control reply is untrusted bytes. DecodeJoinReply never panics, refuses
+// with ErrBadReply or a *RefusedError only, and what it accepts names the asked lifecycle with a
+// generation of at least 1.
+func FuzzDecodeJoinReply(f *testing.F) {
+	const uid = "uidaaaaaaaaaaaaaaaaaaaaaaa"
+	for _, s := range []string{
+		`{"ok":true,"data":{"durable":true,"generation":1,"lifecycleUid":"uidaaaaaaaaaaaaaaaaaaaaaaa"}}`,
+		`{"ok":true,"data":{"durable":false,"generation":2,"lifecycleUid":"uidaaaaaaaaaaaaaaaaaaaaaaa","reason":"evicted"}}`,
+		`{"ok":true,"data":{"durable":true,"generation":1,"lifecycleUid":"other"}}`,
+		`{"ok":true,"data":{"durable":true,"generation":0,"lifecycleUid":"uidaaaaaaaaaaaaaaaaaaaaaaa"}}`,
+		`{"ok":false,"error":"channel \"x\" is not within your read ACL"}`,
+		`{"ok":false}`, `{"ok":"yes"}`, `{"ok":true}`, `{"ok":true,"data":[1]}`, `[]`, `null`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		res, err := DecodeJoinReply(body, uid)
+		if err != nil {
+			var re *RefusedError
+			if !errors.Is(err, ErrBadReply) && !errors.As(err, &re) {
+				t.Fatalf("refusal %v is neither ErrBadReply nor a RefusedError", err)
+			}
+			if re != nil && (re.Message == "" || len(re.Message) > 303) {
+				t.Fatalf("refusal message of %d bytes", len(re.Message))
+			}
+			return
+		}
+		if res.LifecycleUID != uid || res.Generation == 0 {
+			t.Fatalf("accepted %+v", res)
+		}
+	})
+}

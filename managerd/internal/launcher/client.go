@@ -71,6 +71,27 @@ func (c *Client) Signal(ctx context.Context, child Child, sig syscall.Signal) er
 	return err
 }
 
+// ReplaceMaterial asks the launcher to replace the launch material of a child it started and has
+// not reaped (named by pid and start time) with material, atomically: the agent reads either the
+// old file or the new one, never a mix. It is how managerd, whose uid cannot write the agent's
+// 0600 file, hands a renewed credential over. A child the launcher does not know, or that has
+// exited, is refused CHILD_UNKNOWN.
+func (c *Client) ReplaceMaterial(ctx context.Context, child Child, material []byte) error {
+	if len(material) == 0 {
+		return refuse(ReasonBadRequest, "replace_material needs the new material")
+	}
+	if len(material) > MaxMaterialBytes {
+		return refuse(ReasonTooLarge, "material of %d bytes is over %d", len(material), MaxMaterialBytes)
+	}
+	_, master, err := c.call(ctx, wireRequest{Op: opReplace, Pid: child.Pid, StartTime: child.StartTime,
+		Request: Request{Material: material}})
+	if master != nil {
+		master.Close()
+		return errors.New("launcher: a replace_material answer carried a descriptor")
+	}
+	return err
+}
+
 // readToken reads the token file, refusing one another uid owns or others may read.
 func (c *Client) readToken() (string, error) {
 	f, err := os.OpenFile(c.TokenFile, os.O_RDONLY|syscall.O_NOFOLLOW, 0)

@@ -31,5 +31,11 @@
 // Terminate sends SIGTERM, then SIGKILL after a grace period, and returns once Child.Gone proves
 // the child gone from /proc (no waitpid: managerd is not the parent).
 //
+// managerd renews each agent's credential, but cannot write the agent's 0600 material file: the
+// replace_material operation (Client.ReplaceMaterial), for a child the launcher started and has
+// not reaped (pid and start time), writes the new material to a fresh file in the agent's
+// directory (the agent's, 0600, at most MaxMaterialBytes), opened through the agent root's
+// descriptor with no symbolic link followed, and renames it over launch-material.
+//
 // Client is managerd's side: Launch returns the Child and the PTY master as an *os.File.
 package launcher

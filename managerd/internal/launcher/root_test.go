@@ -54,6 +54,8 @@ type clientSpec struct {
 	// to "END\n", reports, waits for a line on stdin, then runs Terminate with Grace.
 	Request Request       `json:"request"`
 	Grace   time.Duration `json:"grace"`
+	// NewMaterial is what a "replace" line on stdin hands to ReplaceMaterial.
+	NewMaterial []byte `json:"new_material,omitempty"`
 }
 
 // clientResult is one report line.
@@ -62,9 +64,13 @@ type clientResult struct {
 	Reason Reason `json:"reason,omitempty"`
 	Child  *Child `json:"child,omitempty"`
 	Output []byte `json:"output,omitempty"`
+	// After a "replace" line.
+	Replaced bool `json:"replaced,omitempty"`
 	// After Terminate.
 	Terminated bool `json:"terminated,omitempty"`
 	Killed     bool `json:"killed,omitempty"`
+	// ReplaceAfter is ReplaceMaterial's refusal once the child is gone.
+	ReplaceAfter Reason `json:"replace_after,omitempty"`
 }
 
 func clientMain(specJSON string) int {
@@ -102,8 +108,20 @@ func clientMain(specJSON string) int {
 		return report(clientResult{Err: fmt.Sprintf("reading the terminal: %v (got %q)", err, output)})
 	}
 	report(clientResult{Child: &child, Output: output})
-	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
-		return report(clientResult{Err: "stdin: " + err.Error()})
+	stdin := bufio.NewReader(os.Stdin)
+	for {
+		line, err := stdin.ReadString('\n')
+		if err != nil {
+			return report(clientResult{Err: "stdin: " + err.Error()})
+		}
+		if line != "replace\n" {
+			break // terminate
+		}
+		if err := c.ReplaceMaterial(ctx, child, spec.NewMaterial); err != nil {
+			report(errResult(err))
+			continue
+		}
+		report(clientResult{Replaced: true})
 	}
 	killed, err := Terminate(ctx, child, spec.Grace, c.Signal)
 	if err != nil {
@@ -111,7 +129,8 @@ func clientMain(specJSON string) int {
 	}
 	// Asked again once gone, the launcher no longer knows the child.
 	serr := c.Signal(ctx, child, syscall.SIGTERM)
-	return report(clientResult{Terminated: true, Killed: killed, Reason: reasonOf(serr)})
+	rerr := c.ReplaceMaterial(ctx, child, []byte("late"))
+	return report(clientResult{Terminated: true, Killed: killed, Reason: reasonOf(serr), ReplaceAfter: reasonOf(rerr)})
 }
 
 // readUntil reads r until the data ends with suffix, or the deadline passes.
@@ -546,6 +565,119 @@ func TestRootLaunch(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRootReplaceMaterial: managerd's uid replaces a running agent's launch material through the
+// launcher: the new file is the agent's, 0600, with exactly the new content, and a symbolic link
+// planted at launch-material is replaced, never followed (its target keeps its content). A child
+// the launcher never started (the test's own pid), one named with the wrong start time, and a
+// terminated (reaped) child are refused CHILD_UNKNOWN; over-long material is TOO_LARGE.
+func TestRootReplaceMaterial(t *testing.T) {
+	e := startRootLauncher(t)
+	newMaterial := []byte(`{"version":1,"renewed":"` + randHex(8) + `"}`)
+	c := e.client(t, e.mgrUID, e.mgrGID, clientSpec{Grace: 5 * time.Second, NewMaterial: newMaterial,
+		Request: Request{Name: "renewed", Connector: "report", Material: []byte("old material")}})
+	r := c.next(t)
+	if r.Err != "" || r.Child == nil {
+		t.Fatalf("launch: %s (%s)", r.Err, r.Reason)
+	}
+	child := *r.Child
+	matPath := filepath.Join(child.Dir, materialName)
+	checkMaterial := func(t *testing.T, want []byte) {
+		t.Helper()
+		st := statOf(t, matPath)
+		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&0o7777 != 0o600 || st.Uid != e.agentUID || st.Gid != e.agentGID {
+			t.Fatalf("launch-material mode %#o owner %d:%d, want a regular file 0600 %d:%d", st.Mode, st.Uid, st.Gid, e.agentUID, e.agentGID)
+		}
+		if got, err := os.ReadFile(matPath); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("launch-material %q (%v), want %q", got, err, want)
+		}
+	}
+	checkMaterial(t, []byte("old material"))
+	replace := func(t *testing.T) clientResult {
+		t.Helper()
+		if _, err := io.WriteString(c.stdin, "replace\n"); err != nil {
+			t.Fatal(err)
+		}
+		return c.next(t)
+	}
+
+	t.Run("ok/replaced", func(t *testing.T) {
+		if r := replace(t); r.Err != "" || !r.Replaced {
+			t.Fatalf("replace: %s (%s)", r.Err, r.Reason)
+		}
+		checkMaterial(t, newMaterial)
+		// No temporary file is left beside it.
+		ents, err := os.ReadDir(child.Dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ents) != 1 || ents[0].Name() != materialName {
+			t.Fatalf("agent directory holds %d entries, want launch-material alone", len(ents))
+		}
+	})
+	t.Run("ok/symlink-replaced-not-followed", func(t *testing.T) {
+		victim := filepath.Join(e.base, "victim")
+		if err := os.WriteFile(victim, []byte("victim"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(matPath); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(victim, matPath); err != nil {
+			t.Fatal(err)
+		}
+		if r := replace(t); r.Err != "" || !r.Replaced {
+			t.Fatalf("replace: %s (%s)", r.Err, r.Reason)
+		}
+		checkMaterial(t, newMaterial)
+		if got, err := os.ReadFile(victim); err != nil || string(got) != "victim" {
+			t.Fatalf("symlink target now %q (%v)", got, err)
+		}
+		if st := statOf(t, victim); st.Uid != 0 || st.Mode&0o777 != 0o644 {
+			t.Fatalf("symlink target mode %#o owner %d changed", st.Mode&0o777, st.Uid)
+		}
+	})
+
+	tok := e.token(t)
+	raw := func(pid int, start uint64, material string) string {
+		return fmt.Sprintf(`{"op":"replace_material","token":%q,"pid":%d,"start_time":%d,"material":%q}`, tok, pid, start, material)
+	}
+	self, err := ReadProcStat(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("A", (MaxMaterialBytes+3)/3*4+4) // base64 of more than MaxMaterialBytes
+	for _, tc := range []struct {
+		name, body string
+		want       Reason
+	}{
+		{"fail/not-a-child", raw(os.Getpid(), self.StartTime, "eA=="), ReasonChildUnknown},
+		{"fail/wrong-start-time", raw(child.Pid, child.StartTime+1, "eA=="), ReasonChildUnknown},
+		{"fail/over-long", raw(child.Pid, child.StartTime, long), ReasonTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.refusal(t, e.mgrUID, e.mgrGID, clientSpec{Raw: tc.body})
+			if r.Reason != tc.want {
+				t.Fatalf("reason %q (%s), want %s", r.Reason, r.Err, tc.want)
+			}
+			checkMaterial(t, newMaterial)
+		})
+	}
+
+	t.Run("fail/reaped-child", func(t *testing.T) {
+		if _, err := io.WriteString(c.stdin, "terminate\n"); err != nil {
+			t.Fatal(err)
+		}
+		r := c.next(t)
+		if r.Err != "" || !r.Terminated {
+			t.Fatalf("terminate: %s", r.Err)
+		}
+		if r.ReplaceAfter != ReasonChildUnknown {
+			t.Fatalf("replace after the child is gone: reason %q, want CHILD_UNKNOWN", r.ReplaceAfter)
+		}
+		checkMaterial(t, newMaterial)
+	})
 }
 
 // TestRootRefusals: against the same root launcher, each refusal has its reason and leaves no

@@ -484,6 +484,14 @@ func (s *Server) handle(conn *net.UnixConn) {
 		return
 	}
 	switch req.Op {
+	case opReplace:
+		defer clear(req.Material)
+		if err := s.replaceMaterial(req); err != nil {
+			refused(err)
+			return
+		}
+		log.Info("launcher: replaced launch material", "pid", req.Pid)
+		_ = reply(response{OK: true}, nil)
 	case opSignal:
 		if err := s.signal(req); err != nil {
 			refused(err)
@@ -537,6 +545,43 @@ func (s *Server) signal(req *wireRequest) error {
 	}
 	if err := unix.Kill(-req.Pid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
 		return refuse(ReasonLaunchFailed, "kill: %v", err)
+	}
+	return nil
+}
+
+// replaceMaterial rewrites the launch material of a child this launcher started and has not
+// reaped, named by pid and start time: a new file in the child's directory (opened through the
+// agent root's descriptor, no symbolic link followed), the agent's and 0600, renamed over
+// launch-material. s.mu is held throughout, so the child cannot be reaped and its name launched
+// again meanwhile (a late renewal never overwrites a successor's material).
+func (s *Server) replaceMaterial(req *wireRequest) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.children[req.Pid]
+	if !ok || st != req.StartTime {
+		return refuse(ReasonChildUnknown, "pid %d with start time %d is not a running child of this launcher", req.Pid, req.StartTime)
+	}
+	if gone, err := (Child{Pid: req.Pid, StartTime: req.StartTime}).Gone(); err != nil || gone {
+		return refuse(ReasonChildUnknown, "pid %d has exited", req.Pid)
+	}
+	name := ""
+	for n, pid := range s.names {
+		if pid == req.Pid {
+			name = n
+			break
+		}
+	}
+	if name == "" {
+		return refuse(ReasonChildUnknown, "pid %d has no agent directory", req.Pid)
+	}
+	dfd, err := unix.Openat(s.rootFD, name, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_RDONLY, 0)
+	if err != nil {
+		return refuse(ReasonLaunchFailed, "agent directory: %v", err)
+	}
+	defer unix.Close(dfd)
+	aUID, aGID := int(*s.cfg.Agent.UID), int(*s.cfg.Agent.GID)
+	if err := writeFileAt(dfd, materialName, req.Material, aUID, aGID, 0o600); err != nil {
+		return refuse(ReasonLaunchFailed, "launch material: %v", err)
 	}
 	return nil
 }

@@ -70,8 +70,9 @@ type Child struct {
 
 // Operations.
 const (
-	opLaunch = "launch"
-	opSignal = "signal"
+	opLaunch  = "launch"
+	opSignal  = "signal"
+	opReplace = "replace_material"
 )
 
 // wireRequest is a request as sent: the caller's Request, the operation and the token.
@@ -79,7 +80,8 @@ type wireRequest struct {
 	Op    string `json:"op"`
 	Token string `json:"token"`
 	Request
-	// Signal: the child (pid and start time) and the signal, TERM or KILL.
+	// Signal and replace_material: the child (pid and start time); signal: the signal, TERM or
+	// KILL. replace_material carries the new material in Request.Material.
 	Pid       int    `json:"pid,omitempty"`
 	StartTime uint64 `json:"start_time,omitempty"`
 	Signal    string `json:"signal,omitempty"`
@@ -223,6 +225,21 @@ func (c *Config) validate(req *wireRequest) error {
 		if req.Name != "" || req.Connector != "" || req.UID != nil || req.GID != nil || req.Env != nil ||
 			req.Material != nil || req.Rows != 0 || req.Cols != 0 {
 			return refuse(ReasonBadRequest, "signal takes only pid, start_time and signal")
+		}
+		return nil
+	case opReplace:
+		if req.Pid <= 1 || req.StartTime == 0 {
+			return refuse(ReasonBadRequest, "replace_material needs a child's pid and start time")
+		}
+		if req.Material == nil {
+			return refuse(ReasonBadRequest, "replace_material needs the new material")
+		}
+		if len(req.Material) > MaxMaterialBytes {
+			return refuse(ReasonTooLarge, "material of %d bytes is over %d", len(req.Material), MaxMaterialBytes)
+		}
+		if req.Name != "" || req.Connector != "" || req.UID != nil || req.GID != nil || req.Env != nil ||
+			req.Rows != 0 || req.Cols != 0 || req.Signal != "" {
+			return refuse(ReasonBadRequest, "replace_material takes only pid, start_time and material")
 		}
 		return nil
 	}

@@ -93,6 +93,24 @@ func TestValidate(t *testing.T) {
 		{"fail/signal-group", func(r *wireRequest) { *r = wireRequest{Op: opSignal, Pid: -5, StartTime: 7, Signal: "KILL"} }, ReasonBadRequest},
 		{"fail/signal-other", func(r *wireRequest) { *r = wireRequest{Op: opSignal, Pid: 42, StartTime: 7, Signal: "STOP"} }, ReasonBadRequest},
 		{"fail/signal-no-start", func(r *wireRequest) { *r = wireRequest{Op: opSignal, Pid: 42, Signal: "TERM"} }, ReasonBadRequest},
+		{"ok/replace", func(r *wireRequest) { *r = replaceReq(42, 7, []byte("{}")) }, ""},
+		{"ok/replace-at-limit", func(r *wireRequest) { *r = replaceReq(42, 7, make([]byte, MaxMaterialBytes)) }, ""},
+		{"fail/replace-no-material", func(r *wireRequest) { *r = replaceReq(42, 7, nil) }, ReasonBadRequest},
+		{"fail/replace-material-long", func(r *wireRequest) { *r = replaceReq(42, 7, make([]byte, MaxMaterialBytes+1)) }, ReasonTooLarge},
+		{"fail/replace-init", func(r *wireRequest) { *r = replaceReq(1, 7, []byte("{}")) }, ReasonBadRequest},
+		{"fail/replace-group", func(r *wireRequest) { *r = replaceReq(-5, 7, []byte("{}")) }, ReasonBadRequest},
+		{"fail/replace-no-start", func(r *wireRequest) { *r = replaceReq(42, 0, []byte("{}")) }, ReasonBadRequest},
+		{"fail/replace-with-name", func(r *wireRequest) { *r = replaceReq(42, 7, []byte("{}")); r.Name = "other" }, ReasonBadRequest},
+		{"fail/replace-with-uid", func(r *wireRequest) { *r = replaceReq(42, 7, []byte("{}")); r.UID = u(0) }, ReasonBadRequest},
+		{"fail/replace-with-env", func(r *wireRequest) {
+			*r = replaceReq(42, 7, []byte("{}"))
+			r.Env = map[string]string{"TERM": "x"}
+		}, ReasonBadRequest},
+		{"fail/replace-with-signal", func(r *wireRequest) { *r = replaceReq(42, 7, []byte("{}")); r.Signal = "KILL" }, ReasonBadRequest},
+		{"fail/replace-with-connector", func(r *wireRequest) { *r = replaceReq(42, 7, []byte("{}")); r.Connector = "echo" }, ReasonBadRequest},
+		{"fail/signal-with-material", func(r *wireRequest) {
+			*r = wireRequest{Op: opSignal, Pid: 42, StartTime: 7, Signal: "TERM", Request: Request{Material: []byte("x")}}
+		}, ReasonBadRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := good()
@@ -103,6 +121,10 @@ func TestValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+func replaceReq(pid int, start uint64, material []byte) wireRequest {
+	return wireRequest{Op: opReplace, Pid: pid, StartTime: start, Request: Request{Material: material}}
 }
 
 // TestCheckToken: only the exact token passes; a wrong, short, long, empty or non-hex one is
@@ -191,6 +213,10 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"op":"launch","name":"../x","connector":"echo"}`))
 	f.Add([]byte(`{"op":"launch","name":"a","name":"b"}`))
 	f.Add([]byte(`{"op":"launch","rows":65535,"cols":1}`))
+	f.Add([]byte(`{"op":"replace_material","token":"00","pid":42,"start_time":7,"material":"eyJ2ZXJzaW9uIjoxfQ=="}`))
+	f.Add([]byte(`{"op":"replace_material","pid":42,"start_time":7,"material":""}`))
+	f.Add([]byte(`{"op":"replace_material","pid":42,"start_time":7,"material":"AA==","name":"x","signal":"KILL"}`))
+	f.Add([]byte(`{"op":"replace_material","pid":42,"start_time":7,"material":"!!"}`))
 	cfg := Config{}
 	{
 		u := func(v uint32) *uint32 { return &v }
@@ -232,6 +258,14 @@ func FuzzDecodeRequest(f *testing.F) {
 			}
 			if len(req.Material) > MaxMaterialBytes {
 				t.Fatalf("accepted %d bytes of material", len(req.Material))
+			}
+		}
+		if req.Op == opReplace {
+			if req.Pid <= 1 || req.StartTime == 0 || req.Material == nil || len(req.Material) > MaxMaterialBytes {
+				t.Fatalf("accepted replace_material pid %d start %d with %d bytes", req.Pid, req.StartTime, len(req.Material))
+			}
+			if req.Name != "" || req.Connector != "" || req.UID != nil || req.GID != nil || req.Env != nil || req.Signal != "" {
+				t.Fatalf("accepted replace_material with launch or signal fields: %+v", req)
 			}
 		}
 		again, err := json.Marshal(req)

@@ -1,0 +1,477 @@
+// Command testagent is the agent managerd's tests spawn: a real Cotal agent, small enough to read
+// in one sitting. It reads its launch material from the file $COTAL_LAUNCH_MATERIAL names (it must
+// be a regular file of this uid, mode 0600 or stricter), connects to the broker with the
+// credential in it, joins each of its subscribe channels through deliveryd, prints what it
+// receives on its terminal, and posts each line it reads from its terminal.
+//
+// Usage:
+//
+//	testagent [--probe-every 5s]
+//
+// It prints one line per event on stdout (its terminal), and nothing else there:
+//
+//	connected <owner>.<actor> <uid>      first broker connection made
+//	reconnected                          a later broker connection made
+//	manager-alive                        the manager answered a liveness probe (after none had, or one went unanswered)
+//	manager-unreachable                  a probe had no answer (no responder, or none before the next probe)
+//	joined <channel> <generation>        deliveryd made it a durable member of <channel>
+//	not-durable <channel> <reason>       deliveryd's join did not activate (it tries again)
+//	ready                                every channel joined and its dlv_ durable bound: it is consuming
+//	recv <channel> <from> <text>         a delivery (then acked); text with a control character is printed Go-quoted
+//	sent <channel> <id>                  a terminal line posted to its first subscribe channel
+//	error <what>                         a failure it keeps running through (a post the broker refused, say)
+//
+// Errors that stop it go to stderr (also its terminal) with exit status 1. SIGTERM, SIGHUP
+// (its terminal hung up) and SIGINT close the connection and exit 0.
+//
+// The broker connection re-reads the material file at every connect and reconnect (nats.UserJWT
+// callbacks), so a credential managerd renewed and the launcher replaced in the file is used
+// from the next connection on: the broker closes a connection whose JWT expires, and the agent
+// reconnects forever. Its reply inboxes are _INBOX_<user public key>, the only inbox prefix an
+// agent credential may subscribe to (pkg/signerclient's rail explains why).
+//
+// It never prints the material, the JWT or the seed.
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/cotalgo/cotal/pkg/dlvclient"
+	"github.com/cotalgo/cotal/pkg/material"
+	"github.com/cotalgo/cotal/pkg/space"
+)
+
+const usage = `Usage: testagent [--probe-every DURATION]
+
+The test agent managerd's tests spawn. It reads its launch material from the file named by
+$COTAL_LAUNCH_MATERIAL (a regular file of this uid, mode 0600), connects to the broker with its
+credential (re-read at every reconnect), joins its subscribe channels through deliveryd, prints
+"recv <channel> <from> <text>" for each delivery and posts each line of its standard input to its
+first subscribe channel. SIGTERM, SIGHUP and SIGINT end it with status 0.
+
+Flags:
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("testagent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	probeEvery := fs.Duration("probe-every", 5*time.Second, "how often to probe the manager's liveness plane")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() != 0 || *probeEvery <= 0 {
+		fmt.Fprintln(stderr, "testagent: no arguments are taken, and --probe-every must be positive")
+		return 2
+	}
+	path := os.Getenv(material.EnvVar)
+	if path == "" {
+		fmt.Fprintf(stderr, "testagent: %s is not set\n", material.EnvVar)
+		return 1
+	}
+	m, err := readMaterial(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "testagent: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
+	defer stop()
+	a := &agent{path: path, m: m, out: &printer{w: stdout}, probeEvery: *probeEvery}
+	if err := a.run(ctx, stdin); err != nil {
+		fmt.Fprintf(stderr, "testagent: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// readMaterial reads and decodes the launch material: a regular file (no symbolic link followed)
+// of this uid with no group or other permission, at most material.MaxBytes. It is the check
+// creds.ReadSecretFile makes of a file, without its 0700 rule for the directory: the agent's
+// directory is 0750, agent:manager, by the launcher's design.
+func readMaterial(path string) (material.Material, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return material.Material{}, fmt.Errorf("launch material: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return material.Material{}, fmt.Errorf("launch material: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.Mode().IsRegular():
+		return material.Material{}, fmt.Errorf("launch material %s is not a regular file", path)
+	case !ok || int(st.Uid) != os.Geteuid():
+		return material.Material{}, fmt.Errorf("launch material %s is not owned by uid %d", path, os.Geteuid())
+	case fi.Mode().Perm()&0o077 != 0:
+		return material.Material{}, fmt.Errorf("launch material %s: mode %#o is looser than 0600", path, uint32(fi.Mode().Perm()))
+	}
+	b, err := io.ReadAll(io.LimitReader(f, material.MaxBytes+1))
+	if err != nil {
+		return material.Material{}, fmt.Errorf("launch material: %w", err)
+	}
+	defer clear(b)
+	m, err := material.Decode(b)
+	if err != nil {
+		return material.Material{}, fmt.Errorf("launch material %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// printer writes whole lines to the terminal, one at a time.
+type printer struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (p *printer) line(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.w, format+"\n", args...)
+}
+
+// printable is s when it holds no control character, else s Go-quoted: text from the mesh never
+// reaches the terminal as escape sequences or extra lines.
+func printable(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return unicode.IsControl(r) || r == unicode.ReplacementChar }) < 0 {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+type agent struct {
+	path       string
+	m          material.Material
+	out        *printer
+	probeEvery time.Duration
+
+	n     space.Names
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	keyMu sync.Mutex
+	key   nkeys.KeyPair // from the last read of the material, for the nonce
+}
+
+// userJWT is the nats.UserJWT callback: read the material file again and keep its key for
+// sign, so each connect presents the freshest credential.
+func (a *agent) userJWT() (string, error) {
+	m, err := readMaterial(a.path)
+	if err != nil {
+		return "", err
+	}
+	userJWT, kp, err := m.Credential()
+	if err != nil {
+		return "", err
+	}
+	a.keyMu.Lock()
+	if a.key != nil {
+		a.key.Wipe()
+	}
+	a.key = kp
+	a.keyMu.Unlock()
+	return userJWT, nil
+}
+
+func (a *agent) sign(nonce []byte) ([]byte, error) {
+	a.keyMu.Lock()
+	defer a.keyMu.Unlock()
+	if a.key == nil {
+		return nil, errors.New("no credential read")
+	}
+	return a.key.Sign(nonce)
+}
+
+func (a *agent) run(ctx context.Context, stdin io.Reader) error {
+	m := a.m
+	var err error
+	if a.n, err = space.NewNames(m.Space); err != nil {
+		return err
+	}
+	_, kp, err := m.Credential()
+	if err != nil {
+		return err
+	}
+	pub, err := kp.PublicKey()
+	kp.Wipe()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		a.keyMu.Lock()
+		if a.key != nil {
+			a.key.Wipe()
+			a.key = nil
+		}
+		a.keyMu.Unlock()
+	}()
+	opts := []nats.Option{
+		nats.UserJWT(a.userJWT, a.sign),
+		nats.CustomInboxPrefix("_INBOX_" + pub),
+		nats.IgnoreAuthErrorAbort(),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.Name("cotal-testagent " + m.Owner + "." + m.Actor),
+		nats.ReconnectHandler(func(*nats.Conn) { a.out.line("reconnected") }),
+		// nats.go's default handler prints to stderr; a refused publish is worth a line, an
+		// expired credential (the normal end of one) is not.
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if !errors.Is(err, nats.ErrAuthExpired) {
+				a.out.line("error %s", printable(err.Error()))
+			}
+		}),
+	}
+	servers := strings.Join(m.Servers, ",")
+	for {
+		a.nc, err = nats.Connect(servers, opts...)
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	defer a.nc.Close()
+	a.out.line("connected %s.%s %s", m.Owner, m.Actor, m.LifecycleUID)
+	if a.js, err = jetstream.New(a.nc); err != nil {
+		return err
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := a.startProbe(ctx, &wg); err != nil {
+		return err
+	}
+	// Not waited for: a read of the terminal does not end with ctx, and the process exits.
+	go a.readTerminal(ctx, stdin)
+	if err := a.joinAll(ctx); err != nil || ctx.Err() != nil {
+		return err
+	}
+	c, err := dlvclient.New(ctx, a.js, dlvclient.Config{Space: m.Space, Owner: m.Owner, Actor: m.Actor, LifecycleUID: m.LifecycleUID})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, a.deliver) }()
+	a.out.line("ready")
+	select {
+	case err := <-done:
+		if ctx.Err() == nil && err != nil {
+			return err
+		}
+	case <-ctx.Done():
+		<-done
+	}
+	cancel()
+	// Close (not Drain): an unacked delivery is redelivered to the next incarnation.
+	a.nc.Close()
+	return nil
+}
+
+// joinAll joins each subscribe channel, retrying (deliveryd may not be up yet) until it is a
+// durable member or ctx ends.
+func (a *agent) joinAll(ctx context.Context) error {
+	m := a.m
+	for _, ch := range m.Subscribe {
+		for {
+			jctx, cancel := context.WithTimeout(ctx, dlvclient.DefaultJoinTimeout)
+			res, err := dlvclient.Join(jctx, a.nc, a.n, m.Owner, m.Actor, m.LifecycleUID, ch)
+			cancel()
+			if ctx.Err() != nil {
+				return nil
+			}
+			var re *dlvclient.RefusedError
+			switch {
+			case err == nil && res.Durable:
+				a.out.line("joined %s %d", ch, res.Generation)
+			case err == nil:
+				a.out.line("not-durable %s %s", ch, printable(res.Reason))
+			case errors.As(err, &re):
+				return fmt.Errorf("join %s: %w", ch, err)
+			}
+			if err == nil && res.Durable {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// chatMsg is the part of a chat message the agent reads and writes.
+type chatMsg struct {
+	ID   string `json:"id"`
+	From struct {
+		ID string `json:"id"`
+	} `json:"from"`
+	Text string `json:"text"`
+}
+
+func (a *agent) deliver(_ context.Context, d dlvclient.Delivery) error {
+	var msg chatMsg
+	if err := json.Unmarshal(d.Msg, &msg); err != nil {
+		a.out.line("error delivery %d is not a chat message", d.Seq)
+		return nil // acked: a message that does not decode never will
+	}
+	a.out.line("recv %s %s %s", d.Channel, printable(msg.From.ID), printable(msg.Text))
+	return nil
+}
+
+// readTerminal posts each line of stdin to the first subscribe channel.
+func (a *agent) readTerminal(ctx context.Context, stdin io.Reader) {
+	sc := bufio.NewScanner(stdin)
+	for sc.Scan() {
+		if ctx.Err() != nil {
+			return
+		}
+		text := strings.TrimRight(sc.Text(), "\r")
+		if text == "" {
+			continue
+		}
+		if len(a.m.Subscribe) == 0 {
+			a.out.line("error no channel to post to")
+			continue
+		}
+		ch := a.m.Subscribe[0]
+		id, err := a.post(ctx, ch, text)
+		if err != nil {
+			a.out.line("error post %s: %s", ch, printable(err.Error()))
+			continue
+		}
+		a.out.line("sent %s %s", ch, id)
+	}
+}
+
+// post publishes text to channel as a chat message {id, from: {id: owner.actor}, text} and waits
+// for CHAT to store it.
+func (a *agent) post(ctx context.Context, channel, text string) (string, error) {
+	subject, err := a.n.Chat(a.m.Owner, a.m.Actor, channel)
+	if err != nil {
+		return "", err
+	}
+	id := randomID()
+	body, err := json.Marshal(map[string]any{"id": id, "from": map[string]string{"id": a.m.Owner + "." + a.m.Actor}, "text": text})
+	if err != nil {
+		return "", err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := a.js.Publish(pctx, subject, body); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+func randomID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// startProbe subscribes to the agent's manager-liveness answer lane and probes the manager plane
+// now and every probeEvery, as itself, with the reply subject <probe>.reply.<nonce>. It prints
+// manager-alive when an answer comes after none had (or after an unanswered probe) and
+// manager-unreachable when a probe goes unanswered (a no-responders status, or nothing before
+// the next probe).
+func (a *agent) startProbe(ctx context.Context, wg *sync.WaitGroup) error {
+	m := a.m
+	probe, err := a.n.LiveManager(m.Owner, m.Actor)
+	if err != nil {
+		return err
+	}
+	lane, err := a.n.LiveManagerReplies(m.Owner, m.Actor)
+	if err != nil {
+		return err
+	}
+	var mu sync.Mutex
+	state := "" // "", "alive" or "unreachable"
+	answered := true
+	set := func(s string) {
+		if state != s {
+			state = s
+			a.out.line("manager-%s", s)
+		}
+	}
+	sub, err := a.nc.Subscribe(lane, func(msg *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		answered = true
+		if len(msg.Data) == 0 && msg.Header.Get("Status") == "503" {
+			set("unreachable")
+			return
+		}
+		set("alive")
+	})
+	if err != nil {
+		return err
+	}
+	send := func() {
+		mu.Lock()
+		if !answered {
+			set("unreachable")
+		}
+		answered = false
+		mu.Unlock()
+		_ = a.nc.PublishMsg(&nats.Msg{Subject: probe, Reply: probe + ".reply." + randomID()})
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer func() { _ = sub.Unsubscribe() }()
+		tick := time.NewTicker(a.probeEvery)
+		defer tick.Stop()
+		send()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				send()
+			}
+		}
+	}()
+	return nil
+}
