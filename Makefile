@@ -56,7 +56,8 @@ FUZZ_TARGETS ?= \
 	pkg/lease:FuzzDecodeRow \
 	authd/internal/ledger:FuzzDecodeRow \
 	authd/internal/bearer:FuzzDecode \
-	managerd/internal/launcher:FuzzDecodeRequest
+	managerd/internal/launcher:FuzzDecodeRequest \
+	pkg/material:FuzzDecode
 
 .PHONY: all generate check-generated lint test test-go test-ts fuzz bench check run build clean
 

@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
+	"syscall"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
@@ -183,4 +185,38 @@ func FormatCreds(userJWT string, seed []byte) (string, error) {
 	}
 	defer clear(b)
 	return string(b), nil
+}
+
+// ReadFile reads and decodes the material at path as an agent must: a regular file (no
+// symbolic link followed) owned by this process's effective uid with no group or other
+// permission bit, at most MaxBytes. The read buffer is wiped.
+func ReadFile(path string) (Material, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return Material{}, fmt.Errorf("launch material: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return Material{}, fmt.Errorf("launch material: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.Mode().IsRegular():
+		return Material{}, fmt.Errorf("launch material %s is not a regular file", path)
+	case !ok || int(st.Uid) != os.Geteuid():
+		return Material{}, fmt.Errorf("launch material %s is not owned by uid %d", path, os.Geteuid())
+	case fi.Mode().Perm()&0o077 != 0:
+		return Material{}, fmt.Errorf("launch material %s: mode %#o is looser than 0600", path, uint32(fi.Mode().Perm()))
+	}
+	b, err := io.ReadAll(io.LimitReader(f, MaxBytes+1))
+	if err != nil {
+		return Material{}, fmt.Errorf("launch material: %w", err)
+	}
+	defer clear(b)
+	m, err := Decode(b)
+	if err != nil {
+		return Material{}, fmt.Errorf("launch material %s: %w", path, err)
+	}
+	return m, nil
 }

@@ -85,3 +85,7 @@ func encodeRow(r Row) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// DecodeRow decodes and validates a lease row as Acquire reads it (for managerd's own tests and
+// tools that read the bucket).
+func DecodeRow(b []byte) (Row, error) { return decodeRow(b) }

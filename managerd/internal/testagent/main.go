@@ -20,6 +20,10 @@
 //	recv <channel> <from> <text>         a delivery (then acked); text with a control character is printed Go-quoted
 //	sent <channel> <id>                  a terminal line posted to its first subscribe channel
 //	error <what>                         a failure it keeps running through (a post the broker refused, say)
+//	open <path> <result>                 the answer to a terminal line "!open <path>": ok, or the errno name (EACCES)
+//
+// A terminal line "!open <path>" is not posted: the agent tries to open path for reading and
+// prints the result, so the isolation tests can ask the agent itself what its uid can read.
 //
 // Errors that stop it go to stderr (also its terminal) with exit status 1. SIGTERM, SIGHUP
 // (its terminal hung up) and SIGINT close the connection and exit 0.
@@ -55,6 +59,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
+	"golang.org/x/sys/unix"
 
 	"github.com/cotalgo/cotal/pkg/dlvclient"
 	"github.com/cotalgo/cotal/pkg/material"
@@ -101,7 +106,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "testagent: %s is not set\n", material.EnvVar)
 		return 1
 	}
-	m, err := readMaterial(path)
+	m, err := material.ReadFile(path)
 	if err != nil {
 		fmt.Fprintf(stderr, "testagent: %v\n", err)
 		return 1
@@ -114,41 +119,6 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// readMaterial reads and decodes the launch material: a regular file (no symbolic link followed)
-// of this uid with no group or other permission, at most material.MaxBytes. It is the check
-// creds.ReadSecretFile makes of a file, without its 0700 rule for the directory: the agent's
-// directory is 0750, agent:manager, by the launcher's design.
-func readMaterial(path string) (material.Material, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return material.Material{}, fmt.Errorf("launch material: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return material.Material{}, fmt.Errorf("launch material: %w", err)
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	switch {
-	case !fi.Mode().IsRegular():
-		return material.Material{}, fmt.Errorf("launch material %s is not a regular file", path)
-	case !ok || int(st.Uid) != os.Geteuid():
-		return material.Material{}, fmt.Errorf("launch material %s is not owned by uid %d", path, os.Geteuid())
-	case fi.Mode().Perm()&0o077 != 0:
-		return material.Material{}, fmt.Errorf("launch material %s: mode %#o is looser than 0600", path, uint32(fi.Mode().Perm()))
-	}
-	b, err := io.ReadAll(io.LimitReader(f, material.MaxBytes+1))
-	if err != nil {
-		return material.Material{}, fmt.Errorf("launch material: %w", err)
-	}
-	defer clear(b)
-	m, err := material.Decode(b)
-	if err != nil {
-		return material.Material{}, fmt.Errorf("launch material %s: %w", path, err)
-	}
-	return m, nil
 }
 
 // printer writes whole lines to the terminal, one at a time.
@@ -188,7 +158,7 @@ type agent struct {
 // userJWT is the nats.UserJWT callback: read the material file again and keep its key for
 // sign, so each connect presents the freshest credential.
 func (a *agent) userJWT() (string, error) {
-	m, err := readMaterial(a.path)
+	m, err := material.ReadFile(a.path)
 	if err != nil {
 		return "", err
 	}
@@ -371,6 +341,10 @@ func (a *agent) readTerminal(ctx context.Context, stdin io.Reader) {
 		if text == "" {
 			continue
 		}
+		if path, ok := strings.CutPrefix(text, "!open "); ok {
+			a.out.line("open %s %s", printable(path), tryOpen(path))
+			continue
+		}
 		if len(a.m.Subscribe) == 0 {
 			a.out.line("error no channel to post to")
 			continue
@@ -383,6 +357,22 @@ func (a *agent) readTerminal(ctx context.Context, stdin io.Reader) {
 		}
 		a.out.line("sent %s %s", ch, id)
 	}
+}
+
+// tryOpen opens path for reading (or listing) and closes it: "ok", or the errno name.
+func tryOpen(path string) string {
+	f, err := os.Open(path)
+	if err == nil {
+		f.Close()
+		return "ok"
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		if name := unix.ErrnoName(errno); name != "" {
+			return name
+		}
+	}
+	return "error"
 }
 
 // post publishes text to channel as a chat message {id, from: {id: owner.actor}, text} and waits

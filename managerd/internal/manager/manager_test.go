@@ -1,0 +1,381 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc/codes"
+
+	"github.com/cotalgo/cotal/managerd/internal/api"
+	"github.com/cotalgo/cotal/managerd/internal/instlease"
+	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
+	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/mtls"
+	"github.com/cotalgo/cotal/pkg/signerclient"
+	"github.com/cotalgo/cotal/pkg/testkit"
+	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
+)
+
+// These tests run the Manager in process on a real signerd and broker: start refusals, the
+// instance lease at start, admission (which refuses before any signer call, so no launcher is
+// needed), Status and Shutdown. Spawning needs the root launcher and managerd under its own uid:
+// the e2e tests in managerd/ run those.
+
+const instanceA = "inst0aaaaaaaaaaaaaaaaaaaaaaa"
+
+func testConfig(t *testing.T, e *plane3test.Env) *Config {
+	t.Helper()
+	files := e.S.ClientFor(t, mtls.KindManagerd, plane3test.Space)
+	dir := t.TempDir()
+	return &Config{
+		Space: plane3test.Space, Brokers: []string{e.URL},
+		Signer:   signerclient.FileConfig{Address: e.S.Addr, CA: files.ServerCAFile, Cert: files.CertFile, Key: files.KeyFile},
+		StateDir: filepath.Join(dir, "state"), InstanceID: instanceA, Root: filepath.Join(dir, "root"),
+		Owner: "m1", Actor: "s1", AgentOwner: plane3test.Owner,
+		Launcher:   LauncherConfig{Socket: filepath.Join(dir, "l", "launcher.sock"), TokenFile: filepath.Join(dir, "t", "token")},
+		API:        APIConfig{Socket: filepath.Join(dir, "api", "manager.sock"), AllowUIDs: []uint32{uint32(os.Getuid())}},
+		Connectors: []string{"echo"}, EnvAllow: []string{"TERM"}, Capacity: 2,
+	}
+}
+
+func startManager(t *testing.T, cfg *Config, mod func(*Inputs)) (*Manager, error) {
+	t.Helper()
+	in := Inputs{Config: cfg}
+	if mod != nil {
+		mod(&in)
+	}
+	m, err := New(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(plane3test.Ctx(t)); err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, _ = m.Shutdown(ctx, false)
+	})
+	return m, nil
+}
+
+func mustStart(t *testing.T, cfg *Config) *Manager {
+	t.Helper()
+	m, err := startManager(t, cfg, nil)
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	return m
+}
+
+// leaseRow reads the instance's lease row with a supervisor credential; found false when absent.
+func leaseRow(t *testing.T, e *plane3test.Env, instance string) (instlease.Row, bool) {
+	t.Helper()
+	nc := e.Conn(t, mtls.KindManagerd, signerv1.Profile_PROFILE_SUPERVISOR, &signerv1.ProfileParams{Owner: "m1", Actor: "s2"})
+	kv, err := plane3test.JS(t, nc).KeyValue(plane3test.Ctx(t), "cotal_manager_"+e.N.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ent, err := kv.Get(plane3test.Ctx(t), "lease."+instance)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return instlease.Row{}, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	row, err := instlease.DecodeRow(ent.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return row, true
+}
+
+func wantRefusal(t *testing.T, err error, code codes.Code, reason managerv1.Reason) {
+	t.Helper()
+	var r *api.Refusal
+	if !errors.As(err, &r) {
+		t.Fatalf("want refusal %v/%v, got %v", code, reason, err)
+	}
+	if r.Code != code || r.Reason != reason {
+		t.Fatalf("want refusal %v/%v, got %v/%v: %s", code, reason, r.Code, r.Reason, r.Message)
+	}
+}
+
+func TestStart(t *testing.T) {
+	e := plane3test.New(t)
+
+	t.Run("ok/lease row and status", func(t *testing.T) {
+		cfg := testConfig(t, e)
+		m := mustStart(t, cfg)
+		row, ok := leaseRow(t, e, instanceA)
+		if !ok {
+			t.Fatal("no lease row after Start")
+		}
+		if row.InstanceID != instanceA || row.PID != os.Getpid() || row.Root != cfg.Root || row.Holder != "m1.s1" || row.Runtime != "pty" {
+			t.Fatalf("lease row %+v", row)
+		}
+		st, err := m.Backend().Status(plane3test.Ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Lease != managerv1.LeaseState_LEASE_STATE_HELD || !st.Signer.Reachable || st.Space != plane3test.Space ||
+			st.InstanceId != instanceA || len(st.Connectors) != 1 || st.Connectors[0] != "echo" || st.Capacity != 2 || st.Agents != 0 ||
+			st.Supervisor.GetExpiresAt() == nil || st.ShuttingDown {
+			t.Fatalf("status %v", st)
+		}
+		if _, err := m.Shutdown(plane3test.Ctx(t), false); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := leaseRow(t, e, instanceA); ok {
+			t.Fatal("lease row still there after Shutdown")
+		}
+	})
+
+	t.Run("fail/double start on this root is LeaseHeld", func(t *testing.T) {
+		cfg := testConfig(t, e)
+		mustStart(t, cfg)
+		_, err := startManager(t, cfg, nil)
+		var held *instlease.LeaseHeld
+		if !errors.As(err, &held) || !held.SameRoot || held.Row.PID != os.Getpid() {
+			t.Fatalf("want LeaseHeld on the same root, got %v", err)
+		}
+	})
+
+	t.Run("fail/holder on another root is LeaseHeld", func(t *testing.T) {
+		cfg := testConfig(t, e)
+		mustStart(t, cfg)
+		other := *cfg
+		other.Root = filepath.Join(t.TempDir(), "elsewhere")
+		_, err := startManager(t, &other, nil)
+		var held *instlease.LeaseHeld
+		if !errors.As(err, &held) || held.SameRoot || held.Row.Root != cfg.Root {
+			t.Fatalf("want LeaseHeld from another root, got %v", err)
+		}
+	})
+
+	t.Run("fail/a readable signer seed stops the start", func(t *testing.T) {
+		cfg := testConfig(t, e)
+		cfg.SignerSeedPaths = []string{e.S.Dir}
+		_, err := startManager(t, cfg, nil)
+		var rs *ReadableSeedError
+		if !errors.As(err, &rs) || !filepath.IsAbs(rs.Path) {
+			t.Fatalf("want ReadableSeedError, got %v", err)
+		}
+		if _, ok := leaseRow(t, e, instanceA); ok {
+			t.Fatal("a refused start left a lease row")
+		}
+	})
+
+	t.Run("ok/the development flag starts with a readable seed", func(t *testing.T) {
+		cfg := testConfig(t, e)
+		cfg.SignerSeedPaths = []string{e.S.Dir}
+		var logged syncBuf
+		if _, err := startManager(t, cfg, func(in *Inputs) { in.AllowReadableSeeds = true; in.Logger = logged.logger() }); err != nil {
+			t.Fatal(err)
+		}
+		if !logged.contains("DEVELOPMENT MODE") {
+			t.Fatalf("no loud warning in the log: %s", logged.String())
+		}
+	})
+
+	t.Run("fail/a missing seed path is an error, not unreadable", func(t *testing.T) {
+		cfg := testConfig(t, e)
+		cfg.SignerSeedPaths = []string{filepath.Join(e.S.Dir, "no-such-dir")}
+		_, err := startManager(t, cfg, nil)
+		if err == nil || errors.As(err, new(*ReadableSeedError)) {
+			t.Fatalf("want a missing-path error, got %v", err)
+		}
+	})
+}
+
+func TestStartSignerUnreachable(t *testing.T) {
+	e := plane3test.New(t)
+	cfg := testConfig(t, e)
+	e.S.Stop(t)
+	_, err := startManager(t, cfg, nil)
+	if err == nil || !errors.Is(err, signerclient.ErrUnavailable) {
+		t.Fatalf("want a start refused for signerd unreachable, got %v", err)
+	}
+	e.S.Restart(t)
+	if _, ok := leaseRow(t, e, instanceA); ok {
+		t.Fatal("a refused start left a lease row")
+	}
+}
+
+// streamCounts is the consumer count of DM and DLV and the message count of the ACL bucket.
+func streamCounts(t *testing.T, e *plane3test.Env) [3]uint64 {
+	t.Helper()
+	js := e.Provisioner(t)
+	var out [3]uint64
+	for i, s := range []string{e.N.DMStream(), e.N.DLVStream(), "KV_cotal_acl_" + e.N.Token()} {
+		st, err := js.Stream(plane3test.Ctx(t), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(plane3test.Ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i < 2 {
+			out[i] = uint64(info.State.Consumers)
+		} else {
+			out[i] = info.State.Msgs
+		}
+	}
+	return out
+}
+
+func TestAdmission(t *testing.T) {
+	e := plane3test.New(t)
+	cfg := testConfig(t, e)
+	m := mustStart(t, cfg)
+	b := m.Backend()
+	before := streamCounts(t, e)
+	for _, tt := range []struct {
+		name   string
+		req    *managerv1.SpawnRequest
+		code   codes.Code
+		reason managerv1.Reason
+	}{
+		{"fail/unknown connector", &managerv1.SpawnRequest{Name: "a1", Connector: "bash"}, codes.InvalidArgument, managerv1.Reason_REASON_CONNECTOR_UNKNOWN},
+		{"fail/name with a slash", &managerv1.SpawnRequest{Name: "../a1", Connector: "echo"}, codes.InvalidArgument, managerv1.Reason_REASON_NAME_INVALID},
+		{"fail/name with a dot", &managerv1.SpawnRequest{Name: "a.1", Connector: "echo"}, codes.InvalidArgument, managerv1.Reason_REASON_NAME_INVALID},
+		{"fail/empty name", &managerv1.SpawnRequest{Connector: "echo"}, codes.InvalidArgument, managerv1.Reason_REASON_NAME_INVALID},
+		{"fail/subscribe outside allow_subscribe", &managerv1.SpawnRequest{Name: "a1", Connector: "echo", Subscribe: []string{"general", "ops"}, AllowSubscribe: []string{"general"}}, codes.InvalidArgument, managerv1.Reason_REASON_SUBSCRIBE_NOT_ALLOWED},
+		{"fail/subscribe outside a pattern", &managerv1.SpawnRequest{Name: "a1", Connector: "echo", Subscribe: []string{"ops.x"}, AllowSubscribe: []string{"team.>"}}, codes.InvalidArgument, managerv1.Reason_REASON_SUBSCRIBE_NOT_ALLOWED},
+		{"fail/malformed channel", &managerv1.SpawnRequest{Name: "a1", Connector: "echo", Subscribe: []string{"gen eral"}}, codes.InvalidArgument, managerv1.Reason_REASON_CHANNEL_INVALID},
+		{"fail/wildcard subscribe", &managerv1.SpawnRequest{Name: "a1", Connector: "echo", Subscribe: []string{"team.>"}}, codes.InvalidArgument, managerv1.Reason_REASON_CHANNEL_INVALID},
+		{"fail/environment not allowed", &managerv1.SpawnRequest{Name: "a1", Connector: "echo", Env: map[string]string{"LD_PRELOAD": "/x.so"}}, codes.InvalidArgument, managerv1.Reason_REASON_ENV_NOT_ALLOWED},
+		{"fail/bad role", &managerv1.SpawnRequest{Name: "a1", Connector: "echo", Role: "a.b"}, codes.InvalidArgument, managerv1.Reason_REASON_INVALID_ARGUMENT},
+		{"fail/huge terminal", &managerv1.SpawnRequest{Name: "a1", Connector: "echo", Rows: 5000}, codes.InvalidArgument, managerv1.Reason_REASON_INVALID_ARGUMENT},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := b.Spawn(plane3test.Ctx(t), tt.req)
+			wantRefusal(t, err, tt.code, tt.reason)
+		})
+	}
+	// Nothing was left behind: no agent, no consumer, no ACL row.
+	if list, err := b.List(plane3test.Ctx(t)); err != nil || len(list) != 0 {
+		t.Fatalf("List after refusals: %v %v", list, err)
+	}
+	if after := streamCounts(t, e); after != before {
+		t.Fatalf("refused spawns changed DM/DLV consumers or ACL rows: %v -> %v", before, after)
+	}
+	st, _ := b.Status(plane3test.Ctx(t))
+	if st.Agents != 0 {
+		t.Fatalf("refused spawns hold %d slots", st.Agents)
+	}
+}
+
+func TestUnknownAgent(t *testing.T) {
+	e := plane3test.New(t)
+	m := mustStart(t, testConfig(t, e))
+	b := m.Backend()
+	_, err := b.Stop(plane3test.Ctx(t), "nobody")
+	wantRefusal(t, err, codes.NotFound, managerv1.Reason_REASON_AGENT_UNKNOWN)
+	_, err = b.Inspect(plane3test.Ctx(t), "nobody")
+	wantRefusal(t, err, codes.NotFound, managerv1.Reason_REASON_AGENT_UNKNOWN)
+	_, err = b.Terminal("nobody")
+	wantRefusal(t, err, codes.NotFound, managerv1.Reason_REASON_AGENT_UNKNOWN)
+}
+
+func TestShutdownOnce(t *testing.T) {
+	e := plane3test.New(t)
+	m := mustStart(t, testConfig(t, e))
+	b := m.Backend()
+	const callers = 4
+	var wg sync.WaitGroup
+	resps := make([]*managerv1.ShutdownResponse, callers)
+	errs := make([]error, callers)
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resps[i], errs[i] = b.Shutdown(plane3test.Ctx(t), true)
+		}()
+	}
+	wg.Wait()
+	for i := range callers {
+		if errs[i] != nil || resps[i] != resps[0] {
+			t.Fatalf("caller %d: %v %p, want the shared result %p", i, errs[i], resps[i], resps[0])
+		}
+	}
+	_, err := b.Shutdown(plane3test.Ctx(t), false)
+	wantRefusal(t, err, codes.FailedPrecondition, managerv1.Reason_REASON_SHUTDOWN_CONFLICT)
+	again, err := b.Shutdown(plane3test.Ctx(t), true)
+	if err != nil || again != resps[0] {
+		t.Fatalf("a later joining Shutdown: %v %p", err, again)
+	}
+	select {
+	case <-m.Done():
+	default:
+		t.Fatal("Done not closed after Shutdown")
+	}
+	if _, ok := leaseRow(t, e, instanceA); ok {
+		t.Fatal("lease row still there after Shutdown")
+	}
+	_, err = b.Spawn(plane3test.Ctx(t), &managerv1.SpawnRequest{Name: "late", Connector: "echo"})
+	wantRefusal(t, err, codes.FailedPrecondition, managerv1.Reason_REASON_SHUTTING_DOWN)
+	st, err := b.Status(plane3test.Ctx(t))
+	if err != nil || !st.ShuttingDown || st.Lease != managerv1.LeaseState_LEASE_STATE_RELEASED {
+		t.Fatalf("status after shutdown: %v %v", st, err)
+	}
+}
+
+// TestLeaseDeletedIsPutBack: a deleted lease key is re-put by the next renewal, and after
+// Shutdown begins it never is.
+func TestLeaseDeletedIsPutBack(t *testing.T) {
+	e := plane3test.New(t)
+	m := mustStart(t, testConfig(t, e))
+	nc := e.Conn(t, mtls.KindManagerd, signerv1.Profile_PROFILE_SUPERVISOR, &signerv1.ProfileParams{Owner: "m1", Actor: "s3"})
+	kv, err := plane3test.JS(t, nc).KeyValue(plane3test.Ctx(t), "cotal_manager_"+e.N.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(plane3test.Ctx(t), "lease."+instanceA); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if _, ok := leaseRow(t, e, instanceA); !ok {
+			return errors.New("lease row not put back yet")
+		}
+		return nil
+	})
+	if _, err := m.Shutdown(plane3test.Ctx(t), false); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := leaseRow(t, e, instanceA); ok {
+		t.Fatal("lease row there after Shutdown")
+	}
+}
+
+// syncBuf is a log sink the manager's goroutines may write to.
+type syncBuf struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b = append(s.b, p...)
+	return len(p), nil
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return string(s.b)
+}
+
+func (s *syncBuf) contains(sub string) bool { return strings.Contains(s.String(), sub) }
+
+func (s *syncBuf) logger() *slog.Logger { return slog.New(slog.NewTextHandler(s, nil)) }
