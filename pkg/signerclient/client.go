@@ -59,6 +59,8 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives certificate reload failures; nil discards them.
 	Logger *slog.Logger
+	// Interceptors run around every unary call, after the deadline is set (to time calls, say).
+	Interceptors []grpc.UnaryClientInterceptor
 }
 
 // Client calls signerd. It is safe for concurrent use. The client certificate files are
@@ -122,7 +124,7 @@ func dial(cfg Config, tlsCfg *tls.Config) (*Client, error) {
 	}
 	conn, err := grpc.NewClient(cfg.Addr,
 		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
-		grpc.WithUnaryInterceptor(deadlineInterceptor(timeout)),
+		grpc.WithChainUnaryInterceptor(append([]grpc.UnaryClientInterceptor{deadlineInterceptor(timeout)}, cfg.Interceptors...)...),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("signerclient: dial %s: %w", cfg.Addr, err)

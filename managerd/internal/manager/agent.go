@@ -83,6 +83,7 @@ type agent struct {
 	cred     credState
 	renew    renewState
 	lastSeen time.Time
+	phases   phases
 
 	renewCancel context.CancelFunc
 	stopping    *stopCall
@@ -238,6 +239,8 @@ func (m *Manager) spawn(ctx context.Context, req *managerv1.SpawnRequest) (*mana
 	if err != nil {
 		return nil, err
 	}
+	a.phases.admitted = time.Now()
+	ctx = withPhases(ctx, &a.phases)
 	ok := false
 	var provisioned bool
 	defer func() {
@@ -264,7 +267,10 @@ func (m *Manager) spawn(ctx context.Context, req *managerv1.SpawnRequest) (*mana
 	if a.pub, err = a.key.PublicKey(); err != nil {
 		return nil, fmt.Errorf("manager: user nkey: %w", err)
 	}
-	if a.durables, err = m.prov.Provision(ctx, AgentSpec{Owner: m.cfg.AgentOwner, Actor: a.actor, LifecycleUID: a.uid, Role: a.role, AllowSubscribe: a.allowSub}); err != nil {
+	step := time.Now()
+	a.durables, err = m.prov.Provision(ctx, AgentSpec{Owner: m.cfg.AgentOwner, Actor: a.actor, LifecycleUID: a.uid, Role: a.role, AllowSubscribe: a.allowSub})
+	a.phases.provision = time.Since(step)
+	if err != nil {
 		m.sig.record(signerOnly(err))
 		return nil, m.signerRefusal(err, managerv1.Reason_REASON_PROVISION_FAILED, "provision")
 	}
@@ -277,7 +283,9 @@ func (m *Manager) spawn(ctx context.Context, req *managerv1.SpawnRequest) (*mana
 	if ttl := m.cfg.AgentTTL.D(); ttl > 0 {
 		mreq.Ttl = durationpb.New(ttl)
 	}
+	step = time.Now()
 	cred, err := m.signer.Mint(ctx, mreq)
+	a.phases.mint = time.Since(step)
 	m.sig.record(err)
 	if err != nil {
 		return nil, m.signerRefusal(err, managerv1.Reason_REASON_SIGNER_REFUSED, "mint")
@@ -291,10 +299,12 @@ func (m *Manager) spawn(ctx context.Context, req *managerv1.SpawnRequest) (*mana
 		return nil, err
 	}
 	defer clear(mat)
+	step = time.Now()
 	child, master, err := m.lnch.Launch(ctx, launcher.Request{
 		Name: a.name, Connector: a.connector, Env: req.GetEnv(), Material: mat,
 		Rows: uint16(req.GetRows()), Cols: uint16(req.GetCols()),
 	})
+	a.phases.launch = time.Since(step)
 	if err != nil {
 		var re *launcher.RefusedError
 		if errors.As(err, &re) {
@@ -558,6 +568,9 @@ func (m *Manager) seen(actor string, at time.Time) {
 	first := ok && a.lastSeen.IsZero()
 	if ok {
 		a.lastSeen = at
+	}
+	if first && !a.phases.admitted.IsZero() {
+		a.phases.connected = max(at.Sub(a.phases.admitted), time.Nanosecond)
 	}
 	m.mu.Unlock()
 	if first && m.in.OnFirstSeen != nil {

@@ -52,7 +52,7 @@ func (b backend) Inspect(_ context.Context, name string) (*managerv1.InspectResp
 	defer m.mu.Unlock()
 	r := &managerv1.InspectResponse{
 		Agent: m.view(a), AllowSubscribe: a.allowSub, AllowPublish: a.allowPub, Capabilities: a.caps,
-		Durables: a.durables, Renewal: m.renewal(a),
+		Durables: a.durables, Renewal: m.renewal(a), SpawnPhases: a.phases.proto(),
 	}
 	if a.dir != "" {
 		r.LaunchMaterialPath = a.dir + "/launch-material"

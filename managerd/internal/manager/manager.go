@@ -161,6 +161,7 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 
 	sc := cfg.Signer.ClientConfig()
 	sc.Logger = m.log
+	sc.Interceptors = append(sc.Interceptors, signerTimer)
 	if m.signer, err = signerclient.Dial(sc); err != nil {
 		return fmt.Errorf("manager: signer client: %w", err)
 	}

@@ -13,6 +13,7 @@ package managerv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -930,8 +931,10 @@ type InspectResponse struct {
 	Renewal *Renewal `protobuf:"bytes,6,opt,name=renewal,proto3" json:"renewal,omitempty"`
 	// The path of its launch material, as the agent sees it.
 	LaunchMaterialPath string `protobuf:"bytes,7,opt,name=launch_material_path,json=launchMaterialPath,proto3" json:"launch_material_path,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// How long its spawn took, step by step.
+	SpawnPhases   *SpawnPhases `protobuf:"bytes,8,opt,name=spawn_phases,json=spawnPhases,proto3" json:"spawn_phases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InspectResponse) Reset() {
@@ -1013,6 +1016,98 @@ func (x *InspectResponse) GetLaunchMaterialPath() string {
 	return ""
 }
 
+func (x *InspectResponse) GetSpawnPhases() *SpawnPhases {
+	if x != nil {
+		return x.SpawnPhases
+	}
+	return nil
+}
+
+// SpawnPhases times one spawn, from the moment the request was admitted.
+type SpawnPhases struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Provisioning: a one-shot provisioner credential from signerd, proven on the broker, then the
+	// agent's durables and ACL row.
+	Provision *durationpb.Duration `protobuf:"bytes,1,opt,name=provision,proto3" json:"provision,omitempty"`
+	// signerd minting the agent's credential.
+	Mint *durationpb.Duration `protobuf:"bytes,2,opt,name=mint,proto3" json:"mint,omitempty"`
+	// The launcher starting the agent (material written, PTY, fork, exec).
+	Launch *durationpb.Duration `protobuf:"bytes,3,opt,name=launch,proto3" json:"launch,omitempty"`
+	// From admission to the agent's first liveness probe, that is, its first working broker
+	// connection; unset until then.
+	Connected *durationpb.Duration `protobuf:"bytes,4,opt,name=connected,proto3" json:"connected,omitempty"`
+	// Time spent waiting on signerd calls during the spawn (the provisioner's and the agent's
+	// mints), part of provision and mint.
+	Signer        *durationpb.Duration `protobuf:"bytes,5,opt,name=signer,proto3" json:"signer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpawnPhases) Reset() {
+	*x = SpawnPhases{}
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpawnPhases) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpawnPhases) ProtoMessage() {}
+
+func (x *SpawnPhases) ProtoReflect() protoreflect.Message {
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpawnPhases.ProtoReflect.Descriptor instead.
+func (*SpawnPhases) Descriptor() ([]byte, []int) {
+	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *SpawnPhases) GetProvision() *durationpb.Duration {
+	if x != nil {
+		return x.Provision
+	}
+	return nil
+}
+
+func (x *SpawnPhases) GetMint() *durationpb.Duration {
+	if x != nil {
+		return x.Mint
+	}
+	return nil
+}
+
+func (x *SpawnPhases) GetLaunch() *durationpb.Duration {
+	if x != nil {
+		return x.Launch
+	}
+	return nil
+}
+
+func (x *SpawnPhases) GetConnected() *durationpb.Duration {
+	if x != nil {
+		return x.Connected
+	}
+	return nil
+}
+
+func (x *SpawnPhases) GetSigner() *durationpb.Duration {
+	if x != nil {
+		return x.Signer
+	}
+	return nil
+}
+
 // Renewal is the state of one credential's renewal.
 type Renewal struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1030,7 +1125,7 @@ type Renewal struct {
 
 func (x *Renewal) Reset() {
 	*x = Renewal{}
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[9]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1137,7 @@ func (x *Renewal) String() string {
 func (*Renewal) ProtoMessage() {}
 
 func (x *Renewal) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[9]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1150,7 @@ func (x *Renewal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Renewal.ProtoReflect.Descriptor instead.
 func (*Renewal) Descriptor() ([]byte, []int) {
-	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{9}
+	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Renewal) GetDueAt() *timestamppb.Timestamp {
@@ -1103,7 +1198,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[10]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1210,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[10]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1223,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{10}
+	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AttachRequest) GetFrame() isAttachRequest_Frame {
@@ -1201,7 +1296,7 @@ type AttachOpen struct {
 
 func (x *AttachOpen) Reset() {
 	*x = AttachOpen{}
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[11]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1308,7 @@ func (x *AttachOpen) String() string {
 func (*AttachOpen) ProtoMessage() {}
 
 func (x *AttachOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[11]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1321,7 @@ func (x *AttachOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachOpen.ProtoReflect.Descriptor instead.
 func (*AttachOpen) Descriptor() ([]byte, []int) {
-	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{11}
+	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AttachOpen) GetName() string {
@@ -1249,7 +1344,7 @@ type Resize struct {
 
 func (x *Resize) Reset() {
 	*x = Resize{}
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[12]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1356,7 @@ func (x *Resize) String() string {
 func (*Resize) ProtoMessage() {}
 
 func (x *Resize) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[12]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1369,7 @@ func (x *Resize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resize.ProtoReflect.Descriptor instead.
 func (*Resize) Descriptor() ([]byte, []int) {
-	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{12}
+	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Resize) GetRows() uint32 {
@@ -1308,7 +1403,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[13]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1320,7 +1415,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[13]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1333,7 +1428,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{13}
+	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AttachResponse) GetFrame() isAttachResponse_Frame {
@@ -1406,7 +1501,7 @@ type Exited struct {
 
 func (x *Exited) Reset() {
 	*x = Exited{}
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[14]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1513,7 @@ func (x *Exited) String() string {
 func (*Exited) ProtoMessage() {}
 
 func (x *Exited) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[14]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1526,7 @@ func (x *Exited) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Exited.ProtoReflect.Descriptor instead.
 func (*Exited) Descriptor() ([]byte, []int) {
-	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{14}
+	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Exited) GetExitCode() int32 {
@@ -1456,7 +1551,7 @@ type InputRequest struct {
 
 func (x *InputRequest) Reset() {
 	*x = InputRequest{}
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[15]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1468,7 +1563,7 @@ func (x *InputRequest) String() string {
 func (*InputRequest) ProtoMessage() {}
 
 func (x *InputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[15]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1481,7 +1576,7 @@ func (x *InputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputRequest.ProtoReflect.Descriptor instead.
 func (*InputRequest) Descriptor() ([]byte, []int) {
-	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{15}
+	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *InputRequest) GetName() string {
@@ -1516,7 +1611,7 @@ type InputResponse struct {
 
 func (x *InputResponse) Reset() {
 	*x = InputResponse{}
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[16]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1528,7 +1623,7 @@ func (x *InputResponse) String() string {
 func (*InputResponse) ProtoMessage() {}
 
 func (x *InputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[16]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1541,7 +1636,7 @@ func (x *InputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputResponse.ProtoReflect.Descriptor instead.
 func (*InputResponse) Descriptor() ([]byte, []int) {
-	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{16}
+	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *InputResponse) GetWritten() uint32 {
@@ -1560,7 +1655,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[17]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +1667,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[17]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +1680,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{17}
+	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{18}
 }
 
 // StatusResponse describes the manager.
@@ -1617,7 +1712,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[18]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1724,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[18]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1737,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{18}
+	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StatusResponse) GetSpace() string {
@@ -1730,7 +1825,7 @@ type SignerState struct {
 
 func (x *SignerState) Reset() {
 	*x = SignerState{}
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[19]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1742,7 +1837,7 @@ func (x *SignerState) String() string {
 func (*SignerState) ProtoMessage() {}
 
 func (x *SignerState) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[19]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1755,7 +1850,7 @@ func (x *SignerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignerState.ProtoReflect.Descriptor instead.
 func (*SignerState) Descriptor() ([]byte, []int) {
-	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{19}
+	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SignerState) GetReachable() bool {
@@ -1792,7 +1887,7 @@ type AgentRenewal struct {
 
 func (x *AgentRenewal) Reset() {
 	*x = AgentRenewal{}
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[20]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1804,7 +1899,7 @@ func (x *AgentRenewal) String() string {
 func (*AgentRenewal) ProtoMessage() {}
 
 func (x *AgentRenewal) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[20]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1817,7 +1912,7 @@ func (x *AgentRenewal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentRenewal.ProtoReflect.Descriptor instead.
 func (*AgentRenewal) Descriptor() ([]byte, []int) {
-	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{20}
+	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AgentRenewal) GetName() string {
@@ -1845,7 +1940,7 @@ type ShutdownRequest struct {
 
 func (x *ShutdownRequest) Reset() {
 	*x = ShutdownRequest{}
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[21]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +1952,7 @@ func (x *ShutdownRequest) String() string {
 func (*ShutdownRequest) ProtoMessage() {}
 
 func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[21]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +1965,7 @@ func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{21}
+	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ShutdownRequest) GetWithAgents() bool {
@@ -1893,7 +1988,7 @@ type ShutdownResponse struct {
 
 func (x *ShutdownResponse) Reset() {
 	*x = ShutdownResponse{}
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[22]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2000,7 @@ func (x *ShutdownResponse) String() string {
 func (*ShutdownResponse) ProtoMessage() {}
 
 func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[22]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2013,7 @@ func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{22}
+	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ShutdownResponse) GetStopped() []string {
@@ -1939,7 +2034,7 @@ var File_cotal_manager_v1_manager_proto protoreflect.FileDescriptor
 
 const file_cotal_manager_v1_manager_proto_rawDesc = "" +
 	"\n" +
-	"\x1ecotal/manager/v1/manager.proto\x12\x10cotal.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xff\x02\n" +
+	"\x1ecotal/manager/v1/manager.proto\x12\x10cotal.manager.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xff\x02\n" +
 	"\fSpawnRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tconnector\x18\x02 \x01(\tR\tconnector\x12\x12\n" +
@@ -1986,7 +2081,7 @@ const file_cotal_manager_v1_manager_proto_rawDesc = "" +
 	"\fListResponse\x12/\n" +
 	"\x06agents\x18\x01 \x03(\v2\x17.cotal.manager.v1.AgentR\x06agents\"$\n" +
 	"\x0eInspectRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xb5\x02\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xf7\x02\n" +
 	"\x0fInspectResponse\x12-\n" +
 	"\x05agent\x18\x01 \x01(\v2\x17.cotal.manager.v1.AgentR\x05agent\x12'\n" +
 	"\x0fallow_subscribe\x18\x02 \x03(\tR\x0eallowSubscribe\x12#\n" +
@@ -1994,7 +2089,14 @@ const file_cotal_manager_v1_manager_proto_rawDesc = "" +
 	"\fcapabilities\x18\x04 \x03(\tR\fcapabilities\x12\x1a\n" +
 	"\bdurables\x18\x05 \x03(\tR\bdurables\x123\n" +
 	"\arenewal\x18\x06 \x01(\v2\x19.cotal.manager.v1.RenewalR\arenewal\x120\n" +
-	"\x14launch_material_path\x18\a \x01(\tR\x12launchMaterialPath\"\xb2\x01\n" +
+	"\x14launch_material_path\x18\a \x01(\tR\x12launchMaterialPath\x12@\n" +
+	"\fspawn_phases\x18\b \x01(\v2\x1d.cotal.manager.v1.SpawnPhasesR\vspawnPhases\"\x94\x02\n" +
+	"\vSpawnPhases\x127\n" +
+	"\tprovision\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\tprovision\x12-\n" +
+	"\x04mint\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04mint\x121\n" +
+	"\x06launch\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06launch\x127\n" +
+	"\tconnected\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\tconnected\x121\n" +
+	"\x06signer\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x06signer\"\xb2\x01\n" +
 	"\aRenewal\x121\n" +
 	"\x06due_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05dueAt\x129\n" +
 	"\n" +
@@ -2121,7 +2223,7 @@ func file_cotal_manager_v1_manager_proto_rawDescGZIP() []byte {
 }
 
 var file_cotal_manager_v1_manager_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cotal_manager_v1_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_cotal_manager_v1_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_cotal_manager_v1_manager_proto_goTypes = []any{
 	(Reason)(0),                   // 0: cotal.manager.v1.Reason
 	(ProcessState)(0),             // 1: cotal.manager.v1.ProcessState
@@ -2136,67 +2238,75 @@ var file_cotal_manager_v1_manager_proto_goTypes = []any{
 	(*ListResponse)(nil),          // 10: cotal.manager.v1.ListResponse
 	(*InspectRequest)(nil),        // 11: cotal.manager.v1.InspectRequest
 	(*InspectResponse)(nil),       // 12: cotal.manager.v1.InspectResponse
-	(*Renewal)(nil),               // 13: cotal.manager.v1.Renewal
-	(*AttachRequest)(nil),         // 14: cotal.manager.v1.AttachRequest
-	(*AttachOpen)(nil),            // 15: cotal.manager.v1.AttachOpen
-	(*Resize)(nil),                // 16: cotal.manager.v1.Resize
-	(*AttachResponse)(nil),        // 17: cotal.manager.v1.AttachResponse
-	(*Exited)(nil),                // 18: cotal.manager.v1.Exited
-	(*InputRequest)(nil),          // 19: cotal.manager.v1.InputRequest
-	(*InputResponse)(nil),         // 20: cotal.manager.v1.InputResponse
-	(*StatusRequest)(nil),         // 21: cotal.manager.v1.StatusRequest
-	(*StatusResponse)(nil),        // 22: cotal.manager.v1.StatusResponse
-	(*SignerState)(nil),           // 23: cotal.manager.v1.SignerState
-	(*AgentRenewal)(nil),          // 24: cotal.manager.v1.AgentRenewal
-	(*ShutdownRequest)(nil),       // 25: cotal.manager.v1.ShutdownRequest
-	(*ShutdownResponse)(nil),      // 26: cotal.manager.v1.ShutdownResponse
-	nil,                           // 27: cotal.manager.v1.SpawnRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
+	(*SpawnPhases)(nil),           // 13: cotal.manager.v1.SpawnPhases
+	(*Renewal)(nil),               // 14: cotal.manager.v1.Renewal
+	(*AttachRequest)(nil),         // 15: cotal.manager.v1.AttachRequest
+	(*AttachOpen)(nil),            // 16: cotal.manager.v1.AttachOpen
+	(*Resize)(nil),                // 17: cotal.manager.v1.Resize
+	(*AttachResponse)(nil),        // 18: cotal.manager.v1.AttachResponse
+	(*Exited)(nil),                // 19: cotal.manager.v1.Exited
+	(*InputRequest)(nil),          // 20: cotal.manager.v1.InputRequest
+	(*InputResponse)(nil),         // 21: cotal.manager.v1.InputResponse
+	(*StatusRequest)(nil),         // 22: cotal.manager.v1.StatusRequest
+	(*StatusResponse)(nil),        // 23: cotal.manager.v1.StatusResponse
+	(*SignerState)(nil),           // 24: cotal.manager.v1.SignerState
+	(*AgentRenewal)(nil),          // 25: cotal.manager.v1.AgentRenewal
+	(*ShutdownRequest)(nil),       // 26: cotal.manager.v1.ShutdownRequest
+	(*ShutdownResponse)(nil),      // 27: cotal.manager.v1.ShutdownResponse
+	nil,                           // 28: cotal.manager.v1.SpawnRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
 }
 var file_cotal_manager_v1_manager_proto_depIdxs = []int32{
-	27, // 0: cotal.manager.v1.SpawnRequest.env:type_name -> cotal.manager.v1.SpawnRequest.EnvEntry
+	28, // 0: cotal.manager.v1.SpawnRequest.env:type_name -> cotal.manager.v1.SpawnRequest.EnvEntry
 	6,  // 1: cotal.manager.v1.SpawnResponse.agent:type_name -> cotal.manager.v1.Agent
 	1,  // 2: cotal.manager.v1.Agent.process:type_name -> cotal.manager.v1.ProcessState
 	2,  // 3: cotal.manager.v1.Agent.mesh:type_name -> cotal.manager.v1.MeshState
-	28, // 4: cotal.manager.v1.Agent.started_at:type_name -> google.protobuf.Timestamp
-	28, // 5: cotal.manager.v1.Agent.credential_expires_at:type_name -> google.protobuf.Timestamp
-	28, // 6: cotal.manager.v1.Agent.last_seen:type_name -> google.protobuf.Timestamp
+	29, // 4: cotal.manager.v1.Agent.started_at:type_name -> google.protobuf.Timestamp
+	29, // 5: cotal.manager.v1.Agent.credential_expires_at:type_name -> google.protobuf.Timestamp
+	29, // 6: cotal.manager.v1.Agent.last_seen:type_name -> google.protobuf.Timestamp
 	6,  // 7: cotal.manager.v1.StopResponse.agent:type_name -> cotal.manager.v1.Agent
 	6,  // 8: cotal.manager.v1.ListResponse.agents:type_name -> cotal.manager.v1.Agent
 	6,  // 9: cotal.manager.v1.InspectResponse.agent:type_name -> cotal.manager.v1.Agent
-	13, // 10: cotal.manager.v1.InspectResponse.renewal:type_name -> cotal.manager.v1.Renewal
-	28, // 11: cotal.manager.v1.Renewal.due_at:type_name -> google.protobuf.Timestamp
-	28, // 12: cotal.manager.v1.Renewal.expires_at:type_name -> google.protobuf.Timestamp
-	15, // 13: cotal.manager.v1.AttachRequest.open:type_name -> cotal.manager.v1.AttachOpen
-	16, // 14: cotal.manager.v1.AttachRequest.resize:type_name -> cotal.manager.v1.Resize
-	18, // 15: cotal.manager.v1.AttachResponse.exited:type_name -> cotal.manager.v1.Exited
-	3,  // 16: cotal.manager.v1.StatusResponse.lease:type_name -> cotal.manager.v1.LeaseState
-	23, // 17: cotal.manager.v1.StatusResponse.signer:type_name -> cotal.manager.v1.SignerState
-	24, // 18: cotal.manager.v1.StatusResponse.renewal_debt:type_name -> cotal.manager.v1.AgentRenewal
-	13, // 19: cotal.manager.v1.StatusResponse.supervisor:type_name -> cotal.manager.v1.Renewal
-	28, // 20: cotal.manager.v1.SignerState.last_contact:type_name -> google.protobuf.Timestamp
-	13, // 21: cotal.manager.v1.AgentRenewal.renewal:type_name -> cotal.manager.v1.Renewal
-	4,  // 22: cotal.manager.v1.ManagerService.Spawn:input_type -> cotal.manager.v1.SpawnRequest
-	7,  // 23: cotal.manager.v1.ManagerService.Stop:input_type -> cotal.manager.v1.StopRequest
-	9,  // 24: cotal.manager.v1.ManagerService.List:input_type -> cotal.manager.v1.ListRequest
-	11, // 25: cotal.manager.v1.ManagerService.Inspect:input_type -> cotal.manager.v1.InspectRequest
-	14, // 26: cotal.manager.v1.ManagerService.Attach:input_type -> cotal.manager.v1.AttachRequest
-	19, // 27: cotal.manager.v1.ManagerService.Input:input_type -> cotal.manager.v1.InputRequest
-	21, // 28: cotal.manager.v1.ManagerService.Status:input_type -> cotal.manager.v1.StatusRequest
-	25, // 29: cotal.manager.v1.ManagerService.Shutdown:input_type -> cotal.manager.v1.ShutdownRequest
-	5,  // 30: cotal.manager.v1.ManagerService.Spawn:output_type -> cotal.manager.v1.SpawnResponse
-	8,  // 31: cotal.manager.v1.ManagerService.Stop:output_type -> cotal.manager.v1.StopResponse
-	10, // 32: cotal.manager.v1.ManagerService.List:output_type -> cotal.manager.v1.ListResponse
-	12, // 33: cotal.manager.v1.ManagerService.Inspect:output_type -> cotal.manager.v1.InspectResponse
-	17, // 34: cotal.manager.v1.ManagerService.Attach:output_type -> cotal.manager.v1.AttachResponse
-	20, // 35: cotal.manager.v1.ManagerService.Input:output_type -> cotal.manager.v1.InputResponse
-	22, // 36: cotal.manager.v1.ManagerService.Status:output_type -> cotal.manager.v1.StatusResponse
-	26, // 37: cotal.manager.v1.ManagerService.Shutdown:output_type -> cotal.manager.v1.ShutdownResponse
-	30, // [30:38] is the sub-list for method output_type
-	22, // [22:30] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	14, // 10: cotal.manager.v1.InspectResponse.renewal:type_name -> cotal.manager.v1.Renewal
+	13, // 11: cotal.manager.v1.InspectResponse.spawn_phases:type_name -> cotal.manager.v1.SpawnPhases
+	30, // 12: cotal.manager.v1.SpawnPhases.provision:type_name -> google.protobuf.Duration
+	30, // 13: cotal.manager.v1.SpawnPhases.mint:type_name -> google.protobuf.Duration
+	30, // 14: cotal.manager.v1.SpawnPhases.launch:type_name -> google.protobuf.Duration
+	30, // 15: cotal.manager.v1.SpawnPhases.connected:type_name -> google.protobuf.Duration
+	30, // 16: cotal.manager.v1.SpawnPhases.signer:type_name -> google.protobuf.Duration
+	29, // 17: cotal.manager.v1.Renewal.due_at:type_name -> google.protobuf.Timestamp
+	29, // 18: cotal.manager.v1.Renewal.expires_at:type_name -> google.protobuf.Timestamp
+	16, // 19: cotal.manager.v1.AttachRequest.open:type_name -> cotal.manager.v1.AttachOpen
+	17, // 20: cotal.manager.v1.AttachRequest.resize:type_name -> cotal.manager.v1.Resize
+	19, // 21: cotal.manager.v1.AttachResponse.exited:type_name -> cotal.manager.v1.Exited
+	3,  // 22: cotal.manager.v1.StatusResponse.lease:type_name -> cotal.manager.v1.LeaseState
+	24, // 23: cotal.manager.v1.StatusResponse.signer:type_name -> cotal.manager.v1.SignerState
+	25, // 24: cotal.manager.v1.StatusResponse.renewal_debt:type_name -> cotal.manager.v1.AgentRenewal
+	14, // 25: cotal.manager.v1.StatusResponse.supervisor:type_name -> cotal.manager.v1.Renewal
+	29, // 26: cotal.manager.v1.SignerState.last_contact:type_name -> google.protobuf.Timestamp
+	14, // 27: cotal.manager.v1.AgentRenewal.renewal:type_name -> cotal.manager.v1.Renewal
+	4,  // 28: cotal.manager.v1.ManagerService.Spawn:input_type -> cotal.manager.v1.SpawnRequest
+	7,  // 29: cotal.manager.v1.ManagerService.Stop:input_type -> cotal.manager.v1.StopRequest
+	9,  // 30: cotal.manager.v1.ManagerService.List:input_type -> cotal.manager.v1.ListRequest
+	11, // 31: cotal.manager.v1.ManagerService.Inspect:input_type -> cotal.manager.v1.InspectRequest
+	15, // 32: cotal.manager.v1.ManagerService.Attach:input_type -> cotal.manager.v1.AttachRequest
+	20, // 33: cotal.manager.v1.ManagerService.Input:input_type -> cotal.manager.v1.InputRequest
+	22, // 34: cotal.manager.v1.ManagerService.Status:input_type -> cotal.manager.v1.StatusRequest
+	26, // 35: cotal.manager.v1.ManagerService.Shutdown:input_type -> cotal.manager.v1.ShutdownRequest
+	5,  // 36: cotal.manager.v1.ManagerService.Spawn:output_type -> cotal.manager.v1.SpawnResponse
+	8,  // 37: cotal.manager.v1.ManagerService.Stop:output_type -> cotal.manager.v1.StopResponse
+	10, // 38: cotal.manager.v1.ManagerService.List:output_type -> cotal.manager.v1.ListResponse
+	12, // 39: cotal.manager.v1.ManagerService.Inspect:output_type -> cotal.manager.v1.InspectResponse
+	18, // 40: cotal.manager.v1.ManagerService.Attach:output_type -> cotal.manager.v1.AttachResponse
+	21, // 41: cotal.manager.v1.ManagerService.Input:output_type -> cotal.manager.v1.InputResponse
+	23, // 42: cotal.manager.v1.ManagerService.Status:output_type -> cotal.manager.v1.StatusResponse
+	27, // 43: cotal.manager.v1.ManagerService.Shutdown:output_type -> cotal.manager.v1.ShutdownResponse
+	36, // [36:44] is the sub-list for method output_type
+	28, // [28:36] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_cotal_manager_v1_manager_proto_init() }
@@ -2204,12 +2314,12 @@ func file_cotal_manager_v1_manager_proto_init() {
 	if File_cotal_manager_v1_manager_proto != nil {
 		return
 	}
-	file_cotal_manager_v1_manager_proto_msgTypes[10].OneofWrappers = []any{
+	file_cotal_manager_v1_manager_proto_msgTypes[11].OneofWrappers = []any{
 		(*AttachRequest_Open)(nil),
 		(*AttachRequest_Data)(nil),
 		(*AttachRequest_Resize)(nil),
 	}
-	file_cotal_manager_v1_manager_proto_msgTypes[13].OneofWrappers = []any{
+	file_cotal_manager_v1_manager_proto_msgTypes[14].OneofWrappers = []any{
 		(*AttachResponse_Snapshot)(nil),
 		(*AttachResponse_Data)(nil),
 		(*AttachResponse_Exited)(nil),
@@ -2220,7 +2330,7 @@ func file_cotal_manager_v1_manager_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cotal_manager_v1_manager_proto_rawDesc), len(file_cotal_manager_v1_manager_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -8,15 +8,15 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file cotal/manager/v1/manager.proto.
  */
 export const file_cotal_manager_v1_manager: GenFile = /*@__PURE__*/
-  fileDesc("Ch5jb3RhbC9tYW5hZ2VyL3YxL21hbmFnZXIucHJvdG8SEGNvdGFsLm1hbmFnZXIudjEilAIKDFNwYXduUmVxdWVzdBIMCgRuYW1lGAEgASgJEhEKCWNvbm5lY3RvchgCIAEoCRIMCgRyb2xlGAMgASgJEhEKCXN1YnNjcmliZRgEIAMoCRIXCg9hbGxvd19zdWJzY3JpYmUYBSADKAkSFQoNYWxsb3dfcHVibGlzaBgGIAMoCRIUCgxjYXBhYmlsaXRpZXMYByADKAkSNAoDZW52GAggAygLMicuY290YWwubWFuYWdlci52MS5TcGF3blJlcXVlc3QuRW52RW50cnkSDAoEcm93cxgJIAEoDRIMCgRjb2xzGAogASgNGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiNwoNU3Bhd25SZXNwb25zZRImCgVhZ2VudBgBIAEoCzIXLmNvdGFsLm1hbmFnZXIudjEuQWdlbnQiwgMKBUFnZW50EgwKBG5hbWUYASABKAkSDQoFb3duZXIYAiABKAkSDQoFYWN0b3IYAyABKAkSFQoNbGlmZWN5Y2xlX3VpZBgEIAEoCRIRCgljb25uZWN0b3IYBSABKAkSDAoEcm9sZRgGIAEoCRILCgNwaWQYByABKAUSEwoLaW5zdGFuY2VfaWQYCCABKAkSLwoHcHJvY2VzcxgJIAEoDjIeLmNvdGFsLm1hbmFnZXIudjEuUHJvY2Vzc1N0YXRlEikKBG1lc2gYCiABKA4yGy5jb3RhbC5tYW5hZ2VyLnYxLk1lc2hTdGF0ZRIXCg91c2VyX3B1YmxpY19rZXkYCyABKAkSLgoKc3RhcnRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASOQoVY3JlZGVudGlhbF9leHBpcmVzX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglleGl0X2NvZGUYDiABKAUSEQoJc3Vic2NyaWJlGA8gAygJEi0KCWxhc3Rfc2VlbhgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiGwoLU3RvcFJlcXVlc3QSDAoEbmFtZRgBIAEoCSJNCgxTdG9wUmVzcG9uc2USJgoFYWdlbnQYASABKAsyFy5jb3RhbC5tYW5hZ2VyLnYxLkFnZW50EhUKDWRlcHJvdmlzaW9uZWQYAiADKAkiDQoLTGlzdFJlcXVlc3QiNwoMTGlzdFJlc3BvbnNlEicKBmFnZW50cxgBIAMoCzIXLmNvdGFsLm1hbmFnZXIudjEuQWdlbnQiHgoOSW5zcGVjdFJlcXVlc3QSDAoEbmFtZRgBIAEoCSLbAQoPSW5zcGVjdFJlc3BvbnNlEiYKBWFnZW50GAEgASgLMhcuY290YWwubWFuYWdlci52MS5BZ2VudBIXCg9hbGxvd19zdWJzY3JpYmUYAiADKAkSFQoNYWxsb3dfcHVibGlzaBgDIAMoCRIUCgxjYXBhYmlsaXRpZXMYBCADKAkSEAoIZHVyYWJsZXMYBSADKAkSKgoHcmVuZXdhbBgGIAEoCzIZLmNvdGFsLm1hbmFnZXIudjEuUmVuZXdhbBIcChRsYXVuY2hfbWF0ZXJpYWxfcGF0aBgHIAEoCSKLAQoHUmVuZXdhbBIqCgZkdWVfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmV4cGlyZXNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCGZhaWx1cmVzGAMgASgNEhIKCmxhc3RfZXJyb3IYBCABKAkiggEKDUF0dGFjaFJlcXVlc3QSLAoEb3BlbhgBIAEoCzIcLmNvdGFsLm1hbmFnZXIudjEuQXR0YWNoT3BlbkgAEg4KBGRhdGEYAiABKAxIABIqCgZyZXNpemUYAyABKAsyGC5jb3RhbC5tYW5hZ2VyLnYxLlJlc2l6ZUgAQgcKBWZyYW1lIhoKCkF0dGFjaE9wZW4SDAoEbmFtZRgBIAEoCSIkCgZSZXNpemUSDAoEcm93cxgBIAEoDRIMCgRjb2xzGAIgASgNImkKDkF0dGFjaFJlc3BvbnNlEhIKCHNuYXBzaG90GAEgASgMSAASDgoEZGF0YRgCIAEoDEgAEioKBmV4aXRlZBgDIAEoCzIYLmNvdGFsLm1hbmFnZXIudjEuRXhpdGVkSABCBwoFZnJhbWUiGwoGRXhpdGVkEhEKCWV4aXRfY29kZRgBIAEoBSI5CgxJbnB1dFJlcXVlc3QSDAoEbmFtZRgBIAEoCRIMCgR0ZXh0GAIgASgMEg0KBWVudGVyGAMgASgIIiAKDUlucHV0UmVzcG9uc2USDwoHd3JpdHRlbhgBIAEoDSIPCg1TdGF0dXNSZXF1ZXN0IsICCg5TdGF0dXNSZXNwb25zZRINCgVzcGFjZRgBIAEoCRITCgtpbnN0YW5jZV9pZBgCIAEoCRIrCgVsZWFzZRgDIAEoDjIcLmNvdGFsLm1hbmFnZXIudjEuTGVhc2VTdGF0ZRItCgZzaWduZXIYBCABKAsyHS5jb3RhbC5tYW5hZ2VyLnYxLlNpZ25lclN0YXRlEjQKDHJlbmV3YWxfZGVidBgFIAMoCzIeLmNvdGFsLm1hbmFnZXIudjEuQWdlbnRSZW5ld2FsEhIKCmNvbm5lY3RvcnMYBiADKAkSDgoGYWdlbnRzGAcgASgNEhAKCGNhcGFjaXR5GAggASgNEi0KCnN1cGVydmlzb3IYCSABKAsyGS5jb3RhbC5tYW5hZ2VyLnYxLlJlbmV3YWwSFQoNc2h1dHRpbmdfZG93bhgKIAEoCCJmCgtTaWduZXJTdGF0ZRIRCglyZWFjaGFibGUYASABKAgSMAoMbGFzdF9jb250YWN0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpsYXN0X2Vycm9yGAMgASgJIkgKDEFnZW50UmVuZXdhbBIMCgRuYW1lGAEgASgJEioKB3JlbmV3YWwYAiABKAsyGS5jb3RhbC5tYW5hZ2VyLnYxLlJlbmV3YWwiJgoPU2h1dGRvd25SZXF1ZXN0EhMKC3dpdGhfYWdlbnRzGAEgASgIIjMKEFNodXRkb3duUmVzcG9uc2USDwoHc3RvcHBlZBgBIAMoCRIOCgZzcGFyZWQYAiADKAkqsQQKBlJlYXNvbhIWChJSRUFTT05fVU5TUEVDSUZJRUQQABIbChdSRUFTT05fUEVFUl9OT1RfQUxMT1dFRBABEhsKF1JFQVNPTl9JTlZBTElEX0FSR1VNRU5UEAISFwoTUkVBU09OX05BTUVfSU5WQUxJRBADEhYKElJFQVNPTl9OQU1FX0lOX1VTRRAEEhwKGFJFQVNPTl9DT05ORUNUT1JfVU5LTk9XThAFEhoKFlJFQVNPTl9DSEFOTkVMX0lOVkFMSUQQBhIgChxSRUFTT05fU1VCU0NSSUJFX05PVF9BTExPV0VEEAcSHQoZUkVBU09OX0NBUEFDSVRZX0VYSEFVU1RFRBAIEhoKFlJFQVNPTl9FTlZfTk9UX0FMTE9XRUQQCRIYChRSRUFTT05fQUdFTlRfVU5LTk9XThAKEhgKFFJFQVNPTl9TSFVUVElOR19ET1dOEAsSHAoYUkVBU09OX1NIVVRET1dOX0NPTkZMSUNUEAwSGQoVUkVBU09OX1NJR05FUl9SRUZVU0VEEA0SHQoZUkVBU09OX1NJR05FUl9VTkFWQUlMQUJMRRAOEhsKF1JFQVNPTl9QUk9WSVNJT05fRkFJTEVEEA8SGAoUUkVBU09OX0xBVU5DSF9GQUlMRUQQEBIXChNSRUFTT05fQUdFTlRfRVhJVEVEEBESFwoTUkVBU09OX0FUVEFDSF9MSU1JVBASEhgKFFJFQVNPTl9TVE9QX1VOUFJPVkVOEBMqmgEKDFByb2Nlc3NTdGF0ZRIdChlQUk9DRVNTX1NUQVRFX1VOU1BFQ0lGSUVEEAASGgoWUFJPQ0VTU19TVEFURV9TVEFSVElORxABEhkKFVBST0NFU1NfU1RBVEVfUlVOTklORxACEhoKFlBST0NFU1NfU1RBVEVfU1RPUFBJTkcQAxIYChRQUk9DRVNTX1NUQVRFX0VYSVRFRBAEKm8KCU1lc2hTdGF0ZRIaChZNRVNIX1NUQVRFX1VOU1BFQ0lGSUVEEAASFwoTTUVTSF9TVEFURV9OT1RfU0VFThABEhUKEU1FU0hfU1RBVEVfT05MSU5FEAISFgoSTUVTSF9TVEFURV9PRkZMSU5FEAMqiAEKCkxlYXNlU3RhdGUSGwoXTEVBU0VfU1RBVEVfVU5TUEVDSUZJRUQQABIUChBMRUFTRV9TVEFURV9IRUxEEAESFwoTTEVBU0VfU1RBVEVfVU5LTk9XThACEhQKEExFQVNFX1NUQVRFX0dPTkUQAxIYChRMRUFTRV9TVEFURV9SRUxFQVNFRBAEMvMECg5NYW5hZ2VyU2VydmljZRJICgVTcGF3bhIeLmNvdGFsLm1hbmFnZXIudjEuU3Bhd25SZXF1ZXN0Gh8uY290YWwubWFuYWdlci52MS5TcGF3blJlc3BvbnNlEkUKBFN0b3ASHS5jb3RhbC5tYW5hZ2VyLnYxLlN0b3BSZXF1ZXN0Gh4uY290YWwubWFuYWdlci52MS5TdG9wUmVzcG9uc2USRQoETGlzdBIdLmNvdGFsLm1hbmFnZXIudjEuTGlzdFJlcXVlc3QaHi5jb3RhbC5tYW5hZ2VyLnYxLkxpc3RSZXNwb25zZRJOCgdJbnNwZWN0EiAuY290YWwubWFuYWdlci52MS5JbnNwZWN0UmVxdWVzdBohLmNvdGFsLm1hbmFnZXIudjEuSW5zcGVjdFJlc3BvbnNlEk8KBkF0dGFjaBIfLmNvdGFsLm1hbmFnZXIudjEuQXR0YWNoUmVxdWVzdBogLmNvdGFsLm1hbmFnZXIudjEuQXR0YWNoUmVzcG9uc2UoATABEkgKBUlucHV0Eh4uY290YWwubWFuYWdlci52MS5JbnB1dFJlcXVlc3QaHy5jb3RhbC5tYW5hZ2VyLnYxLklucHV0UmVzcG9uc2USSwoGU3RhdHVzEh8uY290YWwubWFuYWdlci52MS5TdGF0dXNSZXF1ZXN0GiAuY290YWwubWFuYWdlci52MS5TdGF0dXNSZXNwb25zZRJRCghTaHV0ZG93bhIhLmNvdGFsLm1hbmFnZXIudjEuU2h1dGRvd25SZXF1ZXN0GiIuY290YWwubWFuYWdlci52MS5TaHV0ZG93blJlc3BvbnNlQj1aO2dpdGh1Yi5jb20vY290YWxnby9jb3RhbC9wa2cvZ2VuL2NvdGFsL21hbmFnZXIvdjE7bWFuYWdlcnYxYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("Ch5jb3RhbC9tYW5hZ2VyL3YxL21hbmFnZXIucHJvdG8SEGNvdGFsLm1hbmFnZXIudjEilAIKDFNwYXduUmVxdWVzdBIMCgRuYW1lGAEgASgJEhEKCWNvbm5lY3RvchgCIAEoCRIMCgRyb2xlGAMgASgJEhEKCXN1YnNjcmliZRgEIAMoCRIXCg9hbGxvd19zdWJzY3JpYmUYBSADKAkSFQoNYWxsb3dfcHVibGlzaBgGIAMoCRIUCgxjYXBhYmlsaXRpZXMYByADKAkSNAoDZW52GAggAygLMicuY290YWwubWFuYWdlci52MS5TcGF3blJlcXVlc3QuRW52RW50cnkSDAoEcm93cxgJIAEoDRIMCgRjb2xzGAogASgNGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiNwoNU3Bhd25SZXNwb25zZRImCgVhZ2VudBgBIAEoCzIXLmNvdGFsLm1hbmFnZXIudjEuQWdlbnQiwgMKBUFnZW50EgwKBG5hbWUYASABKAkSDQoFb3duZXIYAiABKAkSDQoFYWN0b3IYAyABKAkSFQoNbGlmZWN5Y2xlX3VpZBgEIAEoCRIRCgljb25uZWN0b3IYBSABKAkSDAoEcm9sZRgGIAEoCRILCgNwaWQYByABKAUSEwoLaW5zdGFuY2VfaWQYCCABKAkSLwoHcHJvY2VzcxgJIAEoDjIeLmNvdGFsLm1hbmFnZXIudjEuUHJvY2Vzc1N0YXRlEikKBG1lc2gYCiABKA4yGy5jb3RhbC5tYW5hZ2VyLnYxLk1lc2hTdGF0ZRIXCg91c2VyX3B1YmxpY19rZXkYCyABKAkSLgoKc3RhcnRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASOQoVY3JlZGVudGlhbF9leHBpcmVzX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglleGl0X2NvZGUYDiABKAUSEQoJc3Vic2NyaWJlGA8gAygJEi0KCWxhc3Rfc2VlbhgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiGwoLU3RvcFJlcXVlc3QSDAoEbmFtZRgBIAEoCSJNCgxTdG9wUmVzcG9uc2USJgoFYWdlbnQYASABKAsyFy5jb3RhbC5tYW5hZ2VyLnYxLkFnZW50EhUKDWRlcHJvdmlzaW9uZWQYAiADKAkiDQoLTGlzdFJlcXVlc3QiNwoMTGlzdFJlc3BvbnNlEicKBmFnZW50cxgBIAMoCzIXLmNvdGFsLm1hbmFnZXIudjEuQWdlbnQiHgoOSW5zcGVjdFJlcXVlc3QSDAoEbmFtZRgBIAEoCSKQAgoPSW5zcGVjdFJlc3BvbnNlEiYKBWFnZW50GAEgASgLMhcuY290YWwubWFuYWdlci52MS5BZ2VudBIXCg9hbGxvd19zdWJzY3JpYmUYAiADKAkSFQoNYWxsb3dfcHVibGlzaBgDIAMoCRIUCgxjYXBhYmlsaXRpZXMYBCADKAkSEAoIZHVyYWJsZXMYBSADKAkSKgoHcmVuZXdhbBgGIAEoCzIZLmNvdGFsLm1hbmFnZXIudjEuUmVuZXdhbBIcChRsYXVuY2hfbWF0ZXJpYWxfcGF0aBgHIAEoCRIzCgxzcGF3bl9waGFzZXMYCCABKAsyHS5jb3RhbC5tYW5hZ2VyLnYxLlNwYXduUGhhc2VzIugBCgtTcGF3blBoYXNlcxIsCglwcm92aXNpb24YASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SJwoEbWludBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIpCgZsYXVuY2gYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLAoJY29ubmVjdGVkGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEikKBnNpZ25lchgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiKLAQoHUmVuZXdhbBIqCgZkdWVfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmV4cGlyZXNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCGZhaWx1cmVzGAMgASgNEhIKCmxhc3RfZXJyb3IYBCABKAkiggEKDUF0dGFjaFJlcXVlc3QSLAoEb3BlbhgBIAEoCzIcLmNvdGFsLm1hbmFnZXIudjEuQXR0YWNoT3BlbkgAEg4KBGRhdGEYAiABKAxIABIqCgZyZXNpemUYAyABKAsyGC5jb3RhbC5tYW5hZ2VyLnYxLlJlc2l6ZUgAQgcKBWZyYW1lIhoKCkF0dGFjaE9wZW4SDAoEbmFtZRgBIAEoCSIkCgZSZXNpemUSDAoEcm93cxgBIAEoDRIMCgRjb2xzGAIgASgNImkKDkF0dGFjaFJlc3BvbnNlEhIKCHNuYXBzaG90GAEgASgMSAASDgoEZGF0YRgCIAEoDEgAEioKBmV4aXRlZBgDIAEoCzIYLmNvdGFsLm1hbmFnZXIudjEuRXhpdGVkSABCBwoFZnJhbWUiGwoGRXhpdGVkEhEKCWV4aXRfY29kZRgBIAEoBSI5CgxJbnB1dFJlcXVlc3QSDAoEbmFtZRgBIAEoCRIMCgR0ZXh0GAIgASgMEg0KBWVudGVyGAMgASgIIiAKDUlucHV0UmVzcG9uc2USDwoHd3JpdHRlbhgBIAEoDSIPCg1TdGF0dXNSZXF1ZXN0IsICCg5TdGF0dXNSZXNwb25zZRINCgVzcGFjZRgBIAEoCRITCgtpbnN0YW5jZV9pZBgCIAEoCRIrCgVsZWFzZRgDIAEoDjIcLmNvdGFsLm1hbmFnZXIudjEuTGVhc2VTdGF0ZRItCgZzaWduZXIYBCABKAsyHS5jb3RhbC5tYW5hZ2VyLnYxLlNpZ25lclN0YXRlEjQKDHJlbmV3YWxfZGVidBgFIAMoCzIeLmNvdGFsLm1hbmFnZXIudjEuQWdlbnRSZW5ld2FsEhIKCmNvbm5lY3RvcnMYBiADKAkSDgoGYWdlbnRzGAcgASgNEhAKCGNhcGFjaXR5GAggASgNEi0KCnN1cGVydmlzb3IYCSABKAsyGS5jb3RhbC5tYW5hZ2VyLnYxLlJlbmV3YWwSFQoNc2h1dHRpbmdfZG93bhgKIAEoCCJmCgtTaWduZXJTdGF0ZRIRCglyZWFjaGFibGUYASABKAgSMAoMbGFzdF9jb250YWN0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpsYXN0X2Vycm9yGAMgASgJIkgKDEFnZW50UmVuZXdhbBIMCgRuYW1lGAEgASgJEioKB3JlbmV3YWwYAiABKAsyGS5jb3RhbC5tYW5hZ2VyLnYxLlJlbmV3YWwiJgoPU2h1dGRvd25SZXF1ZXN0EhMKC3dpdGhfYWdlbnRzGAEgASgIIjMKEFNodXRkb3duUmVzcG9uc2USDwoHc3RvcHBlZBgBIAMoCRIOCgZzcGFyZWQYAiADKAkqsQQKBlJlYXNvbhIWChJSRUFTT05fVU5TUEVDSUZJRUQQABIbChdSRUFTT05fUEVFUl9OT1RfQUxMT1dFRBABEhsKF1JFQVNPTl9JTlZBTElEX0FSR1VNRU5UEAISFwoTUkVBU09OX05BTUVfSU5WQUxJRBADEhYKElJFQVNPTl9OQU1FX0lOX1VTRRAEEhwKGFJFQVNPTl9DT05ORUNUT1JfVU5LTk9XThAFEhoKFlJFQVNPTl9DSEFOTkVMX0lOVkFMSUQQBhIgChxSRUFTT05fU1VCU0NSSUJFX05PVF9BTExPV0VEEAcSHQoZUkVBU09OX0NBUEFDSVRZX0VYSEFVU1RFRBAIEhoKFlJFQVNPTl9FTlZfTk9UX0FMTE9XRUQQCRIYChRSRUFTT05fQUdFTlRfVU5LTk9XThAKEhgKFFJFQVNPTl9TSFVUVElOR19ET1dOEAsSHAoYUkVBU09OX1NIVVRET1dOX0NPTkZMSUNUEAwSGQoVUkVBU09OX1NJR05FUl9SRUZVU0VEEA0SHQoZUkVBU09OX1NJR05FUl9VTkFWQUlMQUJMRRAOEhsKF1JFQVNPTl9QUk9WSVNJT05fRkFJTEVEEA8SGAoUUkVBU09OX0xBVU5DSF9GQUlMRUQQEBIXChNSRUFTT05fQUdFTlRfRVhJVEVEEBESFwoTUkVBU09OX0FUVEFDSF9MSU1JVBASEhgKFFJFQVNPTl9TVE9QX1VOUFJPVkVOEBMqmgEKDFByb2Nlc3NTdGF0ZRIdChlQUk9DRVNTX1NUQVRFX1VOU1BFQ0lGSUVEEAASGgoWUFJPQ0VTU19TVEFURV9TVEFSVElORxABEhkKFVBST0NFU1NfU1RBVEVfUlVOTklORxACEhoKFlBST0NFU1NfU1RBVEVfU1RPUFBJTkcQAxIYChRQUk9DRVNTX1NUQVRFX0VYSVRFRBAEKm8KCU1lc2hTdGF0ZRIaChZNRVNIX1NUQVRFX1VOU1BFQ0lGSUVEEAASFwoTTUVTSF9TVEFURV9OT1RfU0VFThABEhUKEU1FU0hfU1RBVEVfT05MSU5FEAISFgoSTUVTSF9TVEFURV9PRkZMSU5FEAMqiAEKCkxlYXNlU3RhdGUSGwoXTEVBU0VfU1RBVEVfVU5TUEVDSUZJRUQQABIUChBMRUFTRV9TVEFURV9IRUxEEAESFwoTTEVBU0VfU1RBVEVfVU5LTk9XThACEhQKEExFQVNFX1NUQVRFX0dPTkUQAxIYChRMRUFTRV9TVEFURV9SRUxFQVNFRBAEMvMECg5NYW5hZ2VyU2VydmljZRJICgVTcGF3bhIeLmNvdGFsLm1hbmFnZXIudjEuU3Bhd25SZXF1ZXN0Gh8uY290YWwubWFuYWdlci52MS5TcGF3blJlc3BvbnNlEkUKBFN0b3ASHS5jb3RhbC5tYW5hZ2VyLnYxLlN0b3BSZXF1ZXN0Gh4uY290YWwubWFuYWdlci52MS5TdG9wUmVzcG9uc2USRQoETGlzdBIdLmNvdGFsLm1hbmFnZXIudjEuTGlzdFJlcXVlc3QaHi5jb3RhbC5tYW5hZ2VyLnYxLkxpc3RSZXNwb25zZRJOCgdJbnNwZWN0EiAuY290YWwubWFuYWdlci52MS5JbnNwZWN0UmVxdWVzdBohLmNvdGFsLm1hbmFnZXIudjEuSW5zcGVjdFJlc3BvbnNlEk8KBkF0dGFjaBIfLmNvdGFsLm1hbmFnZXIudjEuQXR0YWNoUmVxdWVzdBogLmNvdGFsLm1hbmFnZXIudjEuQXR0YWNoUmVzcG9uc2UoATABEkgKBUlucHV0Eh4uY290YWwubWFuYWdlci52MS5JbnB1dFJlcXVlc3QaHy5jb3RhbC5tYW5hZ2VyLnYxLklucHV0UmVzcG9uc2USSwoGU3RhdHVzEh8uY290YWwubWFuYWdlci52MS5TdGF0dXNSZXF1ZXN0GiAuY290YWwubWFuYWdlci52MS5TdGF0dXNSZXNwb25zZRJRCghTaHV0ZG93bhIhLmNvdGFsLm1hbmFnZXIudjEuU2h1dGRvd25SZXF1ZXN0GiIuY290YWwubWFuYWdlci52MS5TaHV0ZG93blJlc3BvbnNlQj1aO2dpdGh1Yi5jb20vY290YWxnby9jb3RhbC9wa2cvZ2VuL2NvdGFsL21hbmFnZXIvdjE7bWFuYWdlcnYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * SpawnRequest names what to run. It carries no command, no credential and no free-form
@@ -410,6 +410,13 @@ export type InspectResponse = Message<"cotal.manager.v1.InspectResponse"> & {
    * @generated from field: string launch_material_path = 7;
    */
   launchMaterialPath: string;
+
+  /**
+   * How long its spawn took, step by step.
+   *
+   * @generated from field: cotal.manager.v1.SpawnPhases spawn_phases = 8;
+   */
+  spawnPhases?: SpawnPhases | undefined;
 };
 
 /**
@@ -418,6 +425,58 @@ export type InspectResponse = Message<"cotal.manager.v1.InspectResponse"> & {
  */
 export const InspectResponseSchema: GenMessage<InspectResponse> = /*@__PURE__*/
   messageDesc(file_cotal_manager_v1_manager, 8);
+
+/**
+ * SpawnPhases times one spawn, from the moment the request was admitted.
+ *
+ * @generated from message cotal.manager.v1.SpawnPhases
+ */
+export type SpawnPhases = Message<"cotal.manager.v1.SpawnPhases"> & {
+  /**
+   * Provisioning: a one-shot provisioner credential from signerd, proven on the broker, then the
+   * agent's durables and ACL row.
+   *
+   * @generated from field: google.protobuf.Duration provision = 1;
+   */
+  provision?: Duration | undefined;
+
+  /**
+   * signerd minting the agent's credential.
+   *
+   * @generated from field: google.protobuf.Duration mint = 2;
+   */
+  mint?: Duration | undefined;
+
+  /**
+   * The launcher starting the agent (material written, PTY, fork, exec).
+   *
+   * @generated from field: google.protobuf.Duration launch = 3;
+   */
+  launch?: Duration | undefined;
+
+  /**
+   * From admission to the agent's first liveness probe, that is, its first working broker
+   * connection; unset until then.
+   *
+   * @generated from field: google.protobuf.Duration connected = 4;
+   */
+  connected?: Duration | undefined;
+
+  /**
+   * Time spent waiting on signerd calls during the spawn (the provisioner's and the agent's
+   * mints), part of provision and mint.
+   *
+   * @generated from field: google.protobuf.Duration signer = 5;
+   */
+  signer?: Duration | undefined;
+};
+
+/**
+ * Describes the message cotal.manager.v1.SpawnPhases.
+ * Use `create(SpawnPhasesSchema)` to create a new message.
+ */
+export const SpawnPhasesSchema: GenMessage<SpawnPhases> = /*@__PURE__*/
+  messageDesc(file_cotal_manager_v1_manager, 9);
 
 /**
  * Renewal is the state of one credential's renewal.
@@ -459,7 +518,7 @@ export type Renewal = Message<"cotal.manager.v1.Renewal"> & {
  * Use `create(RenewalSchema)` to create a new message.
  */
 export const RenewalSchema: GenMessage<Renewal> = /*@__PURE__*/
-  messageDesc(file_cotal_manager_v1_manager, 9);
+  messageDesc(file_cotal_manager_v1_manager, 10);
 
 /**
  * AttachRequest is one frame from the client: open first, then data or resize.
@@ -504,7 +563,7 @@ export type AttachRequest = Message<"cotal.manager.v1.AttachRequest"> & {
  * Use `create(AttachRequestSchema)` to create a new message.
  */
 export const AttachRequestSchema: GenMessage<AttachRequest> = /*@__PURE__*/
-  messageDesc(file_cotal_manager_v1_manager, 10);
+  messageDesc(file_cotal_manager_v1_manager, 11);
 
 /**
  * AttachOpen names the agent to attach to.
@@ -525,7 +584,7 @@ export type AttachOpen = Message<"cotal.manager.v1.AttachOpen"> & {
  * Use `create(AttachOpenSchema)` to create a new message.
  */
 export const AttachOpenSchema: GenMessage<AttachOpen> = /*@__PURE__*/
-  messageDesc(file_cotal_manager_v1_manager, 11);
+  messageDesc(file_cotal_manager_v1_manager, 12);
 
 /**
  * Resize sets the agent's terminal size.
@@ -553,7 +612,7 @@ export type Resize = Message<"cotal.manager.v1.Resize"> & {
  * Use `create(ResizeSchema)` to create a new message.
  */
 export const ResizeSchema: GenMessage<Resize> = /*@__PURE__*/
-  messageDesc(file_cotal_manager_v1_manager, 12);
+  messageDesc(file_cotal_manager_v1_manager, 13);
 
 /**
  * AttachResponse is one frame to the client.
@@ -598,7 +657,7 @@ export type AttachResponse = Message<"cotal.manager.v1.AttachResponse"> & {
  * Use `create(AttachResponseSchema)` to create a new message.
  */
 export const AttachResponseSchema: GenMessage<AttachResponse> = /*@__PURE__*/
-  messageDesc(file_cotal_manager_v1_manager, 13);
+  messageDesc(file_cotal_manager_v1_manager, 14);
 
 /**
  * Exited reports an agent's process exit.
@@ -619,7 +678,7 @@ export type Exited = Message<"cotal.manager.v1.Exited"> & {
  * Use `create(ExitedSchema)` to create a new message.
  */
 export const ExitedSchema: GenMessage<Exited> = /*@__PURE__*/
-  messageDesc(file_cotal_manager_v1_manager, 14);
+  messageDesc(file_cotal_manager_v1_manager, 15);
 
 /**
  * InputRequest writes to an agent's terminal.
@@ -654,7 +713,7 @@ export type InputRequest = Message<"cotal.manager.v1.InputRequest"> & {
  * Use `create(InputRequestSchema)` to create a new message.
  */
 export const InputRequestSchema: GenMessage<InputRequest> = /*@__PURE__*/
-  messageDesc(file_cotal_manager_v1_manager, 15);
+  messageDesc(file_cotal_manager_v1_manager, 16);
 
 /**
  * InputResponse acknowledges the write.
@@ -675,7 +734,7 @@ export type InputResponse = Message<"cotal.manager.v1.InputResponse"> & {
  * Use `create(InputResponseSchema)` to create a new message.
  */
 export const InputResponseSchema: GenMessage<InputResponse> = /*@__PURE__*/
-  messageDesc(file_cotal_manager_v1_manager, 16);
+  messageDesc(file_cotal_manager_v1_manager, 17);
 
 /**
  * StatusRequest takes no arguments.
@@ -690,7 +749,7 @@ export type StatusRequest = Message<"cotal.manager.v1.StatusRequest"> & {
  * Use `create(StatusRequestSchema)` to create a new message.
  */
 export const StatusRequestSchema: GenMessage<StatusRequest> = /*@__PURE__*/
-  messageDesc(file_cotal_manager_v1_manager, 17);
+  messageDesc(file_cotal_manager_v1_manager, 18);
 
 /**
  * StatusResponse describes the manager.
@@ -774,7 +833,7 @@ export type StatusResponse = Message<"cotal.manager.v1.StatusResponse"> & {
  * Use `create(StatusResponseSchema)` to create a new message.
  */
 export const StatusResponseSchema: GenMessage<StatusResponse> = /*@__PURE__*/
-  messageDesc(file_cotal_manager_v1_manager, 18);
+  messageDesc(file_cotal_manager_v1_manager, 19);
 
 /**
  * SignerState is signerd as the manager last saw it.
@@ -809,7 +868,7 @@ export type SignerState = Message<"cotal.manager.v1.SignerState"> & {
  * Use `create(SignerStateSchema)` to create a new message.
  */
 export const SignerStateSchema: GenMessage<SignerState> = /*@__PURE__*/
-  messageDesc(file_cotal_manager_v1_manager, 19);
+  messageDesc(file_cotal_manager_v1_manager, 20);
 
 /**
  * AgentRenewal is one agent's renewal state.
@@ -837,7 +896,7 @@ export type AgentRenewal = Message<"cotal.manager.v1.AgentRenewal"> & {
  * Use `create(AgentRenewalSchema)` to create a new message.
  */
 export const AgentRenewalSchema: GenMessage<AgentRenewal> = /*@__PURE__*/
-  messageDesc(file_cotal_manager_v1_manager, 20);
+  messageDesc(file_cotal_manager_v1_manager, 21);
 
 /**
  * ShutdownRequest asks the manager to stop.
@@ -858,7 +917,7 @@ export type ShutdownRequest = Message<"cotal.manager.v1.ShutdownRequest"> & {
  * Use `create(ShutdownRequestSchema)` to create a new message.
  */
 export const ShutdownRequestSchema: GenMessage<ShutdownRequest> = /*@__PURE__*/
-  messageDesc(file_cotal_manager_v1_manager, 21);
+  messageDesc(file_cotal_manager_v1_manager, 22);
 
 /**
  * ShutdownResponse reports the shutdown.
@@ -886,7 +945,7 @@ export type ShutdownResponse = Message<"cotal.manager.v1.ShutdownResponse"> & {
  * Use `create(ShutdownResponseSchema)` to create a new message.
  */
 export const ShutdownResponseSchema: GenMessage<ShutdownResponse> = /*@__PURE__*/
-  messageDesc(file_cotal_manager_v1_manager, 22);
+  messageDesc(file_cotal_manager_v1_manager, 23);
 
 /**
  * Reason names why managerd refused a request; carried in google.rpc.ErrorInfo.reason without the
