@@ -771,7 +771,7 @@ func TestRootRefusals(t *testing.T) {
 
 // TestRootStartRefusals: Start refuses, naming the path, a directory above the agent root, the
 // token file or the socket that another uid owns or a group may write (the launcher chowns what
-// it makes there as root), a non-socket at the socket path and a socket another launcher listens
+// it makes there as root), a non-socket at the socket path and a socket another server listens
 // on; and `managerd launcher` run as a uid without CAP_SETUID/CAP_SETGID exits 1 naming them.
 func TestRootStartRefusals(t *testing.T) {
 	e := startRootLauncher(t)
@@ -817,7 +817,7 @@ func TestRootStartRefusals(t *testing.T) {
 		{"fail/token-dir-under-foreign", cfg(func(c *Config) { c.TokenFile = filepath.Join(foreign, "tok", "t") }), "owned by uid"},
 		{"fail/socket-under-foreign", cfg(func(c *Config) { c.Socket = filepath.Join(foreign, "run", "l.sock") }), foreign},
 		{"fail/socket-not-a-socket", cfg(func(c *Config) { c.Socket = notSock }), "exists and is not a socket"},
-		{"fail/socket-in-use", cfg(func(c *Config) { c.Socket = e.socket }), "another launcher is listening"},
+		{"fail/socket-in-use", cfg(func(c *Config) { c.Socket = e.socket }), "another server is listening"},
 		{"fail/agent-root-missing-parent", cfg(func(c *Config) { c.AgentRoot = filepath.Join(good, "no", "agents") }), "parent of"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -22,6 +21,8 @@ import (
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
+
+	"github.com/cotalgo/cotal/managerd/internal/unixsock"
 )
 
 // Capabilities the launcher needs in its effective set (root has them all): change uid and gid
@@ -358,30 +359,11 @@ func (s *Server) listen() error {
 		return fmt.Errorf("launcher: socket directory: %w", err)
 	}
 	sock := filepath.Join(dir, filepath.Base(s.cfg.Socket))
-	if fi, err := os.Lstat(sock); err == nil {
-		if fi.Mode()&fs.ModeSocket == 0 {
-			return fmt.Errorf("launcher: %s exists and is not a socket", sock)
-		}
-		if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
-			c.Close()
-			return fmt.Errorf("launcher: %s: another launcher is listening", sock)
-		}
-		if err := os.Remove(sock); err != nil {
-			return fmt.Errorf("launcher: stale socket: %w", err)
-		}
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	ln, err := unixsock.Listen(sock, int(*s.cfg.Manager.GID), socketFileMode)
 	if err != nil {
 		return fmt.Errorf("launcher: %w", err)
 	}
-	ln.SetUnlinkOnClose(true)
 	s.ln = ln
-	if err := os.Chown(sock, os.Geteuid(), int(*s.cfg.Manager.GID)); err != nil {
-		return fmt.Errorf("launcher: socket: %w", err)
-	}
-	if err := os.Chmod(sock, socketFileMode); err != nil {
-		return fmt.Errorf("launcher: socket: %w", err)
-	}
 	return nil
 }
 
@@ -406,27 +388,11 @@ func (s *Server) serve() {
 	}
 }
 
-// peerCred reads the connecting process's credentials (SO_PEERCRED: fixed at connect).
-func peerCred(conn *net.UnixConn) (*unix.Ucred, error) {
-	rc, err := conn.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := rc.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return nil, err
-	}
-	return cred, cerr
-}
-
 // handle serves one connection: peer uid, then the bounded frame, the token, the values, and
 // only then the work.
 func (s *Server) handle(conn *net.UnixConn) {
 	_ = conn.SetDeadline(time.Now().Add(connTimeout))
-	cred, err := peerCred(conn)
+	cred, err := unixsock.PeerCred(conn)
 	if err != nil {
 		s.log.Warn("launcher: peer credentials unreadable", "err", err)
 		return
