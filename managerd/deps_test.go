@@ -8,7 +8,8 @@ import (
 
 // TestNoSignerdDeps: managerd links no signerd package (STYLE.md §1): the key store, the signing
 // code and the policy engine stay in signerd's binary, so nothing in managerd (nor its launcher,
-// the one part that runs as root) can hold or read a signing seed.
+// the one part that runs as root) can hold or read a signing seed. It looks at the whole binary:
+// serve (the Manager, ManagerService), launcher and provision.
 func TestNoSignerdDeps(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "github.com/cotalgo/cotal/managerd").CombinedOutput()
 	if err != nil {
@@ -23,11 +24,11 @@ func TestNoSignerdDeps(t *testing.T) {
 		if strings.HasPrefix(d, "github.com/cotalgo/cotal/signerd/") || d == "github.com/cotalgo/cotal/signerd" {
 			t.Errorf("managerd links %s", d)
 		}
-		if d == "github.com/cotalgo/cotal/managerd/internal/launcher" {
+		if d == "github.com/cotalgo/cotal/managerd/internal/manager" {
 			seen = true
 		}
 	}
 	if !seen {
-		t.Fatal("go list -deps does not list managerd/internal/launcher: the test is not looking at managerd")
+		t.Fatal("go list -deps does not list managerd/internal/manager: the test is not looking at managerd")
 	}
 }

@@ -1,5 +1,6 @@
-// Command managerd is Cotal's agent supervisor for one machine. Only its uid-dropping launcher is
-// built so far: `managerd launcher --config FILE`. See `managerd --help`.
+// Command managerd is Cotal's agent supervisor for one machine: `managerd serve` (ManagerService,
+// signerless), `managerd launcher` (the uid-dropping launcher, its own process) and `managerd
+// provision` (a space's streams and buckets). See `managerd --help`.
 package main
 
 import (
@@ -16,12 +17,10 @@ import (
 const usage = `managerd: Cotal's agent supervisor for one machine.
 
 Usage:
-  managerd launcher --config FILE   the uid-dropping launcher (root, or CAP_SETUID/CAP_SETGID)
+  managerd serve --config FILE                 the supervisor: ManagerService on a Unix socket
+  managerd launcher --config FILE              the uid-dropping launcher (root, or CAP_SETUID/CAP_SETGID)
   managerd provision --space S --config FILE   create a space's streams and buckets, once
   managerd help | --help
-
-Not built yet: "managerd serve" (the supervisor itself, ManagerService) comes later; today only
-the launcher runs.
 
 Run "managerd COMMAND --help" for a command's flags.
 `
@@ -40,6 +39,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "help", "--help", "-h", "-help":
 		fmt.Fprint(stdout, usage)
 		return 0
+	case "serve":
+		return runServe(ctx, args[1:], stdout, stderr)
 	case "launcher":
 		return runLauncher(ctx, args[1:], stdout, stderr)
 	case "provision":

@@ -7,8 +7,7 @@ import (
 	"testing"
 )
 
-// TestHelp: every command answers --help on stdout with exit 0, and the top-level help says
-// serve is not built yet; unknown commands, unknown flags, positional arguments and a missing
+// TestHelp: every command answers --help on stdout with exit 0; unknown commands, unknown flags, positional arguments and a missing
 // --config are usage errors (2); a config that cannot be loaded is a refusal (1) naming it.
 func TestHelp(t *testing.T) {
 	for _, tc := range []struct {
@@ -19,12 +18,16 @@ func TestHelp(t *testing.T) {
 		err  string
 	}{
 		{"ok/top-help", []string{"--help"}, 0, "managerd launcher --config FILE", ""},
-		{"ok/top-help-serve-not-built", []string{"--help"}, 0, `Not built yet: "managerd serve"`, ""},
+		{"ok/top-help-serve", []string{"--help"}, 0, "managerd serve --config FILE", ""},
+		{"ok/serve-help", []string{"serve", "--help"}, 0, "-dev-allow-readable-seeds", ""},
+		{"ok/serve-help-schema", []string{"serve", "-h"}, 0, "signer_seed_paths:", ""},
+		{"fail/serve-without-config", []string{"serve"}, 2, "", "--config is required"},
+		{"fail/serve-missing-config-file", []string{"serve", "--config", "/nonexistent/managerd.yaml"}, 1, "", "/nonexistent/managerd.yaml"},
 		{"ok/help-word", []string{"help"}, 0, "managerd launcher --config FILE", ""},
 		{"ok/launcher-help", []string{"launcher", "--help"}, 0, "-config", ""},
 		{"ok/launcher-help-schema", []string{"launcher", "-h"}, 0, "env_allow:", ""},
 		{"fail/no-args", nil, 2, "", "Usage:"},
-		{"fail/serve-not-built", []string{"serve"}, 2, "", `unknown command "serve"`},
+		{"fail/unknown-command", []string{"launch"}, 2, "", `unknown command "launch"`},
 		{"fail/unknown-flag", []string{"launcher", "--cfg", "x"}, 2, "", "flag provided but not defined"},
 		{"fail/positional", []string{"launcher", "--config", "x", "extra"}, 2, "", "unexpected arguments: extra"},
 		{"fail/launcher-without-config", []string{"launcher"}, 2, "", "--config is required"},

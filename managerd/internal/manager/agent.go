@@ -348,10 +348,12 @@ func (m *Manager) killUnproven(child launcher.Child) {
 func (m *Manager) material(a *agent, userJWT string) ([]byte, error) {
 	var creds string
 	var ferr error
-	seed, err := a.key.Seed()
+	// nkeys returns its own seed buffer: format from a copy and wipe the copy, never the key's.
+	keySeed, err := a.key.Seed()
 	if err != nil {
 		return nil, fmt.Errorf("manager: agent seed: %w", err)
 	}
+	seed := append([]byte(nil), keySeed...)
 	creds, ferr = material.FormatCreds(userJWT, seed)
 	clear(seed)
 	if ferr != nil {
