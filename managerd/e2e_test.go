@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,7 +62,7 @@ func randHex(n int) string {
 }
 
 // addUser creates a throwaway system user and group, removed at cleanup.
-func addUser(t *testing.T) (uid, gid uint32) {
+func addUser(t testing.TB) (uid, gid uint32) {
 	t.Helper()
 	name := "cotal" + randHex(4)
 	if out, err := exec.Command("useradd", "-r", "-M", "-U", "-s", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
@@ -97,7 +98,7 @@ func TestMain(m *testing.M) {
 }
 
 // builtBinaries builds managerd, the test agent and deliveryd once and returns their paths.
-func builtBinaries(t *testing.T) []string {
+func builtBinaries(t testing.TB) []string {
 	t.Helper()
 	pkgs := map[string]string{
 		"managerd": "github.com/cotalgo/cotal/managerd", "testagent": "github.com/cotalgo/cotal/managerd/internal/testagent",
@@ -129,7 +130,7 @@ type proc struct {
 	err    error
 }
 
-func startProc(t *testing.T, name string, cred *syscall.Credential, env []string, argv ...string) *proc {
+func startProc(t testing.TB, name string, cred *syscall.Credential, env []string, argv ...string) *proc {
 	t.Helper()
 	p := &proc{name: name, cmd: exec.Command(argv[0], argv[1:]...), out: &syncBuffer{}, exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
@@ -171,7 +172,7 @@ func (p *proc) exitCode(t *testing.T, within time.Duration) int {
 	return 0
 }
 
-func eventually(t *testing.T, within time.Duration, f func() error) {
+func eventually(t testing.TB, within time.Duration, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
@@ -187,7 +188,7 @@ func eventually(t *testing.T, within time.Duration, f func() error) {
 }
 
 // writeFile writes data as path, owned by uid:gid with mode.
-func writeFile(t *testing.T, path string, data []byte, uid, gid uint32, mode os.FileMode) {
+func writeFile(t testing.TB, path string, data []byte, uid, gid uint32, mode os.FileMode) {
 	t.Helper()
 	if err := os.WriteFile(path, data, mode); err != nil {
 		t.Fatal(err)
@@ -200,7 +201,7 @@ func writeFile(t *testing.T, path string, data []byte, uid, gid uint32, mode os.
 	}
 }
 
-func mkdir(t *testing.T, path string, uid, gid uint32, mode os.FileMode) {
+func mkdir(t testing.TB, path string, uid, gid uint32, mode os.FileMode) {
 	t.Helper()
 	if err := os.MkdirAll(path, mode); err != nil {
 		t.Fatal(err)
@@ -213,7 +214,7 @@ func mkdir(t *testing.T, path string, uid, gid uint32, mode os.FileMode) {
 	}
 }
 
-func copyFile(t *testing.T, from, to string, uid, gid uint32, mode os.FileMode) {
+func copyFile(t testing.TB, from, to string, uid, gid uint32, mode os.FileMode) {
 	t.Helper()
 	b, err := os.ReadFile(from)
 	if err != nil {
@@ -233,6 +234,9 @@ type machine struct {
 	mgrKey             string
 	apiSock            string
 	blob               string
+	// capacity and agentTTL go into managerd.yaml (default 4 and 5s).
+	capacity int
+	agentTTL string
 }
 
 func (m *machine) path(p ...string) string { return filepath.Join(append([]string{m.base}, p...)...) }
@@ -241,7 +245,7 @@ const instanceID = "e2einstaaaaaaaaaaaaaaaaaaa"
 
 // newMachine sets everything up but managerd: the users, the binaries, `managerd launcher` as
 // root, the deliveryd binary, and managerd's configuration and files owned by its user.
-func newMachine(t *testing.T) *machine {
+func newMachine(t testing.TB) *machine {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("root test: creating users, the launcher and managerd under its own uid need root (CI runs as root)")
@@ -249,7 +253,7 @@ func newMachine(t *testing.T) *machine {
 	if _, err := exec.LookPath("useradd"); err != nil {
 		t.Skip("root test: needs useradd")
 	}
-	m := &machine{e: plane3test.New(t)}
+	m := &machine{e: plane3test.New(t), capacity: 4, agentTTL: "5s"}
 	m.mgrUID, m.mgrGID = addUser(t)
 	m.agentUID, m.agentGID = addUser(t)
 	m.base = t.TempDir()
@@ -327,7 +331,7 @@ log_level: debug
 }
 
 // writeManagerConfig writes managerd.yaml with extra appended.
-func (m *machine) writeManagerConfig(t *testing.T, extra string) {
+func (m *machine) writeManagerConfig(t testing.TB, extra string) {
 	t.Helper()
 	cfg := fmt.Sprintf(`space: %s
 brokers: [%s]
@@ -342,19 +346,19 @@ launcher: {socket: %s, token_file: %s}
 api: {socket: %s, allow_uids: [0]}
 connectors: [testagent, blob]
 env_allow: [TERM]
-capacity: 4
-agent_ttl: 5s
+capacity: %d
+agent_ttl: %s
 renew_retry: 1s
 signer_seed_paths: [%s, %s]
 log_level: debug
 %s`, plane3test.Space, m.e.URL, m.e.S.Addr, m.path("mgr", "tls", "ca.pem"), m.path("mgr", "tls", "client.pem"), m.mgrKey,
 		m.path("mgr", "state"), instanceID, m.path("root"), plane3test.Owner, m.path("run", "launcher.sock"),
-		m.path("mgr-token", "launcher.token"), m.apiSock, filepath.Join(m.e.S.Dir, "signer"), filepath.Join(m.e.S.Dir, "operator"), extra)
+		m.path("mgr-token", "launcher.token"), m.apiSock, m.capacity, m.agentTTL, filepath.Join(m.e.S.Dir, "signer"), filepath.Join(m.e.S.Dir, "operator"), extra)
 	writeFile(t, m.mgrConfig, []byte(cfg), m.mgrUID, m.mgrGID, 0o600)
 }
 
 // startManagerd runs `managerd serve` as managerd's user, with the canary in its environment.
-func (m *machine) startManagerd(t *testing.T, name string) *proc {
+func (m *machine) startManagerd(t testing.TB, name string) *proc {
 	t.Helper()
 	env := []string{"PATH=/usr/bin:/bin", canary + "=leaked", "HOME=/"}
 	return startProc(t, name, &syscall.Credential{Uid: m.mgrUID, Gid: m.mgrGID}, env,
@@ -362,7 +366,7 @@ func (m *machine) startManagerd(t *testing.T, name string) *proc {
 }
 
 // client dials ManagerService and waits until Status answers (managerd serving).
-func (m *machine) client(t *testing.T, p *proc) managerv1.ManagerServiceClient {
+func (m *machine) client(t testing.TB, p *proc) managerv1.ManagerServiceClient {
 	t.Helper()
 	c, closer, err := api.Dial(context.Background(), m.apiSock)
 	if err == nil {
@@ -389,7 +393,7 @@ func (m *machine) client(t *testing.T, p *proc) managerv1.ManagerServiceClient {
 	return c
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -406,7 +410,7 @@ type attachment struct {
 	end    chan error
 }
 
-func attach(t *testing.T, c managerv1.ManagerServiceClient, name string) *attachment {
+func attach(t testing.TB, c managerv1.ManagerServiceClient, name string) *attachment {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -459,7 +463,7 @@ func (a *attachment) output() string {
 	return string(a.snap) + a.data.String()
 }
 
-func (a *attachment) waitFor(t *testing.T, sub string) {
+func (a *attachment) waitFor(t testing.TB, sub string) {
 	t.Helper()
 	eventually(t, 20*time.Second, func() error {
 		if !strings.Contains(a.output(), sub) {
@@ -469,7 +473,7 @@ func (a *attachment) waitFor(t *testing.T, sub string) {
 	})
 }
 
-func input(t *testing.T, c managerv1.ManagerServiceClient, name, text string) {
+func input(t testing.TB, c managerv1.ManagerServiceClient, name, text string) {
 	t.Helper()
 	if _, err := c.Input(ctxT(t), &managerv1.InputRequest{Name: name, Text: []byte(text), Enter: true}); err != nil {
 		t.Fatalf("input %s: %v", name, err)
@@ -477,7 +481,7 @@ func input(t *testing.T, c managerv1.ManagerServiceClient, name, text string) {
 }
 
 // procStatusUIDs is the four Uid: fields of /proc/<pid>/status.
-func procStatusUIDs(t *testing.T, pid int32) []string {
+func procStatusUIDs(t testing.TB, pid int32) []string {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -493,7 +497,7 @@ func procStatusUIDs(t *testing.T, pid int32) []string {
 }
 
 // consumerExists asks the broker, with a provisioner credential, whether a consumer exists.
-func consumerExists(t *testing.T, m *machine, stream, name string) bool {
+func consumerExists(t testing.TB, m *machine, stream, name string) bool {
 	t.Helper()
 	js := m.e.Provisioner(t)
 	_, err := js.Consumer(ctxT(t), stream, name)
@@ -506,7 +510,7 @@ func consumerExists(t *testing.T, m *machine, stream, name string) bool {
 	return true
 }
 
-func wantReason(t *testing.T, err error, code codes.Code, reason managerv1.Reason) {
+func wantReason(t testing.TB, err error, code codes.Code, reason managerv1.Reason) {
 	t.Helper()
 	st, ok := status.FromError(err)
 	if !ok || st.Code() != code {
@@ -791,4 +795,86 @@ func TestKillRestart(t *testing.T) {
 	if code := second.exitCode(t, 20*time.Second); code != 0 {
 		t.Fatalf("managerd exited %d on SIGTERM:\n%s", code, second.out)
 	}
+}
+
+// BenchmarkSpawnToConnected measures, on the whole machine as deployed (root only), the time from
+// a Spawn request's admission to the agent's first working broker connection (its first probe of
+// the manager's liveness plane), for 1 and for 20 concurrent spawns, with the phases of each:
+// provision (a one-shot provisioner credential and the durables), mint, launch, and the signer's
+// share (time in signerd calls). Each iteration spawns the batch, waits until every agent is
+// connected, and stops them all (deprovisioning) before the next.
+func BenchmarkSpawnToConnected(b *testing.B) {
+	for _, conc := range []int{1, 20} {
+		b.Run(fmt.Sprintf("concurrent=%d", conc), func(b *testing.B) {
+			m := newMachine(b)
+			m.capacity, m.agentTTL = 32, "1h"
+			m.writeManagerConfig(b, "")
+			mgr := m.startManagerd(b, "managerd")
+			c := m.client(b, mgr)
+			var conn, prov, mint, launch, signer []time.Duration
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				names := make([]string, conc)
+				var wg sync.WaitGroup
+				errs := make(chan error, conc)
+				for k := range conc {
+					names[k] = fmt.Sprintf("b%d-%d", i, k)
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						if _, err := c.Spawn(context.Background(), &managerv1.SpawnRequest{Name: names[k], Connector: "testagent"}); err != nil {
+							errs <- err
+						}
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					b.Fatalf("spawn: %v\n%s", err, mgr.out)
+				}
+				for _, name := range names {
+					var in *managerv1.InspectResponse
+					eventually(b, 60*time.Second, func() error {
+						var err error
+						if in, err = c.Inspect(context.Background(), &managerv1.InspectRequest{Name: name}); err != nil {
+							return err
+						}
+						if in.SpawnPhases.GetConnected() == nil {
+							return fmt.Errorf("%s not connected yet", name)
+						}
+						return nil
+					})
+					p := in.SpawnPhases
+					conn = append(conn, p.Connected.AsDuration())
+					prov = append(prov, p.Provision.AsDuration())
+					mint = append(mint, p.Mint.AsDuration())
+					launch = append(launch, p.Launch.AsDuration())
+					signer = append(signer, p.Signer.AsDuration())
+				}
+				b.StopTimer()
+				for _, name := range names {
+					if _, err := c.Stop(context.Background(), &managerv1.StopRequest{Name: name}); err != nil {
+						b.Fatalf("stop %s: %v", name, err)
+					}
+				}
+				b.StartTimer()
+			}
+			ms := func(d []time.Duration) float64 { return float64(median(d)) / float64(time.Millisecond) }
+			b.ReportMetric(ms(conn), "connected-ms/agent")
+			b.ReportMetric(ms(prov), "provision-ms")
+			b.ReportMetric(ms(mint), "mint-ms")
+			b.ReportMetric(ms(launch), "launch-ms")
+			b.ReportMetric(ms(signer), "signer-ms")
+			b.ReportMetric(100*float64(median(signer))/float64(median(conn)), "signer-%")
+		})
+	}
+}
+
+// median of d (d is sorted in place).
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return d[len(d)/2]
 }

@@ -40,10 +40,14 @@ var requiredCaps = []struct {
 	{unix.CAP_SETUID, "CAP_SETUID"},
 }
 
+// MaxConcurrent is how many requests the launcher serves at once; more are refused
+// RESOURCE_EXHAUSTED. managerd keeps its own calls under it.
+const MaxConcurrent = 8
+
 // Per-connection bounds.
 const (
 	connTimeout    = 10 * time.Second
-	maxConcurrent  = 8
+	maxConcurrent  = MaxConcurrent
 	materialName   = "launch-material"
 	tokenFileMode  = 0o600
 	socketDirMode  = 0o750

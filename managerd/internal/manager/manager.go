@@ -125,10 +125,11 @@ func New(in Inputs) (*Manager, error) {
 	if m.in.PID == 0 {
 		m.in.PID = os.Getpid()
 	}
-	m.lnch = in.Launcher
-	if m.lnch == nil {
-		m.lnch = newLauncherClient(cfg.Launcher)
+	l := in.Launcher
+	if l == nil {
+		l = newLauncherClient(cfg.Launcher)
 	}
+	m.lnch = newLimited(l)
 	m.prov = in.Provisioner
 	return m, nil
 }
