@@ -327,3 +327,77 @@ func TestFileConfigAddresses(t *testing.T) {
 		t.Fatalf("Missing = %v with no address, want [signer.address]", m)
 	}
 }
+
+// TestReplicasKill9UnderLoad (acceptance: killing one replica under load): two signerd replicas
+// run as child processes on one init directory; four workers mint through a client that knows
+// both, and the replica is killed with SIGKILL after 40 of 160 calls. Every call succeeds, none
+// after more than its one retry, at most one per worker (the calls in flight at the kill); each
+// call is audited on the replica that answered it, and a call the dead replica answered but whose
+// answer was lost is audited there and again on the survivor, so the audited lines number between
+// the calls and the calls plus the retries.
+func TestReplicasKill9UnderLoad(t *testing.T) {
+	s := signerdtest.Start(t, signerdtest.Options{})
+	bin := signerdtest.Build(t)
+	p1, p2 := s.StartProcess(t, bin, "proc-1"), s.StartProcess(t, bin, "proc-2")
+	c, err := Dial(Config{Addrs: []string{p1.Addr, p2.Addr}, TLS: s.ClientFor(t, mtls.KindManagerd, testSpace),
+		ServerID: "spiffe://" + signerdtest.TrustDomain + "/signerd", CallTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+
+	const workers, total, killAt = 4, 160, 40
+	var (
+		mu       sync.Mutex
+		done     int
+		failed   []error
+		killOnce sync.Once
+		wg       sync.WaitGroup
+	)
+	next := make(chan int)
+	go func() {
+		defer close(next)
+		for i := range total {
+			next <- i
+		}
+	}()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range next {
+				_, pub := newUser(t)
+				_, err := c.Mint(ctxT(t), &signerv1.MintRequest{Space: testSpace, Profile: signerv1.Profile_PROFILE_AGENT, UserPublicKey: pub, Params: agentParams()})
+				mu.Lock()
+				done++
+				if err != nil {
+					failed = append(failed, err)
+				}
+				n := done
+				mu.Unlock()
+				if n == killAt {
+					killOnce.Do(func() { p1.Kill(t) })
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(failed) > 0 {
+		t.Fatalf("%d of %d calls failed with a replica killed, want none; first: %v", len(failed), total, failed[0])
+	}
+	retried := c.Retried()
+	if retried > workers {
+		t.Fatalf("%d calls were retried, want at most %d (one per worker in flight at the kill)", retried, workers)
+	}
+	a, b := p1.Audit(t), p2.Audit(t)
+	if a.Lines == 0 || b.Lines == 0 {
+		t.Fatalf("audited %d lines on %s and %d on %s, want both some", a.Lines, p1.ID, b.Lines, p2.ID)
+	}
+	if sum := a.Lines + b.Lines; sum < total || sum > total+int(retried) {
+		t.Fatalf("audited %d + %d = %d lines for %d calls with %d retried, want %d to %d", a.Lines, b.Lines, sum, total, retried, total, total+int(retried))
+	}
+	if !slices.Equal(a.Replicas, []string{p1.ID}) || !slices.Equal(b.Replicas, []string{p2.ID}) {
+		t.Fatalf("chains %v and %v, want each file to hold only its own replica's", a.Replicas, b.Replicas)
+	}
+	t.Logf("%s audited %d, %s %d; %d calls retried", p1.ID, a.Lines, p2.ID, b.Lines, retried)
+}
