@@ -74,10 +74,10 @@ type Config struct {
 type Client struct {
 	conn     *grpc.ClientConn
 	attempts *attemptCounter
-	api    signerv1.SignerServiceClient
-	now    func() time.Time
-	cancel context.CancelFunc
-	done   chan struct{}
+	api      signerv1.SignerServiceClient
+	now      func() time.Time
+	cancel   context.CancelFunc
+	done     chan struct{}
 }
 
 // Dial validates cfg, loads the TLS files and returns a client. The connections are made lazily
