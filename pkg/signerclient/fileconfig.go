@@ -1,6 +1,10 @@
 package signerclient
 
-import "github.com/cotalgo/cotal/pkg/mtls"
+import (
+	"strings"
+
+	"github.com/cotalgo/cotal/pkg/mtls"
+)
 
 // FileConfig is the `signer:` block every daemon's configuration file carries: signerd's address
 // (or its replicas' addresses) and the daemon's client certificate as files. Daemons embed it
@@ -49,4 +53,13 @@ func (f FileConfig) Missing(prefix string) []string {
 		}
 	}
 	return out
+}
+
+// Endpoint names where credentials come from, for a report: Address, or the Addresses joined
+// with ",".
+func (f FileConfig) Endpoint() string {
+	if f.Address != "" {
+		return f.Address
+	}
+	return strings.Join(f.Addresses, ",")
 }

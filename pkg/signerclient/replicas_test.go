@@ -322,6 +322,9 @@ func TestFileConfigAddresses(t *testing.T) {
 	if cfg := f.ClientConfig(); !slices.Equal(cfg.Addrs, f.Addresses) || cfg.Addr != "" {
 		t.Fatalf("ClientConfig = %+v, want Addrs %v", cfg, f.Addresses)
 	}
+	if got := f.Endpoint(); got != "127.0.0.1:1,127.0.0.1:2" {
+		t.Fatalf("Endpoint = %q, want the addresses joined", got)
+	}
 	f.Addresses = nil
 	if m := f.Missing("signer."); !slices.Equal(m, []string{"signer.address"}) {
 		t.Fatalf("Missing = %v with no address, want [signer.address]", m)
