@@ -3,6 +3,9 @@ package signerclient
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -339,6 +342,7 @@ func TestFileConfigAddresses(t *testing.T) {
 // answer was lost is audited there and again on the survivor, so the audited lines number between
 // the calls and the calls plus the retries.
 func TestReplicasKill9UnderLoad(t *testing.T) {
+	t.Parallel() // most of it is building signerd
 	s := signerdtest.Start(t, signerdtest.Options{})
 	bin := signerdtest.Build(t)
 	p1, p2 := s.StartProcess(t, bin, "proc-1"), s.StartProcess(t, bin, "proc-2")
@@ -403,4 +407,52 @@ func TestReplicasKill9UnderLoad(t *testing.T) {
 		t.Fatalf("chains %v and %v, want each file to hold only its own replica's", a.Replicas, b.Replicas)
 	}
 	t.Logf("%s audited %d, %s %d; %d calls retried", p1.ID, a.Lines, p2.ID, b.Lines, retried)
+}
+
+// TestReplicasUnixAndTCP: a list may mix a Unix socket and TCP; the client's own dialer reaches
+// both (the socket forwards to replica A, byte for byte, so TLS is end to end) and calls spread
+// over the two.
+func TestReplicasUnixAndTCP(t *testing.T) {
+	e := startReplicas(t, "")
+	dir, err := os.MkdirTemp("", "sc") // a short path: socket names are limited to 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "a.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lis.Close() })
+	go func() {
+		for {
+			in, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", e.a.Addr)
+			if err != nil {
+				_ = in.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(out, in); _ = out.Close() }()
+			go func() { _, _ = io.Copy(in, out); _ = in.Close() }()
+		}
+	}()
+	c, err := Dial(Config{Addrs: []string{"unix:" + sock, e.b.Addr}, TLS: e.s.ClientFor(t, mtls.KindManagerd, testSpace)})
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	a0, b0 := e.lines(t)
+	for i := range 10 {
+		if _, err := c.GetSpace(ctxT(t), testSpace); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	aN, bN := e.lines(t)
+	if aN-a0 == 0 || bN-b0 == 0 || (aN-a0)+(bN-b0) != 10 {
+		t.Fatalf("A (over the socket) audited %d and B %d of 10 calls, want both some and 10 in all", aN-a0, bN-b0)
+	}
 }

@@ -267,7 +267,7 @@ func (s *Signer) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	s.log.Info("signerd serving", "listen", s.lis.Addr().String(), "spaces", s.keys.Spaces())
+	s.log.Info("signerd serving", "listen", s.lis.Addr().String(), "replica", s.cfg.Audit.Replica, "spaces", s.keys.Spaces())
 
 	var runErr error
 	select {
