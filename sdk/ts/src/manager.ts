@@ -23,7 +23,7 @@ export * from "./gen/cotal/manager/v1/manager_pb.js";
 export const MANAGER_ERROR_DOMAIN = "manager.cotal";
 
 /** DEFAULT_MANAGER_TIMEOUT_MS bounds every unary call that sets no timeout of its own. Attach
- * streams are not bounded by it unless the caller passes a timeout. */
+ * streams have no default timeout; one passed with the call applies. */
 export const DEFAULT_MANAGER_TIMEOUT_MS = 30_000;
 
 /** ManagerReasonName is a Reason value name as managerd sends it ("AGENT_UNKNOWN"), or
@@ -34,7 +34,8 @@ export type ManagerReasonName = keyof typeof Reason;
 export interface ManagerTransportOptions {
   /** Path of managerd's API socket. Required. */
   socketPath: string;
-  /** Timeout of each unary call that sets none; DEFAULT_MANAGER_TIMEOUT_MS when unset. */
+  /** Timeout of each unary call that sets none; DEFAULT_MANAGER_TIMEOUT_MS when unset. Attach
+   * streams get none by default. */
   timeoutMs?: number;
   /** Further interceptors, run inside the one that turns failures into ManagerErrors. */
   interceptors?: Interceptor[];
@@ -67,13 +68,21 @@ export function createManagerTransport(opts: ManagerTransportOptions): ManagerTr
   const sessionManager = new Http2SessionManager(baseUrl, undefined, {
     createConnection: (): Socket => connect(socketPath),
   });
-  const transport = createGrpcTransport({
+  const inner = createGrpcTransport({
     baseUrl,
     sessionManager,
     defaultTimeoutMs: timeoutMs,
     interceptors: [managerErrors, ...(opts.interceptors ?? [])],
   });
-  return Object.assign(transport, { close: () => sessionManager.abort() });
+  return {
+    unary: (method, signal, callTimeoutMs, header, input, contextValues) =>
+      inner.unary(method, signal, callTimeoutMs, header, input, contextValues),
+    // An Attach session lasts as long as the user stays: no default timeout (0 means none to
+    // Connect); a timeoutMs passed with the call still applies.
+    stream: (method, signal, callTimeoutMs, header, input, contextValues) =>
+      inner.stream(method, signal, callTimeoutMs ?? 0, header, input, contextValues),
+    close: () => sessionManager.abort(),
+  };
 }
 
 /** ManagerClient is the generated ManagerService client. */

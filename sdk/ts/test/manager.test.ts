@@ -39,6 +39,8 @@ let dir = "";
 let server: ChildProcess | undefined;
 let transport: ManagerTransport;
 let client: ManagerClient;
+/** What apitest logged (its stderr). */
+let serverLog = "";
 
 before(
   async () => {
@@ -49,7 +51,8 @@ before(
       env: { ...process.env, GOTOOLCHAIN: "auto" },
     });
     const socketPath = join(dir, "run", "manager.sock");
-    server = spawn(bin, ["--socket", socketPath], { stdio: ["pipe", "pipe", "inherit"] });
+    server = spawn(bin, ["--socket", socketPath], { stdio: ["pipe", "pipe", "pipe"] });
+    server.stderr!.setEncoding("utf8").on("data", (chunk: string) => (serverLog += chunk));
     const lines = createInterface({ input: server.stdout! });
     await new Promise<void>((resolve, reject) => {
       server!.once("exit", (code) => reject(new Error(`apitest exited with ${code} before it was ready`)));
@@ -115,12 +118,52 @@ test("a refusal carries its code and reason (ErrorInfo, domain manager.cotal)", 
     assert.equal(err.rawMessage, "internal error");
     return true;
   });
+  // The cause went to managerd's log instead.
+  const deadline = Date.now() + 10_000;
+  while (!serverLog.includes("shutdown is not scripted")) {
+    assert.ok(Date.now() < deadline, `the server log never named the cause: ${serverLog}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
   assert.equal(MANAGER_ERROR_DOMAIN, "manager.cotal");
 });
 
 test("the package root exposes the same ManagerService as a namespace", () => {
   assert.equal(managerNS.Reason.PEER_NOT_ALLOWED, Reason.PEER_NOT_ALLOWED);
   assert.equal(managerNS.createManagerClient, createManagerClient);
+});
+
+test("unary calls get the default timeout, Attach streams none", TIMEOUT, async () => {
+  const seen = new Map<string, string | null>();
+  const t = createManagerTransport({
+    socketPath: join(dir, "run", "manager.sock"),
+    timeoutMs: 5_000,
+    interceptors: [
+      (next) => async (req) => {
+        seen.set(req.method.name, req.header.get("grpc-timeout"));
+        return await next(req);
+      },
+    ],
+  });
+  try {
+    const c = createManagerClient(t);
+    await c.status({});
+    const reqs = requests();
+    reqs.push({ frame: { case: "open", value: { name: "nobody" } } });
+    reqs.end();
+    await assert.rejects(
+      (async () => {
+        for await (const _ of c.attach(reqs)) {
+          // refused: no such agent
+        }
+      })(),
+      (err: unknown) => err instanceof ManagerError && err.reason === "AGENT_UNKNOWN",
+    );
+    assert.equal(seen.get("Status"), "5000m");
+    assert.equal(seen.get("Attach"), null);
+    assert.equal(seen.size, 2);
+  } finally {
+    t.close();
+  }
 });
 
 /** requests is an async iterable the test pushes Attach frames into. */
