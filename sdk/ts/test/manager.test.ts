@@ -1,6 +1,6 @@
 // The ManagerService client against the real Go API layer: managerd/internal/api served on a
 // Unix socket by managerd/internal/api/apitest (a scripted Backend, built here with go build),
-// called from Node over gRPC on that socket. A test against a live managerd comes with managerd.
+// called from Node over gRPC on that socket. managerd-live.test.ts runs the client against a live managerd.
 
 import assert from "node:assert/strict";
 import { execFile, spawn, type ChildProcess } from "node:child_process";
