@@ -19,7 +19,10 @@ import (
 	"syscall"
 	"testing"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/cotalgo/cotal/pkg/daemon"
+	"github.com/cotalgo/cotal/pkg/space"
 )
 
 // The five units, by file name, and the user each runs as.
@@ -741,8 +744,15 @@ func TestInstall(t *testing.T) {
 		}
 		return string(out)
 	}
-	out := install("--space", "demo", "--space", "a b")
-	if !strings.Contains(out, "systemctl enable --now cotal-signerd.service") || !strings.Contains(out, "cotal-managerd@a_b.service") {
+	// The second name holds every character a template could mishandle: quotes, a backslash, '&'.
+	spaces := []string{"demo", `it's "a" & b\c`}
+	var toks, segs []string
+	for _, n := range spaces {
+		toks = append(toks, space.Token(n))
+		segs = append(segs, space.Segment(n))
+	}
+	out := install("--space", spaces[0], "--space", spaces[1])
+	if !strings.Contains(out, "systemctl enable --now cotal-signerd.service") || !strings.Contains(out, "cotal-managerd@"+toks[1]+".service") {
 		t.Errorf("install.sh printed no next steps:\n%s", out)
 	}
 
@@ -756,8 +766,6 @@ func TestInstall(t *testing.T) {
 		}
 	}
 
-	toks := []string{"demo", "a_b"}
-	segs := []string{"space.64656d6f", "space.612062"}
 	rows := layoutRows(t, toks, segs)
 	t.Run("ok/layout-table", func(t *testing.T) {
 		for _, r := range rows {
@@ -846,13 +854,27 @@ func TestInstall(t *testing.T) {
 				t.Errorf("launcher/demo.yaml lacks %q", want)
 			}
 		}
-		a, err := os.ReadFile(dest + "/etc/cotal/authd/a_b.yaml")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, want := range []string{"space: \"a b\"\n", "callout_seed: /run/credentials/cotal-authd@a_b.service/callout.nk"} {
-			if !bytes.Contains(a, []byte(want)) {
-				t.Errorf("authd/a_b.yaml lacks %q", want)
+		for _, d := range []string{"authd", "deliveryd", "managerd"} {
+			a, err := os.ReadFile(dest + "/etc/cotal/" + d + "/" + toks[1] + ".yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cfg struct {
+				Space       string `yaml:"space"`
+				CalloutSeed string `yaml:"callout_seed"`
+				Signer      struct {
+					Key string `yaml:"key"`
+				} `yaml:"signer"`
+			}
+			if err := yaml.Unmarshal(a, &cfg); err != nil {
+				t.Fatalf("%s/%s.yaml: %v", d, toks[1], err)
+			}
+			creds := "/run/credentials/cotal-" + d + "@" + toks[1] + ".service/"
+			if cfg.Space != spaces[1] || cfg.Signer.Key != creds+"client.key" {
+				t.Errorf("%s/%s.yaml: space %q, signer.key %q; want %q, %q", d, toks[1], cfg.Space, cfg.Signer.Key, spaces[1], creds+"client.key")
+			}
+			if d == "authd" && cfg.CalloutSeed != creds+"callout.nk" {
+				t.Errorf("authd callout_seed %q, want %q", cfg.CalloutSeed, creds+"callout.nk")
 			}
 		}
 		m, err := os.ReadFile(dest + "/etc/cotal/managerd/demo.yaml")
@@ -862,7 +884,7 @@ func TestInstall(t *testing.T) {
 		if !regexp.MustCompile(`(?m)^instance_id: [a-z0-9]{26}$`).Match(m) {
 			t.Errorf("managerd/demo.yaml: no generated instance_id")
 		}
-		for _, f := range []string{"managerd/demo.yaml", "authd/demo.yaml", "deliveryd/demo.yaml", "launcher/a_b.yaml", "managerd/a_b.provision.yaml"} {
+		for _, f := range []string{"managerd/demo.yaml", "authd/demo.yaml", "deliveryd/demo.yaml", "launcher/" + toks[1] + ".yaml", "managerd/" + toks[1] + ".provision.yaml"} {
 			data, err := os.ReadFile(dest + "/etc/cotal/" + f)
 			if err != nil {
 				t.Fatal(err)
@@ -895,7 +917,7 @@ func TestInstall(t *testing.T) {
 	})
 	t.Run("ok/second-run-changes-nothing", func(t *testing.T) {
 		before := snapshot(t, dest)
-		install("--space", "demo", "--space", "a b")
+		install("--space", spaces[0], "--space", spaces[1])
 		after := snapshot(t, dest)
 		for p, b := range before {
 			if a, ok := after[p]; !ok {

@@ -326,19 +326,26 @@ done
 echo "configs"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
-# render TEMPLATE SPACE-NAME TOKEN: the template with its @...@ placeholders filled in.
+# render TEMPLATE SPACE-NAME TOKEN: the template with its @...@ placeholders filled in. Bash's
+# own substitution with quoted replacements, so a name's quotes, backslashes or '&' stay literal
+# (awk's gsub would read them); the name goes in as a double-quoted YAML scalar.
+shopt -u patsub_replacement 2>/dev/null || true
 render() {
-	local name="$2" tok="$3" q c
+	local name="$2" tok="$3" q c inst t
 	q="${name//\\/\\\\}"
 	q="\"${q//\"/\\\"}\""
 	c="$(printf '%s' "$name" | tr -c 'A-Za-z0-9 _.-' '?')"
-	local inst
 	inst="$(od -An -N13 -tx1 /dev/urandom | tr -d ' \n')"
-	awk -v q="$q" -v c="$c" -v t="$tok" -v i="$inst" \
-		-v mu="${UID_OF[cotal-manager]}" -v mg="${GID_OF[cotal-manager]}" \
-		-v au="${UID_OF[cotal-agent]}" -v ag="${GID_OF[cotal-agent]}" '
-		{ gsub(/@SPACE_YAML@/, q); gsub(/@SPACE_COMMENT@/, c); gsub(/@TOKEN@/, t); gsub(/@INSTANCE_ID@/, i)
-		  gsub(/@MANAGER_UID@/, mu); gsub(/@MANAGER_GID@/, mg); gsub(/@AGENT_UID@/, au); gsub(/@AGENT_GID@/, ag); print }' "$1"
+	t="$(<"$1")"
+	t="${t//@SPACE_YAML@/"$q"}"
+	t="${t//@SPACE_COMMENT@/"$c"}"
+	t="${t//@TOKEN@/"$tok"}"
+	t="${t//@INSTANCE_ID@/"$inst"}"
+	t="${t//@MANAGER_UID@/"${UID_OF[cotal-manager]}"}"
+	t="${t//@MANAGER_GID@/"${GID_OF[cotal-manager]}"}"
+	t="${t//@AGENT_UID@/"${UID_OF[cotal-agent]}"}"
+	t="${t//@AGENT_GID@/"${GID_OF[cotal-agent]}"}"
+	printf '%s\n' "$t"
 }
 putnew "$REPO/deploy/etc/signerd/signerd.yaml" "$R/etc/cotal/signerd/signerd.yaml" 0640 0 "$SG"
 putnew "$REPO/deploy/etc/signerd/policy.yaml" "$R/etc/cotal/signerd/policy.yaml" 0640 0 "$SG"
@@ -403,7 +410,7 @@ for seg in "${SEGS[@]}"; do
 	tok="${TOK_OF[$seg]}"
 	cat <<EOF
      setpriv --reuid=cotal-manager --regid=cotal-manager --clear-groups \\
-       /usr/local/bin/managerd provision --space '${NAME_OF[$seg]}' --config /etc/cotal/managerd/$tok.provision.yaml
+       /usr/local/bin/managerd provision --space $(printf '%q' "${NAME_OF[$seg]}") --config /etc/cotal/managerd/$tok.provision.yaml
      systemctl enable --now cotal-authd@$tok.service cotal-deliveryd@$tok.service cotal-launcher@$tok.service cotal-managerd@$tok.service
 EOF
 done
