@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/cotalgo/cotal/pkg/daemon"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
 	"github.com/cotalgo/cotal/signerd/internal/audit"
@@ -268,6 +269,12 @@ func (s *Signer) Run(ctx context.Context) error {
 		}()
 	}
 	s.log.Info("signerd serving", "listen", s.lis.Addr().String(), "replica", s.cfg.Audit.Replica, "spaces", s.keys.Spaces())
+	// The listener is bound and keys, policy, CA and audit log are loaded (Start), and it is
+	// being served: only now does a Type=notify unit count signerd as started, so units ordered
+	// After= it do not dial too early.
+	if _, err := daemon.Notify("READY=1"); err != nil {
+		s.log.Warn("sd_notify READY failed", "err", err)
+	}
 
 	var runErr error
 	select {
@@ -305,6 +312,9 @@ func (s *Signer) Stop() {
 }
 
 func (s *Signer) shutdown() {
+	if _, err := daemon.Notify("STOPPING=1"); err != nil {
+		s.log.Warn("sd_notify STOPPING failed", "err", err)
+	}
 	s.health.Shutdown()
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()
