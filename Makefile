@@ -59,7 +59,7 @@ FUZZ_TARGETS ?= \
 	managerd/internal/launcher:FuzzDecodeRequest \
 	pkg/material:FuzzDecode
 
-.PHONY: all generate check-generated lint test test-go test-ts fuzz bench check run build clean
+.PHONY: all generate check-generated lint test test-go test-ts fuzz bench check run build clean proof
 
 all: check
 
@@ -119,6 +119,12 @@ test-ts: $(TS_DIR)/node_modules
 	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
 	cd $(TS_DIR) && SIGNERD_BIN="$(CURDIR)/bin/signerd" MANAGERD_BIN="$(CURDIR)/bin/managerd" \
 		NATS_SERVER_BIN="$(CURDIR)/bin/nats-server" $(NPM) test
+
+## proof: the isolation proof alone (as root; `make test` runs it too): the five users, the layout
+## install.sh makes, each daemon under its own uid, an agent that can read no seed and reach no
+## socket or signerd.
+proof:
+	$(GO) test -count=1 -run TestIsolationProof -v ./deploy/
 
 ## fuzz: run each fuzz target briefly.
 fuzz:
