@@ -327,4 +327,3 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
-

@@ -69,7 +69,7 @@ const instanceID = "cotaldevmanager00000000000"
 // layout names the files of the state directory.
 type layout struct {
 	root, trust, pki, policy, config, audit, logs, bin, run string
-	authd, deliveryd, managerd, launcher, agents         string
+	authd, deliveryd, managerd, launcher, agents            string
 }
 
 func newLayout(dir string) layout {
