@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -23,21 +24,21 @@ var demoAgents = []string{"alice", "bob"}
 
 const demoText = "hello bob, from alice"
 
-// agentDemo runs `managerd launcher` as root and `managerd serve` as the manager dev user, then
-// spawns the two demo agents through ManagerService and has alice's line reach bob through
-// deliveryd, read from bob's terminal.
-func (s *stack) agentDemo(ctx context.Context, addr, natsURL string) error {
+// launcherPaths are the launcher's socket and the token file it writes for managerd.
+func (l layout) launcherPaths() (sock, token string) {
+	return filepath.Join(l.run, "launcher", "launcher.sock"), filepath.Join(l.run, "manager-token", "launcher.token")
+}
+
+// startLauncher runs `managerd launcher` as root: it admits only the manager dev user and starts
+// agents as the agent dev user.
+func (s *stack) startLauncher(ctx context.Context) error {
 	u, l := s.users, s.l
-	mgrBin := filepath.Join(l.bin, "managerd")
-	sock := filepath.Join(l.run, "launcher", "launcher.sock")
-	token := filepath.Join(l.run, "manager-token", "launcher.token")
-	for _, d := range []string{l.run} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-		if err := os.Chmod(d, 0o755); err != nil {
-			return err
-		}
+	sock, token := l.launcherPaths()
+	if err := os.MkdirAll(l.run, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chmod(l.run, 0o755); err != nil {
+		return err
 	}
 	lcfg := fmt.Sprintf(`socket: %s
 token_file: %s
@@ -53,7 +54,7 @@ env_allow: [TERM]
 		return err
 	}
 	_ = os.Remove(sock) // a socket left by a killed launcher
-	launcher, err := s.startChild("launcher", nil, mgrBin, "launcher", "--config", lpath)
+	launcher, err := s.startChild("launcher", nil, filepath.Join(l.bin, "managerd"), "launcher", "--config", lpath)
 	if err != nil {
 		return err
 	}
@@ -65,7 +66,20 @@ env_allow: [TERM]
 	}
 	s.rows = append(s.rows, statusRow{"launcher", "uid 0 (root)", "-", "socket ready", "-"})
 	fmt.Fprintf(s.out, "launcher:  managerd launcher (pid %d) as root\n", launcher.cmd.Process.Pid)
+	return nil
+}
 
+// startManagerd runs `managerd serve`, as the manager dev user with its files its own when
+// root, and returns its ManagerService client once its lease is held. Without root it runs as
+// this uid, which can read the signer's seeds, so it needs --dev-allow-readable-seeds (managerd
+// warns); it has no launcher and so spawns nothing.
+func (s *stack) startManagerd(ctx context.Context, addr, natsURL string) (managerv1.ManagerServiceClient, error) {
+	u, l := s.users, s.l
+	sock, token := l.launcherPaths()
+	uid, gid := os.Getuid(), os.Getgid()
+	if u != nil {
+		uid, gid = int(u.mgrUID), int(u.mgrGID)
+	}
 	// managerd's own files, its user's; the signer's and the PKI's directories stay 0700 root.
 	own := func(p string, mode os.FileMode, dir bool) error {
 		if dir {
@@ -73,7 +87,7 @@ env_allow: [TERM]
 				return err
 			}
 		}
-		if err := os.Chown(p, int(u.mgrUID), int(u.mgrGID)); err != nil {
+		if err := os.Chown(p, uid, gid); err != nil {
 			return err
 		}
 		return os.Chmod(p, mode)
@@ -84,7 +98,7 @@ env_allow: [TERM]
 		mode os.FileMode
 	}{{m, 0o700}, {filepath.Join(m, "tls"), 0o700}, {filepath.Join(m, "state"), 0o700}, {filepath.Join(m, "api"), 0o750}, {filepath.Join(m, "root"), 0o755}} {
 		if err := own(d.p, d.mode, true); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	f := l.clientFiles(mtls.KindManagerd, s.o.space)
@@ -94,10 +108,10 @@ env_allow: [TERM]
 	}{{f.ServerCAFile, "ca.pem", 0o644}, {f.CertFile, "client.pem", 0o644}, {f.KeyFile, "client-key.pem", 0o600}} {
 		to := filepath.Join(m, "tls", c.to)
 		if err := copyFile(c.from, to, c.mode); err != nil {
-			return err
+			return nil, err
 		}
 		if err := own(to, c.mode, false); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	apiSock := filepath.Join(m, "api", "manager.sock")
@@ -111,7 +125,7 @@ owner: local
 actor: manager
 agent_owner: local
 launcher: {socket: %s, token_file: %s}
-api: {socket: %s, allow_uids: [0]}
+api: {socket: %s, allow_uids: [%d]}
 connectors: [testagent]
 env_allow: [TERM]
 capacity: 4
@@ -120,19 +134,25 @@ signer_seed_paths: [%s, %s, %s]
 log_level: info
 `, s.o.space, q(natsURL), q(addr), q(filepath.Join(m, "tls", "ca.pem")), q(filepath.Join(m, "tls", "client.pem")),
 		q(filepath.Join(m, "tls", "client-key.pem")), q(filepath.Join(m, "state")), instanceID, q(filepath.Join(m, "root")),
-		q(sock), q(token), q(apiSock), q(filepath.Join(l.trust, "signer")), q(filepath.Join(l.trust, "operator")), q(filepath.Join(l.trust, "authd")))
+		q(sock), q(token), q(apiSock), os.Getuid(), q(filepath.Join(l.trust, "signer")), q(filepath.Join(l.trust, "operator")), q(filepath.Join(l.trust, "authd")))
 	mpath := filepath.Join(m, "managerd.yaml")
 	if err := os.WriteFile(mpath, []byte(mcfg), 0o600); err != nil {
-		return err
+		return nil, err
 	}
 	if err := own(mpath, 0o600, false); err != nil {
-		return err
+		return nil, err
 	}
-	// No --dev-allow-readable-seeds: managerd's uid cannot open the signer's directories, and
-	// managerd checks that itself at start-up.
-	mgr, err := s.startChild("managerd", creds(u.mgrUID, u.mgrGID), mgrBin, "serve", "--config", mpath)
+	// As root, no --dev-allow-readable-seeds: managerd's uid cannot open the signer's
+	// directories, and managerd checks that itself at start-up.
+	argv, cred, mgrBin := []string{"serve", "--config", mpath}, (*syscall.Credential)(nil), filepath.Join(s.o.bin, "managerd")
+	if u != nil {
+		cred, mgrBin = creds(u.mgrUID, u.mgrGID), filepath.Join(l.bin, "managerd")
+	} else {
+		argv = append(argv, "--dev-allow-readable-seeds")
+	}
+	mgr, err := s.startChild("managerd", cred, append([]string{mgrBin}, argv...)...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var api managerv1.ManagerServiceClient
 	var st *managerv1.StatusResponse
@@ -154,21 +174,33 @@ log_level: info
 		st = r
 		return true
 	}); err != nil {
-		return err
+		return nil, err
 	}
 	mgr.stop = func(ctx context.Context) {
 		if r, err := api.Shutdown(ctx, &managerv1.ShutdownRequest{WithAgents: true}); err == nil {
-			fmt.Fprintf(s.out, "stopped: agents %s (ManagerService Shutdown)\n", strings.Join(r.Stopped, ", "))
+			if len(r.Stopped) > 0 {
+				fmt.Fprintf(s.out, "stopped: agents %s (ManagerService Shutdown)\n", strings.Join(r.Stopped, ", "))
+			}
 		} else {
 			fmt.Fprintf(s.out, "managerd Shutdown: %v (sending SIGTERM)\n", err)
 		}
 	}
 	mgrID, _ := certFacts(f.CertFile)
 	supKey, _ := s.auditCredential(mgrID, "supervisor")
-	s.rows = append(s.rows, statusRow{"managerd", fmt.Sprintf("%s (uid %d)", mgrID, u.mgrUID), supKey,
+	s.rows = append(s.rows, statusRow{"managerd", fmt.Sprintf("%s (uid %d)", mgrID, uid), supKey,
 		fmt.Sprintf("lease held, signer reachable %v", st.GetSigner().GetReachable()), fmtTS(st.Supervisor.GetExpiresAt())})
-	fmt.Fprintf(s.out, "managerd:  managerd serve (pid %d) as %s (uid %d), lease held, no --dev-allow-readable-seeds\n", mgr.cmd.Process.Pid, managerUser, u.mgrUID)
+	if u != nil {
+		fmt.Fprintf(s.out, "managerd:  managerd serve (pid %d) as %s (uid %d), lease held, no --dev-allow-readable-seeds\n", mgr.cmd.Process.Pid, managerUser, uid)
+	} else {
+		fmt.Fprintf(s.out, "managerd:  managerd serve (pid %d) as uid %d with --dev-allow-readable-seeds (this uid can read the signer's seeds; root runs it as its own user), lease held\n", mgr.cmd.Process.Pid, uid)
+	}
+	return api, nil
+}
 
+// agentDemo spawns the two demo agents through ManagerService (the launcher starts them as the
+// agent dev user) and has alice's line reach bob through deliveryd, read from bob's terminal.
+func (s *stack) agentDemo(ctx context.Context, api managerv1.ManagerServiceClient) error {
+	u := s.users
 	// The two agents, alice and bob, both on general.
 	terms := map[string]*terminal{}
 	for _, name := range demoAgents {

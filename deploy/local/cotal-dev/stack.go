@@ -163,13 +163,21 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		return err
 	}
 	if s.users != nil {
-		if err := s.agentDemo(ctx, addr, natsURL); err != nil {
+		if err := s.startLauncher(ctx); err != nil {
+			return err
+		}
+	}
+	api, err := s.startManagerd(ctx, addr, natsURL)
+	if err != nil {
+		return err
+	}
+	if s.users != nil {
+		if err := s.agentDemo(ctx, api); err != nil {
 			return err
 		}
 	} else {
-		fmt.Fprintln(out, "agents:    skipped: the agent demo needs root (the launcher runs agents under their own uid); run `sudo make run` for managerd and the two agents")
+		fmt.Fprintln(out, "agents:    skipped: the agent demo needs root (the launcher drops to the agents' own uid); run `sudo make run` for the launcher and the two agents")
 		s.rows = append(s.rows, statusRow{"launcher", "-", "-", "not started: needs root", "-"},
-			statusRow{"managerd", "-", "-", "not started: needs root (the launcher)", "-"},
 			statusRow{"agents", "-", "-", "not started: need root (the launcher)", "-"})
 	}
 	if err := s.bearerDemo(ctx, signer, auth, natsURL); err != nil {

@@ -340,3 +340,54 @@ func TestDevStack(t *testing.T) {
 		t.Fatalf("authd's discovery file after stop: %v, want it removed", err)
 	}
 }
+
+// TestDevStackWithoutRoot runs cotal-dev as an unprivileged user (the agent dev user), as a
+// developer without root would: everything but the launcher and the agents starts, one line says
+// the agent demo needs root, managerd runs with --dev-allow-readable-seeds, and the bearer and
+// callout connect are still made. It needs root to switch to that user.
+func TestDevStackWithoutRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("root test: switching to an unprivileged user needs root (TestDevStack covers this path when the tests run without root)")
+	}
+	bin := builtBinaries(t)
+	u, err := ensureDevUsers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := t.TempDir()
+	for _, d := range []string{filepath.Dir(base), base} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(base, int(u.agentUID), int(u.agentGID)); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(base, "dev")
+	cmd := exec.Command(filepath.Join(bin, "cotal-dev"), "--dir", dir, "--bin", bin, "--nats-port", "-1", "--once")
+	cmd.Dir = base
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.agentUID, Gid: u.agentGID, Groups: []uint32{}}}
+	b, err := cmd.CombinedOutput()
+	out := string(b)
+	if err != nil {
+		t.Fatalf("cotal-dev as uid %d: %v\n%s", u.agentUID, err, out)
+	}
+	checkTable(t, out)
+	if !strings.Contains(out, "agents:    skipped: the agent demo needs root") {
+		t.Fatalf("no line saying the agent demo needs root:\n%s", out)
+	}
+	if r := row(t, out, "managerd"); r[1] != fmt.Sprintf("spiffe://cotal.local/managerd/demo (uid %d)", u.agentUID) || r[3] != "lease held, signer reachable true" {
+		t.Fatalf("managerd row %q", r)
+	}
+	if r := row(t, out, "launcher"); r[3] != "not started: needs root" {
+		t.Fatalf("launcher row %q", r)
+	}
+	if strings.Contains(out, "agent alice") || strings.Contains(out, "uid 0") {
+		t.Fatalf("agents or root processes without root:\n%s", out)
+	}
+	for _, d := range []string{"managerd", "authd", "deliveryd", "signerd"} {
+		if !strings.Contains(out, "stopped: "+d+" (exit 0)\n") {
+			t.Fatalf("output lacks %q:\n%s", "stopped: "+d+" (exit 0)", out)
+		}
+	}
+}
