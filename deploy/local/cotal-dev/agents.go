@@ -228,9 +228,9 @@ func (s *stack) agentDemo(ctx context.Context, api managerv1.ManagerServiceClien
 		return fmt.Errorf("bob: %w", err)
 	}
 	fmt.Fprintf(s.out, "message:   alice posted %q on general; bob's terminal (Attach): %s\n", demoText, got)
-	for _, t := range terms {
-		t.close()
-	}
+	terms["alice"].close()
+	s.bobTerm = terms["bob"] // the bearer demo's post reaches bob too; closed by stopAll
+	s.closers = append(s.closers, s.bobTerm.close)
 	l2, err := api.List(ctx, &managerv1.ListRequest{})
 	if err != nil {
 		return err

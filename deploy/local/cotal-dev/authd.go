@@ -229,6 +229,16 @@ func (s *stack) bearerDemo(ctx context.Context, signer *signerclient.Client, a *
 	}
 	fmt.Fprintf(s.out, "callout:   bearer for %s.%s (IdP subject %s) connected through the callout; published on %s, refused as %s.mallory\n",
 		b.Owner, devActor, devSubject, own, b.Owner)
-	s.rows = append(s.rows, statusRow{"bearer", b.Owner + "." + devActor, "(server-chosen, per connect)", "callout connect made", b.Expires.UTC().Format(time.RFC3339)})
+	ready := "callout connect made"
+	if s.bobTerm != nil {
+		// The post went into CHAT like any other: deliveryd fans it out to general's members.
+		got, err := s.bobTerm.waitLine(ctx, "recv general "+b.Owner+"."+devActor+" "+calloutText, 30*time.Second)
+		if err != nil {
+			return fmt.Errorf("bob: %w", err)
+		}
+		fmt.Fprintf(s.out, "message:   bob's terminal (Attach): %s\n", got)
+		ready += ", bob received its post"
+	}
+	s.rows = append(s.rows, statusRow{"bearer", b.Owner + "." + devActor, "(server-chosen, per connect)", ready, b.Expires.UTC().Format(time.RFC3339)})
 	return nil
 }

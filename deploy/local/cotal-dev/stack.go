@@ -98,8 +98,9 @@ type stack struct {
 	out      io.Writer
 	users    *devUsers // nil without root
 	children []*child
-	closers  []func() // in-process helpers (the dev IdP), closed after the children
-	brokerID string   // the embedded broker's server id: the only one authd's callout answers
+	closers  []func()  // in-process helpers (the dev IdP), closed after the children
+	brokerID string    // the embedded broker's server id: the only one authd's callout answers
+	bobTerm  *terminal // bob's terminal (Attach), open from the agent demo to the bearer demo's end
 	rows     []statusRow
 }
 

@@ -245,6 +245,13 @@ func checkAgents(t *testing.T, out string) {
 	if r := row(t, out, "agent bob"); r[3] != "running, online, message received" {
 		t.Fatalf("bob row %q", r)
 	}
+	// The bearer's post through the callout reached bob through deliveryd too.
+	if !regexp.MustCompile(`(?m)^message:   bob's terminal \(Attach\): recv general u_[a-z2-7]{26}\.console hello from the callout$`).MatchString(out) {
+		t.Fatalf("the callout post did not reach bob's terminal:\n%s", out)
+	}
+	if r := row(t, out, "bearer"); r[3] != "callout connect made, bob received its post" {
+		t.Fatalf("bearer row %q", r)
+	}
 }
 
 // keyDigest hashes every file under the key, certificate and trust directories: a second run
