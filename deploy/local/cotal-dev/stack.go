@@ -28,7 +28,8 @@ type options struct {
 }
 
 // devPolicy lets each daemon act on its own space only: managerd mints its supervisor, agents of
-// owner local (a real principal owner: deliveryd serves no other plain owner) on a few channels, and the one-shot provisioner and deprovisioner; deliveryd its
+// owner local (managerd's agents: deliveryd serves no other plain owner) or demo (the README's
+// examples) on a few channels, and the one-shot provisioner and deprovisioner; deliveryd its
 // delivery and membership-rw credentials; authd its callout and plane credentials, the callout
 // answers (agents and observers of any derived owner: the ledger decides who), bearers, owner ids
 // and MACs. Anything else is denied.
@@ -39,7 +40,7 @@ callers:
     spaces: ["{space}"]
     rate: {per_second: 50, burst: 100}
     profiles:
-      agent: {ttl_max: 1h, owners: [local], channels: ["general", "team.*"], capabilities: [spawn]}
+      agent: {ttl_max: 1h, owners: [local, demo], channels: ["general", "team.*"], capabilities: [spawn]}
       supervisor: {ttl_max: 24h, owners: [local]}
       probe: {ttl_max: 1m, remint: none}
       provisioner: {ttl_max: 5m, any_owner: true, remint: none}
@@ -188,7 +189,9 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	if o.once {
 		return nil
 	}
-	fmt.Fprintf(out, "\nThe stack is up; credentials renew at 75%% of their lifetime. Logs in %s. Ctrl-C stops it.\n", s.l.logs)
+	f := s.l.clientFiles(mtls.KindManagerd, o.space)
+	fmt.Fprintf(out, "\nThe stack is up; credentials renew at 75%% of their lifetime. Logs in %s. Ctrl-C stops it.\n"+
+		"  grpcurl -cacert %s -cert %s -key %s %s list\n", s.l.logs, f.ServerCAFile, f.CertFile, f.KeyFile, addr)
 	<-ctx.Done()
 	fmt.Fprintln(out, "\nstopping")
 	return nil
