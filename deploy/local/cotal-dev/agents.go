@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +20,7 @@ import (
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
 	"github.com/cotalgo/cotal/pkg/managerclient"
 	"github.com/cotalgo/cotal/pkg/mtls"
+	"github.com/cotalgo/cotal/pkg/provision"
 )
 
 // The demo agents and the line alice posts.
@@ -181,6 +185,9 @@ log_level: info
 			if len(r.Stopped) > 0 {
 				fmt.Fprintf(s.out, "stopped: agents %s (ManagerService Shutdown)\n", strings.Join(r.Stopped, ", "))
 			}
+			if len(r.Spared) == 0 {
+				_ = os.Remove(l.lifecycles()) // managerd stopped and deprovisioned them
+			}
 		} else {
 			fmt.Fprintf(s.out, "managerd Shutdown: %v (sending SIGTERM)\n", err)
 		}
@@ -199,13 +206,21 @@ log_level: info
 
 // agentDemo spawns the two demo agents through ManagerService (the launcher starts them as the
 // agent dev user) and has alice's line reach bob through deliveryd, read from bob's terminal.
-func (s *stack) agentDemo(ctx context.Context, api managerv1.ManagerServiceClient) error {
+func (s *stack) agentDemo(ctx context.Context, api managerv1.ManagerServiceClient, pcfg provision.Config) error {
 	u := s.users
+	if err := s.cleanStale(ctx, pcfg); err != nil {
+		return err
+	}
 	// The two agents, alice and bob, both on general.
 	terms := map[string]*terminal{}
+	var spawned []lifecycle
 	for _, name := range demoAgents {
 		a, err := spawn(ctx, api, name)
 		if err != nil {
+			return err
+		}
+		spawned = append(spawned, lifecycle{Name: a.Name, Actor: a.Actor, UID: a.LifecycleUid})
+		if err := writeJSON(s.l.lifecycles(), spawned); err != nil {
 			return err
 		}
 		t, err := attach(ctx, api, name)
@@ -358,4 +373,51 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// lifecycle is one demo agent incarnation cotal-dev spawned, recorded until managerd has stopped
+// and deprovisioned it.
+type lifecycle struct {
+	Name, Actor, UID string
+}
+
+// lifecycles is the record of the demo agents spawned and not yet deprovisioned.
+func (l layout) lifecycles() string { return filepath.Join(l.root, "demo-lifecycles.json") }
+
+// cleanStale deprovisions the demo agents an interrupted run left provisioned (cotal-dev killed,
+// so managerd stopped without stopping them): their read-ACL rows would otherwise stay live next
+// to the new incarnation's, and deliveryd refuses a durable join for an alias with two.
+func (s *stack) cleanStale(ctx context.Context, pcfg provision.Config) error {
+	b, err := os.ReadFile(s.l.lifecycles())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var stale []lifecycle
+	if err := json.Unmarshal(b, &stale); err != nil {
+		return fmt.Errorf("%s: %w", s.l.lifecycles(), err)
+	}
+	for _, lc := range stale {
+		removed, err := provision.RunDeprovisionAgent(ctx, pcfg, "local", lc.Actor, lc.UID)
+		if err != nil {
+			return fmt.Errorf("deprovision %s (lifecycle %s) left by an interrupted run: %w", lc.Name, lc.UID, err)
+		}
+		fmt.Fprintf(s.out, "cleanup:   deprovisioned %s (lifecycle %s) left by an interrupted run: %s\n", lc.Name, lc.UID, strings.Join(removed, ", "))
+	}
+	return os.Remove(s.l.lifecycles())
+}
+
+// writeJSON writes v to path (0600) through a temporary file and a rename.
+func writeJSON(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }

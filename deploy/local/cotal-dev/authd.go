@@ -129,15 +129,26 @@ func (s *stack) startAuthd(ctx context.Context, addr, natsURL string) (*authdRun
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
-	c, err := s.startChild("authd", nil, authd, "serve", "--config", cfgPath)
+	var info daemon.ReadyInfo
+	c, err := s.startHeld(ctx, "authd", stateDir, "auth-service-refusal.json", "PLANE_HELD", func() (*child, error) {
+		c, err := s.startChild("authd", nil, authd, "serve", "--config", cfgPath)
+		if err != nil {
+			return nil, err
+		}
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if info, err = daemon.Ready(rctx, stateDir, "auth-service", c.cmd.Process.Pid); err != nil {
+			// Ready returns as soon as the refusal file appears: wait for the exit too.
+			select {
+			case <-c.exited:
+			case <-time.After(10 * time.Second):
+			}
+			return c, fmt.Errorf("authd not ready: %w; see %s", err, c.log)
+		}
+		return c, nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	info, err := daemon.Ready(rctx, stateDir, "auth-service", c.cmd.Process.Pid)
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("authd not ready: %w; see %s", err, c.log)
 	}
 	b, err := os.ReadFile(filepath.Join(stateDir, "auth-service.json"))
 	if err != nil {

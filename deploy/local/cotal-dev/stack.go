@@ -151,7 +151,8 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		return err
 	}
 	defer signer.Close()
-	rep, err := provision.Run(ctx, provision.Config{Signer: signer, Space: o.space, NatsURL: natsURL})
+	pcfg := provision.Config{Signer: signer, Space: o.space, NatsURL: natsURL}
+	rep, err := provision.Run(ctx, pcfg)
 	if err != nil {
 		return fmt.Errorf("provision %s: %w", o.space, err)
 	}
@@ -174,7 +175,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		return err
 	}
 	if s.users != nil {
-		if err := s.agentDemo(ctx, api); err != nil {
+		if err := s.agentDemo(ctx, api, pcfg); err != nil {
 			return err
 		}
 	} else {
@@ -400,11 +401,15 @@ func (s *stack) startDeliveryd(ctx context.Context, addr, natsURL string) error 
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return err
 	}
-	c, err := s.startChild("deliveryd", nil, filepath.Join(s.o.bin, "deliveryd"), "serve", "--config", path)
+	c, err := s.startHeld(ctx, "deliveryd", filepath.Join(s.l.deliveryd, "state"), "delivery-service-refusal.json", "LEASE_HELD", func() (*child, error) {
+		c, err := s.startChild("deliveryd", nil, filepath.Join(s.o.bin, "deliveryd"), "serve", "--config", path)
+		if err != nil {
+			return nil, err
+		}
+		_, err = c.await(ctx, c.watch(jsonMsg("deliveryd ready", nil)), "ready", 30*time.Second)
+		return c, err
+	})
 	if err != nil {
-		return err
-	}
-	if _, err := c.await(ctx, c.watch(jsonMsg("deliveryd ready", nil)), "ready", 30*time.Second); err != nil {
 		return err
 	}
 	id, _ := certFacts(f.CertFile)
