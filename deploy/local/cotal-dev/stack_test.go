@@ -398,3 +398,37 @@ func TestDevStackWithoutRoot(t *testing.T) {
 		}
 	}
 }
+
+// TestTraversable: as root the state directory must be reachable by the dev users through every
+// directory above it; a parent others may not search is refused, naming it.
+func TestTraversable(t *testing.T) {
+	base := t.TempDir()
+	open := filepath.Join(base, "open")
+	closed := filepath.Join(base, "closed")
+	for _, c := range []struct {
+		dir  string
+		mode os.FileMode
+	}{{base, 0o755}, {open, 0o755}, {closed, 0o750}} {
+		if err := os.MkdirAll(c.dir, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(c.dir, c.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// t.TempDir's own parent is 0700 on some systems: test below a directory we opened.
+	if err := os.Chmod(filepath.Dir(base), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("ok/every parent searchable", func(t *testing.T) {
+		if err := traversable(filepath.Join(open, "dev")); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("fail/a parent others may not search", func(t *testing.T) {
+		err := traversable(filepath.Join(closed, "dev"))
+		if err == nil || !strings.Contains(err.Error(), closed+" is mode 0750") {
+			t.Fatalf("traversable = %v, want a refusal naming %s", err, closed)
+		}
+	})
+}
