@@ -111,11 +111,14 @@ test-go: bin/nats
 bin/nats: tools/natscli.mod tools/natscli.sum
 	$(GO) build -modfile=tools/natscli.mod -o $@ github.com/nats-io/natscli/nats
 
-## test-ts: build bin/signerd, then the TypeScript SDK (tsc) and its node --test suite against
-## that signerd.
+## test-ts: build bin/signerd, bin/managerd and bin/nats-server (the broker, from the module's
+## nats-server), then the TypeScript SDK (tsc) and its node --test suite against live daemons.
 test-ts: $(TS_DIR)/node_modules
 	$(GO) build -o bin/signerd ./signerd
-	cd $(TS_DIR) && SIGNERD_BIN="$(CURDIR)/bin/signerd" $(NPM) test
+	$(GO) build -o bin/managerd ./managerd
+	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
+	cd $(TS_DIR) && SIGNERD_BIN="$(CURDIR)/bin/signerd" MANAGERD_BIN="$(CURDIR)/bin/managerd" \
+		NATS_SERVER_BIN="$(CURDIR)/bin/nats-server" $(NPM) test
 
 ## fuzz: run each fuzz target briefly.
 fuzz:

@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/config"
-	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/deliveryd/internal/service"
 	"github.com/cotalgo/cotal/deliveryd/internal/service/servicetest"
 	"github.com/cotalgo/cotal/deliveryd/internal/watchdog"
+	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
 

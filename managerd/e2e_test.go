@@ -680,6 +680,49 @@ func TestEndToEnd(t *testing.T) {
 		tb.waitFor(t, "recv general local.alice after renewal")
 	})
 
+	t.Run("ok/with signerd down the last good credential stays, Status shows the debt, renewal resumes", func(t *testing.T) {
+		before, err := c.Inspect(ctxT(t), &managerv1.InspectRequest{Name: "bob-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.e.S.Stop(t)
+		eventually(t, 20*time.Second, func() error {
+			st, err := c.Status(ctxT(t), &managerv1.StatusRequest{})
+			if err != nil {
+				return err
+			}
+			if st.Signer.Reachable || len(st.RenewalDebt) < 2 {
+				return fmt.Errorf("signer reachable %v, debt %v", st.Signer.Reachable, st.RenewalDebt)
+			}
+			for _, d := range st.RenewalDebt {
+				if d.Renewal.Failures == 0 || d.Renewal.LastError == "" || strings.Contains(d.Renewal.LastError, "eyJ") {
+					return fmt.Errorf("debt row %v", d)
+				}
+			}
+			return nil
+		})
+		during, err := c.Inspect(ctxT(t), &managerv1.InspectRequest{Name: "bob-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if during.Renewal.ExpiresAt.AsTime().Before(before.Renewal.ExpiresAt.AsTime()) {
+			t.Fatalf("the credential went backwards while signerd was down: %v -> %v", before.Renewal.ExpiresAt.AsTime(), during.Renewal.ExpiresAt.AsTime())
+		}
+		m.e.S.Restart(t)
+		eventually(t, 30*time.Second, func() error {
+			st, err := c.Status(ctxT(t), &managerv1.StatusRequest{})
+			if err != nil {
+				return err
+			}
+			if !st.Signer.Reachable || len(st.RenewalDebt) != 0 {
+				return fmt.Errorf("after restart: signer reachable %v, debt %v", st.Signer.Reachable, st.RenewalDebt)
+			}
+			return nil
+		})
+		input(t, c, "alice", "after signerd came back")
+		tb.waitFor(t, "recv general local.alice after signerd came back")
+	})
+
 	t.Run("fail/bad requests leave nothing behind", func(t *testing.T) {
 		for _, tc := range []struct {
 			req    *managerv1.SpawnRequest

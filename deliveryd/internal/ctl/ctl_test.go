@@ -18,10 +18,10 @@ import (
 	"github.com/cotalgo/cotal/deliveryd/internal/ctl"
 	"github.com/cotalgo/cotal/deliveryd/internal/fanout"
 	"github.com/cotalgo/cotal/deliveryd/internal/plane3"
-	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/deliveryd/internal/reader"
 	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/pkg/testkit"
+	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 )
 
 const (

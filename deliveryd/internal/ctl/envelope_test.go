@@ -13,12 +13,12 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/ctl"
-	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
 	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/pkg/testkit"
+	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 )
 
 // TestBadInput: what is wrong with a ctl.delivery request gets a clear refusal and changes

@@ -8,8 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/cotalgo/cotal/deliveryd/internal/plane3/plane3test"
 	"github.com/cotalgo/cotal/pkg/dlvclient"
+	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 )
 
 // TestAgentJoin: pkg/dlvclient.Join, the agent side of durableJoin, against the real responder:

@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/fanout"
-	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/deliveryd/internal/reader"
+	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 )
 
 // BenchmarkDelivery measures, in one run on one broker per N, durable fan-out throughput (chat

@@ -13,10 +13,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/plane3"
-	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/deliveryd/internal/reader"
 	"github.com/cotalgo/cotal/pkg/dlvclient"
 	"github.com/cotalgo/cotal/pkg/testkit"
+	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 )
 
 const uid1 = "uidaaaaaaaaaaaaaaaaaaaaaaa"

@@ -9,10 +9,10 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/deliveryd/internal/service/servicetest"
 	"github.com/cotalgo/cotal/deliveryd/internal/watchdog"
 	"github.com/cotalgo/cotal/pkg/signerclient"
+	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/pkg/trust"
 	"github.com/cotalgo/cotal/pkg/yamlx"
 	"github.com/cotalgo/cotal/signerd/signerdtest"

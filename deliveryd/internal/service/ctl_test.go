@@ -9,11 +9,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/deliveryd/internal/service/servicetest"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
 	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 )
 
 type ctlReply struct {

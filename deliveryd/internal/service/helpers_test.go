@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/config"
-	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/deliveryd/internal/service"
+	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 )
 
 const (

@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/deliveryd/internal/service"
 	"github.com/cotalgo/cotal/deliveryd/internal/service/servicetest"
 	"github.com/cotalgo/cotal/pkg/lease"
 	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 )
 
 // TestLeaseWatch (d): the mandatory watch on lease.0 acts on what it sees.

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/deliveryd/internal/service"
 	"github.com/cotalgo/cotal/deliveryd/internal/service/servicetest"
 	"github.com/cotalgo/cotal/pkg/daemon"
+	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 )
 
 // members provisions bob and carol (dlv_ durables, ACL rows on general) and joins both to

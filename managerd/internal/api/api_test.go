@@ -155,6 +155,11 @@ func TestRoundTrip(t *testing.T) {
 		if sp.GetAgent().GetName() != "ann" || sp.GetAgent().GetPid() != 4242 || sp.GetAgent().GetConnector() != "echo" {
 			t.Fatalf("Spawn answer %v", sp)
 		}
+		// The Backend can tell who asked: the kernel's answer on the socket, the declared uid in
+		// memory.
+		if p := b.spawnPeer; p.UID != myUID() || p.Declared != strings.HasSuffix(t.Name(), "/bufconn") || (!p.Declared && p.PID != int32(os.Getpid())) {
+			t.Fatalf("Backend saw peer %+v; want uid %d, pid %d on the socket", p, myUID(), os.Getpid())
+		}
 		if got := b.lastSpawn; got.GetRows() != 30 || got.GetCols() != 100 || strings.Join(got.GetSubscribe(), ",") != "general" {
 			t.Fatalf("Backend got Spawn %v", got)
 		}

@@ -21,6 +21,7 @@ type fakeBackend struct {
 	agents     []*managerv1.Agent
 	terminals  map[string]*fakeTerminal
 	lastSpawn  *managerv1.SpawnRequest
+	spawnPeer  PeerInfo
 	lastName   string
 	withAgents bool
 }
@@ -45,13 +46,14 @@ func (b *fakeBackend) enter(name string) error {
 	return b.err
 }
 
-func (b *fakeBackend) Spawn(_ context.Context, req *managerv1.SpawnRequest) (*managerv1.Agent, error) {
+func (b *fakeBackend) Spawn(ctx context.Context, req *managerv1.SpawnRequest) (*managerv1.Agent, error) {
 	if err := b.enter(req.GetName()); err != nil {
 		return nil, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.lastSpawn = req
+	b.spawnPeer, _ = PeerFromContext(ctx)
 	return &managerv1.Agent{Name: req.GetName(), Connector: req.GetConnector(), Pid: 4242,
 		Process: managerv1.ProcessState_PROCESS_STATE_RUNNING}, nil
 }

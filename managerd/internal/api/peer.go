@@ -29,6 +29,17 @@ type PeerInfo struct {
 	Declared bool
 }
 
+// PeerFromContext returns the calling peer of a ManagerService call (for a Backend that logs who
+// asked); ok is false outside one.
+func PeerFromContext(ctx context.Context) (info PeerInfo, ok bool) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return PeerInfo{}, false
+	}
+	info, ok = p.AuthInfo.(PeerInfo)
+	return info, ok
+}
+
 // AuthType implements credentials.AuthInfo.
 func (PeerInfo) AuthType() string { return "peercred" }
 
@@ -90,11 +101,7 @@ type gate struct {
 
 // check returns nil for an admitted peer, else a PEER_NOT_ALLOWED refusal as a status error.
 func (g *gate) check(ctx context.Context, method string) error {
-	p, ok := peer.FromContext(ctx)
-	var info PeerInfo
-	if ok {
-		info, ok = p.AuthInfo.(PeerInfo)
-	}
+	info, ok := PeerFromContext(ctx)
 	if !ok {
 		g.log.Warn("managerd api: refused a peer with no identity", "method", method)
 		return Refuse(codes.PermissionDenied, managerv1.Reason_REASON_PEER_NOT_ALLOWED, "peer not identified").status().Err()

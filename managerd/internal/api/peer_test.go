@@ -42,6 +42,7 @@ type clientResult struct {
 	Code   string `json:"code"`
 	Reason string `json:"reason,omitempty"`
 	Domain string `json:"domain,omitempty"`
+	Err    string `json:"err,omitempty"`
 }
 
 func clientMain(sock string) int {
@@ -51,6 +52,9 @@ func clientMain(sock string) int {
 	report := func(call string, err error) {
 		st := status.Convert(err)
 		r := clientResult{Call: call, UID: os.Getuid(), Code: st.Code().String()}
+		if err != nil {
+			r.Err = err.Error()
+		}
 		for _, d := range st.Details() {
 			if info, ok := d.(*errdetails.ErrorInfo); ok {
 				r.Reason, r.Domain = info.GetReason(), info.GetDomain()
@@ -61,7 +65,7 @@ func clientMain(sock string) int {
 	c, closer, err := Dial(ctx, sock)
 	if err != nil {
 		report("dial", err)
-		return 1
+		return 0
 	}
 	defer closer.Close()
 	_, err = c.Status(ctx, &managerv1.StatusRequest{})
@@ -168,6 +172,21 @@ func TestUnidentifiedTransports(t *testing.T) {
 			t.Fatalf("Backend calls %d", n)
 		}
 	})
+}
+
+// TestDial: Dial refuses a path that is not a socket, naming it, and a missing one.
+func TestDial(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Dial(context.Background(), file); err == nil || !strings.Contains(err.Error(), file+" is not a socket") {
+		t.Fatalf("Dial(regular file): %v", err)
+	}
+	if _, _, err := Dial(context.Background(), filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Dial(missing): %v, want not-exist", err)
+	}
 }
 
 // TestListen: the socket is 0660 in a 0750 directory made for it; an existing directory looser
@@ -383,6 +402,24 @@ func TestRootForeignUID(t *testing.T) {
 		}
 		if n := b.calls.Load(); n < 1 {
 			t.Fatalf("Backend calls %d, want the Status at least", n)
+		}
+	})
+	t.Run("fail/outside-the-group", func(t *testing.T) {
+		// The socket's directory is root's group, not the client's: its 0750 mode stops the
+		// client from even reaching the socket, before any gate, though the list names it.
+		sock := filepath.Join(base, "rootgroup", "m.sock")
+		ln, err := Listen(sock, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := newFakeBackend()
+		serve(t, b, Options{AllowUIDs: []uint32{0, nobody}}, ln)
+		res := runClient(t, sock)
+		if r, ok := res["dial"]; !ok || !strings.Contains(r.Err, "permission denied") {
+			t.Fatalf("from outside the socket's group: %+v, want Dial to fail with permission denied", res)
+		}
+		if n := b.calls.Load(); n != 0 {
+			t.Fatalf("Backend calls %d", n)
 		}
 	})
 	t.Run("fail/dir-owned-by-other-uid", func(t *testing.T) {

@@ -57,6 +57,9 @@ type Terminal interface {
 	Close() error
 }
 
+// errExpired: the agent's credential has expired; renewal mints anew.
+var errExpired = errors.New("credential expired")
+
 // maxEnvValue bounds one environment value a Spawn may set.
 const maxEnvValue = 4096
 
@@ -67,7 +70,8 @@ type agent struct {
 	caps                              []string
 	pub                               string
 
-	key nkeys.KeyPair // the agent's user key: only for Remint proofs; wiped at stop
+	key  nkeys.KeyPair         // the agent's user key: only for Remint proofs; wiped at stop
+	mint *signerv1.MintRequest // the spawn's mint, asked again for the same key once the credential expired
 
 	state     managerv1.ProcessState
 	child     launcher.Child
@@ -284,6 +288,7 @@ func (m *Manager) spawn(ctx context.Context, req *managerv1.SpawnRequest) (*mana
 		mreq.Ttl = durationpb.New(ttl)
 	}
 	step = time.Now()
+	a.mint = mreq
 	cred, err := m.signer.Mint(ctx, mreq)
 	a.phases.mint = time.Since(step)
 	m.sig.record(err)
@@ -469,10 +474,22 @@ func (m *Manager) renewLoop(ctx context.Context, a *agent) {
 func (m *Manager) renewOnce(ctx context.Context, a *agent, cur credState) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cred, err := m.signer.Remint(cctx, m.cfg.Space, cur.jwt, a.key, m.cfg.AgentTTL.D())
+	// Remint while the credential lives; once it has expired (signerd was unreachable past its
+	// end) signerd refuses a remint, so mint again for the same key with the spawn's parameters:
+	// managerd is the agent's minting authority either way, and the agent keeps its key.
+	var cred *signerv1.Credential
+	var err error
+	if time.Since(cur.recvd) < cur.exp.Sub(cur.iat) {
+		cred, err = m.signer.Remint(cctx, m.cfg.Space, cur.jwt, a.key, m.cfg.AgentTTL.D())
+	} else {
+		err = errExpired
+	}
+	if errors.Is(err, errExpired) || signerclient.ReasonOf(err) == signerv1.Reason_REASON_CREDENTIAL_EXPIRED {
+		cred, err = m.signer.Mint(cctx, a.mint)
+	}
 	m.sig.record(err)
 	if err != nil {
-		return fmt.Errorf("remint: %w", err)
+		return fmt.Errorf("renew: %w", err)
 	}
 	if cred.GetUserPublicKey() != a.pub || cred.GetExpiresAt() == nil {
 		return errors.New("remint: signerd answered for another key or without expiry")

@@ -20,6 +20,7 @@ import (
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
 	"github.com/cotalgo/cotal/pkg/signerclient"
+	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 )
@@ -379,3 +380,66 @@ func (s *syncBuf) String() string {
 func (s *syncBuf) contains(sub string) bool { return strings.Contains(s.String(), sub) }
 
 func (s *syncBuf) logger() *slog.Logger { return slog.New(slog.NewTextHandler(s, nil)) }
+
+// recordingProv records what the manager provisions.
+type recordingProv struct {
+	inner Provisioner
+	mu    sync.Mutex
+	specs []AgentSpec
+}
+
+func (r *recordingProv) Provision(ctx context.Context, a AgentSpec) ([]string, error) {
+	r.mu.Lock()
+	r.specs = append(r.specs, a)
+	r.mu.Unlock()
+	return r.inner.Provision(ctx, a)
+}
+
+func (r *recordingProv) Deprovision(ctx context.Context, owner, actor, uid string) ([]string, error) {
+	return r.inner.Deprovision(ctx, owner, actor, uid)
+}
+
+// TestSpawnLaunchFails: a spawn that passes admission, provisions and mints, then cannot be
+// launched (no launcher runs here) undoes its provisioning: no consumer, no ACL row, no slot.
+func TestSpawnLaunchFails(t *testing.T) {
+	e := plane3test.New(t)
+	m, err := New(Inputs{Config: testConfig(t, e)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recordingProv{inner: &oneShot{m: m}}
+	m.prov = rec
+	if err := m.Start(plane3test.Ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = m.Shutdown(context.Background(), false) })
+	b := m.Backend()
+	before := streamCounts(t, e)
+	_, err = b.Spawn(plane3test.Ctx(t), &managerv1.SpawnRequest{Name: "a1", Connector: "echo"})
+	wantRefusal(t, err, codes.Unavailable, managerv1.Reason_REASON_LAUNCH_FAILED)
+	if len(rec.specs) != 1 {
+		t.Fatalf("provisioned %d times, want once before the launch", len(rec.specs))
+	}
+	if after := streamCounts(t, e); after[0] != before[0] || after[1] != before[1] {
+		t.Fatalf("a failed launch left DM/DLV consumers: %v -> %v", before, after)
+	}
+	spec := rec.specs[0]
+	kv, err := e.Provisioner(t).KeyValue(plane3test.Ctx(t), "cotal_acl_"+e.N.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := space.ACLKey(spec.Owner, spec.Actor, spec.LifecycleUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(plane3test.Ctx(t), key); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("ACL row %s after a failed launch: %v", key, err)
+	}
+	if list, err := b.List(plane3test.Ctx(t)); err != nil || len(list) != 0 {
+		t.Fatalf("List after a failed launch: %v %v", list, err)
+	}
+	st, _ := b.Status(plane3test.Ctx(t))
+	if st.Agents != 0 || !st.Signer.Reachable {
+		t.Fatalf("status after a failed launch: %v", st)
+	}
+}

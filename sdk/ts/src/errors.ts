@@ -18,7 +18,7 @@ export const ERROR_DOMAIN = "signer.cotal.dev";
 export type ReasonName = keyof typeof Reason;
 
 /** errorInfoType is the type name of google.rpc.ErrorInfo in grpc-status-details-bin. */
-const errorInfoType = "google.rpc.ErrorInfo";
+export const errorInfoType = "google.rpc.ErrorInfo";
 
 /** maxDetail bounds the message a SignerError keeps, so a hostile or broken server cannot flood
  * logs. */
@@ -168,7 +168,7 @@ function reasonByName(name: string): Reason {
 }
 
 /** ErrorInfo holds the fields of google.rpc.ErrorInfo this package reads. */
-interface ErrorInfo {
+export interface ErrorInfo {
   reason: string;
   domain: string;
   code?: string;
@@ -180,7 +180,7 @@ interface ErrorInfo {
  * not in signer.proto, so the generator has no schema for it. Malformed bytes give undefined,
  * never an exception.
  */
-function decodeErrorInfo(bytes: Uint8Array): ErrorInfo | undefined {
+export function decodeErrorInfo(bytes: Uint8Array): ErrorInfo | undefined {
   try {
     const r = new BinaryReader(bytes);
     const info: ErrorInfo = { reason: "", domain: "" };
@@ -225,7 +225,7 @@ function decodeStringEntry(bytes: Uint8Array): [string, string] {
 
 /** scrub removes anything shaped like a JWT from a message and bounds its length. signerd never
  * echoes a JWT; this keeps a proxy or a future bug from putting one into a log. */
-function scrub(s: string): string {
+export function scrub(s: string): string {
   const out = s.replace(jwtShape, "[REDACTED]");
   return out.length > maxDetail ? out.slice(0, maxDetail) + "..." : out;
 }

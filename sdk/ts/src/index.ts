@@ -4,9 +4,12 @@
 // the same file the Go client is generated from: the messages, the Profile, Reason and MacDomain
 // enums and the SignerService descriptor. The rest is the thin layer generation cannot provide:
 // the mTLS transport from PEM files (transport.ts), refusals as typed errors (errors.ts) and the
-// Remint proof (remint.ts).
+// Remint proof (remint.ts). manager.ts is managerd's ManagerService client over its Unix socket.
 
 export * from "./gen/cotal/signer/v1/signer_pb.js";
+// managerd's ManagerService, as a namespace: its Reason enum is not signerd's. Also importable
+// on its own as "@cotalgo/signer/manager".
+export * as manager from "./manager.js";
 export {
   DEFAULT_SERVER_NAME,
   DEFAULT_TIMEOUT_MS,

@@ -267,7 +267,7 @@ func (s *Signer) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	s.log.Info("signerd serving", "listen", s.lis.Addr().String(), "spaces", s.keys.Spaces())
+	s.log.Info("signerd serving", "listen", s.lis.Addr().String(), "replica", s.cfg.Audit.Replica, "spaces", s.keys.Spaces())
 
 	var runErr error
 	select {
@@ -285,6 +285,18 @@ func (s *Signer) reloadPolicy(err error) {
 	}
 	s.log.Info("policy reloaded", "path", s.cfg.Policy)
 }
+
+// Drain turns health NOT_SERVING on every service name and keeps it so, while the listener
+// stays open and calls are still answered: clients that check health (pkg/signerclient watches
+// the SignerService name) send this replica no new call. It takes a replica out of rotation
+// before it is stopped; there is no way back but a restart.
+func (s *Signer) Drain() {
+	s.health.Shutdown()
+	s.log.Info("signerd draining: health NOT_SERVING")
+}
+
+// ReplicaID is the replica id that names this signerd's audit chain (audit.replica).
+func (s *Signer) ReplicaID() string { return s.cfg.Audit.Replica }
 
 // Stop ends Run and waits for it to return. Run must have been called.
 func (s *Signer) Stop() {
