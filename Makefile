@@ -145,11 +145,11 @@ check: check-generated lint fuzz test
 build:
 	$(GO) build -o bin/ ./...
 
-## run: the local stack from ./$(DEV_DIR).
+## run: the local stack from ./$(DEV_DIR): signerd, broker, authd, deliveryd, managerd launcher and
+## serve, two demo agents (root only), a bearer through authd and the callout; Ctrl-C stops it.
 run:
-	$(GO) build -o bin/signerd ./signerd
-	$(GO) build -o bin/cotal-dev ./deploy/local/cotal-dev
-	bin/cotal-dev --dir $(DEV_DIR) --signerd bin/signerd
+	$(GO) build -o bin/ ./signerd ./authd ./deliveryd ./managerd ./managerd/internal/testagent ./deploy/local/cotal-dev
+	bin/cotal-dev --dir $(DEV_DIR) --bin bin
 
 clean:
 	rm -rf bin $(TS_DIR)/dist $(TS_DIR)/dist-test
