@@ -22,10 +22,8 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
+	"github.com/cotalgo/cotal/pkg/managerclient"
 	"github.com/cotalgo/cotal/pkg/space"
 )
 
@@ -396,14 +394,11 @@ func (p *proof) start(bins string) {
 
 func (p *proof) client() managerv1.ManagerServiceClient {
 	p.t.Helper()
-	// Plain gRPC on the socket, as managerd's own client does: the socket's modes and the
-	// SO_PEERCRED gate are the boundary (root is in allow_uids).
-	conn, err := grpc.NewClient("unix://"+p.apiSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, closer, err := managerclient.Dial(context.Background(), p.apiSock)
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	p.t.Cleanup(func() { conn.Close() })
-	c := managerv1.NewManagerServiceClient(conn)
+	p.t.Cleanup(func() { closer.Close() })
 	if _, err := c.Status(p.ctx(), &managerv1.StatusRequest{}); err != nil {
 		p.t.Fatalf("managerd Status: %v", err)
 	}
