@@ -65,6 +65,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return daemon.Serve(ctx, stderr, "deliveryd", cfg.LogLevel, func(ctx context.Context, log *slog.Logger) (daemon.Service, error) {
-		return service.StartDeliveryService(ctx, service.Inputs{Config: cfg, Logger: log})
+		svc, err := service.StartDeliveryService(ctx, service.Inputs{Config: cfg, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		go daemon.Watchdog(ctx, svc.Healthy, log)
+		return svc, nil
 	})
 }

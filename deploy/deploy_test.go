@@ -259,8 +259,8 @@ func TestUnitSignerd(t *testing.T) {
 	}
 }
 
-// TestUnitOrdering: signerd → authd → deliveryd → managerd, the launcher before managerd, and
-// RestartSec above each lease's TTL.
+// TestUnitOrdering: signerd → authd → deliveryd → managerd, the launcher before managerd,
+// RestartSec above each lease's TTL, and a watchdog on each daemon that holds a lease.
 func TestUnitOrdering(t *testing.T) {
 	us := units(t)
 	for _, tc := range []struct {
@@ -284,6 +284,12 @@ func TestUnitOrdering(t *testing.T) {
 			secs, err := strconv.Atoi(strings.TrimSuffix(rs, "s"))
 			if err != nil || secs != tc.restart || secs <= tc.ttl {
 				t.Errorf("RestartSec=%s, want %ds (above the %ds lease)", rs, tc.restart, tc.ttl)
+			}
+			// The daemon pings the watchdog only while its lease or claim is being written
+			// (daemon.Watchdog with its Healthy); WatchdogSec= outlasts its own tolerated outage
+			// (deliveryd's broker-gone backstop of 60 s by default, several lease periods).
+			if ws := u.one(t, "Service", "WatchdogSec"); ws != "90s" {
+				t.Errorf("WatchdogSec=%s, want 90s", ws)
 			}
 		})
 	}

@@ -127,6 +127,7 @@ func startServe(ctx context.Context, cfg *manager.Config, dev bool, log *slog.Lo
 	if _, err := daemon.Notify("READY=1"); err != nil {
 		log.Warn("sd_notify", "err", err)
 	}
+	go daemon.Watchdog(ctx, m.Healthy, log)
 	log.Info("ManagerService serving", "socket", cfg.API.Socket, "allow_uids", cfg.API.AllowUIDs)
 	return s, nil
 }

@@ -159,9 +159,11 @@ type Lease struct {
 	// keyTTL is set when every write carries the row's TTL (a per-key-TTL bucket).
 	keyTTL bool
 
-	mu  sync.Mutex // guards row, rev, released
+	mu  sync.Mutex // guards row, rev, written, released
 	row Row
 	rev uint64
+	// written is when this holder's row was last written (created, renewed or marked ready).
+	written time.Time
 	// released is set by Release; nothing is written after it.
 	released bool
 	// freed is set once a Release settled the row (deleted it, or found it gone or another's);
@@ -256,7 +258,7 @@ func (l *Lease) create(ctx context.Context) error {
 	rev, err := l.kv.Create(octx, l.cfg.Key, b, opts...)
 	if err == nil {
 		l.mu.Lock()
-		l.rev = rev
+		l.rev, l.written = rev, time.Now()
 		l.mu.Unlock()
 		return nil
 	}
@@ -327,9 +329,17 @@ func (l *Lease) update(ctx context.Context, row Row) error {
 		return err
 	}
 	l.mu.Lock()
-	l.rev, l.row = nrev, row
+	l.rev, l.row, l.written = nrev, row, time.Now()
 	l.mu.Unlock()
 	return nil
+}
+
+// LastWritten is when this holder last wrote its row (created, renewed or marked ready): a
+// daemon's proof of progress for systemd's watchdog (zero before the first write).
+func (l *Lease) LastWritten() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.written
 }
 
 // SetReady writes the row with Ready set to ready, by CAS. A failure leaves the claim as it

@@ -90,7 +90,12 @@ func mustAcquire(t *testing.T, e env, holder string) *lease.Lease {
 func TestLease(t *testing.T) {
 	t.Run("ok/acquire-ready-renew-release", func(t *testing.T) {
 		e := setup(t, time.Minute)
+		before := time.Now()
 		l := mustAcquire(t, e, "one")
+		created := l.LastWritten()
+		if created.Before(before) {
+			t.Fatalf("LastWritten after acquire = %v, want after %v", created, before)
+		}
 		ent, err := e.kv.Get(ctxT(t), "plane")
 		if err != nil || !strings.Contains(string(ent.Value()), `"holder":"one"`) || !strings.Contains(string(ent.Value()), `"ready":false`) {
 			t.Fatalf("row after acquire: %v %s", err, ent.Value())
@@ -100,6 +105,9 @@ func TestLease(t *testing.T) {
 		}
 		if st, err := l.Renew(ctxT(t)); st != lease.Held || err != nil {
 			t.Fatalf("Renew = %v, %v", st, err)
+		}
+		if !l.LastWritten().After(created) {
+			t.Fatalf("LastWritten did not advance with the renewal: %v, created %v", l.LastWritten(), created)
 		}
 		ent, _ = e.kv.Get(ctxT(t), "plane")
 		if !strings.Contains(string(ent.Value()), `"ready":true`) {

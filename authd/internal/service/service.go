@@ -433,3 +433,12 @@ func (s *Service) teardown(ctx context.Context) {
 func (s *Service) refuse(err error) error {
 	return daemon.RefuseStart(s.log, s.cfg.StateDir, FileName, "authd", s.pid, err)
 }
+
+// Healthy is authd's proof of progress for systemd's watchdog: its plane claim written within
+// three renew intervals.
+func (s *Service) Healthy() error {
+	if last := s.plane.LastWritten(); time.Since(last) > 3*s.plane.RenewInterval() {
+		return fmt.Errorf("authd: plane claim last written %v ago", time.Since(last).Round(time.Second))
+	}
+	return nil
+}

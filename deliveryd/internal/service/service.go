@@ -756,3 +756,15 @@ func (s *Service) waitConnected() {
 func (s *Service) refuse(err error) error {
 	return daemon.RefuseStart(s.log, s.cfg.StateDir, FileName, "deliveryd", s.pid, err)
 }
+
+// Healthy is deliveryd's proof of progress for systemd's watchdog: serving (not quiesced) and its
+// lease row written within three renew intervals.
+func (s *Service) Healthy() error {
+	if s.quiesced.Load() {
+		return errors.New("deliveryd: quiesced")
+	}
+	if last := s.lease.LastWritten(); time.Since(last) > 3*s.lease.RenewInterval() {
+		return fmt.Errorf("deliveryd: lease row last written %v ago", time.Since(last).Round(time.Second))
+	}
+	return nil
+}

@@ -123,8 +123,9 @@ type Lease struct {
 
 	// renewMu makes renewals single-flight; Release takes it to await one in flight.
 	renewMu sync.Mutex
-	mu      sync.Mutex // guards rev, state, stopping, freed
+	mu      sync.Mutex // guards rev, renewed, state, stopping, freed
 	rev     uint64
+	renewed time.Time
 	state   lease.State
 	// stopping is set by Release; nothing is written after it.
 	stopping bool
@@ -199,7 +200,7 @@ func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 		rev, err := l.create(ctx)
 		if err == nil {
 			l.mu.Lock()
-			l.rev, l.state = rev, lease.Held
+			l.rev, l.state, l.renewed = rev, lease.Held, time.Now()
 			l.mu.Unlock()
 			held.Store(heldKey{bucket, key, l.row}, l)
 			return l, nil
@@ -369,9 +370,18 @@ func (l *Lease) set(rev uint64, st lease.State) {
 	l.mu.Lock()
 	if rev != 0 {
 		l.rev = rev
+		l.renewed = time.Now()
 	}
 	l.state = st
 	l.mu.Unlock()
+}
+
+// LastRenewed is when this process last wrote its row (created or renewed): managerd's proof of
+// progress for systemd's watchdog.
+func (l *Lease) LastRenewed() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.renewed
 }
 
 // Renew rewrites the row by CAS, restarting its TTL, and says what it found: Held (renewed, or

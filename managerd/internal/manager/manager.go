@@ -433,3 +433,18 @@ func (m *Manager) Err() error {
 	}
 	return s.err
 }
+
+// Healthy is managerd's proof of progress for systemd's watchdog: running, and its instance
+// lease written within four renew intervals (10 s, the lease's TTL).
+func (m *Manager) Healthy() error {
+	m.mu.Lock()
+	shutting := m.shutting
+	m.mu.Unlock()
+	if shutting || m.lease == nil {
+		return errors.New("managerd: not running")
+	}
+	if last := m.lease.LastRenewed(); time.Since(last) > 4*m.lease.RenewInterval() {
+		return fmt.Errorf("managerd: instance lease last written %v ago", time.Since(last).Round(time.Second))
+	}
+	return nil
+}

@@ -132,11 +132,17 @@ func TestStart(t *testing.T) {
 			st.Supervisor.GetExpiresAt() == nil || st.ShuttingDown {
 			t.Fatalf("status %v", st)
 		}
+		if err := m.Healthy(); err != nil {
+			t.Fatalf("Healthy after Start: %v", err)
+		}
 		if _, err := m.Shutdown(plane3test.Ctx(t), false); err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := leaseRow(t, e, instanceA); ok {
 			t.Fatal("lease row still there after Shutdown")
+		}
+		if err := m.Healthy(); err == nil {
+			t.Fatal("Healthy after Shutdown: want an error (no more watchdog pings)")
 		}
 	})
 
