@@ -57,7 +57,8 @@ FUZZ_TARGETS ?= \
 	authd/internal/ledger:FuzzDecodeRow \
 	authd/internal/bearer:FuzzDecode \
 	managerd/internal/launcher:FuzzDecodeRequest \
-	pkg/material:FuzzDecode
+	pkg/material:FuzzDecode \
+	managerd/internal/manager:FuzzDecodeCustody
 
 .PHONY: all generate check-generated lint test test-go test-ts fuzz bench check run build clean proof
 

@@ -819,11 +819,19 @@ func TestEndToEnd(t *testing.T) {
 }
 
 // TestKillRestart: after kill -9 of managerd, a restart on this root waits out the old lease key
-// instead of refusing, then serves.
+// instead of refusing, reaps the killed manager's agent (its custody record), then serves.
 func TestKillRestart(t *testing.T) {
 	m := newMachine(t)
 	first := m.startManagerd(t, "managerd-first")
-	m.client(t, first)
+	c1 := m.client(t, first)
+	orphan, err := c1.Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "orphan", Connector: "testagent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlv, _ := m.e.N.DlvConsumer(plane3test.Owner, orphan.Agent.Actor, orphan.Agent.LifecycleUid)
+	if !consumerExists(t, m, m.e.N.DLVStream(), dlv) {
+		t.Fatal("the orphan's dlv_ durable is missing")
+	}
 	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -832,6 +840,17 @@ func TestKillRestart(t *testing.T) {
 	c := m.client(t, second)
 	if !strings.Contains(second.out.String(), "waiting for a dead predecessor") {
 		t.Fatalf("the restart did not wait out the killed manager's key:\n%s", second.out)
+	}
+	// The successor reaped the killed manager's agent from its custody record: the process is
+	// gone (its terminal hung up with the manager) and exactly its durables are removed.
+	if !strings.Contains(second.out.String(), "reaped a predecessor's agent") {
+		t.Fatalf("the successor did not reap the orphan:\n%s", second.out)
+	}
+	if consumerExists(t, m, m.e.N.DLVStream(), dlv) {
+		t.Fatal("the orphan's dlv_ durable survived the successor's start")
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", orphan.Agent.Pid)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the orphan's process survived: %v", err)
 	}
 	st, err := c.Status(ctxT(t), &managerv1.StatusRequest{})
 	if err != nil || st.Lease != managerv1.LeaseState_LEASE_STATE_HELD {

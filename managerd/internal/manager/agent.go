@@ -323,6 +323,12 @@ func (m *Manager) spawn(ctx context.Context, req *managerv1.SpawnRequest) (*mana
 		m.killUnproven(child)
 		return nil, fmt.Errorf("manager: terminal: %w", err)
 	}
+	a.child = child
+	if err := m.record(a); err != nil {
+		_ = t.Close()
+		m.killUnproven(child)
+		return nil, fmt.Errorf("manager: custody record: %w", err)
+	}
 	rctx, rcancel := context.WithCancel(m.runCtx)
 	m.mu.Lock()
 	a.child, a.dir, a.term, a.startedAt = child, child.Dir, t, time.Now()
@@ -575,6 +581,7 @@ func (m *Manager) doStop(ctx context.Context, a *agent) (*managerv1.StopResponse
 	m.mu.Unlock()
 	a.closeTerm()
 	a.key.Wipe()
+	m.unrecord(a)
 	m.release(a)
 	m.log.Info("agent stopped", "agent", a.name, "uid", a.uid, "deprovisioned", removed)
 	return &managerv1.StopResponse{Agent: view, Deprovisioned: removed}, nil

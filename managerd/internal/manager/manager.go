@@ -9,6 +9,9 @@
 // dead predecessor on this root is waited out); the manager liveness plane is served. Then Spawn
 // may run.
 //
+// A manager keeps a custody record of each running agent in its state directory; the next
+// manager on that directory reaps what a predecessor left (see custody.go).
+//
 // Spawn admits a request before any signer call (name, connector, capacity counting spawns in
 // progress, channels, environment), then per agent: a fresh user nkey and lifecycle uid, its
 // durables and ACL row through a one-shot provisioner credential, its credential minted by
@@ -196,6 +199,8 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	}); err != nil {
 		return err
 	}
+	// A predecessor's agents (it was killed, or spared them) are reaped before any new spawn.
+	m.reap(ctx)
 	if m.live, err = m.nc.QueueSubscribe(m.n.LiveManagerServe(), space.LiveQueue(space.LivePlaneManager), m.onProbe); err != nil {
 		return fmt.Errorf("manager: serve the liveness plane: %w", err)
 	}

@@ -2,9 +2,11 @@ package manager
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/cotalgo/cotal/managerd/internal/api"
 	"github.com/cotalgo/cotal/managerd/internal/instlease"
+	"github.com/cotalgo/cotal/pkg/creds"
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
@@ -448,4 +451,88 @@ func TestSpawnLaunchFails(t *testing.T) {
 	if st.Agents != 0 || !st.Signer.Reachable {
 		t.Fatalf("status after a failed launch: %v", st)
 	}
+}
+
+// TestReapPredecessor: a custody record a killed predecessor left, for an agent whose process is
+// gone, is reaped at start: exactly that lifecycle's dlv_ durable and ACL row are removed and the
+// record goes; a malformed record is left for the operator, and another lifecycle is untouched.
+func TestReapPredecessor(t *testing.T) {
+	e := plane3test.New(t)
+	cfg := testConfig(t, e)
+	pjs := e.Provisioner(t)
+	ghost, _ := newUID()
+	other, _ := newUID()
+	e.AddLifecycle(t, pjs, "ghost", ghost, []string{"general"})
+	e.AddLifecycle(t, pjs, "other", other, []string{"general"})
+
+	dead := exec.Command("/bin/true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "agents"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := json.Marshal(custody{Name: "ghost", Owner: plane3test.Owner, Actor: "ghost", LifecycleUID: ghost,
+		Pid: dead.Process.Pid, StartTime: 1, Dir: "/nonexistent/ghost", InstanceID: "inst0predecessoraaaaaaaaaa"})
+	if err := creds.WriteFileAtomic(filepath.Join(cfg.StateDir, "agents", "ghost.json"), rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := creds.WriteFileAtomic(filepath.Join(cfg.StateDir, "agents", "junk.json"), []byte(`{"name":"junk","extra":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	mustStart(t, cfg)
+
+	dlv := func(actor, uid string) bool {
+		name, _ := e.N.DlvConsumer(plane3test.Owner, actor, uid)
+		_, err := pjs.Consumer(plane3test.Ctx(t), e.N.DLVStream(), name)
+		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	kv, err := pjs.KeyValue(plane3test.Ctx(t), "cotal_acl_"+e.N.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	acl := func(actor, uid string) bool {
+		key, _ := space.ACLKey(plane3test.Owner, actor, uid)
+		_, err := kv.Get(plane3test.Ctx(t), key)
+		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	if dlv("ghost", ghost) || acl("ghost", ghost) {
+		t.Fatal("the predecessor's agent was not deprovisioned")
+	}
+	if !dlv("other", other) || !acl("other", other) {
+		t.Fatal("reaping touched another lifecycle")
+	}
+	if _, err := os.Stat(filepath.Join(cfg.StateDir, "agents", "ghost.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the reaped record is still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.StateDir, "agents", "junk.json")); err != nil {
+		t.Fatalf("the malformed record was not left alone: %v", err)
+	}
+}
+
+// FuzzDecodeCustody: a custody record is read from disk at start; decoding never panics and
+// what it accepts names a valid lifecycle and process.
+func FuzzDecodeCustody(f *testing.F) {
+	good, _ := json.Marshal(custody{Name: "a-1", Owner: "local", Actor: "a_1", LifecycleUID: "abcdefghijklmnopqrstuvwxyz",
+		Pid: 42, StartTime: 7, Dir: "/x", InstanceID: "i"})
+	f.Add(good)
+	f.Add([]byte(`{"name":"x"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := decodeCustody(b)
+		if err != nil {
+			return
+		}
+		if _, err := space.ACLKey(c.Owner, c.Actor, c.LifecycleUID); err != nil || c.Pid <= 1 || c.StartTime == 0 || !nameRE.MatchString(c.Name) {
+			t.Fatalf("accepted %+v", c)
+		}
+	})
 }
