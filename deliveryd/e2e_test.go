@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/cotalgo/cotal/deliveryd/internal/service"
 	"github.com/cotalgo/cotal/deliveryd/internal/service/servicetest"
 	"github.com/cotalgo/cotal/deliveryd/internal/watchdog"
+	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
@@ -30,24 +29,6 @@ const (
 	// provisioner may update that bucket, so the test shortens it).
 	leaseTTL = 3 * time.Second
 )
-
-// syncBuffer is a child's stderr.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // buildDeliveryd builds this binary into the test's temporary directory.
 func buildDeliveryd(t *testing.T) string {
@@ -63,7 +44,7 @@ func buildDeliveryd(t *testing.T) string {
 // child is a deliveryd process.
 type child struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *testkit.SyncBuffer
 	exited chan struct{}
 	err    error // the Wait result, once exited is closed
 }
@@ -76,7 +57,7 @@ func spawn(t *testing.T, bin string, cfg *config.Config, env ...string) *child {
 	if err := os.WriteFile(path, []byte(servicetest.YAML(cfg)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := &child{cmd: exec.Command(bin, "serve", "--config", path), stderr: &syncBuffer{}, exited: make(chan struct{})}
+	c := &child{cmd: exec.Command(bin, "serve", "--config", path), stderr: &testkit.SyncBuffer{}, exited: make(chan struct{})}
 	c.cmd.Stderr = c.stderr
 	c.cmd.Env = append(append(os.Environ(), "NOTIFY_SOCKET="), env...)
 	if err := c.cmd.Start(); err != nil {

@@ -4,15 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -25,6 +22,7 @@ import (
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
 	"github.com/cotalgo/cotal/pkg/managerclient"
 	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/pkg/testkit"
 )
 
 // TestIsolationProof is `make proof` (issue 12, item 5), and part of `make test` as root: the five
@@ -62,7 +60,7 @@ func TestIsolationProof(t *testing.T) {
 	passwd.WriteString("root:x:0:0:root:/root:/bin/bash\n")
 	group.WriteString("root:x:0:\n")
 	for _, name := range []string{"cotal-signer", "cotal-auth", "cotal-delivery", "cotal-manager", "cotal-agent"} {
-		uid, gid := addHostUser(t)
+		uid, gid := testkit.AddUser(t, 0)
 		p.users[name] = [2]uint32{uid, gid}
 		fmt.Fprintf(&passwd, "%s:x:%d:%d::/:/usr/sbin/nologin\n", name, uid, gid)
 		fmt.Fprintf(&group, "%s:x:%d:\n", name, gid)
@@ -495,29 +493,6 @@ func procUIDs(t *testing.T, pid int32) []string {
 	}
 	t.Fatal("no Uid: line")
 	return nil
-}
-
-// addHostUser creates a throwaway system user and group on this machine, removed at cleanup.
-func addHostUser(t *testing.T) (uid, gid uint32) {
-	t.Helper()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	name := "cotalp" + hex.EncodeToString(b)
-	if out, err := exec.Command("useradd", "-r", "-M", "-U", "-s", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd %s: %v\n%s", name, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
-			t.Errorf("userdel %s: %v\n%s", name, err, out)
-		}
-	})
-	u, err := user.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ui, _ := strconv.ParseUint(u.Uid, 10, 32)
-	gi, _ := strconv.ParseUint(u.Gid, 10, 32)
-	return uint32(ui), uint32(gi)
 }
 
 func freePort(t *testing.T) int {

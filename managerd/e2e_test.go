@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -27,6 +26,7 @@ import (
 	"github.com/cotalgo/cotal/managerd/internal/api"
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
+	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 )
 
@@ -37,49 +37,10 @@ import (
 
 const canary = "COTAL_E2E_CANARY"
 
-// syncBuffer collects a child's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// addUser creates a throwaway system user and group, removed at cleanup.
-func addUser(t testing.TB) (uid, gid uint32) {
-	t.Helper()
-	name := "cotal" + randHex(4)
-	if out, err := exec.Command("useradd", "-r", "-M", "-U", "-s", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd %s: %v\n%s", name, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
-			t.Errorf("userdel %s: %v\n%s", name, err, out)
-		}
-	})
-	u, err := user.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ui, _ := strconv.ParseUint(u.Uid, 10, 32)
-	gi, _ := strconv.ParseUint(u.Gid, 10, 32)
-	return uint32(ui), uint32(gi)
 }
 
 // binaries are built once per test binary run, into binDir (removed by TestMain).
@@ -125,14 +86,14 @@ func builtBinaries(t testing.TB) []string {
 type proc struct {
 	name   string
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *testkit.SyncBuffer
 	exited chan struct{}
 	err    error
 }
 
 func startProc(t testing.TB, name string, cred *syscall.Credential, env []string, argv ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, cmd: exec.Command(argv[0], argv[1:]...), out: &syncBuffer{}, exited: make(chan struct{})}
+	p := &proc{name: name, cmd: exec.Command(argv[0], argv[1:]...), out: &testkit.SyncBuffer{}, exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.Env = env
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
@@ -254,8 +215,8 @@ func newMachine(t testing.TB) *machine {
 		t.Skip("root test: needs useradd")
 	}
 	m := &machine{e: plane3test.New(t), capacity: 4, agentTTL: "5s"}
-	m.mgrUID, m.mgrGID = addUser(t)
-	m.agentUID, m.agentGID = addUser(t)
+	m.mgrUID, m.mgrGID = testkit.AddUser(t, 0)
+	m.agentUID, m.agentGID = testkit.AddUser(t, 0)
 	m.base = t.TempDir()
 	for _, d := range []string{filepath.Dir(m.base), m.base} { // traversable by the test's users
 		if err := os.Chmod(d, 0o755); err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cotalgo/cotal/pkg/testkit"
 )
 
 // The binaries `make run` builds, built once per test binary run into binDir.
@@ -58,35 +59,17 @@ func builtBinaries(t *testing.T) string {
 	return binDir
 }
 
-// syncBuffer collects the child's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // devRun is one `cotal-dev` run as a real child process.
 type devRun struct {
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *testkit.SyncBuffer
 	exited chan struct{}
 	err    error
 }
 
 func startDev(t *testing.T, bin, dir string) *devRun {
 	t.Helper()
-	r := &devRun{cmd: exec.Command(filepath.Join(bin, "cotal-dev"), "--dir", dir, "--bin", bin, "--nats-port", "-1"), out: &syncBuffer{}, exited: make(chan struct{})}
+	r := &devRun{cmd: exec.Command(filepath.Join(bin, "cotal-dev"), "--dir", dir, "--bin", bin, "--nats-port", "-1"), out: &testkit.SyncBuffer{}, exited: make(chan struct{})}
 	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -13,17 +13,17 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cotalgo/cotal/pkg/testkit"
 )
 
 // The root tests run the real launcher (the built managerd binary) as root, and its clients as
@@ -193,32 +193,6 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// addUser creates a throwaway system user (and its group) with useradd, removed at cleanup; with
-// no useradd it falls back to fixed high ids that need no passwd entry.
-func addUser(t *testing.T, fallback uint32) (uid, gid uint32) {
-	t.Helper()
-	if _, err := exec.LookPath("useradd"); err != nil {
-		t.Logf("useradd not found: using uid/gid %d without a passwd entry", fallback)
-		return fallback, fallback
-	}
-	name := "cotal" + randHex(4)
-	if out, err := exec.Command("useradd", "-r", "-M", "-U", "-s", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd %s: %v\n%s", name, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
-			t.Errorf("userdel %s: %v\n%s", name, err, out)
-		}
-	})
-	u, err := user.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ui, _ := strconv.ParseUint(u.Uid, 10, 32)
-	gi, _ := strconv.ParseUint(u.Gid, 10, 32)
-	return uint32(ui), uint32(gi)
-}
-
 func goBuild(t *testing.T, out, pkg string) {
 	t.Helper()
 	cmd := exec.Command("go", "build", "-o", out, pkg)
@@ -235,8 +209,8 @@ func startRootLauncher(t *testing.T) *rootEnv {
 		t.Skip("root test: starting the launcher, changing uid and creating users need root (CI runs as root)")
 	}
 	e := &rootEnv{canary: "COTAL_CANARY_" + randHex(4)}
-	e.mgrUID, e.mgrGID = addUser(t, 64101)
-	e.agentUID, e.agentGID = addUser(t, 64102)
+	e.mgrUID, e.mgrGID = testkit.AddUser(t, 64101)
+	e.agentUID, e.agentGID = testkit.AddUser(t, 64102)
 	e.base = t.TempDir()
 	for _, d := range []string{filepath.Dir(e.base), e.base} { // traversable by the test's users
 		if err := os.Chmod(d, 0o755); err != nil {
@@ -283,7 +257,7 @@ log_level: debug
 	}
 	cmd := exec.Command(filepath.Join(e.bin, "managerd"), "launcher", "--config", cfgPath)
 	cmd.Env = append(os.Environ(), e.canary+"=leaked", "TERM=launcher-term", "HOME=/root")
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -325,24 +299,6 @@ log_level: debug
 	return e
 }
 
-// syncBuffer is a bytes.Buffer safe for a child's stderr writer and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // client runs one clientSpec as uid:gid in a child process and returns it with its report
 // stream and stdin.
 type clientProc struct {
@@ -364,7 +320,7 @@ func (e *rootEnv) client(t *testing.T, uid, gid uint32, spec clientSpec) *client
 	cmd.Env = []string{clientEnv + "=" + string(js), e.canary + "=client-leaked", "PATH=/usr/bin:/bin"}
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}}
-	var stderr syncBuffer
+	var stderr testkit.SyncBuffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -30,6 +30,7 @@ import (
 	"github.com/cotalgo/cotal/pkg/provision"
 	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
 
@@ -143,7 +144,7 @@ func (st *stack) startDeliveryd(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "serve", "--config", path)
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	cmd.Stderr = &logs
 	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET=")
 	if err := cmd.Start(); err != nil {
@@ -372,24 +373,6 @@ func (c *collector) count(line string) int {
 		}
 	}
 	return n
-}
-
-// syncBuffer is a child's stderr.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // serveManagerLiveness answers manager-plane probes as managerd will: a supervisor credential
