@@ -187,11 +187,14 @@ func TestStart(t *testing.T) {
 	t.Run("ok/the development flag starts with a readable seed", func(t *testing.T) {
 		cfg := testConfig(t, e)
 		cfg.SignerSeedPaths = []string{e.S.Dir}
-		var logged syncBuf
-		if _, err := startManager(t, cfg, func(in *Inputs) { in.AllowReadableSeeds = true; in.Logger = logged.logger() }); err != nil {
+		var logged testkit.SyncBuffer
+		if _, err := startManager(t, cfg, func(in *Inputs) {
+			in.AllowReadableSeeds = true
+			in.Logger = slog.New(slog.NewTextHandler(&logged, nil))
+		}); err != nil {
 			t.Fatal(err)
 		}
-		if !logged.contains("DEVELOPMENT MODE") {
+		if !strings.Contains(logged.String(), "DEVELOPMENT MODE") {
 			t.Fatalf("no loud warning in the log: %s", logged.String())
 		}
 	})
@@ -366,29 +369,6 @@ func TestLeaseDeletedIsPutBack(t *testing.T) {
 		t.Fatal("lease row there after Shutdown")
 	}
 }
-
-// syncBuf is a log sink the manager's goroutines may write to.
-type syncBuf struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b = append(s.b, p...)
-	return len(p), nil
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return string(s.b)
-}
-
-func (s *syncBuf) contains(sub string) bool { return strings.Contains(s.String(), sub) }
-
-func (s *syncBuf) logger() *slog.Logger { return slog.New(slog.NewTextHandler(s, nil)) }
 
 // recordingProv records what the manager provisions.
 type recordingProv struct {
