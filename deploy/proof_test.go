@@ -83,7 +83,7 @@ func TestIsolationProof(t *testing.T) {
 
 	// Positive control, before: managerd mints an agent credential (the spawn needs one).
 	agent := p.spawn(c, "prover")
-	uidLine := procUIDs(t, agent.Pid)
+	uidLine := testkit.ProcUIDs(t, int(agent.Pid))
 	want := strconv.FormatUint(uint64(p.uid("cotal-agent")), 10)
 	if strings.Join(uidLine, " ") != strings.Join([]string{want, want, want, want}, " ") {
 		t.Fatalf("agent pid %d Uid: %v, want cotal-agent (%s) four times", agent.Pid, uidLine, want)
@@ -477,22 +477,6 @@ func (p *proof) attach(c managerv1.ManagerServiceClient, name string) *terminal 
 		}
 	}()
 	return tm
-}
-
-// procUIDs is the Uid: line of /proc/<pid>/status.
-func procUIDs(t *testing.T, pid int32) []string {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
-			return strings.Fields(rest)
-		}
-	}
-	t.Fatal("no Uid: line")
-	return nil
 }
 
 func freePort(t *testing.T) int {

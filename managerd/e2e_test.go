@@ -133,21 +133,6 @@ func (p *proc) exitCode(t *testing.T, within time.Duration) int {
 	return 0
 }
 
-func eventually(t testing.TB, within time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %v", within, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // writeFile writes data as path, owned by uid:gid with mode.
 func writeFile(t testing.TB, path string, data []byte, uid, gid uint32, mode os.FileMode) {
 	t.Helper()
@@ -260,7 +245,7 @@ log_level: debug
 	writeFile(t, m.path("launcher.yaml"), []byte(launcherCfg), 0, 0, 0o600)
 	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", canary + "=leaked", "HOME=/root"}
 	launcher := startProc(t, "launcher", nil, env, filepath.Join(m.bin, "managerd"), "launcher", "--config", m.path("launcher.yaml"))
-	eventually(t, 10*time.Second, func() error {
+	testkit.Eventually(t, 10*time.Second, func() error {
 		if _, err := os.Stat(m.path("run", "launcher.sock")); err != nil {
 			return fmt.Errorf("launcher socket: %v (%s)", err, launcher.out)
 		}
@@ -333,7 +318,7 @@ func (m *machine) client(t testing.TB, p *proc) managerv1.ManagerServiceClient {
 	if err == nil {
 		t.Cleanup(func() { closer.Close() })
 	}
-	eventually(t, 40*time.Second, func() error {
+	testkit.Eventually(t, 40*time.Second, func() error {
 		select {
 		case <-p.exited:
 			t.Fatalf("managerd exited: %v\n%s", p.err, p.out)
@@ -426,7 +411,7 @@ func (a *attachment) output() string {
 
 func (a *attachment) waitFor(t testing.TB, sub string) {
 	t.Helper()
-	eventually(t, 20*time.Second, func() error {
+	testkit.Eventually(t, 20*time.Second, func() error {
 		if !strings.Contains(a.output(), sub) {
 			return fmt.Errorf("terminal lacks %q; got:\n%s", sub, a.output())
 		}
@@ -439,22 +424,6 @@ func input(t testing.TB, c managerv1.ManagerServiceClient, name, text string) {
 	if _, err := c.Input(ctxT(t), &managerv1.InputRequest{Name: name, Text: []byte(text), Enter: true}); err != nil {
 		t.Fatalf("input %s: %v", name, err)
 	}
-}
-
-// procStatusUIDs is the four Uid: fields of /proc/<pid>/status.
-func procStatusUIDs(t testing.TB, pid int32) []string {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
-			return strings.Fields(rest)
-		}
-	}
-	t.Fatal("no Uid: line")
-	return nil
 }
 
 // consumerExists asks the broker, with a provisioner credential, whether a consumer exists.
@@ -513,7 +482,7 @@ func TestEndToEnd(t *testing.T) {
 	tb.waitFor(t, "ready")
 
 	t.Run("ok/List shows process and mesh state", func(t *testing.T) {
-		eventually(t, 15*time.Second, func() error {
+		testkit.Eventually(t, 15*time.Second, func() error {
 			l, err := c.List(ctxT(t), &managerv1.ListRequest{})
 			if err != nil {
 				return err
@@ -539,7 +508,7 @@ func TestEndToEnd(t *testing.T) {
 	t.Run("ok/the agent runs as the agent uid, without the ambient environment or its credential in argv", func(t *testing.T) {
 		want := strconv.FormatUint(uint64(m.agentUID), 10)
 		for _, a := range []*managerv1.Agent{alice, bob} {
-			uids := procStatusUIDs(t, a.Pid)
+			uids := testkit.ProcUIDs(t, int(a.Pid))
 			if len(uids) != 4 {
 				t.Fatalf("Uid: %v", uids)
 			}
@@ -601,7 +570,7 @@ func TestEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		tc := attach(t, c, "carol")
-		eventually(t, 10*time.Second, func() error {
+		testkit.Eventually(t, 10*time.Second, func() error {
 			if out := tc.output(); out != string(blob) {
 				return fmt.Errorf("carol's terminal: %d bytes, want the %d-byte blob exactly", len(out), len(blob))
 			}
@@ -623,7 +592,7 @@ func TestEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		exp0 := first.Renewal.ExpiresAt.AsTime()
-		eventually(t, 20*time.Second, func() error {
+		testkit.Eventually(t, 20*time.Second, func() error {
 			in, err := c.Inspect(ctxT(t), &managerv1.InspectRequest{Name: "bob-1"})
 			if err != nil {
 				return err
@@ -637,7 +606,7 @@ func TestEndToEnd(t *testing.T) {
 			return nil
 		})
 		// Past the first credential's expiry, bob still receives.
-		eventually(t, 15*time.Second, func() error {
+		testkit.Eventually(t, 15*time.Second, func() error {
 			if time.Now().Before(exp0.Add(time.Second)) {
 				return errors.New("first credential not expired yet")
 			}
@@ -653,7 +622,7 @@ func TestEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		m.e.S.Stop(t)
-		eventually(t, 20*time.Second, func() error {
+		testkit.Eventually(t, 20*time.Second, func() error {
 			st, err := c.Status(ctxT(t), &managerv1.StatusRequest{})
 			if err != nil {
 				return err
@@ -676,7 +645,7 @@ func TestEndToEnd(t *testing.T) {
 			t.Fatalf("the credential went backwards while signerd was down: %v -> %v", before.Renewal.ExpiresAt.AsTime(), during.Renewal.ExpiresAt.AsTime())
 		}
 		m.e.S.Restart(t)
-		eventually(t, 30*time.Second, func() error {
+		testkit.Eventually(t, 30*time.Second, func() error {
 			st, err := c.Status(ctxT(t), &managerv1.StatusRequest{})
 			if err != nil {
 				return err
@@ -863,7 +832,7 @@ func BenchmarkSpawnToConnected(b *testing.B) {
 				}
 				for _, name := range names {
 					var in *managerv1.InspectResponse
-					eventually(b, 60*time.Second, func() error {
+					testkit.Eventually(b, 60*time.Second, func() error {
 						var err error
 						if in, err = c.Inspect(context.Background(), &managerv1.InspectRequest{Name: name}); err != nil {
 							return err

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"os"
 	"os/exec"
 	"os/user"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -62,4 +65,21 @@ func AddUser(t testing.TB, fallback uint32) (uid, gid uint32) {
 	ui, _ := strconv.ParseUint(u.Uid, 10, 32)
 	gi, _ := strconv.ParseUint(u.Gid, 10, 32)
 	return uint32(ui), uint32(gi)
+}
+
+// ProcUIDs is the four fields of the Uid: line of /proc/<pid>/status (real, effective, saved,
+// filesystem).
+func ProcUIDs(t testing.TB, pid int) []string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+			return strings.Fields(rest)
+		}
+	}
+	t.Fatalf("/proc/%d/status has no Uid: line", pid)
+	return nil
 }
