@@ -147,9 +147,15 @@ func TestRenderServerConfigRefusals(t *testing.T) {
 		{"fail/ca without cert", base(func(c *trust.ServerConfig) { c.TLSCAFile = "/ca.pem" }), &trust.ConfigError{}},
 		{"fail/monitor port out of range", base(func(c *trust.ServerConfig) { c.MonitorPort = -2 }), &trust.ConfigError{}},
 		{"fail/cluster without server name", base(func(c *trust.ServerConfig) { c.Cluster = cl(nil) }), &trust.ConfigError{}},
-		{"fail/cluster without name", base(func(c *trust.ServerConfig) { c.ServerName, c.Cluster = "n1", cl(func(k *trust.ClusterConfig) { k.Name = "" }) }), &trust.ConfigError{}},
-		{"fail/cluster without port", base(func(c *trust.ServerConfig) { c.ServerName, c.Cluster = "n1", cl(func(k *trust.ClusterConfig) { k.Port = 0 }) }), &trust.ConfigError{}},
-		{"fail/cluster without routes", base(func(c *trust.ServerConfig) { c.ServerName, c.Cluster = "n1", cl(func(k *trust.ClusterConfig) { k.Routes = nil }) }), &trust.ConfigError{}},
+		{"fail/cluster without name", base(func(c *trust.ServerConfig) {
+			c.ServerName, c.Cluster = "n1", cl(func(k *trust.ClusterConfig) { k.Name = "" })
+		}), &trust.ConfigError{}},
+		{"fail/cluster without port", base(func(c *trust.ServerConfig) {
+			c.ServerName, c.Cluster = "n1", cl(func(k *trust.ClusterConfig) { k.Port = 0 })
+		}), &trust.ConfigError{}},
+		{"fail/cluster without routes", base(func(c *trust.ServerConfig) {
+			c.ServerName, c.Cluster = "n1", cl(func(k *trust.ClusterConfig) { k.Routes = nil })
+		}), &trust.ConfigError{}},
 		{"fail/route not nats-route", base(func(c *trust.ServerConfig) {
 			c.ServerName, c.Cluster = "n1", cl(func(k *trust.ClusterConfig) { k.Routes = []string{"nats://h:6222"} })
 		}), &trust.ConfigError{}},
