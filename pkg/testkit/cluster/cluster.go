@@ -372,6 +372,55 @@ func (c *Cluster) Jsz(i int, q string) (*server.JSInfo, error) {
 	return &js, nil
 }
 
+// Monitor reads path (e.g. "/connz?auth=true") from node i's monitoring port and returns the
+// body of a 200 answer.
+func (c *Cluster) Monitor(i int, path string) ([]byte, error) { return c.get(i, path) }
+
+// ConnNames returns the connection names (nats.Name) of node i's client connections, so a test
+// can find the node a daemon is connected to.
+func (c *Cluster) ConnNames(i int) ([]string, error) {
+	body, err := c.get(i, "/connz?limit=100000")
+	if err != nil {
+		return nil, err
+	}
+	var cz server.Connz
+	if err := json.Unmarshal(body, &cz); err != nil {
+		return nil, fmt.Errorf("cluster: %s /connz: %w", c.nodes[i].Name, err)
+	}
+	var out []string
+	for _, ci := range cz.Conns {
+		out = append(out, ci.Name)
+	}
+	return out, nil
+}
+
+// NodeOf returns the index of the running node that has a client connection named name, or an
+// error when none (or more than one) has.
+func (c *Cluster) NodeOf(name string) (int, error) {
+	found := -1
+	for i := range c.nodes {
+		if !c.Running(i) {
+			continue
+		}
+		names, err := c.ConnNames(i)
+		if err != nil {
+			return -1, err
+		}
+		for _, n := range names {
+			if n == name {
+				if found >= 0 && found != i {
+					return -1, fmt.Errorf("cluster: connection %q on %s and %s", name, c.nodes[found].Name, c.nodes[i].Name)
+				}
+				found = i
+			}
+		}
+	}
+	if found < 0 {
+		return -1, fmt.Errorf("cluster: no running node has a connection named %q", name)
+	}
+	return found, nil
+}
+
 // MetaLeader returns the index of the JetStream meta leader, as every running node reports it.
 // It fails when no node is running, a running node does not answer, they disagree or know no
 // leader, or the leader they name is down (until the election after a kill): poll it.
