@@ -134,30 +134,25 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.Nodes < 1 {
 		return nil, fmt.Errorf("cluster: %d nodes", cfg.Nodes)
 	}
-	bin := cfg.Binary
-	if bin == "" {
-		var err error
-		if bin, err = BuildBinary(); err != nil {
+	if cfg.Binary == "" {
+		if _, err := BuildBinary(); err != nil {
 			return nil, err
 		}
 	}
-	ports, err := freePorts(3 * cfg.Nodes)
+	ports, err := FreePorts(3 * cfg.Nodes)
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{bin: bin, scheme: "nats"}
-	if cfg.TLS != nil {
-		c.scheme = "tls"
-	}
+	var nodes []*Node
 	var routes []string
 	for i := range cfg.Nodes {
 		nd := &Node{Name: "n" + strconv.Itoa(i+1), ClientPort: ports[3*i], ClusterPort: ports[3*i+1], MonitorPort: ports[3*i+2]}
 		nd.Dir = filepath.Join(cfg.Dir, nd.Name)
 		nd.Conf = filepath.Join(nd.Dir, "nats.conf")
 		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(nd.ClusterPort))
-		c.nodes = append(c.nodes, nd)
+		nodes = append(nodes, nd)
 	}
-	for _, nd := range c.nodes {
+	for _, nd := range nodes {
 		sc := trust.ServerConfig{
 			Host: "127.0.0.1", Port: nd.ClientPort, ServerName: nd.Name, MonitorPort: nd.MonitorPort,
 			StoreDir: "jetstream", Broker: cfg.Broker, Spaces: cfg.Spaces,
@@ -177,19 +172,42 @@ func New(cfg Config) (*Cluster, error) {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
 	}
+	return Run(cfg.Binary, nodes, cfg.TLS != nil)
+}
+
+// Run starts nodes whose configurations were rendered elsewhere (by `signerd broker-config`,
+// say): each Node needs Name (its server_name), Dir (the working directory its store_dir is
+// relative to), Conf and MonitorPort (the harness polls it) and ClientPort; tls says the client
+// URLs are tls://. bin empty means BuildBinary's. It returns once every monitoring port answers.
+func Run(bin string, nodes []*Node, tls bool) (*Cluster, error) {
+	if bin == "" {
+		var err error
+		if bin, err = BuildBinary(); err != nil {
+			return nil, err
+		}
+	}
+	c := &Cluster{bin: bin, scheme: "nats", nodes: nodes}
+	if tls {
+		c.scheme = "tls"
+	}
+	return c, c.launch()
+}
+
+// launch starts every node and waits for each monitoring port; on failure it kills them all.
+func (c *Cluster) launch() error {
 	for i := range c.nodes {
 		if err := c.start(i); err != nil {
 			c.Close()
-			return nil, err
+			return err
 		}
 	}
 	for i := range c.nodes {
 		if err := c.waitUp(i); err != nil {
 			c.Close()
-			return nil, err
+			return err
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // N returns the number of nodes.
@@ -573,9 +591,9 @@ func poll(timeout time.Duration, f func() error) error {
 	}
 }
 
-// freePorts returns n distinct free loopback TCP ports, holding all listeners until all are
+// FreePorts returns n distinct free loopback TCP ports, holding all listeners until all are
 // chosen so none is returned twice.
-func freePorts(n int) ([]int, error) {
+func FreePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
