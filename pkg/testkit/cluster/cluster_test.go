@@ -74,6 +74,22 @@ func TestClusterFormsAndReelects(t *testing.T) {
 	if err := c.WaitHealthy(cluster.StartTimeout); err != nil {
 		t.Fatal(err)
 	}
+	// A clean stop (SIGTERM) of the current leader hands leadership over; the node restarts.
+	if err := c.Stop(next); err != nil {
+		t.Fatal(err)
+	}
+	if c.Running(next) {
+		t.Fatal("stopped node still running")
+	}
+	if err := c.Restart(next); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Restart(next); err == nil {
+		t.Fatal("Restart of a running node accepted")
+	}
+	if err := c.WaitHealthy(cluster.StartTimeout); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestSpaceR3: every stream and bucket of a space provisioned with replicas 3 has three
@@ -95,6 +111,20 @@ func TestSpaceR3(t *testing.T) {
 		if ci.Config.Replicas != 3 || ci.Cluster == nil || ci.Cluster.Leader == "" || len(ci.Cluster.Replicas) != 2 {
 			t.Fatalf("%s: replicas %d cluster %+v, want R3 with a leader and 2 peers", it.Config.Name, ci.Config.Replicas, ci.Cluster)
 		}
+	}
+	// A lifecycle's dlv_ durable sets no replica count: it inherits DLV's three.
+	const uid = "uidconsumeraaaaaaaaaaaaaaa"
+	e.AddLifecycle(t, pjs, "a1", uid, []string{"general"})
+	name, err := e.N.DlvConsumer(plane3test.Owner, "a1", uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := pjs.Consumer(plane3test.Ctx(t), e.N.DLVStream(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci := cons.CachedInfo(); ci.Cluster == nil || ci.Cluster.Leader == "" || len(ci.Cluster.Replicas) != 2 {
+		t.Fatalf("%s: cluster %+v, want a leader and 2 peers", name, ci.Cluster)
 	}
 	chat := e.N.ChatStream()
 	si, err := c.Stream(acc, chat)
