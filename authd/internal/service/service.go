@@ -16,8 +16,6 @@
 package service
 
 import (
-	"strings"
-
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -28,6 +26,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -189,7 +188,7 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 	}
 	if s.planeRail, err = signerclient.NewRail(signerclient.RailConfig{
 		Client: s.signer, Space: cfg.Space, Profile: signerv1.Profile_PROFILE_AUTH_PLANE,
-		NatsURL: strings.Join(cfg.Brokers, ","), Logger: s.log, Now: in.Now,
+		NatsURLs: cfg.Brokers, Logger: s.log, Now: in.Now,
 	}); err != nil {
 		return fail(CodeConfig, "plane rail refused", err)
 	}

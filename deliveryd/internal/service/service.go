@@ -22,8 +22,6 @@
 package service
 
 import (
-	"strings"
-
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,6 +29,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -270,7 +269,7 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 	}
 	if s.rail, err = signerclient.NewRail(signerclient.RailConfig{
 		Client: s.signer, Space: cfg.Space, Profile: signerv1.Profile_PROFILE_DELIVERY,
-		TTL: cfg.CredentialTTL.D(), NatsURL: strings.Join(cfg.Brokers, ","), Logger: s.log, OnRenew: s.onRenew,
+		TTL: cfg.CredentialTTL.D(), NatsURLs: cfg.Brokers, Logger: s.log, OnRenew: s.onRenew,
 	}); err != nil {
 		return fail(CodeConfig, "delivery rail refused", err)
 	}

@@ -1,9 +1,8 @@
 package manager
 
 import (
-	"strings"
-
 	"context"
+	"strings"
 
 	"github.com/cotalgo/cotal/pkg/provision"
 )
