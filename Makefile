@@ -59,7 +59,7 @@ FUZZ_TARGETS ?= \
 	managerd/internal/launcher:FuzzDecodeRequest \
 	pkg/material:FuzzDecode
 
-.PHONY: all generate check-generated lint test test-go test-ts fuzz bench check run build clean
+.PHONY: all generate check-generated lint test test-go test-ts fuzz bench check run build clean proof
 
 all: check
 
@@ -120,6 +120,12 @@ test-ts: $(TS_DIR)/node_modules
 	cd $(TS_DIR) && SIGNERD_BIN="$(CURDIR)/bin/signerd" MANAGERD_BIN="$(CURDIR)/bin/managerd" \
 		NATS_SERVER_BIN="$(CURDIR)/bin/nats-server" $(NPM) test
 
+## proof: the isolation proof alone (as root; `make test` runs it too): the five users, the layout
+## install.sh makes, each daemon under its own uid, an agent that can read no seed and reach no
+## socket or signerd.
+proof:
+	$(GO) test -count=1 -run TestIsolationProof -v ./deploy/
+
 ## fuzz: run each fuzz target briefly.
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
@@ -139,11 +145,11 @@ check: check-generated lint fuzz test
 build:
 	$(GO) build -o bin/ ./...
 
-## run: the local stack from ./$(DEV_DIR).
+## run: the local stack from ./$(DEV_DIR): signerd, broker, authd, deliveryd, managerd launcher and
+## serve, two demo agents (root only), a bearer through authd and the callout; Ctrl-C stops it.
 run:
-	$(GO) build -o bin/signerd ./signerd
-	$(GO) build -o bin/cotal-dev ./deploy/local/cotal-dev
-	bin/cotal-dev --dir $(DEV_DIR) --signerd bin/signerd
+	$(GO) build -o bin/ ./signerd ./authd ./deliveryd ./managerd ./managerd/internal/testagent ./deploy/local/cotal-dev
+	bin/cotal-dev --dir $(DEV_DIR) --bin bin
 
 clean:
 	rm -rf bin $(TS_DIR)/dist $(TS_DIR)/dist-test

@@ -617,11 +617,17 @@ func TestEndToEnd(t *testing.T) {
 		}
 	})
 
-	t.Run("ok/the agent cannot open the signer's keys, managerd's key or sockets", func(t *testing.T) {
+	t.Run("ok/the agent cannot open the signer's keys or managerd's key, connect to either socket, or handshake with signerd", func(t *testing.T) {
 		for _, p := range []string{filepath.Join(m.e.S.Dir, "signer"), m.mgrKey, m.path("mgr-token", "launcher.token"), m.path("api"), m.path("run")} {
 			input(t, c, "alice", "!open "+p)
 			ta.waitFor(t, "open "+p+" EACCES")
 		}
+		for _, p := range []string{m.path("run", "launcher.sock"), m.apiSock} {
+			input(t, c, "alice", "!unix "+p)
+			ta.waitFor(t, "unix "+p+" EACCES")
+		}
+		input(t, c, "alice", "!tls "+m.e.S.Addr)
+		ta.waitFor(t, "tls "+m.e.S.Addr+" refused")
 		// Positive control: managerd still mints (a third agent spawns) and is refused by no one.
 		if _, err := c.Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "carol", Connector: "blob"}); err != nil {
 			t.Fatalf("positive control spawn: %v", err)

@@ -7,7 +7,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,6 +21,7 @@ import (
 	"github.com/cotalgo/cotal/pkg/creds"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
+	"github.com/cotalgo/cotal/pkg/provision"
 	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/pkg/space"
 )
@@ -62,9 +62,10 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	}
 	defer signer.Close()
 
-	// 1. What must exist first: the space's streams. managerd provisions them with a one-shot
-	// provisioner credential; this example creates CHAT_<t> the same way if it is missing.
-	if err := provision(ctx, signer, c, n); err != nil {
+	// 1. What must exist first: the space's streams and buckets. pkg/provision creates them (or
+	// finds them, as `make run` made them) on a one-shot provisioner credential held in memory.
+	if _, err := provision.Run(ctx, provision.Config{Signer: signer, Space: c.space, NatsURL: c.natsURL,
+		Owner: "demo", Actor: "readme"}); err != nil {
 		return fmt.Errorf("provision: %w", err)
 	}
 
@@ -142,44 +143,4 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	fmt.Fprintf(out, "stored as %s #%d, received %q on %s\n", ack.Stream, ack.Sequence, msg.Data, msg.Subject)
 	fmt.Fprintf(out, "nats --server %s --creds %s --inbox-prefix %s pub -J %s hi\n", c.natsURL, c.credsPath, inbox, post)
 	return nil
-}
-
-// provision creates CHAT_<t> (capturing cotal.<t>.chat.>) with a provisioner credential held
-// only in memory. Creating a stream that exists with the same config succeeds.
-func provision(ctx context.Context, signer *signerclient.Client, c config, n space.Names) error {
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		return err
-	}
-	defer kp.Wipe()
-	pub, err := kp.PublicKey()
-	if err != nil {
-		return err
-	}
-	cred, err := signer.Mint(ctx, &signerv1.MintRequest{
-		Space: c.space, Profile: signerv1.Profile_PROFILE_PROVISIONER, UserPublicKey: pub,
-		Params: &signerv1.ProfileParams{Owner: "demo", Actor: "readme"},
-	})
-	if err != nil {
-		return err
-	}
-	inbox, err := space.InboxPrefix(pub)
-	if err != nil {
-		return err
-	}
-	nc, err := nats.Connect(c.natsURL, nats.UserJWT(func() (string, error) { return cred.GetJwt(), nil }, kp.Sign),
-		nats.CustomInboxPrefix(inbox))
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: n.ChatStream(), Subjects: []string{n.ChatAll()}})
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return fmt.Errorf("%s exists with another config: %w", n.ChatStream(), err)
-	}
-	return err
 }

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -39,10 +40,15 @@ const (
 	RemintContext = "cotal-remint/v1"
 )
 
-// Config is what Dial needs. Addr and TLS are required.
+// Config is what Dial needs. TLS and one of Addr and Addrs are required.
 type Config struct {
 	// Addr is signerd's address: host:port, or "unix:/path/to/socket".
 	Addr string
+	// Addrs lists several signerd replicas (each host:port or unix:/path, no duplicates),
+	// instead of Addr. Calls are spread over the replicas that are up and healthy and fail
+	// over between them (see HealthService). Every replica must present a certificate valid
+	// for ServerName (and ServerID, when set).
+	Addrs []string
 	// TLS names this caller's client certificate and key and the CA bundle signerd's
 	// certificate must chain to.
 	TLS mtls.ClientFiles
@@ -66,18 +72,22 @@ type Config struct {
 // Client calls signerd. It is safe for concurrent use. The client certificate files are
 // re-read while the client is open, so a rotated certificate is used by the next handshake.
 type Client struct {
-	conn   *grpc.ClientConn
-	api    signerv1.SignerServiceClient
-	now    func() time.Time
-	cancel context.CancelFunc
-	done   chan struct{}
+	conn     *grpc.ClientConn
+	attempts *attemptCounter
+	api      signerv1.SignerServiceClient
+	now      func() time.Time
+	cancel   context.CancelFunc
+	done     chan struct{}
 }
 
-// Dial validates cfg, loads the TLS files and returns a client. The connection is made lazily
-// by the first call, so Dial does not fail when signerd is down; calls do, with ErrUnavailable.
+// Dial validates cfg, loads the TLS files and returns a client. The connections are made lazily
+// by the first call, so Dial does not fail when signerd is down; calls do, with ErrUnavailable
+// (once every replica is down). It refuses both Addr and Addrs set, neither, a duplicate
+// address and an address that is not host:port or unix:/path.
 func Dial(cfg Config) (*Client, error) {
-	if cfg.Addr == "" {
-		return nil, errors.New("signerclient: Config.Addr is empty")
+	addrs, err := cfg.addresses()
+	if err != nil {
+		return nil, err
 	}
 	if cfg.CallTimeout < 0 {
 		return nil, fmt.Errorf("signerclient: Config.CallTimeout %v is negative", cfg.CallTimeout)
@@ -91,7 +101,7 @@ func Dial(cfg Config) (*Client, error) {
 	}
 	tlsCfg, reloader, err := mtls.NewClientTLS(cfg.TLS, cfg.ServerName, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("signerclient: TLS for %s: %w", cfg.Addr, err)
+		return nil, fmt.Errorf("signerclient: TLS for %s: %w", strings.Join(addrs, ","), err)
 	}
 	c, err := dial(cfg, tlsCfg)
 	if err != nil {
@@ -112,8 +122,13 @@ func Dial(cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// dial builds the client over an already made TLS configuration.
+// dial builds the client over an already made TLS configuration: one channel over every
+// address, with the resolver, balancer, health checking and retry policy of replicas.go.
 func dial(cfg Config, tlsCfg *tls.Config) (*Client, error) {
+	addrs, err := cfg.addresses()
+	if err != nil {
+		return nil, err
+	}
 	timeout := cfg.CallTimeout
 	if timeout == 0 {
 		timeout = DefaultCallTimeout
@@ -122,16 +137,21 @@ func dial(cfg Config, tlsCfg *tls.Config) (*Client, error) {
 	if now == nil {
 		now = time.Now
 	}
-	conn, err := grpc.NewClient(cfg.Addr,
+	attempts := &attemptCounter{}
+	conn, err := grpc.NewClient(resolverScheme+":///signerd",
+		grpc.WithResolvers(newResolver(addrs)),
+		grpc.WithContextDialer(dialAddr),
+		grpc.WithDefaultServiceConfig(serviceConfig),
+		grpc.WithStatsHandler(attempts),
 		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
-		grpc.WithChainUnaryInterceptor(append([]grpc.UnaryClientInterceptor{deadlineInterceptor(timeout)}, cfg.Interceptors...)...),
+		grpc.WithChainUnaryInterceptor(append([]grpc.UnaryClientInterceptor{deadlineInterceptor(timeout), attempts.interceptor}, cfg.Interceptors...)...),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("signerclient: dial %s: %w", cfg.Addr, err)
+		return nil, fmt.Errorf("signerclient: dial %s: %w", strings.Join(addrs, ","), err)
 	}
 	done := make(chan struct{})
 	close(done)
-	return &Client{conn: conn, api: signerv1.NewSignerServiceClient(conn), now: now, cancel: func() {}, done: done}, nil
+	return &Client{conn: conn, attempts: attempts, api: signerv1.NewSignerServiceClient(conn), now: now, cancel: func() {}, done: done}, nil
 }
 
 // deadlineInterceptor gives every call without a deadline one, so no outbound call can hang,
@@ -153,6 +173,11 @@ func (c *Client) Close() error {
 	<-c.done
 	return c.conn.Close()
 }
+
+// Retried counts the calls gRPC sent more than once (a retry on UNAVAILABLE, usually to
+// another replica, or a transparent retry of a call that never reached a replica) and that
+// have returned, answered or not. A daemon reports it as signer calls failed over.
+func (c *Client) Retried() uint64 { return c.attempts.retried.Load() }
 
 // API returns the raw generated client for RPCs without a typed wrapper. Its errors are gRPC
 // status errors; pass them through AsError to get an *Error.

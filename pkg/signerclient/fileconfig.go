@@ -1,13 +1,20 @@
 package signerclient
 
-import "github.com/cotalgo/cotal/pkg/mtls"
+import (
+	"strings"
+
+	"github.com/cotalgo/cotal/pkg/mtls"
+)
 
 // FileConfig is the `signer:` block every daemon's configuration file carries: signerd's address
-// and the daemon's client certificate as files. Daemons embed it (authd, deliveryd) so the block
-// reads the same everywhere.
+// (or its replicas' addresses) and the daemon's client certificate as files. Daemons embed it
+// (authd, deliveryd, managerd) so the block reads the same everywhere.
 type FileConfig struct {
-	// Address is host:port or unix:/path. Required.
+	// Address is host:port or unix:/path. Exactly one of Address and Addresses is required.
 	Address string `yaml:"address"`
+	// Addresses lists several signerd replicas, each host:port or unix:/path, no duplicates
+	// (Config.Addrs): calls spread over the healthy ones and fail over between them.
+	Addresses []string `yaml:"addresses"`
 	// CA is the bundle signerd's certificate must chain to. Required.
 	CA string `yaml:"ca"`
 	// Cert and Key are the daemon's client certificate (URI SAN spiffe://<td>/<daemon>/<space>)
@@ -24,19 +31,35 @@ type FileConfig struct {
 func (f FileConfig) ClientConfig() Config {
 	return Config{
 		Addr:       f.Address,
+		Addrs:      f.Addresses,
 		TLS:        mtls.ClientFiles{CertFile: f.Cert, KeyFile: f.Key, ServerCAFile: f.CA},
 		ServerName: f.ServerName,
 		ServerID:   f.ServerID,
 	}
 }
 
-// Missing names the required keys f lacks, each prefixed with prefix (say "signer.").
+// Missing names the required keys f lacks, each prefixed with prefix (say "signer."); "address"
+// when neither Address nor Addresses is set. Dial checks the addresses themselves
+// (one of the two keys, each well formed, no duplicate), so a daemon refuses a bad list at
+// start.
 func (f FileConfig) Missing(prefix string) []string {
 	var out []string
-	for _, k := range []struct{ name, v string }{{"address", f.Address}, {"ca", f.CA}, {"cert", f.Cert}, {"key", f.Key}} {
+	if f.Address == "" && len(f.Addresses) == 0 {
+		out = append(out, prefix+"address")
+	}
+	for _, k := range []struct{ name, v string }{{"ca", f.CA}, {"cert", f.Cert}, {"key", f.Key}} {
 		if k.v == "" {
 			out = append(out, prefix+k.name)
 		}
 	}
 	return out
+}
+
+// Endpoint names where credentials come from, for a report: Address, or the Addresses joined
+// with ",".
+func (f FileConfig) Endpoint() string {
+	if f.Address != "" {
+		return f.Address
+	}
+	return strings.Join(f.Addresses, ",")
 }

@@ -88,7 +88,7 @@ func (e *ProofError) Error() string {
 // Unwrap returns the connection error.
 func (e *ProofError) Unwrap() error { return e.Err }
 
-// RailConfig is what NewRail needs. Client, Space, Profile and NatsURL are required.
+// RailConfig is what NewRail needs. Client, Space, Profile and NatsURL or NatsURLs are required.
 type RailConfig struct {
 	// Client calls signerd.
 	Client *Client

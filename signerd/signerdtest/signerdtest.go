@@ -9,9 +9,12 @@ package signerdtest
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +24,7 @@ import (
 	"github.com/cotalgo/cotal/pkg/mtls"
 	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/pkg/trust"
+	"github.com/cotalgo/cotal/signerd/internal/audit"
 	"github.com/cotalgo/cotal/signerd/internal/keystore"
 	"github.com/cotalgo/cotal/signerd/internal/serve"
 	"github.com/cotalgo/cotal/signerd/internal/setup"
@@ -82,34 +86,58 @@ type Options struct {
 	Now func() time.Time
 	// AuditMaxDelay is passed to the audit log (group-commit wait); default 0.
 	AuditMaxDelay time.Duration
+	// Replicas is how many signerd replicas to run on the one `signerd init` directory (the
+	// same keys, policy and server certificate), each with its own listener, replica id
+	// (test-1, test-2, ...) and audit file; default 1. Signer's own fields are replica 1's.
+	Replicas int
 }
 
-// Signer is a running test signerd.
+// Signer is a running test signerd: one replica, or several (Replicas) on the same keys.
 type Signer struct {
 	// Dir is the `signerd init` directory.
 	Dir string
-	// Addr is the gRPC listener, host:port on 127.0.0.1.
+	// Addr is the gRPC listener of the first replica, host:port on 127.0.0.1.
 	Addr string
 	// ServerCAFile is the CA bundle clients verify signerd with.
 	ServerCAFile string
-	// PolicyPath and AuditPath are the files signerd reads and writes.
+	// PolicyPath is the policy every replica reads; AuditPath the first replica's audit file.
 	PolicyPath, AuditPath string
 	// Spaces are the space names served.
 	Spaces []string
-	// Serve is the running server.
+	// Serve is the first replica's running server.
 	Serve *serve.Signer
+	// Replicas are every replica, the first one included, in order.
+	Replicas []*Replica
 
 	ca      *mtls.CA
 	certDir string
-	// cfgText is the serve configuration without its listen line; now is signerd's clock.
+	// cfgText is the serve configuration without its listen and audit lines; now is signerd's
+	// clock.
 	cfgText string
 	now     func() time.Time
-	// stop stops the running server; nil when stopped. Stop, Restart and cleanup are called from
-	// the test goroutine only.
+}
+
+// Replica is one running signerd of a Signer. Stop, Restart, BreakAudit and cleanup are called
+// from the test goroutine only.
+type Replica struct {
+	// ID is the replica id (audit.replica) that names its audit chain: test-1, test-2, ...
+	ID string
+	// Addr is its gRPC listener, host:port on 127.0.0.1; Restart keeps it.
+	Addr string
+	// AuditPath is its own audit file, named by its id.
+	AuditPath string
+	// Serve is the running server; the last one after Stop.
+	Serve *serve.Signer
+
+	s, primary *Signer // primary is s when this is the first replica, whose fields Signer mirrors
+	maxDelay   time.Duration
+	// full makes the audit writes fail (ENOSPC) while set; see BreakAudit.
+	full atomic.Bool
+	// stop stops the running server; nil when stopped.
 	stop func()
 }
 
-// Start runs a signerd until the test ends.
+// Start runs a signerd (opts.Replicas of them) until the test ends.
 func Start(t testing.TB, opts Options) *Signer {
 	t.Helper()
 	if len(opts.Spaces) == 0 {
@@ -117,6 +145,9 @@ func Start(t testing.TB, opts Options) *Signer {
 	}
 	if opts.Policy == "" {
 		opts.Policy = DefaultPolicy
+	}
+	if opts.Replicas == 0 {
+		opts.Replicas = 1
 	}
 	root := t.TempDir()
 	dir := filepath.Join(root, "cotal")
@@ -131,6 +162,8 @@ func Start(t testing.TB, opts Options) *Signer {
 	mustMkdir(t, s.certDir)
 	s.ServerCAFile = filepath.Join(s.certDir, "ca.pem")
 	mustWrite(t, s.ServerCAFile, ca.CertPEM(), 0o644)
+	// One server certificate for every replica: a client verifies each replica for the same
+	// name (localhost) and SPIFFE ID.
 	leaf, err := ca.Issue(mtls.LeafSpec{
 		CommonName: "signerd", URIs: []string{"spiffe://" + TrustDomain + "/signerd"},
 		DNSNames: []string{"localhost"}, IPAddresses: loopbackIPs(),
@@ -144,7 +177,6 @@ func Start(t testing.TB, opts Options) *Signer {
 
 	s.PolicyPath = filepath.Join(root, "policy.yaml")
 	mustWrite(t, s.PolicyPath, []byte(opts.Policy), 0o600)
-	s.AuditPath = filepath.Join(root, "audit", "signerd.audit")
 
 	// Paths come from t.TempDir, which carries the test's name: quote them, so a name with a
 	// comma, colon or brace cannot change the YAML's structure.
@@ -155,7 +187,6 @@ key_dir: ` + q(filepath.Join(dir, setup.SignerDir)) + `
 public_dir: ` + q(filepath.Join(dir, setup.PublicDir)) + `
 policy: ` + q(s.PolicyPath) + `
 policy_reload_interval: 100ms
-audit: {path: ` + q(s.AuditPath) + `, replica: test-1, max_delay: ` + opts.AuditMaxDelay.String() + `}
 shutdown_timeout: 5s
 # Every test client connects from 127.0.0.1 and table tests keep one connection per case open
 # until the test ends, so the per-source cap is the total cap here; the other limits are
@@ -163,49 +194,131 @@ shutdown_timeout: 5s
 limits: {max_connections_per_source: 512}
 `
 	s.now = opts.Now
-	s.run(t, "127.0.0.1:0")
-	t.Cleanup(func() { s.Stop(t) })
+	for i := range opts.Replicas {
+		r := &Replica{ID: "test-" + strconv.Itoa(i+1), s: s, maxDelay: opts.AuditMaxDelay}
+		if i == 0 {
+			// The first replica keeps the file name single-replica tests have always used.
+			r.primary, r.AuditPath = s, filepath.Join(root, "audit", "signerd.audit")
+		} else {
+			r.AuditPath = filepath.Join(root, "audit", r.ID+".audit")
+		}
+		s.Replicas = append(s.Replicas, r)
+		r.run(t, "127.0.0.1:0")
+	}
+	t.Cleanup(func() {
+		for _, r := range s.Replicas {
+			r.Stop(t)
+		}
+	})
 	return s
 }
 
-// run starts signerd serve on listen with the harness configuration.
-func (s *Signer) run(t testing.TB, listen string) {
+// Addrs returns every replica's address, in order.
+func (s *Signer) Addrs() []string {
+	out := make([]string, len(s.Replicas))
+	for i, r := range s.Replicas {
+		out[i] = r.Addr
+	}
+	return out
+}
+
+// run starts signerd serve on listen with the harness configuration and this replica's id and
+// audit file.
+func (r *Replica) run(t testing.TB, listen string) {
 	t.Helper()
-	cfg, err := serve.ParseConfig([]byte("listen: " + listen + "\n" + s.cfgText))
+	text := "listen: " + listen + "\n" + r.s.cfgText +
+		"audit: {path: " + strconv.Quote(r.AuditPath) + ", replica: " + r.ID + ", max_delay: " + r.maxDelay.String() + "}\n"
+	cfg, err := serve.ParseConfig([]byte(text))
 	if err != nil {
 		t.Fatalf("signerdtest: config: %v", err)
 	}
-	srv, err := serve.Start(cfg, nil, serve.Options{Now: s.now})
-	if err != nil {
-		t.Fatalf("signerdtest: start: %v", err)
+	r.full.Store(false)
+	write := func(f *os.File, b []byte) (int, error) {
+		if r.full.Load() {
+			n, _ := f.Write(b[:len(b)/2]) // the disk fills halfway through the line
+			return n, syscall.ENOSPC
+		}
+		return f.Write(b)
 	}
-	s.Serve, s.Addr = srv, srv.Addr().String()
+	srv, err := serve.Start(cfg, nil, serve.Options{Now: r.s.now, AuditIO: audit.IO{Write: write}})
+	if err != nil {
+		t.Fatalf("signerdtest: start %s: %v", r.ID, err)
+	}
+	r.Serve, r.Addr = srv, srv.Addr().String()
+	if r.primary != nil {
+		r.primary.Serve, r.primary.Addr, r.primary.AuditPath = srv, r.Addr, r.AuditPath
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Run(context.Background()) }()
-	s.stop = func() {
+	r.stop = func() {
 		srv.Stop()
-		if err := <-errc; err != nil {
-			t.Errorf("signerdtest: run: %v", err)
+		if err := <-errc; err != nil && !(r.full.Load() && errors.Is(err, audit.ErrBroken)) {
+			t.Errorf("signerdtest: run %s: %v", r.ID, err)
 		}
 	}
 }
 
-// Stop stops signerd (gracefully, as SIGTERM does) and waits for it; a stopped signerd refuses
-// connections on Addr. It is idempotent.
-func (s *Signer) Stop(t testing.TB) {
+// Stop stops the replica (gracefully, as SIGTERM does) and waits for it; a stopped replica
+// refuses connections on Addr. It is idempotent.
+func (r *Replica) Stop(t testing.TB) {
 	t.Helper()
-	if s.stop != nil {
-		s.stop()
-		s.stop = nil
+	if r.stop != nil {
+		r.stop()
+		r.stop = nil
 	}
 }
 
-// Restart starts signerd again on the same address, key directory, policy and audit log, after
-// Stop (or stopping it first).
+// Restart starts the replica again on the same address, keys, policy and audit file, after Stop
+// (or stopping it first). A torn line BreakAudit left is cut, as signerd does at start.
+func (r *Replica) Restart(t testing.TB) {
+	t.Helper()
+	r.Stop(t)
+	r.run(t, r.Addr)
+}
+
+// BreakAudit makes the replica's audit disk full: the next line is written halfway and fails
+// with ENOSPC, so that call is refused UNAVAILABLE, health turns NOT_SERVING on every service
+// name and the replica stops itself, as a real signerd does. Restart serves again.
+func (r *Replica) BreakAudit() { r.full.Store(true) }
+
+// Drain turns the replica's health NOT_SERVING while it keeps serving (serve.Signer.Drain).
+func (r *Replica) Drain() { r.Serve.Drain() }
+
+// AuditFile is what a verified audit file holds.
+type AuditFile struct {
+	// Lines counts its complete lines, every chain's.
+	Lines int
+	// Replicas names the replica of each chain in it, in order of first appearance.
+	Replicas []string
+}
+
+// Audit verifies the replica's audit file on its own, as `signerd audit verify FILE` does (a
+// torn final line, which only a restart cuts, is a failure), and says what it holds.
+func (r *Replica) Audit(t testing.TB) AuditFile {
+	t.Helper()
+	sum, err := audit.VerifyFiles([]string{r.AuditPath}, audit.FilesOptions{})
+	if err != nil {
+		t.Fatalf("signerdtest: verify %s: %v", r.AuditPath, err)
+	}
+	out := AuditFile{Lines: sum.Lines}
+	for _, h := range sum.Chains {
+		out.Replicas = append(out.Replicas, h.Replica)
+	}
+	return out
+}
+
+// Stop stops the first replica (gracefully, as SIGTERM does) and waits for it; a stopped
+// signerd refuses connections on Addr. It is idempotent.
+func (s *Signer) Stop(t testing.TB) {
+	t.Helper()
+	s.Replicas[0].Stop(t)
+}
+
+// Restart starts the first replica again on the same address, key directory, policy and audit
+// log, after Stop (or stopping it first).
 func (s *Signer) Restart(t testing.TB) {
 	t.Helper()
-	s.Stop(t)
-	s.run(t, s.Addr)
+	s.Replicas[0].Restart(t)
 }
 
 // ID returns the SPIFFE ID of a daemon kind for a space: spiffe://cotal.local/<kind>/<token>.

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/cotalgo/cotal/authd/internal/admin"
+	"github.com/cotalgo/cotal/authd/internal/config"
 	"github.com/cotalgo/cotal/authd/internal/idp"
 	"github.com/cotalgo/cotal/authd/internal/idp/idptest"
 	"github.com/cotalgo/cotal/authd/internal/ledger"
@@ -48,8 +51,17 @@ func newHuman(t *testing.T) *human { return newHumanPin(t, true) }
 // newHumanPin is newHuman, with the IdP pinned before authd starts or not at all.
 func newHumanPin(t *testing.T, pin bool) *human {
 	t.Helper()
-	e := newEnv(t)
+	return newHumanEnv(t, newEnv(t), pin, nil)
+}
+
+// newHumanEnv is newHumanPin on e; load, if set, turns the configuration into the one authd
+// starts with (written as YAML and loaded back, say).
+func newHumanEnv(t *testing.T, e *env, pin bool, load func(*config.Config) *config.Config) *human {
+	t.Helper()
 	cfg := e.config(t)
+	if load != nil {
+		cfg = load(cfg)
+	}
 	h := &human{e: e, cfg: cfg.StateDir, idp: idptest.Start(t)}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		t.Fatal(err)
@@ -59,7 +71,7 @@ func newHumanPin(t *testing.T, pin bool) *human {
 			t.Fatalf("pin: %v", err)
 		}
 	}
-	c, err := signerclient.Dial(signerclient.Config{Addr: e.sg.Addr, TLS: e.sg.ClientFor(t, "authd", sp)})
+	c, err := signerclient.Dial(signerclient.Config{Addrs: e.sg.Addrs(), TLS: e.sg.ClientFor(t, "authd", sp)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,6 +311,53 @@ func TestSignerdStopped(t *testing.T) {
 		_, err := h.connect(t, c)
 		return err
 	})
+}
+
+// TestSignerdReplicaStopped (issue 13): authd configured from YAML with `signer.addresses: [a,
+// b]` starts, admits connections through the callout (signerd opens and signs every answer), and
+// keeps admitting every one of them after replica a stops: no connect fails, replica b audits
+// at least the open and the signed answer of each, and authd stays ready.
+func TestSignerdReplicaStopped(t *testing.T) {
+	e := newEnvReplicas(t, 2)
+	h := newHumanEnv(t, e, true, func(cfg *config.Config) *config.Config {
+		path := filepath.Join(t.TempDir(), "authd.yaml")
+		if err := os.WriteFile(path, []byte(yamlOf(cfg)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		loaded, err := config.Load(path)
+		if err != nil {
+			t.Fatalf("load %s: %v", path, err)
+		}
+		if !slices.Equal(loaded.Signer.Addresses, e.sg.Addrs()) || loaded.Signer.Address != "" {
+			t.Fatalf("signer block loaded as %+v, want addresses %v", loaded.Signer, e.sg.Addrs())
+		}
+		return loaded
+	})
+	c := h.client(t, 0)
+	const n = 6
+	for i := range n {
+		if _, err := h.connect(t, c); err != nil {
+			t.Fatalf("connect %d with both replicas up: %v", i, err)
+		}
+	}
+	e.sg.Replicas[0].Stop(t)
+	b0 := e.sg.Replicas[1].Audit(t).Lines
+	for i := range n {
+		if _, err := h.connect(t, c); err != nil {
+			t.Fatalf("connect %d with replica %s stopped: %v", i, e.sg.Replicas[0].ID, err)
+		}
+	}
+	select {
+	case <-h.s.Done():
+		t.Fatalf("authd stopped when one replica did: %v", h.s.Err())
+	default:
+	}
+	if _, err := daemon.Ready(readyCtx(t), h.cfg, service.FileName, os.Getpid()); err != nil {
+		t.Fatalf("authd not ready with one replica down: %v", err)
+	}
+	if b := e.sg.Replicas[1].Audit(t).Lines - b0; b < 2*n {
+		t.Fatalf("replica b audited %d lines for %d connects, want at least %d (open and answer each)", b, n, 2*n)
+	}
 }
 
 // TestPinWhileRunning: authd started before its IdP was pinned answers the human arm 503, and

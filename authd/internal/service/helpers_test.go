@@ -42,9 +42,13 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvReplicas(t, 1) }
+
+// newEnvReplicas is newEnv with n signerd replicas; the authd configuration then lists every
+// replica under signer.addresses.
+func newEnvReplicas(t *testing.T, n int) *env {
 	t.Helper()
-	sg := signerdtest.Start(t, signerdtest.Options{Spaces: []string{sp}})
+	sg := signerdtest.Start(t, signerdtest.Options{Spaces: []string{sp}, Replicas: n})
 	ns := sg.StartBrokerServer(t)
 	url := ns.ClientURL()
 	mgr, err := signerclient.Dial(signerclient.Config{Addr: sg.Addr, TLS: sg.ClientFor(t, "managerd", sp)})
@@ -62,10 +66,14 @@ func newEnv(t *testing.T) *env {
 func (e *env) config(t *testing.T) *config.Config {
 	t.Helper()
 	tls := e.sg.ClientFor(t, "authd", sp)
+	signer := config.Signer{Address: e.sg.Addr, CA: tls.ServerCAFile, Cert: tls.CertFile, Key: tls.KeyFile}
+	if len(e.sg.Replicas) > 1 {
+		signer.Address, signer.Addresses = "", e.sg.Addrs()
+	}
 	return &config.Config{
 		Space:       sp,
 		Brokers:     []string{e.url},
-		Signer:      config.Signer{Address: e.sg.Addr, CA: tls.ServerCAFile, Cert: tls.CertFile, Key: tls.KeyFile},
+		Signer:      signer,
 		CalloutSeed: filepath.Join(e.sg.Dir, "authd", space.Segment(sp), "callout.nk"),
 		StateDir:    filepath.Join(t.TempDir(), "state"),
 		PlaneTTL:    yamlx.Duration(2 * time.Second),
@@ -74,9 +82,13 @@ func (e *env) config(t *testing.T) *config.Config {
 
 // yaml renders cfg as an authd configuration file.
 func yamlOf(c *config.Config) string {
+	addr := "address: " + c.Signer.Address
+	if len(c.Signer.Addresses) > 0 {
+		addr = "addresses: [" + strings.Join(c.Signer.Addresses, ", ") + "]"
+	}
 	return "space: " + c.Space + "\n" +
 		"brokers: [" + strings.Join(c.Brokers, ", ") + "]\n" +
-		"signer: {address: " + c.Signer.Address + ", ca: " + c.Signer.CA + ", cert: " + c.Signer.Cert + ", key: " + c.Signer.Key + "}\n" +
+		"signer: {" + addr + ", ca: " + c.Signer.CA + ", cert: " + c.Signer.Cert + ", key: " + c.Signer.Key + "}\n" +
 		"callout_seed: " + c.CalloutSeed + "\n" +
 		"state_dir: " + c.StateDir + "\n" +
 		"plane_ttl: " + c.PlaneTTL.D().String() + "\n"

@@ -344,7 +344,7 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 		in.Responders = CtlResponders
 	}
 	if s.resp, err = in.Responders(Hooks{Names: s.n, MayAct: s.MayAct, Renewer: s.rail,
-		Identity: s.rail.PublicKey(), SignerAddress: cfg.Signer.Address, Logger: s.log}); err != nil {
+		Identity: s.rail.PublicKey(), SignerAddress: cfg.Signer.Endpoint(), Logger: s.log}); err != nil {
 		return fail(CodeBind, "responders", err)
 	}
 	if err := s.serve(runCtx); err != nil {

@@ -1,13 +1,30 @@
-// Command cotal-dev runs the local stack behind `make run`: it initialises ./.cotal-dev with
-// `signerd init` and `signerd pki init` on first use, starts signerd as a separate process (the
-// only process that reads a seed), starts an embedded nats-server that trusts signerd's accounts,
-// then mints one demo agent credential through signerd over mTLS and uses it, printing what it
-// did (never a JWT or seed). Without --once it keeps the stack up, renewing the credential, until
-// interrupted.
+// Command cotal-dev runs the local stack behind `make run`, every daemon a separate process with
+// its own dev certificate and the dev policy, from one state directory (./.cotal-dev):
+//
+//   - first use only: `signerd init` (broker trust, the space's accounts) and `signerd pki init`
+//     (a dev CA, signerd's server certificate, a client certificate per daemon);
+//   - an embedded nats-server in operator mode that trusts signerd's accounts;
+//   - `signerd serve` (the only process that reads a signing seed);
+//   - the space provisioned (pkg/provision, on a one-shot provisioner credential);
+//   - `deliveryd serve`, `authd serve` (with a dev IdP run in process: an Ed25519 JWKS on
+//     loopback whose key lives in memory only);
+//   - as root: `managerd launcher` (root) and `managerd serve` as the dev user cotal-dev-manager,
+//     then two demo agents (the test agent) spawned through ManagerService as cotal-dev-agent,
+//     exchanging a message through deliveryd, shown from the second agent's terminal (Attach);
+//     without root, the launcher and the agents are left out (the launcher drops uids);
+//   - one bearer from authd's exchange (the human arm: a dev IdP token, an actor granted with
+//     `authd actor grant`) and a NATS connection with it through the auth callout, proven by a
+//     publish the grant allows and one it forbids;
+//   - a status table: each daemon, its identity, readiness and credential expiry (never a JWT,
+//     bearer or seed).
+//
+// SIGINT or SIGTERM stops everything (agents through ManagerService Shutdown, each daemon with
+// SIGTERM) and exits 0. A second run reuses the keys and state.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -18,18 +35,24 @@ import (
 func main() {
 	var o options
 	flag.StringVar(&o.dir, "dir", ".cotal-dev", "state directory (created on first run)")
-	flag.StringVar(&o.signerd, "signerd", "bin/signerd", "path to the signerd binary")
+	flag.StringVar(&o.bin, "bin", "bin", "directory holding the signerd, authd, deliveryd, managerd and testagent binaries")
 	flag.StringVar(&o.space, "space", "demo", "space name")
 	flag.IntVar(&o.natsPort, "nats-port", 4222, "broker client port on 127.0.0.1 (-1 for a random port)")
-	flag.BoolVar(&o.once, "once", false, "stop after the demo instead of serving until interrupted")
+	flag.BoolVar(&o.once, "once", false, "stop after the status table instead of serving until interrupted")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: cotal-dev [--dir DIR] [--signerd PATH] [--space NAME] [--nats-port N] [--once]\n\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: cotal-dev [--dir DIR] [--bin DIR] [--space NAME] [--nats-port N] [--once]\n\n"+
+			"Runs the local Cotal stack (signerd, broker, authd, deliveryd, managerd launcher and serve, two demo\n"+
+			"agents) from DIR and prints a status table; Ctrl-C stops it. The agent demo needs root.\n\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
+	if flag.NArg() != 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, o, os.Stdout); err != nil {
+	if err := run(ctx, o, os.Stdout); err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintln(os.Stderr, "cotal-dev:", err)
 		os.Exit(1)
 	}

@@ -7,14 +7,11 @@ import (
 	"io"
 	"io/fs"
 	"net"
-	"os"
 	"path/filepath"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/cotalgo/cotal/managerd/internal/unixsock"
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
+	"github.com/cotalgo/cotal/pkg/managerclient"
 )
 
 // Modes of the API socket and the directory holding it: the peer gate (Options.AllowUIDs) is
@@ -46,27 +43,10 @@ func Listen(path string, gid int) (*net.UnixListener, error) {
 }
 
 // Dial returns a ManagerService client for the socket at socketPath and the closer of its
-// connection. The connection is plain gRPC (insecure credentials): the socket's modes and the
-// server's SO_PEERCRED gate are the trust boundary, and nothing secret crosses it. It fails when
-// socketPath is not a socket; the connection itself is made by the first call.
+// connection (pkg/managerclient.Dial, which programs outside managerd/ use). The connection is
+// plain gRPC (insecure credentials): the socket's modes and the server's SO_PEERCRED gate are the
+// trust boundary, and nothing secret crosses it. It fails when socketPath is not a socket; the
+// connection itself is made by the first call.
 func Dial(ctx context.Context, socketPath string) (managerv1.ManagerServiceClient, io.Closer, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, nil, err
-	}
-	abs, err := filepath.Abs(socketPath)
-	if err != nil {
-		return nil, nil, fmt.Errorf("managerd api: %w", err)
-	}
-	fi, err := os.Stat(abs)
-	if err != nil {
-		return nil, nil, fmt.Errorf("managerd api: %w", err)
-	}
-	if fi.Mode()&fs.ModeSocket == 0 {
-		return nil, nil, fmt.Errorf("managerd api: %s is not a socket", abs)
-	}
-	conn, err := grpc.NewClient("unix://"+abs, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, nil, fmt.Errorf("managerd api: %w", err)
-	}
-	return managerv1.NewManagerServiceClient(conn), conn, nil
+	return managerclient.Dial(ctx, socketPath)
 }

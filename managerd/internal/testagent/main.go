@@ -21,9 +21,12 @@
 //	sent <channel> <id>                  a terminal line posted to its first subscribe channel
 //	error <what>                         a failure it keeps running through (a post the broker refused, say)
 //	open <path> <result>                 the answer to a terminal line "!open <path>": ok, or the errno name (EACCES)
+//	unix <path> <result>                 the answer to "!unix <path>": connecting to a Unix socket, ok or the errno name
+//	tls <addr> <result>                  the answer to "!tls <host:port>": a TLS handshake without a client
+//	                                     certificate, "accepted" or "refused" (the server's alert or close)
 //
-// A terminal line "!open <path>" is not posted: the agent tries to open path for reading and
-// prints the result, so the isolation tests can ask the agent itself what its uid can read.
+// Terminal lines starting with "!" are not posted: they are questions the isolation tests ask the
+// agent itself about what its uid can reach.
 //
 // Errors that stop it go to stderr (also its terminal) with exit status 1. SIGTERM, SIGHUP
 // (its terminal hung up) and SIGINT close the connection and exit 0.
@@ -41,12 +44,14 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -345,6 +350,14 @@ func (a *agent) readTerminal(ctx context.Context, stdin io.Reader) {
 			a.out.line("open %s %s", printable(path), tryOpen(path))
 			continue
 		}
+		if path, ok := strings.CutPrefix(text, "!unix "); ok {
+			a.out.line("unix %s %s", printable(path), tryUnix(path))
+			continue
+		}
+		if addr, ok := strings.CutPrefix(text, "!tls "); ok {
+			a.out.line("tls %s %s", printable(addr), tryTLS(addr))
+			continue
+		}
 		if len(a.m.Subscribe) == 0 {
 			a.out.line("error no channel to post to")
 			continue
@@ -366,6 +379,42 @@ func tryOpen(path string) string {
 		f.Close()
 		return "ok"
 	}
+	return errnoName(err)
+}
+
+// tryUnix connects to the Unix socket at path and hangs up: "ok", or the errno name.
+func tryUnix(path string) string {
+	c, err := net.DialTimeout("unix", path, 2*time.Second)
+	if err == nil {
+		c.Close()
+		return "ok"
+	}
+	return errnoName(err)
+}
+
+// tryTLS makes a TLS handshake with addr presenting no client certificate (the agent has none
+// it could read), then reads: a server that requires one ends the connection with an alert or a
+// close ("refused"); one that took the handshake waits for a request ("accepted"). The server's
+// certificate is not verified: only whether the server lets this client in matters.
+func tryTLS(addr string) string {
+	d := &net.Dialer{Timeout: 2 * time.Second}
+	c, err := tls.DialWithDialer(d, "tcp", addr, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}) //nolint:gosec // probing only
+	if err != nil {
+		return "refused"
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	var b [1]byte
+	_, err = c.Read(b[:])
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "accepted"
+	}
+	return "refused"
+}
+
+// errnoName is the errno name in err, or "error".
+func errnoName(err error) string {
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
 		if name := unix.ErrnoName(errno); name != "" {

@@ -7,7 +7,7 @@ import { isIP } from "node:net";
 import { checkServerIdentity, type PeerCertificate } from "node:tls";
 import type { SecureClientSessionOptions } from "node:http2";
 
-import { createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 
 import { SignerService } from "./gen/cotal/signer/v1/signer_pb.js";
@@ -23,12 +23,18 @@ export const DEFAULT_TIMEOUT_MS = 10_000;
 /** maxPEMBytes bounds each certificate, key and CA file read. */
 const maxPEMBytes = 1 << 20;
 
-/** SignerTransportOptions configure createSignerTransport. address, caFile, certFile and keyFile
- * are required: signerd serves only callers with a verified client certificate. */
+/** SignerTransportOptions configure createSignerTransport. caFile, certFile, keyFile and exactly
+ * one of address and addresses are required: signerd serves only callers with a verified client
+ * certificate. */
 export interface SignerTransportOptions {
   /** signerd's TCP address as in its `listen` ("127.0.0.1:7443", "[::1]:7443", "signer.example:7443")
    * or an https:// URL. Unix sockets and plain http:// are refused. */
-  address: string;
+  address?: string;
+  /** Several signerd replicas instead of address, each written as address is, no duplicates. Calls
+   * go to one replica at a time and move to the next on Code.Unavailable (see
+   * createSignerTransport). Every replica must present a certificate valid for serverName (and
+   * serverId, when set). */
+  addresses?: string[];
   /** PEM bundle of the CA(s) signerd's certificate must chain to. */
   caFile: string;
   /** PEM client certificate; its only URI SAN is the caller's identity
@@ -50,8 +56,11 @@ export interface SignerTransportOptions {
 
 /** SignerTransport is a Connect transport to signerd that can be closed. */
 export interface SignerTransport extends Transport {
-  /** close ends the HTTP/2 connection; calls made after it fail. */
+  /** close ends the HTTP/2 connections; calls made after it fail. */
   close(): void;
+  /** failovers counts the calls sent again to another replica after one answered
+   * Code.Unavailable (always 0 with a single address). */
+  readonly failovers: number;
 }
 
 /** SignerConfigError is a refused transport configuration; path names the offending file, if any. */
@@ -72,20 +81,34 @@ export class SignerConfigError extends Error {
  * The connection is made by the first call, so it does not fail when signerd is down; calls do,
  * with Code.Unavailable.
  *
- * It throws SignerConfigError for a missing option, an unsupported address, or a file it cannot
- * read or will not trust (a client key looser than 0600, a symlink, another owner's file).
+ * With several addresses it keeps one HTTP/2 session per replica and sends each unary call to the
+ * current replica (the first address at start). A call that fails with Code.Unavailable (the
+ * replica is down, its handshake failed, or it refused the call because its audit log broke) is
+ * sent again, unchanged, to the next address, and so on: each address at most once per call. The
+ * address that answers becomes the current one, so after a replica dies only the calls in flight
+ * at that moment pay one extra attempt. Any other failure (a refusal, Code.DeadlineExceeded, an
+ * abort) is returned at once: a replica that does not answer within the timeout is not skipped
+ * for a call already waiting on it. Nothing checks health in the background and nothing moves
+ * calls back to a replica that recovers; it is used again only when the current one fails.
+ * Resending is safe for every SignerService call: signerd keeps no state but its keys, so a call
+ * repeated on another replica at worst mints or signs a second time for the same key (README,
+ * "signerd replicas"). Interceptors run once per attempt.
+ *
+ * It throws SignerConfigError for a missing option, both or neither of address and addresses, an
+ * unsupported or repeated address, or a file it cannot read or will not trust (a client key looser
+ * than 0600, a symlink, another owner's file).
  */
 export function createSignerTransport(opts: SignerTransportOptions): SignerTransport {
-  for (const k of ["address", "caFile", "certFile", "keyFile"] as const) {
+  for (const k of ["caFile", "certFile", "keyFile"] as const) {
     if (typeof opts[k] !== "string" || opts[k] === "") {
       throw new SignerConfigError(`option ${k} is required`);
     }
   }
+  const baseUrls = baseUrlsOf(opts);
   const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
     throw new SignerConfigError(`timeoutMs ${timeoutMs} is not a positive number`);
   }
-  const baseUrl = baseUrlOf(opts.address);
   const serverName = opts.serverName ?? DEFAULT_SERVER_NAME;
   const serverId = opts.serverId ?? "";
   const tlsOptions: SecureClientSessionOptions = {
@@ -114,14 +137,53 @@ export function createSignerTransport(opts: SignerTransportOptions): SignerTrans
       return undefined;
     },
   };
-  const sessionManager = new Http2SessionManager(baseUrl, undefined, tlsOptions);
-  const transport = createGrpcTransport({
-    baseUrl,
-    sessionManager,
-    defaultTimeoutMs: timeoutMs,
-    interceptors: [signerErrors, ...(opts.interceptors ?? [])],
+  const replicas = baseUrls.map((baseUrl) => {
+    const sessionManager = new Http2SessionManager(baseUrl, undefined, tlsOptions);
+    const transport = createGrpcTransport({
+      baseUrl,
+      sessionManager,
+      defaultTimeoutMs: timeoutMs,
+      interceptors: [signerErrors, ...(opts.interceptors ?? [])],
+    });
+    return { transport, sessionManager };
   });
-  return Object.assign(transport, { close: () => sessionManager.abort() });
+  if (replicas.length === 1) {
+    const { transport, sessionManager } = replicas[0]!;
+    return Object.assign(transport, { close: () => sessionManager.abort(), failovers: 0 });
+  }
+  let current = 0;
+  let failovers = 0;
+  return {
+    get failovers() {
+      return failovers;
+    },
+    close() {
+      for (const r of replicas) {
+        r.sessionManager.abort();
+      }
+    },
+    async unary(method, signal, timeout, header, input, contextValues) {
+      const first = current;
+      for (let attempt = 0; ; attempt++) {
+        const i = (first + attempt) % replicas.length;
+        try {
+          const res = await replicas[i]!.transport.unary(method, signal, timeout, header, input, contextValues);
+          current = i;
+          return res;
+        } catch (err) {
+          const last = attempt === replicas.length - 1;
+          if (last || signal?.aborted === true || !(err instanceof ConnectError) || err.code !== Code.Unavailable) {
+            throw err;
+          }
+          failovers++;
+        }
+      }
+    },
+    stream(method, signal, timeout, header, input, contextValues) {
+      // SignerService has no streaming RPC; a stream goes to the current replica, without failover.
+      return replicas[current]!.transport.stream(method, signal, timeout, header, input, contextValues);
+    },
+  };
 }
 
 /** SignerClient is the generated SignerService client. */
@@ -131,6 +193,32 @@ export type SignerClient = Client<typeof SignerService>;
  * createSignerTransport); its calls fail with SignerError when transport is a SignerTransport. */
 export function createSignerClient(transport: Transport): SignerClient {
   return createClient(SignerService, transport);
+}
+
+/** baseUrlsOf returns the base URL of each configured address: address alone or addresses, never
+ * both or neither, no address twice. */
+function baseUrlsOf(opts: SignerTransportOptions): string[] {
+  const hasOne = typeof opts.address === "string" && opts.address !== "";
+  const hasList = Array.isArray(opts.addresses) && opts.addresses.length > 0;
+  if (hasOne && hasList) {
+    throw new SignerConfigError("options address and addresses are both set; keep one");
+  }
+  if (!hasOne && !hasList) {
+    throw new SignerConfigError("option address (or addresses) is required");
+  }
+  const list = hasOne ? [opts.address!] : opts.addresses!;
+  const seen = new Set<string>();
+  return list.map((a) => {
+    if (typeof a !== "string" || a === "") {
+      throw new SignerConfigError("addresses holds an empty address");
+    }
+    const u = baseUrlOf(a);
+    if (seen.has(u)) {
+      throw new SignerConfigError(`address ${a} is listed twice`);
+    }
+    seen.add(u);
+    return u;
+  });
 }
 
 /** baseUrlOf turns signerd's address into the https base URL of its gRPC service. */

@@ -85,15 +85,7 @@ before(
     // JSON is YAML: every path is quoted whatever the temporary directory is called.
     writeFileSync(
       config,
-      JSON.stringify({
-        listen: "127.0.0.1:0",
-        tls: { cert: join(dir, "pki", "signerd.pem"), key: join(dir, "pki", "signerd.key"), client_ca: join(dir, "pki", "ca.pem") },
-        key_dir: join(dir, "signer"),
-        public_dir: join(dir, "public"),
-        policy,
-        audit: { path: join(dir, "audit", "signerd.audit"), replica: "ts-1" },
-        shutdown_timeout: "5s",
-      }),
+      JSON.stringify({ ...serveConfig(), audit: { path: join(dir, "audit", "signerd.audit"), replica: "ts-1" } }),
       { mode: 0o600 },
     );
     const started = await startSignerd(config, 20_000);
@@ -246,6 +238,11 @@ test("fail/transport-config", TIMEOUT, () => {
     { name: "no cert", opts: { ...base, certFile: "" }, path: "" },
     { name: "no key", opts: { ...base, keyFile: "" }, path: "" },
     { name: "unix socket", opts: { ...base, address: "unix:/run/signerd.sock" }, path: "" },
+    { name: "address and addresses", opts: { ...base, addresses: ["127.0.0.1:1"] }, path: "" },
+    { name: "no address", opts: { ...base, address: undefined }, path: "" },
+    { name: "empty addresses", opts: { ...base, address: undefined, addresses: [] }, path: "" },
+    { name: "address twice", opts: { ...base, address: undefined, addresses: ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:1"] }, path: "" },
+    { name: "unix replica", opts: { ...base, address: undefined, addresses: ["127.0.0.1:1", "unix:/run/signerd.sock"] }, path: "" },
     { name: "plain http", opts: { ...base, address: "http://127.0.0.1:1" }, path: "" },
     { name: "missing CA", opts: { ...base, caFile: join(dir, "nope.pem") }, path: join(dir, "nope.pem") },
     { name: "key readable by others", opts: { ...base, keyFile: loose }, path: loose },
@@ -319,6 +316,85 @@ test("ok/readme-example", TIMEOUT, async () => {
 });
 
 /** managerd returns the transport options of managerd of alpha, from the dev PKI. */
+test("ok/replicas-failover", { timeout: 40_000 }, async () => {
+  // Two more replicas on the same init directory (the same keys, certificate and policy), each
+  // with its own replica id and audit file; the first is killed (SIGKILL) between calls.
+  const replicas: { id: string; audit: string; child: ChildProcess; listen: string }[] = [];
+  try {
+    for (const id of ["ts-2", "ts-3"]) {
+      const audit = join(dir, "audit", `${id}.audit`);
+      const config = join(dir, `serve-${id}.yaml`);
+      writeFileSync(config, JSON.stringify({ ...serveConfig(), audit: { path: audit, replica: id } }), { mode: 0o600 });
+      const started = await startSignerd(config, 20_000);
+      replicas.push({ id, audit, ...started });
+    }
+    const t = createSignerTransport({ ...managerd(), address: undefined, addresses: replicas.map((r) => r.listen) });
+    opened.push(t);
+    const c = createSignerClient(t);
+    const holder = createUser();
+    const { credential } = await c.mint({ space: SPACE, profile: Profile.AGENT, userPublicKey: holder.getPublicKey(), params: agentParams() });
+    assert.ok(credential !== undefined);
+    for (let i = 0; i < 4; i++) {
+      await c.mint({ space: SPACE, profile: Profile.AGENT, userPublicKey: createUser().getPublicKey(), params: agentParams() });
+    }
+    assert.equal(t.failovers, 0, "no failover with both replicas up");
+    assert.deepEqual(await auditLines(replicas.map((r) => r.audit)), [5, 0], "every call on the first replica");
+
+    const first = replicas[0]!;
+    await new Promise<void>((resolve) => {
+      first.child.once("exit", () => resolve());
+      first.child.kill("SIGKILL");
+    });
+    // The renewal of the credential minted on the killed replica lands on the other one.
+    const renewed = await remint(c, { space: SPACE, jwt: credential.jwt, holder });
+    assert.equal(renewed.userPublicKey, holder.getPublicKey());
+    assert.equal(jwtPayload(renewed.jwt).nats?.issuer_account, dataAccount());
+    for (let i = 0; i < 9; i++) {
+      await c.mint({ space: SPACE, profile: Profile.AGENT, userPublicKey: createUser().getPublicKey(), params: agentParams() });
+    }
+    assert.equal(t.failovers, 1, "only the first call after the kill was sent twice");
+    assert.deepEqual(await auditLines(replicas.map((r) => r.audit)), [5, 10], "every call after the kill on the second replica");
+  } finally {
+    for (const r of replicas) {
+      if (r.child.exitCode === null && r.child.signalCode === null) {
+        await stopSignerd(r.child, 10_000);
+      }
+    }
+  }
+});
+
+/** auditLines runs `signerd audit verify` on each file alone and returns its line count; it also
+ * checks that the file holds one chain, named by the replica id in the file name. */
+async function auditLines(files: string[]): Promise<number[]> {
+  const out: number[] = [];
+  for (const f of files) {
+    if (!existsSync(f) || readFileSync(f).length === 0) {
+      out.push(0);
+      continue;
+    }
+    const { stdout } = await run(signerdBin, ["audit", "verify", f]);
+    const m = /: ok, (\d+) lines/.exec(stdout);
+    assert.ok(m !== null, `audit verify ${f}: ${stdout}`);
+    const id = /([^/]+)\.audit$/.exec(f)![1]!;
+    const heads = [...stdout.matchAll(/chain head \{"Replica":"([^"]*)"/g)].map((h) => h[1]);
+    assert.deepEqual(heads, [id], `chains in ${f}`);
+    out.push(Number(m[1]));
+  }
+  return out;
+}
+
+/** serveConfig is the serve configuration of the suite's signerd without its audit block. */
+function serveConfig() {
+  return {
+    listen: "127.0.0.1:0",
+    tls: { cert: join(dir, "pki", "signerd.pem"), key: join(dir, "pki", "signerd.key"), client_ca: join(dir, "pki", "ca.pem") },
+    key_dir: join(dir, "signer"),
+    public_dir: join(dir, "public"),
+    policy: join(dir, "policy.yaml"),
+    shutdown_timeout: "5s",
+  };
+}
+
 function managerd(): SignerTransportOptions {
   return {
     address,

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/cotalgo/cotal/pkg/daemon"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
 	"github.com/cotalgo/cotal/signerd/internal/audit"
@@ -267,7 +268,13 @@ func (s *Signer) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	s.log.Info("signerd serving", "listen", s.lis.Addr().String(), "spaces", s.keys.Spaces())
+	s.log.Info("signerd serving", "listen", s.lis.Addr().String(), "replica", s.cfg.Audit.Replica, "spaces", s.keys.Spaces())
+	// The listener is bound and keys, policy, CA and audit log are loaded (Start), and it is
+	// being served: only now does a Type=notify unit count signerd as started, so units ordered
+	// After= it do not dial too early.
+	if _, err := daemon.Notify("READY=1"); err != nil {
+		s.log.Warn("sd_notify READY failed", "err", err)
+	}
 
 	var runErr error
 	select {
@@ -286,6 +293,18 @@ func (s *Signer) reloadPolicy(err error) {
 	s.log.Info("policy reloaded", "path", s.cfg.Policy)
 }
 
+// Drain turns health NOT_SERVING on every service name and keeps it so, while the listener
+// stays open and calls are still answered: clients that check health (pkg/signerclient watches
+// the SignerService name) send this replica no new call. It takes a replica out of rotation
+// before it is stopped; there is no way back but a restart.
+func (s *Signer) Drain() {
+	s.health.Shutdown()
+	s.log.Info("signerd draining: health NOT_SERVING")
+}
+
+// ReplicaID is the replica id that names this signerd's audit chain (audit.replica).
+func (s *Signer) ReplicaID() string { return s.cfg.Audit.Replica }
+
 // Stop ends Run and waits for it to return. Run must have been called.
 func (s *Signer) Stop() {
 	s.stopOnce.Do(func() { close(s.stop) })
@@ -293,6 +312,9 @@ func (s *Signer) Stop() {
 }
 
 func (s *Signer) shutdown() {
+	if _, err := daemon.Notify("STOPPING=1"); err != nil {
+		s.log.Warn("sd_notify STOPPING failed", "err", err)
+	}
 	s.health.Shutdown()
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()

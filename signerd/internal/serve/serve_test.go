@@ -612,3 +612,49 @@ func TestIdempotencyConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestNotifyReady: under systemd (Type=notify), signerd sends READY=1 only once it serves
+// (a client answered right after it) and STOPPING=1 when it stops.
+func TestNotifyReady(t *testing.T) {
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	sock := filepath.Join(t.TempDir(), "notify.sock")
+	l, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	t.Setenv("NOTIFY_SOCKET", sock)
+	read := func() string {
+		t.Helper()
+		buf := make([]byte, 256)
+		_ = l.SetReadDeadline(time.Now().Add(10 * time.Second))
+		n, err := l.Read(buf)
+		if err != nil {
+			t.Fatalf("no sd_notify message: %v", err)
+		}
+		return string(buf[:n])
+	}
+	f := newFixture(t)
+	s, err := serve.Start(f.config(t, "127.0.0.1:0", f.keyDir, ""), nil, serve.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Start alone (listener bound, not yet served) sends nothing.
+	_ = l.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if n, err := l.Read(make([]byte, 64)); err == nil {
+		t.Fatalf("sd_notify before Run: %d bytes", n)
+	}
+	r := &running{Signer: s, exited: make(chan struct{})}
+	go func() { r.err = s.Run(context.Background()); close(r.exited) }()
+	if got := read(); got != "READY=1" {
+		t.Fatalf("first message %q, want READY=1", got)
+	}
+	getSpace(t, dial(t, s.Addr().String(), f.client))
+	s.Stop()
+	if err := r.wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := read(); got != "STOPPING=1" {
+		t.Fatalf("message at stop %q, want STOPPING=1", got)
+	}
+}

@@ -700,7 +700,12 @@ func checkBrokerBoots(t *testing.T, dir string, res *setup.Result, _ map[string]
 				nc.Close()
 				t.Fatal("connected")
 			}
-			if !errors.Is(err, nats.ErrAuthorization) && !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
+			// A user the AUTH account does not register goes to the callout, which nobody
+			// answers here: the broker waits its 2 s auth timeout and sends an unverified client
+			// its first PING after 2 s too, so under load nats.go may see the PING before the
+			// violation and report a protocol error. Either way the user is not let in.
+			if !errors.Is(err, nats.ErrAuthorization) && !strings.Contains(strings.ToLower(err.Error()), "authorization violation") &&
+				!strings.Contains(err.Error(), "expected 'PONG', got 'PING'") {
 				t.Fatalf("err = %v, want an authorization violation", err)
 			}
 		})
