@@ -16,6 +16,7 @@ import (
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
 	"github.com/cotalgo/cotal/pkg/provision"
+	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/pkg/testkit/cluster"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
@@ -50,6 +51,18 @@ func TestClusterFormsAndReelects(t *testing.T) {
 	js, err := c.Jsz(leader, "")
 	if err != nil || js.Meta.Size != 3 {
 		t.Fatalf("meta cluster size %v (%v), want 3", js.Meta, err)
+	}
+	// A credential minted by signerd is proven on, and connects to, each node alone.
+	n, err := space.NewNames(plane3test.Space)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range c.N() {
+		e := &plane3test.Env{S: s, URL: c.URL(i), N: n}
+		nc := e.Agent(t, "a"+strconv.Itoa(i), "uidnodeaaaaaaaaaaaaaaaaaa"+strconv.Itoa(i))
+		if got := nc.ConnectedUrl(); got != c.URL(i) {
+			t.Fatalf("node %d: connected to %s, want %s", i, got, c.URL(i))
+		}
 	}
 	if err := c.Kill(leader); err != nil {
 		t.Fatal(err)
