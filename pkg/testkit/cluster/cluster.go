@@ -539,8 +539,9 @@ func (c *Cluster) StreamLeader(account, stream string) (int, error) {
 }
 
 // Healthy reports nil when every running node's /healthz answers 200 (JetStream enabled, meta
-// group current, its streams and consumers current) and the running nodes agree on a meta
-// leader.
+// group current, its streams and consumers current), the running nodes agree on a meta leader,
+// and the leader sees every other running node as a current, online peer (the view it places
+// new streams by: until then a create can fail "no suitable peers for placement, peer offline").
 func (c *Cluster) Healthy() error {
 	for i := range c.nodes {
 		if !c.Running(i) {
@@ -550,8 +551,29 @@ func (c *Cluster) Healthy() error {
 			return err
 		}
 	}
-	_, err := c.MetaLeader()
-	return err
+	leader, err := c.MetaLeader()
+	if err != nil {
+		return err
+	}
+	js, err := c.Jsz(leader, "")
+	if err != nil {
+		return err
+	}
+	for i, nd := range c.nodes {
+		if i == leader || !c.Running(i) {
+			continue
+		}
+		ok := false
+		for _, p := range js.Meta.Replicas {
+			if p.Name == nd.Name && p.Current && !p.Offline {
+				ok = true
+			}
+		}
+		if !ok {
+			return fmt.Errorf("cluster: meta leader %s does not see %s as a current online peer yet", c.nodes[leader].Name, nd.Name)
+		}
+	}
+	return nil
 }
 
 // WaitHealthy polls Healthy until it reports nil or timeout passes, and returns the last error.
