@@ -104,9 +104,11 @@ lint:
 test: test-ts test-go
 
 ## test-go: the Go tests with the race detector; the README's nats CLI commands run against the
-## CLI version pinned in tools/natscli.mod.
+## CLI version pinned in tools/natscli.mod, and the cluster tests (pkg/testkit/cluster) run
+## bin/nats-server instead of building their own.
 test-go: bin/nats
-	NATS_CLI="$(CURDIR)/bin/nats" $(GO) test -race -count=1 ./...
+	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
+	NATS_CLI="$(CURDIR)/bin/nats" COTAL_NATS_SERVER="$(CURDIR)/bin/nats-server" $(GO) test -race -count=1 ./...
 
 ## bin/nats: the real nats CLI, pinned in its own modfile so it does not touch the main module.
 bin/nats: tools/natscli.mod tools/natscli.sum

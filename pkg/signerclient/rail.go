@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,7 +88,7 @@ func (e *ProofError) Error() string {
 // Unwrap returns the connection error.
 func (e *ProofError) Unwrap() error { return e.Err }
 
-// RailConfig is what NewRail needs. Client, Space, Profile and NatsURL are required.
+// RailConfig is what NewRail needs. Client, Space, Profile and NatsURL or NatsURLs are required.
 type RailConfig struct {
 	// Client calls signerd.
 	Client *Client
@@ -99,8 +100,12 @@ type RailConfig struct {
 	// TTL is the requested lifetime of each credential; zero means the profile default (signerd
 	// caps it at the profile maximum and the caller's policy). Negative values are refused.
 	TTL time.Duration
-	// NatsURL is the broker every credential is proven against before it is adopted.
+	// NatsURL is the broker every credential is proven against before it is adopted (a
+	// comma-separated list is taken as NatsURLs).
 	NatsURL string
+	// NatsURLs are a cluster's brokers, each its own entry; the proof connection tries them in
+	// turn, so a credential is proven while any node is up. They follow NatsURL when both are set.
+	NatsURLs []string
 	// Logger receives adoption and renewal lines; nil discards. No JWT or seed is ever logged.
 	Logger *slog.Logger
 	// Now is the rail's clock; nil means time.Now. The rail uses it only to measure time
@@ -192,8 +197,8 @@ func NewRail(cfg RailConfig) (*Rail, error) {
 		return nil, errors.New("signerclient: RailConfig.Client is nil")
 	case cfg.Profile == signerv1.Profile_PROFILE_UNSPECIFIED:
 		return nil, errors.New("signerclient: RailConfig.Profile is unspecified")
-	case cfg.NatsURL == "":
-		return nil, errors.New("signerclient: RailConfig.NatsURL is empty")
+	case cfg.NatsURL == "" && len(cfg.NatsURLs) == 0:
+		return nil, errors.New("signerclient: RailConfig.NatsURL and NatsURLs are empty")
 	case cfg.TTL < 0 || cfg.RetryInterval < 0 || cfg.ProveTimeout < 0:
 		return nil, fmt.Errorf("signerclient: negative duration in RailConfig (TTL %v, RetryInterval %v, ProveTimeout %v)", cfg.TTL, cfg.RetryInterval, cfg.ProveTimeout)
 	}
@@ -405,6 +410,15 @@ func (r *Rail) accept(ctx context.Context, cred *signerv1.Credential, account st
 	return c, nil
 }
 
+// proofServers is NatsURL and NatsURLs as the one comma-separated list nats.Connect takes.
+func (r *Rail) proofServers() string {
+	var all []string
+	if r.cfg.NatsURL != "" {
+		all = append(all, r.cfg.NatsURL)
+	}
+	return strings.Join(append(all, r.cfg.NatsURLs...), ",")
+}
+
 // prove connects to the broker with c alone, flushes and closes: the broker has then checked
 // the JWT's signature chain, expiry and our nonce signature. A connection that never comes up
 // is a refusal.
@@ -416,7 +430,7 @@ func (r *Rail) prove(ctx context.Context, c *credential) error {
 	if timeout <= 0 {
 		return &ProofError{JTI: c.jti, Err: context.DeadlineExceeded}
 	}
-	nc, err := nats.Connect(r.cfg.NatsURL,
+	nc, err := nats.Connect(r.proofServers(),
 		nats.Name("cotal-credential-proof"),
 		nats.NoReconnect(),
 		nats.Timeout(timeout),
