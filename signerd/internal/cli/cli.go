@@ -1,4 +1,4 @@
-// Package cli is signerd's command line: init, pki init, serve, policy check, policy explain,
+// Package cli is signerd's command line: init, rotate, pki init, serve, policy check, policy explain,
 // audit verify and version. main only calls Main; every subcommand is a function that returns an
 // exit code, so each is testable without a process.
 package cli
@@ -34,6 +34,7 @@ const usage = `signerd: the only Cotal process that holds signing seeds.
 
 Usage:
   signerd init --dir DIR --space NAME [--space NAME]... [--add-space] [--callout-user [NAME=]PUBKEY]
+  signerd rotate --dir DIR --space NAME [--account data|auth] [--retire]
   signerd broker-config --dir DIR --node NAME=HOST [--node NAME=HOST]... --out OUTDIR [flags]
   signerd pki init --dir DIR --space NAME [--space NAME]... [--trust-domain cotal.local]
   signerd serve --config FILE
@@ -62,6 +63,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "init":
 		return runInit(args[1:], stdout, stderr)
+	case "rotate":
+		return runRotate(args[1:], stdout, stderr)
 	case "broker-config":
 		return runBrokerConfig(args[1:], stdout, stderr)
 	case "pki":
@@ -180,6 +183,60 @@ func runInit(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "signer keys:       %s (signerd's uid only)\n", res.SignerDir)
 	fmt.Fprintf(stdout, "operator identity: %s (keep offline; needed only for --add-space and rotation)\n", res.OperatorDir)
 	fmt.Fprintf(stdout, "broker config:     %s\n", res.BrokerConfig)
+	return 0
+}
+
+const rotateSynopsis = `signerd rotate --dir DIR --space NAME [--account data|auth] [--retire]
+
+Rotates one account signing key of a space in two steps, on the machine that holds DIR/operator/
+(the operator signing seed re-issues the account JWT):
+
+  without --retire: a new signing seed replaces DIR/signer/<seg>/<data|auth>-signing.nk (the
+    current one is kept as <file>.old); the account JWT lists both keys. Rewritten:
+    DIR/public/<seg>.json, DIR/broker/nats.conf and the signing seed. Reload the brokers, restart
+    signerd, then wait one ttl_max so every credential is renewed on the new key.
+  with --retire: the account JWT lists only the new key; <file>.old is wiped and removed.
+    Rewritten: DIR/public/<seg>.json, DIR/broker/nats.conf. Reload the brokers: connections
+    still on the old key are closed.
+
+A rotation already in progress (or a retire without one) is refused. No seed is printed.`
+
+func runRotate(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("rotate", rotateSynopsis, stdout, stderr)
+	dir := fs.String("dir", "", "the signerd init directory, with operator/ present (required)")
+	name := fs.String("space", "", "the space whose account key rotates (required)")
+	account := fs.String("account", "data", "which account: data (agents and daemons) or auth (callout, sentinel)")
+	retire := fs.Bool("retire", false, "end the rotation: drop the old key from the account JWT and remove its seed")
+	if code, exit := parse(fs, args, stdout); exit {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "signerd rotate: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if *dir == "" || *name == "" {
+		fmt.Fprintln(stderr, "signerd rotate: --dir and --space are required")
+		return 2
+	}
+	res, err := setup.Rotate(setup.RotateOptions{Dir: *dir, Space: *name, Account: setup.Account(*account), Retire: *retire})
+	if err != nil {
+		fmt.Fprintln(stderr, "signerd rotate:", err)
+		return 1
+	}
+	if *retire {
+		fmt.Fprintf(stdout, "retired %s; the %s account of space %q lists %v\n", res.Old, *account, *name, res.SigningKeys)
+	} else {
+		fmt.Fprintf(stdout, "new signing key %s (old %s); the %s account of space %q lists %v\n", res.Current, res.Old, *account, *name, res.SigningKeys)
+	}
+	fmt.Fprintln(stdout, "changed:")
+	for _, p := range res.Changed {
+		fmt.Fprintln(stdout, " ", p)
+	}
+	if *retire {
+		fmt.Fprintln(stdout, "next: copy the public file and nats.conf, reload every broker")
+	} else {
+		fmt.Fprintln(stdout, "next: copy the changed files, reload every broker, restart signerd, wait one ttl_max, then rotate --retire")
+	}
 	return 0
 }
 
