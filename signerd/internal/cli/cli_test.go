@@ -31,6 +31,9 @@ func TestHelpAndVersion(t *testing.T) {
 		{"ok/version", []string{"--version"}, 0, "signerd "},
 		{"ok/init-help", []string{"init", "--help"}, 0, "--space"},
 		{"ok/serve-help", []string{"serve", "--help"}, 0, "--config"},
+		{"ok/rotate-help", []string{"rotate", "--help"}, 0, "--retire"},
+		{"fail/rotate-without-space", []string{"rotate", "--dir", "x"}, 2, "--dir and --space are required"},
+		{"fail/rotate-extra-arg", []string{"rotate", "--dir", "x", "--space", "a", "b"}, 2, `unexpected argument "b"`},
 		{"fail/no-args", nil, 2, "Usage:"},
 		{"fail/unknown-command", []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		{"fail/serve-without-config", []string{"serve"}, 2, "--config is required"},
@@ -286,5 +289,45 @@ func TestAuditVerifyFiles(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRotate runs the two steps through the command line: each names the changed files and the
+// public keys, never a seed; a second start and a retire without a start are refused.
+func TestRotate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cotal")
+	if code, _, errs := run(t, "init", "--dir", dir, "--space", "alpha"); code != 0 {
+		t.Fatalf("init: exit %d: %s", code, errs)
+	}
+	pub := filepath.Join(dir, "public", "space.616c706861.json")
+	conf := filepath.Join(dir, "broker", "nats.conf")
+	seed := filepath.Join(dir, "signer", "space.616c706861", "data-signing.nk")
+	steps := []struct {
+		name string
+		args []string
+		code int
+		want []string
+	}{
+		{"fail/retire-first", []string{"--retire"}, 1, []string{"no rotation of the data account"}},
+		{"ok/start", nil, 0, []string{"new signing key A", pub, conf, seed, seed + ".old", "rotate --retire"}},
+		{"fail/start-again", nil, 1, []string{"in progress"}},
+		{"ok/retire", []string{"--retire"}, 0, []string{"retired A", pub, conf, seed + ".old"}},
+	}
+	for _, st := range steps {
+		code, out, errs := run(t, append([]string{"rotate", "--dir", dir, "--space", "alpha"}, st.args...)...)
+		if code != st.code {
+			t.Fatalf("%s: exit %d, want %d (stderr %q)", st.name, code, st.code, errs)
+		}
+		for _, w := range st.want {
+			if !strings.Contains(out+errs, w) {
+				t.Fatalf("%s: output %q lacks %q", st.name, out+errs, w)
+			}
+		}
+		if seedText.MatchString(out + errs) {
+			t.Fatalf("%s: output holds a seed", st.name)
+		}
+	}
+	if _, err := os.Lstat(seed + ".old"); !os.IsNotExist(err) {
+		t.Fatalf("%s.old after retire: %v", seed, err)
 	}
 }
