@@ -78,7 +78,9 @@ func (e *InProgressError) Error() string { return "setup: rotate: " + e.Reason }
 //
 // Every file is replaced atomically. Anything unexpected refuses before the first write: a
 // missing operator seed (named), a rotation already in progress, a retire without one, a seed
-// that the account JWT does not list.
+// that the account JWT does not list. An interrupted run is recognised from the files and run
+// again: a start that listed the new key but did not install its seed starts over with a fresh
+// key; a retire that rewrote the JWT but did not remove the old seed removes it.
 func Rotate(opts RotateOptions) (*RotateResult, error) {
 	if opts.Dir == "" || opts.Space == "" {
 		return nil, errors.New("setup: rotate: --dir and --space are required")
@@ -152,15 +154,32 @@ func Rotate(opts RotateOptions) (*RotateResult, error) {
 		return nil, fmt.Errorf("setup: rotate: the seed in %s (%s) is not a signing key of the %s account in %s (%v)", cur, curPub, opts.Account, pubPath, listed)
 	}
 	oldExists := exists(old)
+	oldPub := ""
+	if oldExists {
+		if oldPub, err = seedPublic(old); err != nil {
+			return nil, err
+		}
+	}
 	res := &RotateResult{}
 
 	var (
 		newSeed *creds.Seed
 		keys    []string
+		// dropLink: a start interrupted after keeping the current seed as .old but before the
+		// new seed replaced it left .old naming the current key; it is unlinked (not wiped: it
+		// may be the same file) before the start runs again.
+		dropLink bool
 	)
 	if !opts.Retire {
-		if oldExists || len(listed) != 1 {
-			return nil, &InProgressError{Reason: fmt.Sprintf("a rotation of the %s account of space %q is in progress (%s exists or the account lists %d signing keys); finish it with --retire", opts.Account, opts.Space, old, len(listed))}
+		switch {
+		case len(listed) == 1 && !oldExists:
+			// The ordinary start.
+		case len(listed) == 2 && (!oldExists || oldPub == curPub):
+			// A start interrupted before the new seed was installed: the account lists a key
+			// whose seed exists nowhere. Run the start again with a fresh key in its place.
+			dropLink = oldExists
+		default:
+			return nil, &InProgressError{Reason: fmt.Sprintf("a rotation of the %s account of space %q is in progress (%s exists, the account lists %d signing keys); finish it with --retire", opts.Account, opts.Space, old, len(listed))}
 		}
 		kp, err := nkeys.CreateAccount()
 		if err != nil {
@@ -175,14 +194,16 @@ func Rotate(opts RotateOptions) (*RotateResult, error) {
 		keys = []string{curPub, newPub}
 		res.Old, res.Current = curPub, newPub
 	} else {
-		if !oldExists {
+		switch {
+		case !oldExists:
 			return nil, &InProgressError{Reason: fmt.Sprintf("no rotation of the %s account of space %q to retire: %s does not exist", opts.Account, opts.Space, old)}
-		}
-		oldPub, err := seedPublic(old)
-		if err != nil {
-			return nil, err
-		}
-		if len(listed) != 2 || !slices.Contains(listed, oldPub) || oldPub == curPub {
+		case oldPub == curPub:
+			return nil, &InProgressError{Reason: fmt.Sprintf("%s holds the current key %s: the start was interrupted; run it again without --retire", old, curPub)}
+		case len(listed) == 2 && slices.Contains(listed, oldPub):
+			// The ordinary retire.
+		case len(listed) == 1 && !slices.Contains(listed, oldPub):
+			// A retire interrupted before the old seed was removed: finish it.
+		default:
 			return nil, &InProgressError{Reason: fmt.Sprintf("%s (%s) and %s (%s) are not the two signing keys the %s account lists (%v)", old, oldPub, cur, curPub, opts.Account, listed)}
 		}
 		keys = []string{curPub}
@@ -227,6 +248,11 @@ func Rotate(opts RotateOptions) (*RotateResult, error) {
 	}
 	res.Changed = append(res.Changed, conf)
 	if newSeed != nil {
+		if dropLink {
+			if err := os.Remove(old); err != nil {
+				return nil, fmt.Errorf("setup: rotate: %w", err)
+			}
+		}
 		if err := os.Link(cur, old); err != nil {
 			return nil, fmt.Errorf("setup: rotate: keep the current seed: %w", err)
 		}

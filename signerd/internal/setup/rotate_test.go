@@ -197,3 +197,118 @@ func TestRotateRefusals(t *testing.T) {
 	}
 	openStore(t, dir)
 }
+
+// TestRotateResumesInterruptedRuns builds each state a crash between Rotate's writes leaves and
+// shows a rerun finishes it: signerd's key store loads and the broker accepts the result.
+func TestRotateResumesInterruptedRuns(t *testing.T) {
+	type state func(t *testing.T, cur, old string, saved []byte)
+	for _, tc := range []struct {
+		name string
+		// crash turns a completed start into the interrupted state.
+		crash state
+		rerun setup.RotateOptions
+	}{
+		{
+			// public facts and nats.conf written, nothing else: the new key has no seed.
+			name: "ok/start-before-link",
+			crash: func(t *testing.T, cur, old string, saved []byte) {
+				mustWriteSeed(t, cur, saved)
+				if err := os.Remove(old); err != nil {
+					t.Fatal(err)
+				}
+			},
+			rerun: setup.RotateOptions{Space: "alpha"},
+		},
+		{
+			// .old linked, the new seed not yet in place.
+			name: "ok/start-after-link",
+			crash: func(t *testing.T, cur, old string, saved []byte) {
+				mustWriteSeed(t, cur, saved)
+				if err := os.Remove(old); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Link(cur, old); err != nil {
+					t.Fatal(err)
+				}
+			},
+			rerun: setup.RotateOptions{Space: "alpha"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := newDir(t)
+			mustInit(t, setup.Options{Dir: dir, Spaces: []string{"alpha"}})
+			cur := filepath.Join(dir, setup.SignerDir, seg("alpha"), keystore.FileDataSigning)
+			old := cur + setup.OldSuffix
+			saved := readFile(t, cur)
+			first, err := setup.Rotate(setup.RotateOptions{Dir: dir, Space: "alpha"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.crash(t, cur, old, saved)
+			// A retire now would drop the key signerd signs with: refused.
+			if _, err := setup.Rotate(setup.RotateOptions{Dir: dir, Space: "alpha", Retire: true}); err == nil {
+				t.Fatal("retire of an interrupted start accepted")
+			}
+			tc.rerun.Dir = dir
+			res, err := setup.Rotate(tc.rerun)
+			if err != nil {
+				t.Fatalf("rerun: %v", err)
+			}
+			if res.Old != first.Old || res.Current == first.Current || !slices.Equal(res.SigningKeys, sorted(first.Old, res.Current)) {
+				t.Fatalf("rerun: old %s current %s keys %v; first run old %s current %s", res.Old, res.Current, res.SigningKeys, first.Old, first.Current)
+			}
+			if !bytes.Equal(readFile(t, old), saved) {
+				t.Fatal(".old is not the original seed")
+			}
+			if sp, _ := openStore(t, dir).Space("alpha"); sp.DataSigning.Public() != res.Current {
+				t.Fatalf("signerd would sign with %s, want %s", sp.DataSigning.Public(), res.Current)
+			}
+			startBroker(t, dir)
+			if _, err := setup.Rotate(setup.RotateOptions{Dir: dir, Space: "alpha", Retire: true}); err != nil {
+				t.Fatalf("retire: %v", err)
+			}
+		})
+	}
+
+	t.Run("ok/retire-before-remove", func(t *testing.T) {
+		dir := newDir(t)
+		mustInit(t, setup.Options{Dir: dir, Spaces: []string{"alpha"}})
+		cur := filepath.Join(dir, setup.SignerDir, seg("alpha"), keystore.FileDataSigning)
+		saved := readFile(t, cur)
+		first, err := setup.Rotate(setup.RotateOptions{Dir: dir, Space: "alpha"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := setup.Rotate(setup.RotateOptions{Dir: dir, Space: "alpha", Retire: true}); err != nil {
+			t.Fatal(err)
+		}
+		// The JWT lists the new key only; the old seed was not removed yet.
+		mustWriteSeed(t, cur+setup.OldSuffix, saved)
+		if _, err := setup.Rotate(setup.RotateOptions{Dir: dir, Space: "alpha"}); err == nil {
+			t.Fatal("start during an interrupted retire accepted")
+		}
+		res, err := setup.Rotate(setup.RotateOptions{Dir: dir, Space: "alpha", Retire: true})
+		if err != nil {
+			t.Fatalf("rerun retire: %v", err)
+		}
+		if res.Old != first.Old || !slices.Equal(res.SigningKeys, []string{first.Current}) {
+			t.Fatalf("rerun retire: old %s keys %v", res.Old, res.SigningKeys)
+		}
+		if _, err := os.Lstat(cur + setup.OldSuffix); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("old seed still there: %v", err)
+		}
+		openStore(t, dir)
+	})
+}
+
+// mustWriteSeed replaces a seed file with data, 0600.
+func mustWriteSeed(t *testing.T, path string, data []byte) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
