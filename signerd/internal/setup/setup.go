@@ -8,7 +8,9 @@
 //	DIR/broker/nats.conf          0644  operator JWT, system account, MEMORY resolver preload; no seed
 //	DIR/public/                   0755  broker.json and space.<hex>.json: public facts
 //
-// It refuses to overwrite any existing key material, naming the file.
+// It refuses to overwrite any existing key material, naming the file. The one exception is
+// Rotate (`signerd rotate`, rotate.go), which replaces an account signing seed on purpose and
+// keeps the previous one as <file>.old until --retire.
 package setup
 
 import (
