@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -36,12 +35,6 @@ import (
 // driven through ManagerService on managerd's Unix socket.
 
 const canary = "COTAL_E2E_CANARY"
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
 
 // binaries are built once per test binary run, into binDir (removed by TestMain).
 var (

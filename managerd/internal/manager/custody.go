@@ -68,6 +68,9 @@ func (m *Manager) unrecord(a *agent) {
 
 // decodeCustody reads one record strictly.
 func decodeCustody(b []byte) (custody, error) {
+	if len(b) > maxCustodyBytes {
+		return custody{}, fmt.Errorf("%d bytes, over %d", len(b), maxCustodyBytes)
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	var c custody
