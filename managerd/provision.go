@@ -37,7 +37,9 @@ Configuration (strict YAML: an unknown key stops it, naming it):
     key: /etc/cotal/managerd/managerd.key
   delivery_class: durable                     # optional: durable (default) or live, written
                                               #   only when the defaults entry has no class
-  credential_ttl: 5m                          # optional: the credential's asked lifetime`
+  credential_ttl: 5m                          # optional: the credential's asked lifetime
+  replicas: 3                                 # optional: every stream's and bucket's replica
+                                              #   count, 1 (default) to 5; 3 on a 3-node cluster`
 
 // provisionConfig is `managerd provision --config FILE`.
 type provisionConfig struct {
@@ -50,6 +52,8 @@ type provisionConfig struct {
 	DeliveryClass string `yaml:"delivery_class"`
 	// CredentialTTL is the provisioner credential's asked lifetime; zero means the profile's.
 	CredentialTTL yamlx.Duration `yaml:"credential_ttl"`
+	// Replicas is provision.Options.Replicas; zero (absent) means 1.
+	Replicas int `yaml:"replicas"`
 }
 
 // loadProvisionConfig reads path strictly (daemon.LoadConfig) and validates every value.
@@ -71,6 +75,8 @@ func loadProvisionConfig(path string) (*provisionConfig, error) {
 		err = daemon.CheckBrokers(c.Brokers)
 	case c.DeliveryClass != "" && c.DeliveryClass != provision.ClassDurable && c.DeliveryClass != provision.ClassLive:
 		err = fmt.Errorf("delivery_class %q: want %s or %s", c.DeliveryClass, provision.ClassDurable, provision.ClassLive)
+	case provision.ValidateReplicas(c.Replicas) != nil:
+		err = fmt.Errorf("replicas %d: want 1 to %d (odd: 1, 3 or 5)", c.Replicas, provision.MaxReplicas)
 	case c.CredentialTTL < 0:
 		err = fmt.Errorf("credential_ttl %v: want zero (profile default) or positive", c.CredentialTTL.D())
 	}
@@ -122,7 +128,7 @@ func runProvision(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	defer cancel()
 	rep, err := provision.Run(ctx, provision.Config{
 		Signer: signer, Space: *spaceName, NatsURL: strings.Join(cfg.Brokers, ","),
-		TTL: cfg.CredentialTTL.D(), Options: provision.Options{DeliveryClass: cfg.DeliveryClass},
+		TTL: cfg.CredentialTTL.D(), Options: provision.Options{DeliveryClass: cfg.DeliveryClass, Replicas: cfg.Replicas},
 	})
 	if rep != nil {
 		printReport(stdout, *spaceName, rep)

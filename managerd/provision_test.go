@@ -129,6 +129,8 @@ func TestProvisionCommandRefuses(t *testing.T) {
 		{"fail/positional", []string{"provision", "--space", "alpha", "--config", cfg, "x"}, 2, "", "unexpected arguments: x"},
 		{"fail/bad-space", []string{"provision", "--space", " alpha", "--config", cfg}, 1, "", "--space: invalid space name"},
 		{"fail/unknown-key", []string{"provision", "--space", "alpha", "--config", with("owner: x\n")}, 1, "", "owner"},
+		{"fail/replicas-too-many", []string{"provision", "--space", "alpha", "--config", with("replicas: 6\n")}, 1, "", "replicas 6: want 1 to 5"},
+		{"fail/replicas-negative", []string{"provision", "--space", "alpha", "--config", with("replicas: -1\n")}, 1, "", "replicas -1"},
 		{"fail/delivery-class", []string{"provision", "--space", "alpha", "--config", with("delivery_class: sometimes\n")}, 1, "", "delivery_class"},
 		{"fail/missing-signer-key", []string{"provision", "--space", "alpha", "--config", writeProvisionConfig(t, "brokers: [nats://127.0.0.1:1]\nsigner: {address: x:1, ca: /a}\n")}, 1, "", "signer.cert, signer.key"},
 		{"fail/broker-credentials", []string{"provision", "--space", "alpha", "--config", writeProvisionConfig(t, strings.Replace(string(good), "nats://", "nats://u:p@", 1))}, 1, "", "without credentials"},

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"strings"
+
 	"errors"
 	"fmt"
 	"io"
@@ -77,9 +79,13 @@ func readBounded(path string, limit int64) ([]byte, error) {
 }
 
 // CheckBrokers refuses a broker list entry that is not a nats:// or tls:// URL with a host and
-// without credentials (a daemon's credential comes from signerd, never from its config).
+// without credentials (a daemon's credential comes from signerd, never from its config), and
+// one holding a comma: each URL is its own entry, and the daemons join them for nats.Connect.
 func CheckBrokers(urls []string) error {
 	for _, b := range urls {
+		if strings.Contains(b, ",") {
+			return fmt.Errorf("brokers: %q holds a comma; list each broker URL as its own entry", b)
+		}
 		u, err := url.Parse(b)
 		if err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" || u.User != nil {
 			return fmt.Errorf("brokers: %q is not a nats:// or tls:// URL without credentials", b)

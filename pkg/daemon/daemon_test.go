@@ -367,3 +367,23 @@ func TestNotify(t *testing.T) {
 		}
 	})
 }
+
+func TestCheckBrokers(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		urls []string
+		ok   bool
+	}{
+		{"ok/cluster list", []string{"nats://10.0.0.1:4222", "tls://n2.example:4222", "nats://[::1]:4222"}, true},
+		{"fail/comma-joined entry", []string{"nats://a:4222,nats://b:4222"}, false},
+		{"fail/credentials", []string{"nats://u:p@a:4222"}, false},
+		{"fail/scheme", []string{"http://a:4222"}, false},
+		{"fail/no host", []string{"nats://"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := CheckBrokers(tc.urls); (err == nil) != tc.ok {
+				t.Fatalf("CheckBrokers(%v) = %v, want ok %v", tc.urls, err, tc.ok)
+			}
+		})
+	}
+}

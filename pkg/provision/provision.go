@@ -72,6 +72,22 @@ type Options struct {
 	// ClassDurable (upstream's class for a space with a delivery daemon). An entry that already
 	// names a class keeps it.
 	DeliveryClass string
+	// Replicas is every stream's and bucket's replica count (num_replicas); zero means 1. It must
+	// be 1..MaxReplicas; on a cluster use 3 (an odd count keeps a majority after a node loss).
+	// The per-agent consumers leave their replica count unset, so each inherits its stream's. An
+	// existing stream with another count is a *MismatchError (num_replicas), never changed.
+	Replicas int
+}
+
+// MaxReplicas is the largest replica count JetStream allows.
+const MaxReplicas = 5
+
+// ValidateReplicas refuses a replica count outside 0..MaxReplicas (0 means 1).
+func ValidateReplicas(r int) error {
+	if r < 0 || r > MaxReplicas {
+		return fmt.Errorf("provision: replicas %d is not 1..%d", r, MaxReplicas)
+	}
+	return nil
 }
 
 // Report says what a run did.
@@ -99,9 +115,17 @@ func Ensure(ctx context.Context, js jetstream.JetStream, n space.Names, opts Opt
 	if class != ClassDurable && class != ClassLive {
 		return nil, fmt.Errorf("provision: delivery class %q is not %q or %q", class, ClassDurable, ClassLive)
 	}
+	if err := ValidateReplicas(opts.Replicas); err != nil {
+		return nil, err
+	}
 	items, err := Plan(n)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Replicas > 0 {
+		for i := range items {
+			items[i].Config.Replicas = opts.Replicas
+		}
 	}
 	rep := &Report{}
 	for _, it := range items {

@@ -352,9 +352,36 @@ func TestEnsureRefusesAnotherConfig(t *testing.T) {
 	}
 }
 
+// TestEnsureReplicaMismatch: a space made with one replica and ensured again with three is a
+// mismatch naming num_replicas with both values, and the stream keeps its one replica.
+func TestEnsureReplicaMismatch(t *testing.T) {
+	b := testkit.StartBroker(t, spaceName)
+	js := provisionerJS(t, b)
+	if _, err := provision.Ensure(testCtx(t), js, names(t), provision.Options{Replicas: 1}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := provision.Ensure(testCtx(t), js, names(t), provision.Options{Replicas: 3})
+	wantMismatch(t, err, "CHAT_alpha", "num_replicas")
+	if !strings.Contains(err.Error(), "num_replicas is 1, want 3") {
+		t.Fatalf("error does not give both counts: %v", err)
+	}
+	st, err := js.Stream(testCtx(t), "CHAT_alpha")
+	if err != nil || st.CachedInfo().Config.Replicas != 1 {
+		t.Fatalf("CHAT_alpha changed: %v", err)
+	}
+}
+
 func TestEnsureRefusesBadInput(t *testing.T) {
 	b := testkit.StartBroker(t, spaceName)
 	js := provisionerJS(t, b)
+	for _, r := range []int{-1, 6} {
+		if _, err := provision.Ensure(testCtx(t), js, names(t), provision.Options{Replicas: r}); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("replicas %d", r)) {
+			t.Fatalf("fail/replicas %d: err = %v", r, err)
+		}
+	}
+	if _, err := js.Stream(testCtx(t), "CHAT_alpha"); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("a refused replica count created CHAT_alpha (err %v)", err)
+	}
 	if _, err := provision.Ensure(testCtx(t), js, names(t), provision.Options{DeliveryClass: "eventual"}); err == nil || !strings.Contains(err.Error(), `"eventual"`) {
 		t.Fatalf("fail/unknown class: err = %v", err)
 	}

@@ -80,6 +80,9 @@ func TestRenderServerConfigGolden(t *testing.T) {
 		{"ok/defaults", trust.ServerConfig{StoreDir: "/var/lib/cotal/jetstream", Broker: b, Spaces: []*trust.Space{a, c}}},
 		{"ok/tls", trust.ServerConfig{Host: "0.0.0.0", Port: 4443, StoreDir: "/var/lib/cotal/js", TLSCertFile: "/etc/cotal/tls/server.crt", TLSKeyFile: "/etc/cotal/tls/server.key", Broker: b, Spaces: []*trust.Space{a, c}}},
 		{"ok/no spaces", trust.ServerConfig{Port: -1, StoreDir: "/tmp/js", Broker: b}},
+		{"ok/cluster node", trust.ServerConfig{Host: "10.0.0.2", Port: 4222, ServerName: "n2", MonitorPort: 8222, StoreDir: "jetstream",
+			TLSCertFile: "tls/n2.crt", TLSKeyFile: "tls/n2.key", TLSCAFile: "tls/ca.pem", Broker: b, Spaces: []*trust.Space{a},
+			Cluster: &trust.ClusterConfig{Name: "cotal", Port: 6222, Routes: []string{"nats-route://10.0.0.1:6222", "nats-route://10.0.0.2:6222", "nats-route://10.0.0.3:6222"}}}},
 	}
 	seeds := allSeeds(t, op.Operator, op.OperatorSigning, op.SystemAccount, aid.DataAccount, aid.AuthAccount,
 		asg.DataSigning, asg.AuthSigning, asg.XKey, cid.DataAccount, cid.AuthAccount, csg.DataSigning, csg.AuthSigning, csg.XKey)
@@ -112,6 +115,13 @@ func TestRenderServerConfigRefusals(t *testing.T) {
 	ab2, _, _ := newSpace(t, b, op, "a_b")
 	// A space named SYS would give its data account the system account's name.
 	sys, _, _ := newSpace(t, b, op, "SYS")
+	cl := func(mod func(*trust.ClusterConfig)) *trust.ClusterConfig {
+		c := &trust.ClusterConfig{Name: "cotal", Port: 6222, Routes: []string{"nats-route://h1:6222"}}
+		if mod != nil {
+			mod(c)
+		}
+		return c
+	}
 	base := func(mod func(*trust.ServerConfig)) trust.ServerConfig {
 		c := trust.ServerConfig{StoreDir: "/js", Broker: b, Spaces: []*trust.Space{a}}
 		mod(&c)
@@ -134,6 +144,25 @@ func TestRenderServerConfigRefusals(t *testing.T) {
 		{"fail/newline in host", base(func(c *trust.ServerConfig) { c.Host = "127.0.0.1\nport: 1" }), &trust.ConfigError{}},
 		{"fail/cert without key", base(func(c *trust.ServerConfig) { c.TLSCertFile = "/c.pem" }), &trust.ConfigError{}},
 		{"fail/port out of range", base(func(c *trust.ServerConfig) { c.Port = 70000 }), &trust.ConfigError{}},
+		{"fail/ca without cert", base(func(c *trust.ServerConfig) { c.TLSCAFile = "/ca.pem" }), &trust.ConfigError{}},
+		{"fail/monitor port out of range", base(func(c *trust.ServerConfig) { c.MonitorPort = -2 }), &trust.ConfigError{}},
+		{"fail/cluster without server name", base(func(c *trust.ServerConfig) { c.Cluster = cl(nil) }), &trust.ConfigError{}},
+		{"fail/cluster without name", base(func(c *trust.ServerConfig) {
+			c.ServerName, c.Cluster = "n1", cl(func(k *trust.ClusterConfig) { k.Name = "" })
+		}), &trust.ConfigError{}},
+		{"fail/cluster without port", base(func(c *trust.ServerConfig) {
+			c.ServerName, c.Cluster = "n1", cl(func(k *trust.ClusterConfig) { k.Port = 0 })
+		}), &trust.ConfigError{}},
+		{"fail/cluster without routes", base(func(c *trust.ServerConfig) {
+			c.ServerName, c.Cluster = "n1", cl(func(k *trust.ClusterConfig) { k.Routes = nil })
+		}), &trust.ConfigError{}},
+		{"fail/route not nats-route", base(func(c *trust.ServerConfig) {
+			c.ServerName, c.Cluster = "n1", cl(func(k *trust.ClusterConfig) { k.Routes = []string{"nats://h:6222"} })
+		}), &trust.ConfigError{}},
+		{"fail/route without port", base(func(c *trust.ServerConfig) {
+			c.ServerName, c.Cluster = "n1", cl(func(k *trust.ClusterConfig) { k.Routes = []string{"nats-route://h"} })
+		}), &trust.ConfigError{}},
+		{"fail/space in server name", base(func(c *trust.ServerConfig) { c.ServerName = "n 1" }), &trust.ConfigError{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,6 +1,8 @@
 package service
 
 import (
+	"strings"
+
 	"context"
 
 	"github.com/nats-io/nats.go"
@@ -51,7 +53,7 @@ func startCallout(ctx, runCtx context.Context, s *Service, in Inputs, led *ledge
 	}
 	c.r, err = signerclient.NewRail(signerclient.RailConfig{
 		Client: s.signer, Space: s.cfg.Space, Profile: signerv1.Profile_PROFILE_AUTH_CALLOUT,
-		NatsURL: s.cfg.Brokers[0], Logger: s.log, Now: in.Now, UserSeed: seed,
+		NatsURL: strings.Join(s.cfg.Brokers, ","), Logger: s.log, Now: in.Now, UserSeed: seed,
 	})
 	seed.Wipe()
 	if err != nil {

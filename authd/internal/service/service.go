@@ -16,6 +16,8 @@
 package service
 
 import (
+	"strings"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -187,7 +189,7 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 	}
 	if s.planeRail, err = signerclient.NewRail(signerclient.RailConfig{
 		Client: s.signer, Space: cfg.Space, Profile: signerv1.Profile_PROFILE_AUTH_PLANE,
-		NatsURL: cfg.Brokers[0], Logger: s.log, Now: in.Now,
+		NatsURL: strings.Join(cfg.Brokers, ","), Logger: s.log, Now: in.Now,
 	}); err != nil {
 		return fail(CodeConfig, "plane rail refused", err)
 	}
@@ -274,10 +276,7 @@ func railCode(err error) string {
 func connect(cfg *config.Config, rail *signerclient.Rail, name string, extra []nats.Option) (*nats.Conn, error) {
 	opts := append(rail.NatsOptions(), nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
 	opts = append(opts, extra...)
-	servers := cfg.Brokers[0]
-	for _, b := range cfg.Brokers[1:] {
-		servers += "," + b
-	}
+	servers := strings.Join(cfg.Brokers, ",")
 	return nats.Connect(servers, opts...)
 }
 

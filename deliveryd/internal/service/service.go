@@ -22,6 +22,8 @@
 package service
 
 import (
+	"strings"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -268,7 +270,7 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 	}
 	if s.rail, err = signerclient.NewRail(signerclient.RailConfig{
 		Client: s.signer, Space: cfg.Space, Profile: signerv1.Profile_PROFILE_DELIVERY,
-		TTL: cfg.CredentialTTL.D(), NatsURL: cfg.Brokers[0], Logger: s.log, OnRenew: s.onRenew,
+		TTL: cfg.CredentialTTL.D(), NatsURL: strings.Join(cfg.Brokers, ","), Logger: s.log, OnRenew: s.onRenew,
 	}); err != nil {
 		return fail(CodeConfig, "delivery rail refused", err)
 	}
@@ -419,10 +421,7 @@ func (s *Service) connect(extra []nats.Option) (*nats.Conn, error) {
 		}),
 	)
 	opts = append(opts, extra...)
-	servers := s.cfg.Brokers[0]
-	for _, b := range s.cfg.Brokers[1:] {
-		servers += "," + b
-	}
+	servers := strings.Join(s.cfg.Brokers, ",")
 	return nats.Connect(servers, opts...)
 }
 

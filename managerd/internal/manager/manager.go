@@ -172,7 +172,7 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	if m.rail, err = signerclient.NewRail(signerclient.RailConfig{
 		Client: m.signer, Space: cfg.Space, Profile: signerv1.Profile_PROFILE_SUPERVISOR,
 		Params: &signerv1.ProfileParams{Owner: cfg.Owner, Actor: cfg.Actor},
-		TTL:    cfg.CredentialTTL.D(), NatsURL: cfg.Brokers[0], Logger: m.log,
+		TTL:    cfg.CredentialTTL.D(), NatsURL: strings.Join(cfg.Brokers, ","), Logger: m.log,
 	}); err != nil {
 		return fmt.Errorf("manager: supervisor rail: %w", err)
 	}

@@ -1,6 +1,8 @@
 package manager
 
 import (
+	"strings"
+
 	"context"
 
 	"github.com/cotalgo/cotal/pkg/provision"
@@ -13,7 +15,7 @@ import (
 type oneShot struct{ m *Manager }
 
 func (o *oneShot) config() provision.Config {
-	return provision.Config{Signer: o.m.signer, Space: o.m.cfg.Space, NatsURL: o.m.cfg.Brokers[0], NatsOptions: o.m.in.NatsOptions}
+	return provision.Config{Signer: o.m.signer, Space: o.m.cfg.Space, NatsURL: strings.Join(o.m.cfg.Brokers, ","), NatsOptions: o.m.in.NatsOptions}
 }
 
 func (o *oneShot) Provision(ctx context.Context, a AgentSpec) ([]string, error) {

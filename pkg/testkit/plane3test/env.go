@@ -59,12 +59,19 @@ func NewWith(t testing.TB, opts signerdtest.Options) *Env {
 // stops and restarts, say).
 func On(t testing.TB, s *signerdtest.Signer, url string) *Env {
 	t.Helper()
+	return OnWith(t, s, url, provision.Options{})
+}
+
+// OnWith is On with provisioning options (Replicas 3 on a cluster, say); url may be a
+// comma-separated list of a cluster's URLs.
+func OnWith(t testing.TB, s *signerdtest.Signer, url string, opts provision.Options) *Env {
+	t.Helper()
 	e := &Env{S: s, URL: url}
 	var err error
 	if e.N, err = space.NewNames(Space); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := provision.Run(Ctx(t), provision.Config{Signer: e.signer(t, mtls.KindManagerd), Space: Space, NatsURL: e.URL}); err != nil {
+	if _, err := provision.Run(Ctx(t), provision.Config{Signer: e.signer(t, mtls.KindManagerd), Space: Space, NatsURL: e.URL, Options: opts}); err != nil {
 		t.Fatalf("provision: %v", err)
 	}
 	return e

@@ -34,6 +34,7 @@ const usage = `signerd: the only Cotal process that holds signing seeds.
 
 Usage:
   signerd init --dir DIR --space NAME [--space NAME]... [--add-space] [--callout-user [NAME=]PUBKEY]
+  signerd broker-config --dir DIR --node NAME=HOST [--node NAME=HOST]... --out OUTDIR [flags]
   signerd pki init --dir DIR --space NAME [--space NAME]... [--trust-domain cotal.local]
   signerd serve --config FILE
   signerd policy check FILE
@@ -61,6 +62,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "init":
 		return runInit(args[1:], stdout, stderr)
+	case "broker-config":
+		return runBrokerConfig(args[1:], stdout, stderr)
 	case "pki":
 		if len(args) < 2 || args[1] != "init" {
 			fmt.Fprintln(stderr, "usage: signerd pki init --dir DIR --space NAME [--space NAME]... [--trust-domain TD]")
@@ -177,6 +180,60 @@ func runInit(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "signer keys:       %s (signerd's uid only)\n", res.SignerDir)
 	fmt.Fprintf(stdout, "operator identity: %s (keep offline; needed only for --add-space and rotation)\n", res.OperatorDir)
 	fmt.Fprintf(stdout, "broker config:     %s\n", res.BrokerConfig)
+	return 0
+}
+
+const brokerConfigSynopsis = `signerd broker-config --dir DIR --node NAME=HOST [--node NAME=HOST]... --out OUTDIR
+       [--port 4222] [--cluster-port 6222] [--monitor-port 0] [--cluster-name cotal] [--store-dir jetstream]
+       [--tls-cert FILE --tls-key FILE [--tls-ca FILE]]
+
+Renders one nats-server configuration per node, OUTDIR/NAME.conf: the same operator, system
+account and account trust (every space in DIR/public) on every node, the node's server_name and
+listeners on HOST, a cluster block routing to every node (none for one node), a JetStream
+store_dir relative to nats-server's working directory on that node, and client TLS when given
+(paths on the nodes; {name} is replaced by the node's name). Re-run it after init --add-space and
+copy each file to its node. A node given as NAME=HOST,CLIENT_PORT,CLUSTER_PORT[,MONITOR_PORT]
+overrides the ports (several nodes on one host).`
+
+func runBrokerConfig(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("broker-config", brokerConfigSynopsis, stdout, stderr)
+	dir := fs.String("dir", "", "the signerd init directory (required; only public/ is read)")
+	out := fs.String("out", "", "output directory for NAME.conf files (required)")
+	var nodes list
+	fs.Var(&nodes, "node", "a cluster node NAME=HOST[,CLIENT_PORT,CLUSTER_PORT[,MONITOR_PORT]] (repeatable, at least one)")
+	port := fs.Int("port", 0, "client port of every node (default 4222)")
+	clusterPort := fs.Int("cluster-port", 0, "route port of every node (default 6222)")
+	monitorPort := fs.Int("monitor-port", 0, "HTTP monitoring port of every node (default off)")
+	name := fs.String("cluster-name", "", "cluster name (default cotal)")
+	store := fs.String("store-dir", "", "JetStream store_dir on every node (default jetstream, relative to nats-server's working directory)")
+	cert := fs.String("tls-cert", "", "client TLS certificate path on the nodes")
+	key := fs.String("tls-key", "", "client TLS key path on the nodes")
+	ca := fs.String("tls-ca", "", "client TLS CA bundle path on the nodes (optional)")
+	if code, exit := parse(fs, args, stdout); exit {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "signerd broker-config: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	opts := setup.ClusterOptions{Dir: *dir, Out: *out, Name: *name, ClientPort: *port, ClusterPort: *clusterPort,
+		MonitorPort: *monitorPort, StoreDir: *store, TLSCertFile: *cert, TLSKeyFile: *key, TLSCAFile: *ca}
+	for _, v := range nodes {
+		n, err := setup.ParseNode(v)
+		if err != nil {
+			fmt.Fprintln(stderr, "signerd broker-config:", err)
+			return 2
+		}
+		opts.Nodes = append(opts.Nodes, n)
+	}
+	files, err := setup.RenderCluster(opts)
+	if err != nil {
+		fmt.Fprintln(stderr, "signerd broker-config:", err)
+		return 1
+	}
+	for _, f := range files {
+		fmt.Fprintln(stdout, f)
+	}
 	return 0
 }
 

@@ -455,16 +455,8 @@ func (d layout) renderBroker(broker *trust.Broker, host string, port int) (strin
 		return "", fmt.Errorf("setup: %w", err)
 	}
 	cfg := trust.ServerConfig{Host: host, Port: port, StoreDir: filepath.Join(d.broker, "jetstream"), Broker: broker}
-	for _, name := range names {
-		ps, err := keystore.ReadPublicSpace(keystore.PublicSpacePath(d.public, name))
-		if err != nil {
-			return "", fmt.Errorf("setup: %w", err)
-		}
-		sp, err := trust.LoadSpace(broker, name, ps.DataAccountJWT, ps.AuthAccountJWT)
-		if err != nil {
-			return "", fmt.Errorf("setup: %w", err)
-		}
-		cfg.Spaces = append(cfg.Spaces, sp)
+	if cfg.Spaces, err = loadSpaces(d.public, broker, names); err != nil {
+		return "", err
 	}
 	conf, err := trust.RenderServerConfig(cfg)
 	if err != nil {
@@ -475,6 +467,23 @@ func (d layout) renderBroker(broker *trust.Broker, host string, port int) (strin
 		return "", fmt.Errorf("setup: %w", err)
 	}
 	return path, nil
+}
+
+// loadSpaces reads the named spaces' public facts from the public directory.
+func loadSpaces(public string, broker *trust.Broker, names []string) ([]*trust.Space, error) {
+	var out []*trust.Space
+	for _, name := range names {
+		ps, err := keystore.ReadPublicSpace(keystore.PublicSpacePath(public, name))
+		if err != nil {
+			return nil, fmt.Errorf("setup: %w", err)
+		}
+		sp, err := trust.LoadSpace(broker, name, ps.DataAccountJWT, ps.AuthAccountJWT)
+		if err != nil {
+			return nil, fmt.Errorf("setup: %w", err)
+		}
+		out = append(out, sp)
+	}
+	return out, nil
 }
 
 // describeKey says why v is not a user public key without quoting v unless it is some other

@@ -43,8 +43,12 @@ func Config(t testing.TB, e *plane3test.Env, holder string) *config.Config {
 // YAML renders c as a configuration file.
 func YAML(c *config.Config) string {
 	q := strconv.Quote
+	brokers := make([]string, len(c.Brokers))
+	for i, b := range c.Brokers {
+		brokers[i] = q(b)
+	}
 	return fmt.Sprintf("space: %s\nbrokers: [%s]\nsigner: {address: %s, ca: %s, cert: %s, key: %s}\nstate_dir: %s\nholder: %s\nbroker_gone: %s\nlog_level: debug\n",
-		q(c.Space), q(strings.Join(c.Brokers, ",")), q(c.Signer.Address), q(c.Signer.CA), q(c.Signer.Cert), q(c.Signer.Key),
+		q(c.Space), strings.Join(brokers, ", "), q(c.Signer.Address), q(c.Signer.CA), q(c.Signer.Cert), q(c.Signer.Key),
 		q(c.StateDir), q(c.Holder), c.BrokerGone.D())
 }
 
