@@ -45,7 +45,7 @@ type size struct {
 }
 
 var (
-	small = size{name: "small", agents: 12, msgs: 300, perSec: 40, deliverWithin: 60 * time.Second}
+	small = size{name: "small", agents: 12, msgs: 200, perSec: 50, deliverWithin: 60 * time.Second}
 	large = size{name: "full", agents: 200, msgs: 2000, perSec: 40, deliverWithin: 150 * time.Second}
 )
 
@@ -61,12 +61,15 @@ func TestDrill(t *testing.T) {
 	if *full {
 		sz = large
 	}
+	t0 := time.Now()
+	phase := func(what string) { t.Logf("%7.1fs %s", time.Since(t0).Seconds(), what) }
 	if _, err := cluster.BuildBinary(); err != nil {
 		t.Skipf("drill skipped: the nats-server binary cannot be built: %v", err)
 	}
 	sbin := signerdtest.Build(t)
 	dbin := buildDeliveryd(t)
 
+	phase("built nats-server, signerd and deliveryd")
 	// Two signerd replicas on one init: replica 1 in process, replica 2 a killable child.
 	s := signerdtest.Start(t, signerdtest.Options{Spaces: []string{plane3test.Space}})
 	proc := s.StartProcess(t, sbin, "drill-2")
@@ -76,6 +79,7 @@ func TestDrill(t *testing.T) {
 	e := plane3test.OnWith(t, s, c.URLList(), provision.Options{Replicas: 3})
 	_, spaces := s.Trust(t)
 	acc := spaces[0].DataAccountPublicKey()
+	phase("cluster up, space provisioned at R3")
 	pjs := e.Provisioner(t)
 	shortenLease(t, e, pjs, leaseTTL)
 	djs := plane3test.JS(t, e.Delivery(t))
@@ -121,12 +125,14 @@ func TestDrill(t *testing.T) {
 	})
 	t.Cleanup(sv.close)
 	waitLease(t, leaseKV, "deliveryd-1", 30*time.Second)
+	phase("lifecycles and memberships written; deliveryd-1 ready")
 	for _, a := range agents {
 		a.connect(t, mgr, c.URLList())
 		wg.Add(1)
 		go func() { defer wg.Done(); a.consume(ctx) }()
 	}
 
+	phase("agents connected")
 	// The publisher: numbered messages, each with a Nats-Msg-Id, retried until acked.
 	pub := newRail(t, mgr, c.URLList(), "pub", "uiddrillpublisher000000000")
 	pnc, err := nats.Connect(c.URLList(), append(pub.NatsOptions(), nats.Name("drill-pub"), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))...)
@@ -179,6 +185,7 @@ func TestDrill(t *testing.T) {
 		})
 	}
 	rep := report{size: sz}
+	event := func(msg string) { rep.kills = append(rep.kills, msg); phase(msg) }
 
 	// 1. kill -9 the node leading CHAT (and DLV, when it leads both).
 	at(0.15)
@@ -195,19 +202,67 @@ func TestDrill(t *testing.T) {
 	if err := c.Kill(chatLeader); err != nil {
 		t.Fatal(err)
 	}
-	rep.kills = append(rep.kills, fmt.Sprintf("kill -9 %s (leader of %s%s)", c.Node(chatLeader).Name, chat, map[bool]string{true: " and " + dlv, false: ""}[dlvLeader == chatLeader]))
+	event(fmt.Sprintf("kill -9 %s (leader of %s%s)", c.Node(chatLeader).Name, chat, map[bool]string{true: " and " + dlv, false: ""}[dlvLeader == chatLeader]))
 	next, err := c.WaitStreamLeader(acc, chat, 20*time.Second, func(l int) bool { return l != chatLeader })
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep.kills = append(rep.kills, fmt.Sprintf("%s took over %s after %v", c.Node(next).Name, chat, time.Since(killAt).Round(time.Millisecond)))
+	event(fmt.Sprintf("%s took over %s after %v", c.Node(next).Name, chat, time.Since(killAt).Round(time.Millisecond)))
 
 	// 2. kill -9 signerd replica drill-2 under load; prove the survivors' renewals.
 	at(0.30)
+	// Renewal load on both replicas while drill-2 dies: two workers renew agents' credentials
+	// back to back (each a Remint and a proving connect) until 20 renewals after the kill.
+	var loadCalls, loadFailed, afterKill atomic.Int64
+	var loadErr atomic.Value
+	var procDead atomic.Bool
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var lwg sync.WaitGroup
+	for w := range 2 {
+		lwg.Add(1)
+		go func() {
+			defer lwg.Done()
+			for i := w; loadCtx.Err() == nil; i += 2 {
+				rctx, rcancel := context.WithTimeout(loadCtx, 10*time.Second)
+				_, err := agents[i%len(agents)].rail.RenewNow(rctx)
+				rcancel()
+				if loadCtx.Err() != nil {
+					return
+				}
+				loadCalls.Add(1)
+				if err != nil {
+					loadFailed.Add(1)
+					loadErr.Store(err.Error())
+				} else if procDead.Load() {
+					afterKill.Add(1)
+				}
+			}
+		}()
+	}
+	eventually(t, 20*time.Second, func() error {
+		if n := loadCalls.Load(); n < 10 {
+			return fmt.Errorf("%d renewals under load before the kill", n)
+		}
+		return nil
+	})
 	procLines := proc.Audit(t).Lines
 	r1Before := s.Replicas[0].Audit(t).Lines
 	proc.Kill(t)
-	rep.kills = append(rep.kills, fmt.Sprintf("kill -9 signerd replica %s (it had audited %d calls)", proc.ID, procLines))
+	procDead.Store(true)
+	eventually(t, 30*time.Second, func() error {
+		if n := afterKill.Load(); n < 20 {
+			return fmt.Errorf("%d renewals after the kill", n)
+		}
+		return nil
+	})
+	stopLoad()
+	lwg.Wait()
+	if n := loadFailed.Load(); n != 0 {
+		t.Fatalf("%d of %d renewals under load failed across the replica kill: %v", n, loadCalls.Load(), loadErr.Load())
+	}
+	rep.loadRenewals = int(loadCalls.Load())
+	r1Before = s.Replicas[0].Audit(t).Lines
+	event(fmt.Sprintf("kill -9 signerd replica %s (it had audited %d calls)", proc.ID, procLines))
 	if procLines == 0 {
 		t.Fatalf("signerd replica %s audited nothing before its kill: the load was not spread", proc.ID)
 	}
@@ -236,7 +291,7 @@ func TestDrill(t *testing.T) {
 	if err := c.WaitHealthy(cluster.StartTimeout); err != nil {
 		t.Fatal(err)
 	}
-	rep.kills = append(rep.kills, fmt.Sprintf("restart %s on its store; cluster healthy", c.Node(chatLeader).Name))
+	event(fmt.Sprintf("restart %s on its store; cluster healthy", c.Node(chatLeader).Name))
 	if dlvLeader != chatLeader {
 		now, err := c.StreamLeader(acc, dlv)
 		if err != nil {
@@ -249,14 +304,14 @@ func TestDrill(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep.kills = append(rep.kills, fmt.Sprintf("kill -9 %s (leader of %s); %s took over", c.Node(now).Name, dlv, c.Node(nextDLV).Name))
+		event(fmt.Sprintf("kill -9 %s (leader of %s); %s took over", c.Node(now).Name, dlv, c.Node(nextDLV).Name))
 		if err := c.Restart(now); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.WaitHealthy(cluster.StartTimeout); err != nil {
 			t.Fatal(err)
 		}
-		rep.kills = append(rep.kills, fmt.Sprintf("restart %s; cluster healthy", c.Node(now).Name))
+		event(fmt.Sprintf("restart %s; cluster healthy", c.Node(now).Name))
 	}
 
 	// 4. kill -9 deliveryd; its successor takes the lease once the TTL has passed.
@@ -277,13 +332,14 @@ func TestDrill(t *testing.T) {
 		return nil
 	})
 	succ := sv.current()
-	rep.kills = append(rep.kills, fmt.Sprintf("kill -9 %s; %s holds the lease after %v", victim.holder, succ.holder, time.Since(dkill).Round(time.Millisecond)))
+	event(fmt.Sprintf("kill -9 %s; %s holds the lease after %v", victim.holder, succ.holder, time.Since(dkill).Round(time.Millisecond)))
 
 	if err := <-pubDone; err != nil {
 		t.Fatal(err)
 	}
 	rep.publishSecs = time.Since(start)
 
+	phase("publisher done")
 	// Every agent gets every number exactly once after dedup.
 	want := make([]string, sz.msgs)
 	for i := range want {
@@ -297,6 +353,7 @@ func TestDrill(t *testing.T) {
 		}
 		return nil
 	})
+	phase("every agent has every message")
 	sv.mu.Lock()
 	rep.deliverydExits = append([]string(nil), sv.exits...)
 	if sv.startErr != nil {
@@ -435,6 +492,7 @@ type report struct {
 	lastBack, publishSecs               time.Duration
 	signerRetried                       uint64
 	deliverydExits                      []string
+	loadRenewals                        int
 }
 
 func (r report) String() string {
@@ -459,6 +517,7 @@ func (r report) String() string {
 	row("agents reconnected", fmt.Sprintf("%d of %d", r.reconnected, r.size.agents))
 	row("last agent back after the node kill", r.lastBack.Round(time.Millisecond))
 	row("dlvclient consumers re-run after a failure", r.restarts)
+	row("renewals under load across the replica kill", fmt.Sprintf("%d, 0 failed", r.loadRenewals))
 	row("credentials renewed after the replica kill", r.renewed)
 	row("signer calls failed over (Client.Retried)", r.signerRetried)
 	row("deliveryd exits not caused by the drill", len(r.deliverydExits))
