@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cotalgo/cotal/pkg/authclient"
 	"github.com/cotalgo/cotal/pkg/dlvclient"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/lease"
@@ -96,14 +97,31 @@ func TestDrill(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = mgr.Close() })
 
-	// The agents: a lifecycle each (dlv_ durable, ACL row), a durable membership of general.
+	// authd (a child process with both signer addresses and every broker URL) and a ledger row
+	// per agent, granted with `authd actor grant` to one IdP subject: authd picks each lifecycle
+	// uid; managerd's part (the dlv_ durable, the ACL row) and a durable membership of general
+	// are written for that owner, actor and uid.
+	ad := startAuthd(t, s, addrs, c.URLs())
+	phase("authd ready")
 	agents := make([]*agent, sz.agents)
+	owner := ""
 	for i := range agents {
-		a := &agent{actor: fmt.Sprintf("a%03d", i), uid: fmt.Sprintf("uiddrill%018d", i), got: map[string]int{}}
-		e.AddLifecycle(t, pjs, a.actor, a.uid, []string{"general"})
-		e.Join(t, djs, "general", a.actor, a.uid, 0, 1)
-		agents[i] = a
+		agents[i] = &agent{actor: fmt.Sprintf("a%03d", i), got: map[string]int{}}
+		ad.grant(t, agents[i].actor, owner)
+		if owner == "" {
+			owner = ad.rows(t)[agents[i].actor][0]
+		}
 	}
+	rows := ad.rows(t)
+	for _, a := range agents {
+		a.owner, a.uid = rows[a.actor][0], rows[a.actor][1]
+		if a.owner != owner || a.uid == "" {
+			t.Fatalf("ledger row of %s: owner %q uid %q", a.actor, a.owner, a.uid)
+		}
+		e.AddLifecycleOf(t, pjs, a.owner, a.actor, a.uid, []string{"general"})
+		e.JoinOf(t, djs, "general", a.owner, a.actor, a.uid, 0, 1)
+	}
+	phase(fmt.Sprintf("%d ledger rows granted (owner %s); lifecycles and memberships written", len(agents), owner))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -126,12 +144,20 @@ func TestDrill(t *testing.T) {
 	t.Cleanup(sv.close)
 	waitLease(t, leaseKV, "deliveryd-1", 30*time.Second)
 	phase("lifecycles and memberships written; deliveryd-1 ready")
+	sentinel, err := authclient.Sentinel(plane3test.Ctx(t), mgr.API(), plane3test.Space)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, a := range agents {
-		a.connect(t, mgr, c.URLList())
+		a.connect(t, ad, sentinel, c.URLList())
 		wg.Add(1)
 		go func() { defer wg.Done(); a.consume(ctx) }()
 	}
-
+	// Renewal load: a few managerd-minted agent credentials on rails, renewed across the replica kill.
+	loadRails := make([]*signerclient.Rail, 4)
+	for i := range loadRails {
+		loadRails[i] = newRail(t, mgr, c.URLList(), fmt.Sprintf("load%d", i), fmt.Sprintf("uiddrillload%014d", i))
+	}
 	phase("agents connected")
 	// The publisher: numbered messages, each with a Nats-Msg-Id, retried until acked.
 	pub := newRail(t, mgr, c.URLList(), "pub", "uiddrillpublisher000000000")
@@ -224,7 +250,7 @@ func TestDrill(t *testing.T) {
 			defer lwg.Done()
 			for i := w; loadCtx.Err() == nil; i += 2 {
 				rctx, rcancel := context.WithTimeout(loadCtx, 10*time.Second)
-				_, err := agents[i%len(agents)].rail.RenewNow(rctx)
+				_, err := loadRails[i%len(loadRails)].RenewNow(rctx)
 				rcancel()
 				if loadCtx.Err() != nil {
 					return
@@ -267,8 +293,8 @@ func TestDrill(t *testing.T) {
 		t.Fatalf("signerd replica %s audited nothing before its kill: the load was not spread", proc.ID)
 	}
 	renewed := 0
-	for _, a := range append([]*agent{{rail: pub}}, agents...) {
-		if _, err := a.rail.RenewNow(plane3test.Ctx(t)); err != nil {
+	for _, r := range append([]*signerclient.Rail{pub}, loadRails...) {
+		if _, err := r.RenewNow(plane3test.Ctx(t)); err != nil {
 			t.Fatalf("renewal after the kill of %s: %v", proc.ID, err)
 		}
 		renewed++
@@ -394,13 +420,13 @@ func TestDrill(t *testing.T) {
 
 func msgID(i int) string { return fmt.Sprintf("m%05d", i) }
 
-// agent is one drill agent: a signerd-minted agent credential on a rail, a connection to the
-// cluster (any node, reconnecting to the others), and its dlvclient.
+// agent is one drill agent: a bearer from authd's exchange (the human arm, its ledger row), a
+// connection through the auth callout to the cluster (any node, reconnecting to the others, each
+// reconnect a callout again), and its dlvclient.
 type agent struct {
-	actor, uid string
-	rail       *signerclient.Rail
-	nc         *nats.Conn
-	client     *dlvclient.Client
+	owner, actor, uid string
+	nc                *nats.Conn
+	client            *dlvclient.Client
 
 	mu            sync.Mutex
 	got           map[string]int // id -> times handed over (after dedup)
@@ -424,23 +450,37 @@ func newRail(t *testing.T, mgr *signerclient.Client, urls, actor, uid string) *s
 	return r
 }
 
-func (a *agent) connect(t *testing.T, mgr *signerclient.Client, urls string) {
+// connect exchanges an IdP token for a bearer at authd and connects through the callout.
+func (a *agent) connect(t *testing.T, ad *authdRun, sentinel, urls string) {
 	t.Helper()
-	a.rail = newRail(t, mgr, urls, a.actor, a.uid)
-	nc, err := nats.Connect(urls, append(a.rail.NatsOptions(), nats.Name("drill-"+a.actor),
-		nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
+	ac, err := authclient.New(authclient.Config{URL: ad.url, Cap: ad.cap, Actor: a.actor, IdPToken: ad.idp.token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ac.Exchange(plane3test.Ctx(t))
+	if err != nil {
+		t.Fatalf("exchange for %s: %v", a.actor, err)
+	}
+	if b.Owner != a.owner {
+		t.Fatalf("bearer owner %s, ledger row owner %s", b.Owner, a.owner)
+	}
+	opts, err := ac.NatsOptions(sentinel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(urls, append(opts, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
 		nats.ReconnectHandler(func(*nats.Conn) {
 			a.mu.Lock()
 			a.reconnectedAt = time.Now()
 			a.mu.Unlock()
 		}))...)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s through the callout: %v", a.actor, err)
 	}
 	t.Cleanup(nc.Close)
 	a.nc = nc
 	a.client, err = dlvclient.New(plane3test.Ctx(t), plane3test.JS(t, nc),
-		dlvclient.Config{Space: plane3test.Space, Owner: plane3test.Owner, Actor: a.actor, LifecycleUID: a.uid})
+		dlvclient.Config{Space: plane3test.Space, Owner: a.owner, Actor: a.actor, LifecycleUID: a.uid})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +538,7 @@ type report struct {
 func (r report) String() string {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "failure drill (%s): %d agents, %d messages on general, 3 nodes at R3, 2 signerd replicas\n", r.size.name, r.size.agents, r.size.msgs)
-	fmt.Fprintf(&b, "agents: signerd-minted agent credentials (managerd's Mint), not bearers through authd's callout\n")
+	fmt.Fprintf(&b, "agents: bearers from authd's exchange (ledger rows by authd actor grant), connected through the auth callout\n")
 	for _, k := range r.kills {
 		fmt.Fprintf(&b, "  - %s\n", k)
 	}
