@@ -79,12 +79,9 @@ type authdRun struct {
 	proc                  *child
 }
 
-func startAuthd(t *testing.T, s *signerdtest.Signer, addrs, brokers []string) *authdRun {
+func startAuthd(t *testing.T, bin string, s *signerdtest.Signer, addrs, brokers []string) *authdRun {
 	t.Helper()
-	a := &authdRun{bin: filepath.Join(t.TempDir(), "authd"), idp: startIdP(t)}
-	if out, err := exec.Command("go", "build", "-o", a.bin, "github.com/cotalgo/cotal/authd").CombinedOutput(); err != nil {
-		t.Fatalf("go build authd: %v\n%s", err, out)
-	}
+	a := &authdRun{bin: bin, idp: startIdP(t)}
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")
 	if err := os.MkdirAll(state, 0o700); err != nil {

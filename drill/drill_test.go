@@ -33,7 +33,7 @@ import (
 	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
 
-var full = flag.Bool("drill.full", false, "run the full failure drill (make drill): 200 agents, 2000 messages")
+var full = flag.Bool("drill.full", false, "run the full failure drill (make drill): 200 agents, 1000 messages")
 
 func TestMain(m *testing.M) { cluster.Main(m) }
 
@@ -47,7 +47,7 @@ type size struct {
 
 var (
 	small = size{name: "small", agents: 12, msgs: 200, perSec: 50, deliverWithin: 60 * time.Second}
-	large = size{name: "full", agents: 200, msgs: 2000, perSec: 40, deliverWithin: 150 * time.Second}
+	large = size{name: "full", agents: 200, msgs: 1000, perSec: 40, deliverWithin: 240 * time.Second}
 )
 
 // leaseTTL is the delivery bucket's TTL in the drill (provision makes it 30 s): the successor
@@ -64,11 +64,19 @@ func TestDrill(t *testing.T) {
 	}
 	t0 := time.Now()
 	phase := func(what string) { t.Logf("%7.1fs %s", time.Since(t0).Seconds(), what) }
-	if _, err := cluster.BuildBinary(); err != nil {
+	// The three builds run at once: nats-server (the cluster's), signerd, deliveryd and authd.
+	natsErr, binDir := make(chan error, 1), t.TempDir()
+	go func() { _, err := cluster.BuildBinary(); natsErr <- err }()
+	daemonsErr := make(chan error, 1)
+	go func() { daemonsErr <- buildDaemons(binDir) }()
+	sbin := signerdtest.Build(t)
+	if err := <-natsErr; err != nil {
 		t.Skipf("drill skipped: the nats-server binary cannot be built: %v", err)
 	}
-	sbin := signerdtest.Build(t)
-	dbin := buildDeliveryd(t)
+	if err := <-daemonsErr; err != nil {
+		t.Fatal(err)
+	}
+	dbin := filepath.Join(binDir, "deliveryd")
 
 	phase("built nats-server, signerd and deliveryd")
 	// Two signerd replicas on one init: replica 1 in process, replica 2 a killable child.
@@ -101,7 +109,7 @@ func TestDrill(t *testing.T) {
 	// per agent, granted with `authd actor grant` to one IdP subject: authd picks each lifecycle
 	// uid; managerd's part (the dlv_ durable, the ACL row) and a durable membership of general
 	// are written for that owner, actor and uid.
-	ad := startAuthd(t, s, addrs, c.URLs())
+	ad := startAuthd(t, filepath.Join(binDir, "authd"), s, addrs, c.URLs())
 	phase("authd ready")
 	agents := make([]*agent, sz.agents)
 	owner := ""
@@ -626,14 +634,14 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func buildDeliveryd(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "deliveryd")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/cotalgo/cotal/deliveryd").CombinedOutput()
+// buildDaemons builds deliveryd and authd into dir in one go build.
+func buildDaemons(dir string) error {
+	out, err := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
+		"github.com/cotalgo/cotal/deliveryd", "github.com/cotalgo/cotal/authd").CombinedOutput()
 	if err != nil {
-		t.Fatalf("go build deliveryd: %v\n%s", err, out)
+		return fmt.Errorf("go build deliveryd authd: %v\n%s", err, out)
 	}
-	return bin
+	return nil
 }
 
 type child struct {
