@@ -311,10 +311,14 @@ func TestDrill(t *testing.T) {
 		t.Fatalf("replica %s audited %d lines for %d renewals", s.Replicas[0].ID, n, renewed)
 	}
 	rep.renewed = renewed
-	select {
-	case <-sv.current().exited:
-		t.Fatalf("%s exited after the signerd replica's kill:\n%s", sv.current().holder, sv.current().stderr)
-	default:
+	// No daemon lost its credential: deliveryd and authd still run (and deliver, and admit the
+	// reconnects through the callout, below).
+	for _, d := range []*child{sv.current(), ad.proc} {
+		select {
+		case <-d.exited:
+			t.Fatalf("%s exited after the signerd replica's kill:\n%s", d.holder, d.stderr)
+		default:
+		}
 	}
 
 	// 3. restart the killed node; then, if another node leads DLV, kill -9 it and restart it.
@@ -366,7 +370,7 @@ func TestDrill(t *testing.T) {
 		return nil
 	})
 	succ := sv.current()
-	event(fmt.Sprintf("kill -9 %s; %s holds the lease after %v", victim.holder, succ.holder, time.Since(dkill).Round(time.Millisecond)))
+	event(fmt.Sprintf("kill -9 %s; %s (its credential minted with %s dead) holds the lease after %v", victim.holder, succ.holder, proc.ID, time.Since(dkill).Round(time.Millisecond)))
 
 	if err := <-pubDone; err != nil {
 		t.Fatal(err)
@@ -374,6 +378,7 @@ func TestDrill(t *testing.T) {
 	rep.publishSecs = time.Since(start)
 
 	phase("publisher done")
+	pubEnd := time.Now()
 	// Every agent gets every number exactly once after dedup.
 	want := make([]string, sz.msgs)
 	for i := range want {
@@ -388,6 +393,12 @@ func TestDrill(t *testing.T) {
 		return nil
 	})
 	phase("every agent has every message")
+	rep.tail = time.Since(pubEnd)
+	select {
+	case <-ad.proc.exited:
+		t.Fatalf("authd exited during the drill:\n%s", ad.proc.stderr)
+	default:
+	}
 	sv.mu.Lock()
 	rep.deliverydExits = append([]string(nil), sv.exits...)
 	if sv.startErr != nil {
@@ -541,6 +552,7 @@ type report struct {
 	signerRetried                       uint64
 	deliverydExits                      []string
 	loadRenewals                        int
+	tail                                time.Duration
 }
 
 func (r report) String() string {
@@ -570,6 +582,7 @@ func (r report) String() string {
 	row("signer calls failed over (Client.Retried)", r.signerRetried)
 	row("deliveryd exits not caused by the drill", len(r.deliverydExits))
 	row("publishing took", r.publishSecs.Round(time.Millisecond))
+	row("every agent complete, after the last publish", r.tail.Round(time.Millisecond))
 	return b.String()
 }
 
