@@ -85,7 +85,35 @@ func TestDrill(t *testing.T) {
 	addrs := []string{s.Addr, proc.Addr}
 
 	c := cluster.Start(t, s, 3)
-	e := plane3test.OnWith(t, s, c.URLList(), provision.Options{Replicas: 3})
+	// managerd's signer client, on both replicas: the provisioner's, the publisher's and the load
+	// credentials.
+	mgr, err := signerclient.Dial(signerclient.Config{Addrs: addrs, TLS: s.ClientFor(t, mtls.KindManagerd, plane3test.Space)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mgr.Close() })
+	names, err := space.NewNames(plane3test.Space)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &plane3test.Env{S: s, URL: c.URLList(), N: names}
+	// Provisioning is create-or-verify, so a run a loaded machine timed out (or that met a peer
+	// not yet current: "no suitable peers for placement") is run again, at most three times.
+	for attempt := 1; ; attempt++ {
+		pctx, pcancel := context.WithTimeout(context.Background(), 60*time.Second)
+		_, err := provision.Run(pctx, provision.Config{Signer: mgr, Space: plane3test.Space, NatsURL: e.URL, Options: provision.Options{Replicas: 3}})
+		pcancel()
+		if err == nil {
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("provision: %v", err)
+		}
+		t.Logf("provision attempt %d: %v; again once the cluster is healthy", attempt, err)
+		if err := c.WaitHealthy(cluster.StartTimeout); err != nil {
+			t.Fatal(err)
+		}
+	}
 	_, spaces := s.Trust(t)
 	acc := spaces[0].DataAccountPublicKey()
 	phase("cluster up, space provisioned at R3")
@@ -97,13 +125,6 @@ func TestDrill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	// managerd's signer client, on both replicas: every agent's and the publisher's credential.
-	mgr, err := signerclient.Dial(signerclient.Config{Addrs: addrs, TLS: s.ClientFor(t, mtls.KindManagerd, plane3test.Space)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = mgr.Close() })
 
 	// authd (a child process with both signer addresses and every broker URL) and a ledger row
 	// per agent, granted with `authd actor grant` to one IdP subject: authd picks each lifecycle
