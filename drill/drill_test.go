@@ -301,7 +301,6 @@ func TestDrill(t *testing.T) {
 		return nil
 	})
 	procLines := proc.Audit(t).Lines
-	r1Before := s.Replicas[0].Audit(t).Lines
 	proc.Kill(t)
 	procDead.Store(true)
 	eventually(t, 30*time.Second, func() error {
@@ -316,7 +315,7 @@ func TestDrill(t *testing.T) {
 		t.Fatalf("%d of %d renewals under load failed across the replica kill: %v", n, loadCalls.Load(), loadErr.Load())
 	}
 	rep.loadRenewals = int(loadCalls.Load())
-	r1Before = s.Replicas[0].Audit(t).Lines
+	r1Before := s.Replicas[0].Audit(t).Lines
 	event(fmt.Sprintf("kill -9 signerd replica %s (it had audited %d calls)", proc.ID, procLines))
 	if procLines == 0 {
 		t.Fatalf("signerd replica %s audited nothing before its kill: the load was not spread", proc.ID)
@@ -396,7 +395,7 @@ func TestDrill(t *testing.T) {
 	if err := <-pubDone; err != nil {
 		t.Fatal(err)
 	}
-	rep.publishSecs = time.Since(start)
+	rep.publishTook = time.Since(start)
 
 	phase("publisher done")
 	pubEnd := time.Now()
@@ -569,7 +568,7 @@ type report struct {
 	delivered, lost, handedTwice, extra int
 	dupsHidden, reconnected, restarts   int
 	renewed                             int
-	lastBack, publishSecs               time.Duration
+	lastBack, publishTook               time.Duration
 	signerRetried                       uint64
 	deliverydExits                      []string
 	loadRenewals                        int
@@ -602,7 +601,7 @@ func (r report) String() string {
 	row("credentials renewed after the replica kill", r.renewed)
 	row("signer calls failed over (Client.Retried)", r.signerRetried)
 	row("deliveryd exits not caused by the drill", len(r.deliverydExits))
-	row("publishing took", r.publishSecs.Round(time.Millisecond))
+	row("publishing took", r.publishTook.Round(time.Millisecond))
 	row("every agent complete, after the last publish", r.tail.Round(time.Millisecond))
 	return b.String()
 }
