@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -67,7 +68,12 @@ type Client struct {
 	consumer jetstream.Consumer
 	name     string
 	seen     *idSet
+	dups     atomic.Uint64
 }
+
+// Duplicates counts the messages Run acked without handing them over because their id was
+// already handled (redeliveries, a fan-out/catch-up race, a copy written twice): what dedup hid.
+func (c *Client) Duplicates() uint64 { return c.dups.Load() }
 
 // New binds the lifecycle's dlv_ durable. It refuses invalid names (pkg/space grammars) and a
 // durable that does not exist, naming it: the agent cannot create it, managerd provisions it.
@@ -136,6 +142,7 @@ func (c *Client) handle(ctx context.Context, m jetstream.Msg, h Handler) error {
 		return c.settle(m.Term())
 	}
 	if id != "" && c.seen.has(id) {
+		c.dups.Add(1)
 		return c.settle(m.Ack())
 	}
 	var seq uint64

@@ -233,6 +233,9 @@ func TestClientWithAgentCredential(t *testing.T) {
 	if want := "m1,m2,m5,,m5"; ids(got()) != want {
 		t.Fatalf("handed over %q, want %q", ids(got()), want)
 	}
+	if n := c.Duplicates(); n != 1 {
+		t.Fatalf("Duplicates() = %d, want 1 (m1 again)", n)
+	}
 	first := got()[0]
 	if first.Channel != "general" || !strings.Contains(string(first.Msg), `"text":"one"`) || first.Seq != 1 {
 		t.Fatalf("first delivery %+v", first)

@@ -153,22 +153,34 @@ func (e *Env) Provisioner(t testing.TB) jetstream.JetStream {
 // row (allow nil writes no row).
 func (e *Env) AddLifecycle(t testing.TB, pjs jetstream.JetStream, actor, uid string, allow []string) {
 	t.Helper()
-	if err := provision.EnsureDlvDurable(Ctx(t), pjs, e.N, Owner, actor, uid); err != nil {
+	e.AddLifecycleOf(t, pjs, Owner, actor, uid, allow)
+}
+
+// AddLifecycleOf is AddLifecycle for owner.actor (a derived owner, say, for an agent connected
+// through authd's callout).
+func (e *Env) AddLifecycleOf(t testing.TB, pjs jetstream.JetStream, owner, actor, uid string, allow []string) {
+	t.Helper()
+	if err := provision.EnsureDlvDurable(Ctx(t), pjs, e.N, owner, actor, uid); err != nil {
 		t.Fatal(err)
 	}
 	if allow != nil {
-		e.SetACL(t, pjs, actor, uid, allow)
+		e.setACL(t, pjs, owner, actor, uid, allow)
 	}
 }
 
 // SetACL writes a lifecycle's ACL row with the provisioner.
 func (e *Env) SetACL(t testing.TB, pjs jetstream.JetStream, actor, uid string, allow []string) {
 	t.Helper()
+	e.setACL(t, pjs, Owner, actor, uid, allow)
+}
+
+func (e *Env) setACL(t testing.TB, pjs jetstream.JetStream, owner, actor, uid string, allow []string) {
+	t.Helper()
 	kv, err := pjs.KeyValue(Ctx(t), "cotal_acl_"+e.N.Token())
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := space.ACLKey(Owner, actor, uid)
+	key, err := space.ACLKey(owner, actor, uid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,15 +197,21 @@ func (e *Env) SetACL(t testing.TB, pjs jetstream.JetStream, actor, uid string, a
 // it, with the delivery credential.
 func (e *Env) Join(t testing.TB, djs jetstream.JetStream, channel, actor, uid string, joinCursor, generation uint64) {
 	t.Helper()
+	e.JoinOf(t, djs, channel, Owner, actor, uid, joinCursor, generation)
+}
+
+// JoinOf is Join for owner.actor.
+func (e *Env) JoinOf(t testing.TB, djs jetstream.JetStream, channel, owner, actor, uid string, joinCursor, generation uint64) {
+	t.Helper()
 	kv, err := djs.KeyValue(Ctx(t), "cotal_members_"+e.N.Token())
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := space.MemberKey(channel, Owner, actor, uid)
+	key, err := space.MemberKey(channel, owner, actor, uid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(map[string]any{"channel": channel, "owner": Owner + "." + actor, "lifecycleUid": uid,
+	b, _ := json.Marshal(map[string]any{"channel": channel, "owner": owner + "." + actor, "lifecycleUid": uid,
 		"state": "durable-active", "joinCursor": joinCursor, "generation": generation, "activated": true,
 		"writerIdentity": "test", "updatedAt": time.Now().UnixMilli()})
 	if _, err := kv.Put(Ctx(t), key, b); err != nil {
