@@ -15,7 +15,8 @@
 // Every effect of the writer, the reader and the responders is fenced by "not quiesced". A
 // failed renewal, or a foreign row or a delete seen by the watch, quiesces the daemon (loops and
 // responders stopped), withdraws readiness (best effort), re-reads the key and acts: held resumes;
-// gone creates the row again and resumes (failing that is fatal); taken is fatal and the row is
+// gone creates the row again and resumes (failing to create it is fatal; a resume that fails to
+// bind stays quiesced and is retried for up to one lease TTL); taken is fatal and the row is
 // left alone; unknown stays quiesced and asks again. The broker-gone watchdog
 // (deliveryd/internal/watchdog) turns a connection down for too long into a fatal stop, as does
 // a credential that expired without renewal.
@@ -464,6 +465,7 @@ func (s *Service) serve(ctx context.Context) error {
 	if s.resp != nil {
 		if err := s.resp.Start(lctx, s.nc); err != nil {
 			s.quiesced.Store(true)
+			s.resp.Stop() // unbind whatever the failed start bound
 			cancel()
 			return fmt.Errorf("responders: %w", err)
 		}
@@ -592,12 +594,28 @@ func (s *Service) recover(ctx context.Context, why string) {
 	if err := s.lease.SetReady(ctx, false); err != nil {
 		s.log.Debug("readiness not withdrawn", "err", err)
 	}
+	// A resume that fails (binding the responders can time out while JetStream elects a stream
+	// leader) leaves the instance quiesced and is tried again, for at most one lease TTL.
+	var resumeFailing time.Time
+	retryResume := func(err error) bool {
+		if resumeFailing.IsZero() {
+			resumeFailing = time.Now()
+		}
+		if time.Since(resumeFailing) > s.lease.TTL() {
+			s.stop(fmt.Errorf("deliveryd: resume failed for %v: %w", s.lease.TTL(), err))
+			return false
+		}
+		s.log.Warn("resume failed; staying quiesced and trying again", "err", err, "retry_in", recoverRetry)
+		return plane3.Pause(ctx, recoverRetry)
+	}
 	for ctx.Err() == nil {
 		st, err := s.lease.Renew(ctx)
 		switch st {
 		case lease.Held:
-			s.resume(ctx, "the lease is still held")
-			return
+			rerr := s.resume(ctx, "the lease is still held")
+			if rerr == nil || !retryResume(rerr) {
+				return
+			}
 		case lease.Gone:
 			if rerr := s.lease.Reacquire(ctx); rerr != nil {
 				var he *lease.HeldError
@@ -607,8 +625,10 @@ func (s *Service) recover(ctx context.Context, why string) {
 				s.stop(fmt.Errorf("%w: %v", ErrLeaseLost, rerr))
 				return
 			}
-			s.resume(ctx, "the lease was gone and is created again")
-			return
+			rerr := s.resume(ctx, "the lease was gone and is created again")
+			if rerr == nil || !retryResume(rerr) {
+				return
+			}
 		case lease.Taken:
 			s.leaseTaken.Store(true)
 			s.stop(fmt.Errorf("%w: %v", ErrLeaseTaken, err))
@@ -622,16 +642,17 @@ func (s *Service) recover(ctx context.Context, why string) {
 	}
 }
 
-// resume re-binds and marks the lease ready.
-func (s *Service) resume(ctx context.Context, why string) {
+// resume re-binds and marks the lease ready; a failure to bind is returned (the caller stays
+// quiesced and tries again).
+func (s *Service) resume(ctx context.Context, why string) error {
 	if err := s.serve(ctx); err != nil {
-		s.stop(fmt.Errorf("deliveryd: resume: %w", err))
-		return
+		return fmt.Errorf("resume: %w", err)
 	}
 	if err := s.lease.SetReady(ctx, true); err != nil {
 		s.log.Warn("resumed, but the lease could not be marked ready; the next renewal decides", "err", err)
 	}
 	s.log.Info("resumed", "why", why)
+	return nil
 }
 
 // Identity is the delivery credential's user public key.

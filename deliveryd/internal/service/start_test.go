@@ -61,12 +61,20 @@ type recorder struct {
 	mu            sync.Mutex
 	starts, stops int
 	hooks         service.Hooks
+	// failResumes makes that many starts after the first fail, as a bind that times out while
+	// JetStream elects a leader does.
+	failResumes int
+	failed      int
 }
 
 func (r *recorder) Start(context.Context, *nats.Conn) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.starts++
+	if r.starts > 1 && r.failed < r.failResumes {
+		r.failed++
+		return errors.New("stream CHAT_alpha: context deadline exceeded")
+	}
 	return nil
 }
 
@@ -109,7 +117,9 @@ func TestResponders(t *testing.T) {
 	}
 	// At least one quiesce and resume, and running again: a renewal that lands in the same
 	// moment may make a second round on a loaded machine (make check failed once on an exact 2/1).
-	eventually(t, 10*time.Second, func() error {
+	// The watch sees the delete at once; if a loaded machine delays it, the next renewal (every
+	// 15 s) finds the row gone, so the wait outlasts one renew interval.
+	eventually(t, 20*time.Second, func() error {
 		if s, st := rec.counts(); s < 2 || s != st+1 || !rec.hooks.MayAct() {
 			return fmt.Errorf("no quiesce and resume yet (starts %d, stops %d, mayAct %v)", s, st, rec.hooks.MayAct())
 		}
@@ -118,6 +128,42 @@ func TestResponders(t *testing.T) {
 	svc.Close()
 	if s, st := rec.counts(); s < 2 || st != s || rec.hooks.MayAct() {
 		t.Fatalf("after Close: starts %d stops %d mayAct %v", s, st, rec.hooks.MayAct())
+	}
+}
+
+// TestResumeRetries: a resume whose responders fail to bind (twice here) stays quiesced and is
+// tried again instead of stopping deliveryd; the third try serves.
+func TestResumeRetries(t *testing.T) {
+	e := plane3test.New(t)
+	rec := &recorder{failResumes: 2}
+	var logs logBuffer
+	svc, err := service.StartDeliveryService(ctx(t), service.Inputs{
+		Config: servicetest.Config(t, e, "d"), Logger: logs.logger(), Getenv: func(string) string { return "" },
+		Responders: func(h service.Hooks) (service.Responders, error) { rec.hooks = h; return rec, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	if err := servicetest.DeliveryKV(t, e).Delete(ctx(t), space.DeliveryLeaseKey); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 25*time.Second, func() error {
+		rec.mu.Lock()
+		failed := rec.failed
+		rec.mu.Unlock()
+		if failed < 2 || !rec.hooks.MayAct() {
+			return fmt.Errorf("failed resumes %d, serving %v", failed, rec.hooks.MayAct())
+		}
+		return nil
+	})
+	select {
+	case <-svc.Done():
+		t.Fatalf("deliveryd stopped: %v", svc.Err())
+	default:
+	}
+	if !logs.has("resume failed; staying quiesced and trying again") || !logs.has(`"resumed"`) {
+		t.Fatalf("logs lack the retried resume:\n%s", logs.String())
 	}
 }
 
