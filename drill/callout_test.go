@@ -22,6 +22,7 @@ import (
 	"github.com/cotalgo/cotal/pkg/daemon"
 	"github.com/cotalgo/cotal/pkg/mtls"
 	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
@@ -106,7 +107,7 @@ func startAuthd(t *testing.T, bin string, s *signerdtest.Signer, addrs, brokers 
 	if err := os.WriteFile(a.config, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := &child{holder: "authd", cmd: exec.Command(a.bin, "serve", "--config", a.config), stderr: &syncBuffer{}, exited: make(chan struct{})}
+	c := &child{holder: "authd", cmd: exec.Command(a.bin, "serve", "--config", a.config), stderr: &testkit.SyncBuffer{}, exited: make(chan struct{})}
 	c.cmd.Stderr = c.stderr
 	c.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET=")
 	if err := c.cmd.Start(); err != nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/cotalgo/cotal/pkg/provision"
 	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/pkg/testkit/cluster"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
@@ -649,24 +650,6 @@ func waitLease(t *testing.T, kv jetstream.KeyValue, holder string, within time.D
 	})
 }
 
-// syncBuffer is a child's stderr.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // buildDaemons builds deliveryd and authd into dir in one go build.
 func buildDaemons(dir string) error {
 	out, err := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
@@ -680,7 +663,7 @@ func buildDaemons(dir string) error {
 type child struct {
 	holder string
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *testkit.SyncBuffer
 	exited chan struct{}
 }
 
@@ -705,7 +688,7 @@ func spawnDeliveryd(bin, base string, cf mtls.ClientFiles, addrs, brokers []stri
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		return nil, err
 	}
-	c := &child{holder: holder, cmd: exec.Command(bin, "serve", "--config", path), stderr: &syncBuffer{}, exited: make(chan struct{})}
+	c := &child{holder: holder, cmd: exec.Command(bin, "serve", "--config", path), stderr: &testkit.SyncBuffer{}, exited: make(chan struct{})}
 	c.cmd.Stderr = c.stderr
 	c.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET=")
 	if err := c.cmd.Start(); err != nil {

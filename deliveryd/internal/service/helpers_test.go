@@ -1,16 +1,15 @@
 package service_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/config"
 	"github.com/cotalgo/cotal/deliveryd/internal/service"
+	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 )
 
@@ -21,22 +20,7 @@ const (
 )
 
 // logBuffer collects the service's log lines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuffer struct{ testkit.SyncBuffer }
 
 func (l *logBuffer) has(s string) bool { return strings.Contains(l.String(), s) }
 
