@@ -204,6 +204,8 @@ func TestStream(t *testing.T) {
 	acked := 0
 	for fastOut != nil || (lateOut != nil && !lateDone) {
 		select {
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no output for 20 s: %d bytes read, %d blocks acked (the child waits for an ack, or the reader for output)", len(got), acked)
 		case chunk, ok := <-fastOut:
 			if !ok {
 				fastOut = nil
