@@ -71,10 +71,21 @@ func OnWith(t testing.TB, s *signerdtest.Signer, url string, opts provision.Opti
 	if e.N, err = space.NewNames(Space); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := provision.Run(Ctx(t), provision.Config{Signer: e.signer(t, mtls.KindManagerd), Space: Space, NatsURL: e.URL, Options: opts}); err != nil {
-		t.Fatalf("provision: %v", err)
+	// Provisioning is create-or-verify, so a run that a loaded cluster timed out, or that met a
+	// peer not yet current right after start ("no suitable peers for placement"), is run again:
+	// at most three times, one second apart.
+	signer := e.signer(t, mtls.KindManagerd)
+	for attempt := 1; ; attempt++ {
+		_, err := provision.Run(Ctx(t), provision.Config{Signer: signer, Space: Space, NatsURL: e.URL, Options: opts})
+		if err == nil {
+			return e
+		}
+		if attempt == 3 {
+			t.Fatalf("provision: %v", err)
+		}
+		t.Logf("provision attempt %d: %v; once more", attempt, err)
+		time.Sleep(time.Second) // a pause before a retry, not a wait for an event
 	}
-	return e
 }
 
 // Unprovisioned starts signerd and a broker; the space has no stream or bucket yet.
