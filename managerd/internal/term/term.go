@@ -19,7 +19,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -119,24 +118,14 @@ func pollable(master *os.File) (*os.File, error) {
 	return os.NewFile(uintptr(dup), "pty-master"), nil
 }
 
-// readWake bounds one wait of the reader on the poller.
-const readWake = time.Second
-
 // read drains the master until its read fails, then ends every subscription.
 func (t *Terminal) read() {
 	defer t.readerWG.Done()
 	buf := make([]byte, readBufferBytes)
 	for {
-		// A bounded wait: each read first tries the descriptor itself, so a readiness
-		// notification the poller never delivered (a CI run hung once with output waiting on the
-		// PTY and the reader parked in the poller) costs at most readWake, not the agent's terminal.
-		_ = t.f.SetReadDeadline(time.Now().Add(readWake))
 		n, err := t.f.Read(buf)
 		if n > 0 {
 			t.publish(append([]byte(nil), buf[:n]...))
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			continue
 		}
 		if err != nil {
 			// EIO (every slave closed), EOF or the descriptor closed: no more output.

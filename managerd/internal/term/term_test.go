@@ -200,9 +200,40 @@ func TestStream(t *testing.T) {
 		lateLagged     func() bool
 		lateBase       = -1 // the output offset the late snapshot starts at
 		lateDone       bool
+		lateDetach     func()
 	)
+	defer func() {
+		if lateDetach != nil {
+			lateDetach()
+		}
+	}()
 	acked := 0
-	for fastOut != nil || (lateOut != nil && !lateDone) {
+	// ack sends the child every ack its output so far has earned (all of block 0 may already be
+	// in the fast subscriber's snapshot, with nothing more coming until it is acked).
+	ack := func() {
+		for acked < flowBlocks-1 {
+			need := (acked + 1) * flowBlockSize
+			if len(got) < need || (lateBase >= 0 && !lateDone && lateBase+len(late) < need) {
+				break
+			}
+			if _, err := term.Write([]byte{'k'}); err != nil {
+				t.Fatalf("ack %d: %v", acked, err)
+			}
+			acked++
+			if acked == 20 {
+				// The child is writing block 20 now: attach concurrently with the reader.
+				lateSnap, lateOut, lateLagged, lateDetach, err = term.Attach()
+				if err != nil {
+					t.Fatal(err)
+				}
+				late = bytes.Clone(lateSnap)
+				if lateBase = bytes.Index(want, lateSnap); lateBase < 0 {
+					t.Fatalf("late snapshot of %d bytes is not in the output", len(lateSnap))
+				}
+			}
+		}
+	}
+	for ack(); fastOut != nil || (lateOut != nil && !lateDone); ack() {
 		select {
 		case <-time.After(20 * time.Second):
 			t.Fatalf("no output for 20 s: %d bytes read, %d blocks acked (the child waits for an ack, or the reader for output)", len(got), acked)
@@ -219,29 +250,6 @@ func TestStream(t *testing.T) {
 				continue
 			}
 			late = append(late, chunk...)
-		}
-		for acked < flowBlocks-1 {
-			need := (acked + 1) * flowBlockSize
-			if len(got) < need || (lateBase >= 0 && !lateDone && lateBase+len(late) < need) {
-				break
-			}
-			if _, err := term.Write([]byte{'k'}); err != nil {
-				t.Fatalf("ack %d: %v", acked, err)
-			}
-			acked++
-			if acked == 20 {
-				// The child is writing block 20 now: attach concurrently with the reader.
-				var detach func()
-				lateSnap, lateOut, lateLagged, detach, err = term.Attach()
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer detach()
-				late = bytes.Clone(lateSnap)
-				if lateBase = bytes.Index(want, lateSnap); lateBase < 0 {
-					t.Fatalf("late snapshot of %d bytes is not in the output", len(lateSnap))
-				}
-			}
 		}
 	}
 	if fastLagged() {
