@@ -33,11 +33,15 @@ type Config struct {
 	// arrive while an fsync runs form the next batch, which is already
 	// group commit without adding latency.
 	MaxDelay time.Duration
+	// WrittenSyncDelay is how long lines appended with AppendWritten may stay
+	// written but not fsynced when no durable line follows them (a durable
+	// line's fsync covers them). 0 means DefaultWrittenSyncDelay.
+	WrittenSyncDelay time.Duration
 	// Now is the clock for Record.Time. nil means time.Now.
 	Now func() time.Time
-	// OnBatch, if set, is called from the writer goroutine with the size of
-	// every batch made durable (for a histogram the caller owns). It must
-	// not block or call back into the Log.
+	// OnBatch, if set, is called from the writer goroutine after every
+	// fsync with the number of lines it made durable (for a histogram the
+	// caller owns). It must not block or call back into the Log.
 	OnBatch func(n int)
 	// IO replaces the writer's write and fsync calls; its zero value means
 	// the file's own. It exists so tests can make the disk fail (ENOSPC,
@@ -94,8 +98,9 @@ type Log struct {
 	io      IO
 	log     *slog.Logger
 
-	maxBatch int
-	maxDelay time.Duration
+	maxBatch         int
+	maxDelay         time.Duration
+	writtenSyncDelay time.Duration
 	maxBytes int64
 
 	wake    chan struct{} // capacity 1: "the queue changed"
@@ -151,6 +156,12 @@ func New(cfg Config) (*Log, error) {
 	if cfg.MaxDelay < 0 {
 		return nil, &FieldError{Field: "max_delay", Reason: fmt.Sprintf("%v is negative", cfg.MaxDelay)}
 	}
+	if cfg.WrittenSyncDelay < 0 {
+		return nil, &FieldError{Field: "written_sync_delay", Reason: fmt.Sprintf("%v is negative", cfg.WrittenSyncDelay)}
+	}
+	if cfg.WrittenSyncDelay == 0 {
+		cfg.WrittenSyncDelay = DefaultWrittenSyncDelay
+	}
 	if cfg.MaxBytes == 0 {
 		cfg.MaxBytes = DefaultMaxBytes
 	}
@@ -172,6 +183,8 @@ func New(cfg Config) (*Log, error) {
 		maxBatch: cfg.MaxBatch,
 		maxDelay: cfg.MaxDelay,
 		maxBytes: cfg.MaxBytes,
+
+		writtenSyncDelay: cfg.WrittenSyncDelay,
 		wake:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
@@ -339,8 +352,9 @@ func (l *Log) Append(ctx context.Context, r Record) error {
 
 // AppendWritten is Append for a line that need not be durable before the answer: it returns
 // once the line is written to the file (the kernel holds it, so it survives the process), not
-// once it is fsynced. The fsync of the same batch follows at once; only a crash of the machine
-// before it can lose the line, and then with everything after it, as a cut at the end of the
+// once it is fsynced. Its fsync is the next durable line's (or the writer's own within
+// Config.WrittenSyncDelay, 20 ms by default, when no durable line comes); only a crash of the machine before it
+// can lose the line, and then with everything after it, as a cut at the end of the
 // chain that Verify accepts and the durable Head shows. signerd uses it for
 // OpenCalloutRequest, which signs nothing: the SignCalloutResponse that acts on an opened
 // request waits for its own line, which lies after the open's in the chain, so a durable grant
@@ -457,20 +471,52 @@ func (l *Log) Close() error {
 	return l.closeErr
 }
 
-// run is the single writer: it takes a batch, writes it with one write and
-// one fsync, and only then releases the batch's waiters.
+// DefaultWrittenSyncDelay is how long lines that only had to be written (AppendWritten) may wait
+// for an fsync: the next batch with a durable line fsyncs them too, and when none comes within
+// this delay the writer fsyncs them on their own.
+const DefaultWrittenSyncDelay = 20 * time.Millisecond
+
+// run is the single writer: it takes a batch, writes it with one write and, when any of its lines
+// must be durable before its answer, one fsync, and only then releases the batch's waiters. A
+// batch of only AppendWritten lines is answered once written; its fsync is the next batch's, or
+// the writer's own after WrittenSyncDelay without one, or the one before a rotation or at
+// Close. On this machine an fsync costs about 165 µs of CPU, and a callout would otherwise pay
+// two (its open's line and its answer's).
 func (l *Log) run() {
 	defer close(l.stopped)
 	var buf []byte
 	var batch []*pending
+	unsynced, unsyncedHead := 0, Head{} // lines written since the last fsync, and the last one
+	syncUnsynced := func() error {
+		if unsynced == 0 {
+			return nil
+		}
+		if err := l.io.Sync(l.f); err != nil {
+			return err
+		}
+		l.madeDurable(unsyncedHead, unsynced)
+		unsynced = 0
+		return nil
+	}
 	for {
-		batch = l.next(batch[:0])
-		if len(batch) == 0 {
+		var idle bool
+		batch, idle = l.next(batch[:0], unsynced > 0)
+		if idle || len(batch) == 0 {
+			if err := syncUnsynced(); err != nil {
+				l.fail(nil, err)
+				unsynced = 0
+			}
+			if idle {
+				continue
+			}
 			return
 		}
 		var err error
 		if to := batch[0].rotateTo; to != "" {
-			err = l.rotateFile(to)
+			// The lines the current file holds unsynced become durable before it is renamed.
+			if err = syncUnsynced(); err == nil {
+				err = l.rotateFile(to)
+			}
 		}
 		buf = buf[:0]
 		for _, p := range batch {
@@ -479,31 +525,44 @@ func (l *Log) run() {
 		if err == nil {
 			_, err = l.io.Write(l.f, buf)
 		}
+		durable := false
 		if err == nil {
 			for _, p := range batch {
 				if p.written {
 					p.answered = true
 					p.done <- nil
+				} else {
+					durable = true
 				}
 			}
-			err = l.io.Sync(l.f)
+			unsynced, unsyncedHead = unsynced+len(batch), batch[len(batch)-1].head
+			if !durable {
+				clear(batch)
+				continue
+			}
+			err = syncUnsynced()
 		}
 		if err != nil {
 			l.fail(batch, err)
+			unsynced = 0
 			continue
 		}
-		l.mu.Lock()
-		l.durable = batch[len(batch)-1].head
-		l.mu.Unlock()
 		for _, p := range batch {
 			if !p.answered {
 				p.done <- nil
 			}
 		}
-		if l.onBatch != nil {
-			l.onBatch(len(batch))
-		}
 		clear(batch)
+	}
+}
+
+// madeDurable records that the lines up to head, n of them since the last fsync, are on disk.
+func (l *Log) madeDurable(head Head, n int) {
+	l.mu.Lock()
+	l.durable = head
+	l.mu.Unlock()
+	if l.onBatch != nil {
+		l.onBatch(n)
 	}
 }
 
@@ -533,21 +592,29 @@ func (l *Log) fail(batch []*pending, cause error) {
 	clear(batch)
 }
 
-// next blocks until there is something to write and returns up to maxBatch
-// lines, appended to batch. It returns an empty batch once the log is closed
-// and drained.
-func (l *Log) next(batch []*pending) []*pending {
+// next blocks until there is something to write and returns up to maxBatch lines, appended to
+// batch. It returns an empty batch once the log is closed and drained. With unsynced set (lines
+// written and not yet fsynced) it waits at most WrittenSyncDelay and then returns idle.
+func (l *Log) next(batch []*pending, unsynced bool) (_ []*pending, idle bool) {
+	var timeout <-chan time.Time
+	if unsynced {
+		t := time.NewTimer(l.writtenSyncDelay)
+		defer t.Stop()
+		timeout = t.C
+	}
 	for {
 		l.mu.Lock()
 		n, closed := len(l.queue), l.closed
 		l.mu.Unlock()
 		if n == 0 {
 			if closed {
-				return batch
+				return batch, false
 			}
 			select {
 			case <-l.wake:
 			case <-l.stop:
+			case <-timeout:
+				return batch, true
 			}
 			continue
 		}
@@ -568,7 +635,7 @@ func (l *Log) next(batch []*pending) []*pending {
 		clear(l.queue[rest:])
 		l.queue = l.queue[:rest]
 		l.mu.Unlock()
-		return batch
+		return batch, false
 	}
 }
 

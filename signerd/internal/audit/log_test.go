@@ -154,61 +154,117 @@ func TestAppendReturnsOnlyAfterFsync(t *testing.T) {
 	}
 }
 
-// TestAppendWrittenReturnsBeforeFsync: AppendWritten returns once its line is in the file, while
-// the batch's fsync still runs; the head advances only after the fsync, and a durable Append in
-// the same batch still waits for it.
+// TestAppendWrittenReturnsBeforeFsync: AppendWritten returns once its line is in the file, with
+// no fsync yet and the head not advanced; the next durable Append's fsync covers both lines (one
+// fsync, not two), and that Append waits for it.
 func TestAppendWrittenReturnsBeforeFsync(t *testing.T) {
 	path := logPath(t)
-	g := newGatedSync(2, nil)
-	l := openLog(t, Config{Path: path}, g.sync)
-	written := make(chan error, 1)
-	go func() { written <- l.AppendWritten(context.Background(), sample(0)) }()
-	g.waitEntered(t, 1)
-	if err := recv(t, written); err != nil {
+	g := newGatedSync(1, nil)
+	l := openLog(t, Config{Path: path, WrittenSyncDelay: time.Hour}, g.sync)
+	if err := l.AppendWritten(context.Background(), sample(0)); err != nil {
 		t.Fatalf("AppendWritten: %v", err)
 	}
-	if g.synced.Load() != 0 {
-		t.Fatal("the fsync finished before AppendWritten returned; the test proves nothing")
+	if n := g.calls.Load(); n != 0 {
+		t.Fatalf("%d fsyncs started for a line that only had to be written", n)
 	}
 	if data, err := os.ReadFile(path); err != nil || !bytes.Contains(data, []byte(`"seq":1,`)) {
 		t.Fatalf("line not in the file when AppendWritten returned: %q, %v", data, err)
 	}
 	if h := l.Head(); h.Seq != 0 {
-		t.Fatalf("head seq %d before the fsync, want 0", h.Seq)
+		t.Fatalf("head seq %d before any fsync, want 0", h.Seq)
 	}
-	close(g.gates[0])
-	eventually(t, "the head to advance", func() bool { return l.Head().Seq == 1 })
 
 	durable := make(chan error, 1)
 	go func() { durable <- l.Append(context.Background(), sample(1)) }()
-	g.waitEntered(t, 2)
+	g.waitEntered(t, 1)
 	select {
 	case err := <-durable:
 		t.Fatalf("Append returned (%v) while its fsync was still running", err)
 	default:
 	}
-	close(g.gates[1])
+	close(g.gates[0])
 	if err := recv(t, durable); err != nil {
 		t.Fatal(err)
 	}
+	if h := l.Head(); h.Seq != 2 {
+		t.Fatalf("head seq %d after the durable line's fsync, want 2 (it covers the written line)", h.Seq)
+	}
+	if n := g.calls.Load(); n != 1 {
+		t.Fatalf("%d fsyncs for one written and one durable line, want 1", n)
+	}
+}
+
+// TestAppendWrittenSyncedAlone: a written line that no durable line follows is fsynced by the
+// writer after WrittenSyncDelay, before a rotation renames its file, and at Close.
+func TestAppendWrittenSyncedAlone(t *testing.T) {
+	t.Run("ok/after-the-delay", func(t *testing.T) {
+		g := newGatedSync(0, nil)
+		l := openLog(t, Config{Path: logPath(t), WrittenSyncDelay: time.Millisecond}, g.sync)
+		if err := l.AppendWritten(context.Background(), sample(0)); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the written line to become durable", func() bool { return l.Head().Seq == 1 })
+		if n := g.calls.Load(); n != 1 {
+			t.Fatalf("%d fsyncs, want 1", n)
+		}
+	})
+	t.Run("ok/before-a-rotation", func(t *testing.T) {
+		path := logPath(t)
+		var inodes []uint64
+		sync := func(f *os.File) error {
+			fi, err := f.Stat()
+			if err != nil {
+				return err
+			}
+			inodes = append(inodes, fi.Sys().(*syscall.Stat_t).Ino) // only the writer calls it
+			return f.Sync()
+		}
+		l := openLog(t, Config{Path: path, WrittenSyncDelay: time.Hour}, sync)
+		before, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.AppendWritten(context.Background(), sample(0)); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Rotate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if len(inodes) == 0 || inodes[0] != before.Sys().(*syscall.Stat_t).Ino {
+			t.Fatalf("fsynced inodes %v: the first is not the rotated file's %d", inodes, before.Sys().(*syscall.Stat_t).Ino)
+		}
+	})
+	t.Run("ok/at-close", func(t *testing.T) {
+		g := newGatedSync(0, nil)
+		l := openLog(t, Config{Path: logPath(t), WrittenSyncDelay: time.Hour}, g.sync)
+		if err := l.AppendWritten(context.Background(), sample(0)); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := g.calls.Load(); n != 1 {
+			t.Fatalf("%d fsyncs at Close for a written line, want 1", n)
+		}
+		if h := l.Head(); h.Seq != 1 {
+			t.Fatalf("head seq %d after Close, want 1", h.Seq)
+		}
+	})
 }
 
 // TestAppendWrittenThenFailedSync: a failed fsync after an AppendWritten line was answered fails
-// the durable waiters of the batch, breaks the log and does not block on the answered waiter.
+// the durable waiter whose fsync it was, breaks the log and does not block on the answered waiter.
 func TestAppendWrittenThenFailedSync(t *testing.T) {
 	path := logPath(t)
 	diskErr := errors.New("injected: EIO")
 	g := newGatedSync(1, map[int]error{1: diskErr})
-	l := openLog(t, Config{Path: path}, g.sync)
-	written := make(chan error, 1)
-	durable := make(chan error, 1)
-	go func() { written <- l.AppendWritten(context.Background(), sample(0)) }()
-	g.waitEntered(t, 1)
-	if err := recv(t, written); err != nil {
+	l := openLog(t, Config{Path: path, WrittenSyncDelay: time.Hour}, g.sync)
+	if err := l.AppendWritten(context.Background(), sample(0)); err != nil {
 		t.Fatalf("AppendWritten: %v", err)
 	}
+	durable := make(chan error, 1)
 	go func() { durable <- l.Append(context.Background(), sample(1)) }()
-	eventually(t, "the durable line to queue", func() bool { return queued(l) == 1 })
+	g.waitEntered(t, 1)
 	close(g.gates[0])
 	if err := recv(t, durable); !errors.Is(err, ErrBroken) || !errors.Is(err, diskErr) {
 		t.Fatalf("durable append behind a failed fsync: %v, want ErrBroken wrapping it", err)
