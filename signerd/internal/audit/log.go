@@ -101,7 +101,7 @@ type Log struct {
 	maxBatch         int
 	maxDelay         time.Duration
 	writtenSyncDelay time.Duration
-	maxBytes int64
+	maxBytes         int64
 
 	wake    chan struct{} // capacity 1: "the queue changed"
 	stop    chan struct{} // closed by Close
@@ -185,10 +185,10 @@ func New(cfg Config) (*Log, error) {
 		maxBytes: cfg.MaxBytes,
 
 		writtenSyncDelay: cfg.WrittenSyncDelay,
-		wake:     make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		stopped:  make(chan struct{}),
-		failed:   make(chan struct{}),
+		wake:             make(chan struct{}, 1),
+		stop:             make(chan struct{}),
+		stopped:          make(chan struct{}),
+		failed:           make(chan struct{}),
 	}
 	if l.io.Write == nil {
 		l.io.Write = (*os.File).Write
