@@ -353,9 +353,9 @@ func (l *Log) Append(ctx context.Context, r Record) error {
 // AppendWritten is Append for a line that need not be durable before the answer: it returns
 // once the line is written to the file (the kernel holds it, so it survives the process), not
 // once it is fsynced. Its fsync is the next durable line's (or the writer's own within
-// Config.WrittenSyncDelay, 20 ms by default, when no durable line comes); only a crash of the machine before it
-// can lose the line, and then with everything after it, as a cut at the end of the
-// chain that Verify accepts and the durable Head shows. signerd uses it for
+// Config.WrittenSyncDelay, 20 ms by default, when no durable line comes); only a crash of the
+// machine before it can lose the line, and then with everything after it, as a cut at the end of
+// the chain that Verify accepts and the durable Head shows. signerd uses it for
 // OpenCalloutRequest, which signs nothing: the SignCalloutResponse that acts on an opened
 // request waits for its own line, which lies after the open's in the chain, so a durable grant
 // implies a durable open.
@@ -525,8 +525,8 @@ func (l *Log) run() {
 		if err == nil {
 			_, err = l.io.Write(l.f, buf)
 		}
-		durable := false
 		if err == nil {
+			durable := false
 			for _, p := range batch {
 				if p.written {
 					p.answered = true
