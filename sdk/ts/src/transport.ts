@@ -172,7 +172,7 @@ export function createSignerTransport(opts: SignerTransportOptions): SignerTrans
           return res;
         } catch (err) {
           const last = attempt === replicas.length - 1;
-          if (last || signal?.aborted === true || !(err instanceof ConnectError) || err.code !== Code.Unavailable) {
+          if (last || signal?.aborted === true || !(err instanceof ConnectError) || !connectionLost(err)) {
             throw err;
           }
           failovers++;
@@ -184,6 +184,16 @@ export function createSignerTransport(opts: SignerTransportOptions): SignerTrans
       return replicas[current]!.transport.stream(method, signal, timeout, header, input, contextValues);
     },
   };
+}
+
+/** connectionLost reports whether err says the replica was not reached or its connection broke:
+ * Unavailable, or Canceled when the caller did not cancel (checked before this is called). A
+ * replica killed while its HTTP/2 session is open shows up either way: a new stream on the dead
+ * session is reset with CANCEL (connect-node reports Canceled) or the connect fails
+ * (Unavailable). Either way the call may be sent to the next replica, as gRPC-Go does on a broken
+ * connection. */
+function connectionLost(err: ConnectError): boolean {
+  return err.code === Code.Unavailable || err.code === Code.Canceled;
 }
 
 /** SignerClient is the generated SignerService client. */
