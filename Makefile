@@ -36,6 +36,7 @@ FUZZ_TARGETS ?= \
 	managerd/internal/instlease:FuzzDecodeRow \
 	pkg/profiles:FuzzBuild \
 	pkg/dlvclient:FuzzDecodeFrame \
+	pkg/dlvclient:FuzzEncodeFrame \
 	pkg/dlvclient:FuzzDecodeJoinReply \
 	deliveryd/internal/plane3:FuzzDecodeEntry \
 	pkg/provision:FuzzDecodeACL \

@@ -63,32 +63,51 @@ func DecodeFrame(body []byte) (Frame, string, error) {
 	if err := space.ValidateChannel(f.Channel); err != nil {
 		return Frame{}, "", fmt.Errorf("%w: %v", ErrBadFrame, err)
 	}
-	trimmed := bytes.TrimSpace(f.Msg)
+	id, err := checkMsg(f.Msg)
+	if err != nil {
+		return Frame{}, "", err
+	}
+	return f, id, nil
+}
+
+// checkMsg is DecodeFrame's check of a frame's msg: a JSON object whose id, when present, is a
+// string of at most MaxIDBytes. It returns the id ("" when absent).
+func checkMsg(msg json.RawMessage) (string, error) {
+	trimmed := bytes.TrimSpace(msg)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
-		return Frame{}, "", fmt.Errorf("%w: msg is not an object", ErrBadFrame)
+		return "", fmt.Errorf("%w: msg is not an object", ErrBadFrame)
 	}
 	var m msgID
 	if err := json.Unmarshal(trimmed, &m); err != nil {
-		return Frame{}, "", fmt.Errorf("%w: msg: %v", ErrBadFrame, err)
+		return "", fmt.Errorf("%w: msg: %v", ErrBadFrame, err)
 	}
 	id := ""
 	if m.ID != nil {
 		id = *m.ID
 	}
 	if len(id) > MaxIDBytes {
-		return Frame{}, "", fmt.Errorf("%w: id of %d bytes", ErrBadFrame, len(id))
+		return "", fmt.Errorf("%w: id of %d bytes", ErrBadFrame, len(id))
 	}
-	return f, id, nil
+	return id, nil
 }
 
-// EncodeFrame is DecodeFrame's inverse, for the trusted reader: it refuses what DecodeFrame would.
+// EncodeFrame is DecodeFrame's inverse, for the trusted reader: it refuses what DecodeFrame would
+// refuse of its output (a bad channel, a msg that is not an object or whose id is not a short
+// string, a frame over MaxFrameBytes). It checks the parts, not a decode of the whole frame: the
+// trusted reader frames every copy (FuzzEncodeFrame holds it to the whole-frame check).
 func EncodeFrame(channel string, msg json.RawMessage) ([]byte, error) {
+	if err := space.ValidateChannel(channel); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadFrame, err)
+	}
+	if _, err := checkMsg(msg); err != nil {
+		return nil, err
+	}
 	b, err := json.Marshal(Frame{Version: FrameVersion, Channel: channel, Msg: msg})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadFrame, err)
 	}
-	if _, _, err := DecodeFrame(b); err != nil {
-		return nil, err
+	if len(b) > MaxFrameBytes {
+		return nil, fmt.Errorf("%w: %d bytes", ErrBadFrame, len(b))
 	}
 	return b, nil
 }

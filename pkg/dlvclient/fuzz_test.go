@@ -1,7 +1,10 @@
 package dlvclient
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -35,6 +38,46 @@ func FuzzDecodeFrame(f *testing.F) {
 		}
 		if _, id2, err := DecodeFrame(again); err != nil || id2 != id {
 			t.Fatalf("re-encoded frame: id %q vs %q, err %v", id2, id, err)
+		}
+	})
+}
+
+// FuzzEncodeFrame: the trusted reader frames every copy with EncodeFrame, which checks the
+// channel and the msg rather than decoding the frame it built. It must refuse exactly what
+// DecodeFrame would refuse of the marshalled frame, and what it returns must be that frame.
+func FuzzEncodeFrame(f *testing.F) {
+	for _, s := range [][2]string{
+		{"general", `{"id":"m1","text":"hi"}`},
+		{"team.backend", ` { "id" : "m2" } `},
+		{"general", `{"ID":7}`},
+		{"general", `{"id":"a","Id":"b"}`},
+		{"general", `{"text":"<&>\u2028"}`},
+		{"general", `[1]`},
+		{"general", `{"id":7}`},
+		{"gen>", `{}`},
+		{"general", `{} {}`},
+		{"general", `{"id":"` + strings.Repeat("x", MaxIDBytes+1) + `"}`},
+		{"general", ``},
+	} {
+		f.Add(s[0], []byte(s[1]))
+	}
+	f.Fuzz(func(t *testing.T, channel string, msg []byte) {
+		got, err := EncodeFrame(channel, msg)
+		want, wantErr := json.Marshal(Frame{Version: FrameVersion, Channel: channel, Msg: msg})
+		if wantErr == nil {
+			_, _, wantErr = DecodeFrame(want)
+		}
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("EncodeFrame(%q, %q) error %v, the whole-frame check %v", channel, msg, err, wantErr)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrBadFrame) {
+				t.Fatalf("refusal %v does not match ErrBadFrame", err)
+			}
+			return
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("EncodeFrame(%q, %q) = %q, want %q", channel, msg, got, want)
 		}
 	})
 }
