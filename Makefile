@@ -39,6 +39,7 @@ FUZZ_TARGETS ?= \
 	pkg/dlvclient:FuzzEncodeFrame \
 	pkg/dlvclient:FuzzDecodeJoinReply \
 	deliveryd/internal/plane3:FuzzDecodeEntry \
+	deliveryd/internal/plane3:FuzzEntryEncoder \
 	pkg/provision:FuzzDecodeACL \
 	deliveryd/internal/ctl:FuzzDecodeRequest \
 	deliveryd/internal/ctl:FuzzSubjects \

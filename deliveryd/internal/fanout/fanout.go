@@ -291,12 +291,19 @@ func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) ([]jetstre
 			}
 		}
 	}
+	if len(targets) == 0 {
+		return nil, nil
+	}
+	enc, err := plane3.NewEntryEncoder(body, channel, seq)
+	if err != nil {
+		return nil, err
+	}
 	var acks []jetstream.PubAckFuture
 	for _, t := range targets {
 		if !w.cfg.MayAct() {
 			return nil, errQuiesced
 		}
-		entry, err := json.Marshal(plane3.Entry{Msg: body, Channel: channel, Seq: seq, Reason: t.reason, Generation: t.gen})
+		entry, err := enc.Encode(t.reason, t.gen)
 		if err != nil {
 			return nil, err
 		}

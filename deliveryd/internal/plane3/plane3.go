@@ -139,6 +139,45 @@ type Entry struct {
 	Generation uint64          `json:"generation"`
 }
 
+// EntryEncoder encodes the inbox entries of one chat message, one per lifecycle it is routed to,
+// sharing the encoding of everything but reason and generation: the body is not re-encoded for
+// every member. Encode returns exactly what json.Marshal of the Entry returns, provided body is
+// compact JSON as Message.Normalised returns it (FuzzEntryEncoder holds it to that).
+type EntryEncoder struct {
+	head []byte // {"msg":<body>,"channel":<channel>,"seq":<seq>,"reason":
+}
+
+// NewEntryEncoder prepares the entries of body (Normalised's output) on channel at CHAT seq.
+func NewEntryEncoder(body json.RawMessage, channel string, seq uint64) (EntryEncoder, error) {
+	ch, err := json.Marshal(channel)
+	if err != nil {
+		return EntryEncoder{}, err
+	}
+	head := make([]byte, 0, len(body)+len(ch)+64)
+	head = append(head, `{"msg":`...)
+	head = append(head, body...)
+	head = append(head, `,"channel":`...)
+	head = append(head, ch...)
+	head = append(head, `,"seq":`...)
+	head = strconv.AppendUint(head, seq, 10)
+	head = append(head, `,"reason":`...)
+	return EntryEncoder{head: head}, nil
+}
+
+// Encode is the entry for one lifecycle.
+func (e EntryEncoder) Encode(reason string, generation uint64) ([]byte, error) {
+	r, err := json.Marshal(reason)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(e.head)+len(r)+32)
+	out = append(out, e.head...)
+	out = append(out, r...)
+	out = append(out, `,"generation":`...)
+	out = strconv.AppendUint(out, generation, 10)
+	return append(out, '}'), nil
+}
+
 // DecodeEntry reads an inbox entry strictly: a known reason, a valid channel, a positive CHAT
 // sequence and a msg that is a JSON object. It returns the message id ("" when absent).
 func DecodeEntry(b []byte) (Entry, string, error) {

@@ -1,6 +1,7 @@
 package plane3
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -130,6 +131,41 @@ func FuzzDecodeEntry(f *testing.F) {
 		}
 		if _, id2, err := DecodeEntry(again); err != nil || id2 != id {
 			t.Fatalf("round trip: %q vs %q, %v", id2, id, err)
+		}
+	})
+}
+
+// FuzzEntryEncoder: the fan-out writer encodes inbox entries with EntryEncoder, not json.Marshal.
+// For any chat message the writer accepts, on any channel, sequence, reason and generation, the
+// entry must be the bytes json.Marshal gives, and decode back to the same entry.
+func FuzzEntryEncoder(f *testing.F) {
+	f.Add([]byte(`{"id":"m1","from":{"id":"local.a0"},"text":"hi","to":"x"}`), "general", uint64(3), ReasonDurable, uint64(1))
+	f.Add([]byte(` { "id" : "m2", "text" : "<&>\u2028", "n" : [1, 2.50, {"a":null}] } `), "team.backend", uint64(1), ReasonMention, uint64(0))
+	f.Add([]byte(`{"id":"\ud800","channel":"other"}`), "a\"b", uint64(1<<63), "reason\x00", ^uint64(0))
+	f.Fuzz(func(t *testing.T, b []byte, channel string, seq uint64, reason string, generation uint64) {
+		m, err := DecodeMessage(b)
+		if err != nil {
+			return
+		}
+		body, err := m.Normalised(channel)
+		if err != nil {
+			return
+		}
+		enc, err := NewEntryEncoder(body, channel, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := enc.Encode(reason, generation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := Entry{Msg: body, Channel: channel, Seq: seq, Reason: reason, Generation: generation}
+		want, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("entry %q, json.Marshal %q", got, want)
 		}
 	})
 }
