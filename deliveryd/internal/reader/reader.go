@@ -163,11 +163,15 @@ type item struct {
 	deliveries uint64
 }
 
-// row is one key read for a pass: its value, whether it exists, and a read error.
+// row is one key read for a pass: whether it exists, a read error, and its value decoded once
+// for every entry of the pass that needs it (ok false: it does not decode).
 type row struct {
-	value []byte
-	found bool
-	err   error
+	value  []byte
+	found  bool
+	err    error
+	ok     bool
+	acl    plane3.ACL
+	member plane3.Member
 }
 
 // pass settles a batch. The ACL and member rows it needs are read once, after every entry of the
@@ -210,6 +214,17 @@ func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) error {
 	}
 	r.read(ctx, r.acl, acls)
 	r.read(ctx, r.members, members)
+	for _, rw := range acls {
+		if rw.found {
+			rw.acl, rw.ok = plane3.DecodeACL(rw.value)
+		}
+	}
+	for key, rw := range members {
+		if rw.found {
+			m, _, err := plane3.DecodeMember(key, rw.value)
+			rw.member, rw.ok = m, err == nil
+		}
+	}
 
 	type sent struct {
 		it  item
@@ -288,15 +303,10 @@ func (r *Reader) copyOf(it item, aclRow, memberRow *row) (*nats.Msg, error) {
 	if aclRow.err != nil {
 		return nil, fmt.Errorf("read ACL row: %w", aclRow.err)
 	}
-	var acl plane3.ACL
-	known := false
-	if aclRow.found {
-		acl, known = plane3.DecodeACL(aclRow.value)
-	}
-	if !known {
+	if !aclRow.found || !aclRow.ok {
 		return nil, errors.New("no ACL row for the lifecycle")
 	}
-	if !acl.Allows(it.entry.Channel) {
+	if !aclRow.acl.Allows(it.entry.Channel) {
 		r.log.Info("dropped an entry: the lifecycle's ACL no longer allows the channel", "lifecycle", it.aclKey, "channel", it.entry.Channel)
 		return nil, nil
 	}
@@ -308,8 +318,7 @@ func (r *Reader) copyOf(it item, aclRow, memberRow *row) (*nats.Msg, error) {
 			r.log.Info("dropped a durable entry: no membership row", "member", it.memberKey)
 			return nil, nil
 		}
-		m, _, err := plane3.DecodeMember(it.memberKey, memberRow.value)
-		if err != nil || !m.Eligible(it.entry.Seq) {
+		if !memberRow.ok || !memberRow.member.Eligible(it.entry.Seq) {
 			r.log.Info("dropped a durable entry outside its member's interval", "member", it.memberKey, "seq", it.entry.Seq)
 			return nil, nil
 		}
