@@ -121,11 +121,34 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Writer, error) {
 	return w, nil
 }
 
-// Run fans out until ctx is done (nil) or the consumer fails.
+// Run fans out until ctx is done (nil) or the consumer fails. Passes overlap by one: while the
+// broker stores a pass's copies, the next pass (if its messages are already there) is routed, and
+// only then is the first settled (its messages acked). With nothing waiting, the pass is settled
+// before the loop waits for more.
 func (w *Writer) Run(ctx context.Context) error {
+	var settle func(context.Context) // the previous pass's, not yet run
+	flush := func(ctx context.Context) {
+		if settle != nil {
+			settle(ctx)
+			settle = nil
+		}
+	}
+	defer func() {
+		grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), plane3.SettleGrace)
+		defer cancel()
+		flush(grace)
+	}()
 	for ctx.Err() == nil {
-		batch, err := plane3.FetchPass(ctx, w.consumer, w.cfg.Batch)
+		var batch []jetstream.Msg
+		var err error
+		if settle == nil {
+			batch, err = plane3.FetchPass(ctx, w.consumer, w.cfg.Batch)
+		} else if batch, err = plane3.FetchReady(w.consumer, w.cfg.Batch); err == nil && len(batch) == 0 {
+			flush(ctx)
+			continue
+		}
 		if err != nil {
+			flush(ctx)
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -141,19 +164,29 @@ func (w *Writer) Run(ctx context.Context) error {
 		if len(batch) == 0 {
 			continue
 		}
-		if err := w.pass(ctx, batch); err != nil {
+		next, err := w.pass(ctx, batch)
+		flush(ctx)
+		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			w.log.Warn("fan-out pass failed; its messages redeliver", "messages", len(batch), "err", err)
-			for _, m := range batch {
-				if w.cfg.MayAct() {
-					_ = m.NakWithDelay(w.cfg.NakDelay)
-				}
-			}
+			w.failed(batch, err)
+			continue
 		}
+		settle = next
 	}
 	return nil
+}
+
+// failed naks every message of a pass that failed, for redelivery after NakDelay; the copies
+// that did land collapse with the redelivered ones on their Nats-Msg-Id.
+func (w *Writer) failed(batch []jetstream.Msg, err error) {
+	w.log.Warn("fan-out pass failed; its messages redeliver", "messages", len(batch), "err", err)
+	for _, m := range batch {
+		if w.cfg.MayAct() {
+			_ = m.NakWithDelay(w.cfg.NakDelay)
+		}
+	}
 }
 
 // view is what one pass reads once, after its messages were delivered: so it holds every
@@ -176,10 +209,10 @@ type aclRow struct {
 	acl plane3.ACL
 }
 
-// pass routes a batch: it publishes every message's inbox copies asynchronously, in order, then
-// acks each message once its own copies are stored. A message whose copy fails is nak'd for
-// redelivery; the copies that did land collapse with the redelivered ones on their Nats-Msg-Id.
-func (w *Writer) pass(ctx context.Context, batch []jetstream.Msg) error {
+// pass routes a batch: it publishes every message's inbox copies asynchronously, in order, and
+// returns the pass's settle, which acks each message once its own copies are stored and naks one
+// whose copy failed. A pass that fails returns no settle; Run naks its messages.
+func (w *Writer) pass(ctx context.Context, batch []jetstream.Msg) (func(context.Context), error) {
 	v := &view{classes: map[string]string{}}
 	type routed struct {
 		m    jetstream.Msg
@@ -195,26 +228,38 @@ func (w *Writer) pass(ctx context.Context, batch []jetstream.Msg) error {
 			break
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		done = append(done, routed{m, acks})
 	}
-	for _, r := range done {
-		if err := wait(ctx, r.acks); err != nil {
-			w.log.Warn("an inbox copy failed; the message redelivers", "err", err)
-			if w.cfg.MayAct() {
-				_ = r.m.NakWithDelay(w.cfg.NakDelay)
-			}
-			continue
-		}
+	return func(ctx context.Context) {
 		if !w.cfg.MayAct() {
-			return nil
+			return // quiesced: the messages redeliver to whoever holds the lease
 		}
-		if err := r.m.Ack(); err != nil {
-			return fmt.Errorf("ack: %w", err)
+		for i, r := range done {
+			if err := wait(ctx, r.acks); err != nil {
+				if ctx.Err() != nil {
+					return // unacked: the messages redeliver after AckWait
+				}
+				w.log.Warn("an inbox copy failed; the message redelivers", "err", err)
+				if w.cfg.MayAct() {
+					_ = r.m.NakWithDelay(w.cfg.NakDelay)
+				}
+				continue
+			}
+			if !w.cfg.MayAct() {
+				return
+			}
+			if err := r.m.Ack(); err != nil {
+				rest := make([]jetstream.Msg, 0, len(done)-i)
+				for _, r := range done[i:] {
+					rest = append(rest, r.m)
+				}
+				w.failed(rest, fmt.Errorf("ack: %w", err))
+				return
+			}
 		}
-	}
-	return nil
+	}, nil
 }
 
 // wait waits for every publish ack.

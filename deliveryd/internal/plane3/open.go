@@ -79,6 +79,27 @@ func Pause(ctx context.Context, d time.Duration) bool {
 // FetchWait bounds one wait for the first message of a pass, so a loop notices its ctx.
 const FetchWait = 200 * time.Millisecond
 
+// SettleGrace bounds the settling of a loop's last pass after its ctx is done: the copies it
+// published are usually stored by then, and acking them spares their redelivery.
+const SettleGrace = time.Second
+
+// FetchReady takes what c already holds, up to batch, without waiting: the next pass of a loop
+// whose previous pass is still being stored. Nothing ready is an empty pass, not an error.
+func FetchReady(c jetstream.Consumer, batch int) ([]jetstream.Msg, error) {
+	more, err := c.FetchNoWait(batch)
+	if err != nil {
+		return nil, err
+	}
+	var out []jetstream.Msg
+	for m := range more.Messages() {
+		out = append(out, m)
+	}
+	if err := more.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
+		return out, err
+	}
+	return out, nil
+}
+
 // FetchPass waits up to FetchWait for one message of c, then takes what else is already there,
 // up to batch in all: one pass of the fan-out writer or the trusted reader. A timeout with
 // nothing delivered is an empty pass, not an error.

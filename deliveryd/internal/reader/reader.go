@@ -125,11 +125,39 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Reader, error) {
 	return r, nil
 }
 
-// Run reads entries until ctx is done (nil) or the consumer fails.
+// Run reads entries until ctx is done (nil) or the consumer fails. Passes overlap by one, as the
+// fan-out writer's do: while the broker stores a pass's copies, the next pass (if its entries are
+// already there) is read and published, and only then is the first settled.
 func (r *Reader) Run(ctx context.Context) error {
+	var settle func(context.Context) error // the previous pass's, not yet run
+	flush := func(ctx context.Context) error {
+		if settle == nil {
+			return nil
+		}
+		f := settle
+		settle = nil
+		return f(ctx)
+	}
+	defer func() {
+		grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), plane3.SettleGrace)
+		defer cancel()
+		_ = flush(grace)
+	}()
 	for ctx.Err() == nil {
-		batch, err := plane3.FetchPass(ctx, r.consumer, r.cfg.Batch)
+		var batch []jetstream.Msg
+		var err error
+		if settle == nil {
+			batch, err = plane3.FetchPass(ctx, r.consumer, r.cfg.Batch)
+		} else if batch, err = plane3.FetchReady(r.consumer, r.cfg.Batch); err == nil && len(batch) == 0 {
+			if err := flush(ctx); err != nil {
+				return err
+			}
+			continue
+		}
 		if err != nil {
+			if err := flush(ctx); err != nil {
+				return err
+			}
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -142,12 +170,17 @@ func (r *Reader) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		if err := r.pass(ctx, batch); err != nil {
+		next, err := r.pass(ctx, batch)
+		if err := flush(ctx); err != nil {
+			return err
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
+		settle = next
 	}
 	return nil
 }
@@ -174,12 +207,13 @@ type row struct {
 	member plane3.Member
 }
 
-// pass settles a batch. The ACL and member rows it needs are read once, after every entry of the
+// pass handles a batch. The ACL and member rows it needs are read once, after every entry of the
 // batch was delivered and before any is published, so each check sees every change committed
-// before its entry reached the reader, as a read per entry would; a revocation that lands while the
-// pass publishes takes effect for the next pass. Copies are published asynchronously in order and
-// each entry is acked once its copy is stored.
-func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) error {
+// before its entry reached the reader, as a read per entry would; a revocation that lands while
+// the pass publishes takes effect for the next pass. Entries to drop or defer are settled at
+// once; copies are published asynchronously in order, and the returned settle acks each of their
+// entries once its copy is stored.
+func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) (func(context.Context) error, error) {
 	n := r.cfg.Names
 	var items []item
 	acls, members := map[string]*row{}, map[string]*row{}
@@ -188,7 +222,7 @@ func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) error {
 		if !ok {
 			r.log.Warn("dropped an entry on a subject that is not a lifecycle's inbox", "subject", m.Subject())
 			if err := r.settle(m.Ack); err != nil {
-				return err
+				return nil, err
 			}
 			continue
 		}
@@ -196,7 +230,7 @@ func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) error {
 		if err != nil {
 			r.log.Warn("dropped an entry that does not decode", "subject", m.Subject(), "err", err)
 			if err := r.settle(m.Ack); err != nil {
-				return err
+				return nil, err
 			}
 			continue
 		}
@@ -235,43 +269,48 @@ func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) error {
 		out, err := r.copyOf(it, acls[it.aclKey], members[it.memberKey])
 		if err != nil {
 			if err := r.retry(it.m, it.deliveries, it.lc, err); err != nil {
-				return err
+				return nil, err
 			}
 			continue
 		}
 		if out == nil {
 			if err := r.settle(it.m.Ack); err != nil {
-				return err
+				return nil, err
 			}
 			continue
 		}
 		if !r.cfg.MayAct() {
-			return nil
+			break // quiesced: publish no more; what was published settles below
 		}
 		f, err := r.js.PublishMsgAsync(out)
 		if err != nil {
 			if err := r.retry(it.m, it.deliveries, it.lc, fmt.Errorf("publish to %s: %w", out.Subject, err)); err != nil {
-				return err
+				return nil, err
 			}
 			continue
 		}
 		inflight = append(inflight, sent{it, f})
 	}
-	for _, s := range inflight {
-		select {
-		case <-s.ack.Ok():
-			if err := r.settle(s.it.m.Ack); err != nil {
-				return err
+	return func(ctx context.Context) error {
+		for _, s := range inflight {
+			if !r.cfg.MayAct() {
+				return nil // quiesced: the entries redeliver to whoever holds the lease
 			}
-		case err := <-s.ack.Err():
-			if err := r.retry(s.it.m, s.it.deliveries, s.it.lc, fmt.Errorf("publish to %s: %w", s.ack.Msg().Subject, err)); err != nil {
-				return err
+			select {
+			case <-s.ack.Ok():
+				if err := r.settle(s.it.m.Ack); err != nil {
+					return err
+				}
+			case err := <-s.ack.Err():
+				if err := r.retry(s.it.m, s.it.deliveries, s.it.lc, fmt.Errorf("publish to %s: %w", s.ack.Msg().Subject, err)); err != nil {
+					return err
+				}
+			case <-ctx.Done():
+				return nil
 			}
-		case <-ctx.Done():
-			return nil
 		}
-	}
-	return nil
+		return nil
+	}, nil
 }
 
 // read gets every key of rows from kv, several at a time.
