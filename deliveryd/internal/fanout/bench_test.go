@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -12,18 +13,29 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/fanout"
+	"github.com/cotalgo/cotal/deliveryd/internal/plane3"
 	"github.com/cotalgo/cotal/deliveryd/internal/reader"
+	"github.com/cotalgo/cotal/pkg/dlvclient"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 )
 
-// BenchmarkDelivery measures, in one run on one broker per N, durable fan-out throughput (chat
-// messages posted by one agent, counted as copies stored in DLV, to N members of a durable
-// channel, through the fan-out writer and the trusted reader) next to raw JetStream publish
-// throughput of the same number of copies straight into the same DLV stream with the delivery
-// credential. b.N is the number of chat messages; both report copies/s. Run with a fixed count
-// (INBOX and DLV keep 1000 messages per subject, as upstream):
+// BenchmarkDelivery measures, in one run on one broker per N, durable fan-out throughput next to
+// two raw JetStream publish baselines, all counted as copies stored in DLV for N members of a
+// durable channel (b.N is the number of chat messages; every variant reports copies/s, and the
+// CPU cores the whole process used meanwhile):
 //
-//	go test -run '^$' -bench BenchmarkDelivery -benchtime 400x ./deliveryd/internal/fanout/
+//   - raw: the b.N × N copies published straight into DLV with the delivery credential (one
+//     stored write per copy);
+//   - chain: the same stored writes a fanned-out copy costs, published raw with no daemon: each
+//     chat message into CHAT as the agent, then per member its inbox entry into INBOX and its
+//     frame into DLV with the delivery credential (1 + 2N writes per chat message);
+//   - fanout: the chat messages posted by one agent, each copy going CHAT → fan-out writer →
+//     INBOX → trusted reader (ACL and member rows re-read) → DLV.
+//
+// Every publish is asynchronous. Run with a fixed count (INBOX and DLV keep 1000 messages per
+// subject, as upstream):
+//
+//	go test -run '^$' -bench BenchmarkDelivery -benchtime 900x -count 3 ./deliveryd/internal/fanout/
 func BenchmarkDelivery(b *testing.B) {
 	for _, members := range []int{1, 10, 100} {
 		e := plane3test.New(b)
@@ -38,6 +50,7 @@ func BenchmarkDelivery(b *testing.B) {
 			lifecycles = append(lifecycles, [2]string{actor, uid})
 		}
 		sender := plane3test.JS(b, e.Agent(b, "a0", uid0))
+		chatSubj, _ := e.N.Chat(plane3test.Owner, "a0", "general")
 		dlv, err := djs.Stream(plane3test.Ctx(b), e.N.DLVStream())
 		if err != nil {
 			b.Fatal(err)
@@ -49,8 +62,27 @@ func BenchmarkDelivery(b *testing.B) {
 			}
 			return info.State.LastSeq
 		}
-		// waitFor polls DLV's last sequence (copies stored, even past the per-subject cap).
-		waitFor := func(target uint64) {
+		run := 0
+		// measure times publish(i) for every chat message i, then waits until every publish is
+		// acknowledged and DLV's last sequence (copies stored, even past the per-subject cap)
+		// has grown by b.N × members.
+		measure := func(b *testing.B, publish func(i int)) {
+			run++
+			start := lastSeq()
+			var ru0, ru1 syscall.Rusage
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+			b.ResetTimer()
+			for i := range b.N {
+				publish(i)
+			}
+			for _, js := range []jetstream.JetStream{sender, djs} {
+				select {
+				case <-js.PublishAsyncComplete():
+				case <-time.After(5 * time.Minute):
+					b.Fatal("publishing did not complete")
+				}
+			}
+			target := start + uint64(b.N*members)
 			deadline := time.Now().Add(5 * time.Minute)
 			for lastSeq() < target {
 				if time.Now().After(deadline) {
@@ -58,32 +90,54 @@ func BenchmarkDelivery(b *testing.B) {
 				}
 				time.Sleep(2 * time.Millisecond) // a benchmark's poll, not a test's synchronisation
 			}
+			b.StopTimer()
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+			cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
+			b.ReportMetric(float64(b.N*members)/b.Elapsed().Seconds(), "copies/s")
+			b.ReportMetric(cpu.Seconds()/b.Elapsed().Seconds(), "cores")
 		}
-		run := 0
-
+		publish := func(js jetstream.JetStream, subj string, data []byte, id string, frame bool) {
+			m := nats.NewMsg(subj)
+			m.Data = data
+			m.Header.Set(jetstream.MsgIDHeader, id)
+			if frame {
+				m.Header.Set(dlvclient.FrameHeader, dlvclient.FrameHeaderValue)
+			}
+			if _, err := js.PublishMsgAsync(m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		chat := func(i int) []byte {
+			body, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("f-%d-%d", run, i), "from": map[string]string{"id": "local.a0"}, "text": "x"})
+			return body
+		}
 		b.Run(fmt.Sprintf("raw/N=%d", members), func(b *testing.B) {
-			run++
-			start := lastSeq()
-			b.ResetTimer()
-			for i := range b.N {
+			measure(b, func(i int) {
 				for _, lc := range lifecycles {
 					subj, _ := e.N.Dlv(plane3test.Owner, lc[0], lc[1])
-					m := nats.NewMsg(subj)
-					m.Data = []byte(`{"version":1,"channel":"general","msg":{"id":"x"}}`)
-					m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("raw-%d-%d-%s", run, i, lc[0]))
-					if _, err := djs.PublishMsgAsync(m); err != nil {
-						b.Fatal(err)
-					}
+					publish(djs, subj, []byte(`{"version":1,"channel":"general","msg":{"id":"x"}}`), fmt.Sprintf("raw-%d-%d-%s", run, i, lc[0]), true)
 				}
-			}
-			select {
-			case <-djs.PublishAsyncComplete():
-			case <-time.After(5 * time.Minute):
-				b.Fatal("raw publish did not complete")
-			}
-			waitFor(start + uint64(b.N*members))
-			b.StopTimer()
-			b.ReportMetric(float64(b.N*members)/b.Elapsed().Seconds(), "copies/s")
+			})
+		})
+		// chain runs before the loops: the reader's durable delivers all of INBOX, so it takes
+		// chain's entries when it starts. Their copies carry the ids chain's frames did and
+		// collapse on them; fanout's clock starts once the reader has settled them all.
+		b.Run(fmt.Sprintf("chain/N=%d", members), func(b *testing.B) {
+			measure(b, func(i int) {
+				body := chat(i)
+				if _, err := sender.PublishAsync(chatSubj, body); err != nil {
+					b.Fatal(err)
+				}
+				for _, lc := range lifecycles {
+					entry, _ := json.Marshal(plane3.Entry{Msg: body, Channel: "general", Seq: uint64(i + 1), Reason: plane3.ReasonDurable, Generation: 1})
+					frame, _ := dlvclient.EncodeFrame("general", body)
+					id := plane3.MsgID(fmt.Sprintf("f-%d-%d", run, i), plane3.Lifecycle{Owner: plane3test.Owner, Actor: lc[0], UID: lc[1]}, 1)
+					inbox, _ := e.N.Dinbox(plane3test.Owner, lc[0], lc[1])
+					publish(djs, inbox, entry, id, false)
+					subj, _ := e.N.Dlv(plane3test.Owner, lc[0], lc[1])
+					publish(djs, subj, frame, id, true)
+				}
+			})
 		})
 
 		w, err := fanout.New(plane3test.Ctx(b), dc, fanout.Config{Names: e.N})
@@ -100,25 +154,28 @@ func BenchmarkDelivery(b *testing.B) {
 			wg.Add(1)
 			go func() { defer wg.Done(); _ = loop(ctx) }()
 		}
-		subj, _ := e.N.Chat(plane3test.Owner, "a0", "general")
+		settled := func() bool {
+			c, err := djs.Consumer(context.Background(), e.N.InboxStream(), e.N.ReaderConsumer())
+			if err != nil {
+				b.Fatal(err)
+			}
+			info, err := c.Info(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			return info.NumPending == 0 && info.NumAckPending == 0
+		}
+		for deadline := time.Now().Add(5 * time.Minute); !settled(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				b.Fatal("the reader did not settle chain's entries")
+			}
+		}
 		b.Run(fmt.Sprintf("fanout/N=%d", members), func(b *testing.B) {
-			run++
-			start := lastSeq()
-			b.ResetTimer()
-			for i := range b.N {
-				body, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("f-%d-%d", run, i), "from": map[string]string{"id": "local.a0"}, "text": "x"})
-				if _, err := sender.PublishAsync(subj, body); err != nil {
+			measure(b, func(i int) {
+				if _, err := sender.PublishAsync(chatSubj, chat(i)); err != nil {
 					b.Fatal(err)
 				}
-			}
-			select {
-			case <-sender.PublishAsyncComplete():
-			case <-time.After(5 * time.Minute):
-				b.Fatal("posting did not complete")
-			}
-			waitFor(start + uint64(b.N*members))
-			b.StopTimer()
-			b.ReportMetric(float64(b.N*members)/b.Elapsed().Seconds(), "copies/s")
+			})
 		})
 		cancel()
 		wg.Wait()
