@@ -73,7 +73,7 @@ func TestBrokerGone(t *testing.T) {
 		cfg.BrokerGone = yamlx.Duration(time.Second)
 		svc := start(t, cfg, &logs)
 		b.stop()
-		err := stopped(t, svc, 15*time.Second)
+		err := stopped(t, svc, 15*time.Second, &logs)
 		var ge *watchdog.GoneError
 		if !errors.As(err, &ge) || ge.Limit != "window" || ge.Max != time.Second || ge.Down < time.Second {
 			t.Fatalf("Err = %v; want the broker-gone verdict after the 1s window\n%s", err, logs.String())
@@ -187,7 +187,7 @@ func TestRenewal(t *testing.T) {
 			e.Post(t, ajs, "alice", "two", "renewal missed, credential still live")
 		}
 		eventually(t, 5*time.Second, func() error { return servicetest.Exactly(bob.IDs(), []string{"one", "two"}) })
-		err := stopped(t, svc, 15*time.Second)
+		err := stopped(t, svc, 15*time.Second, &logs)
 		if !errors.Is(err, signerclient.ErrExpired) {
 			t.Fatalf("Err = %v; want the credential's expiry\n%s", err, logs.String())
 		}

@@ -56,13 +56,13 @@ func eventually(t *testing.T, within time.Duration, f func() error) {
 }
 
 // stopped waits for svc to stop by itself and returns why.
-func stopped(t *testing.T, svc *service.Service, within time.Duration) error {
+func stopped(t *testing.T, svc *service.Service, within time.Duration, logs *logBuffer) error {
 	t.Helper()
 	select {
 	case <-svc.Done():
 		return svc.Err()
 	case <-time.After(within):
-		t.Fatalf("service still running after %v", within)
+		t.Fatalf("service still running after %v; its log:\n%s", within, logs.String())
 	}
 	return nil
 }

@@ -61,7 +61,7 @@ func TestLeaseWatch(t *testing.T) {
 		if _, err := kv.Put(ctx(t), space.DeliveryLeaseKey, foreign); err != nil {
 			t.Fatal(err)
 		}
-		err := stopped(t, svc, 10*time.Second)
+		err := stopped(t, svc, 10*time.Second, &logs)
 		if !errors.Is(err, service.ErrLeaseTaken) {
 			t.Fatalf("Err = %v; want ErrLeaseTaken\n%s", err, logs.String())
 		}
