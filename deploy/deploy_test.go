@@ -15,7 +15,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -23,6 +22,7 @@ import (
 
 	"github.com/cotalgo/cotal/pkg/daemon"
 	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/pkg/testkit"
 )
 
 // The five units, by file name, and the user each runs as.
@@ -524,42 +524,20 @@ func readmeExposure(t *testing.T) map[string]float64 {
 	return out
 }
 
-var (
-	signerdOnce sync.Once
-	signerdBin  string
-	signerdErr  error
-	binDir      string
-)
+// signerdBinary is the real signerd, built once per test binary.
+var signerdBinary = testkit.Binaries{Prefix: "cotal-deploy-bin-", Pkgs: []string{"github.com/cotalgo/cotal/signerd"}}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	for _, d := range []string{binDir, stackDir} {
-		if d != "" {
-			_ = os.RemoveAll(d)
-		}
-	}
+	signerdBinary.Remove()
+	stack.Remove()
 	os.Exit(code)
 }
 
-// buildSignerd builds the real signerd once per test binary.
+// buildSignerd returns the path of the real signerd.
 func buildSignerd(t *testing.T) string {
 	t.Helper()
-	signerdOnce.Do(func() {
-		binDir, signerdErr = os.MkdirTemp("", "cotal-deploy-bin-")
-		if signerdErr != nil {
-			return
-		}
-		signerdBin = filepath.Join(binDir, "signerd")
-		cmd := exec.Command("go", "build", "-o", signerdBin, "github.com/cotalgo/cotal/signerd")
-		cmd.Env = append(os.Environ(), "GOTOOLCHAIN=auto")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			signerdErr = fmt.Errorf("go build signerd: %v\n%s", err, out)
-		}
-	})
-	if signerdErr != nil {
-		t.Fatal(signerdErr)
-	}
-	return signerdBin
+	return filepath.Join(signerdBinary.Dir(t), "signerd")
 }
 
 // TestPolicyCheck: the example policy install.sh installs passes `signerd policy check`.

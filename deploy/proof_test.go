@@ -506,37 +506,16 @@ func mustWrite(t *testing.T, path, data string, mode os.FileMode) {
 	}
 }
 
-// buildStack builds every binary the proof runs, once per test binary, into one directory
+// stack is every binary the proof runs, built once per test binary into one directory that
 // install.sh takes as --bin-dir (it installs the four daemons; the test agent and nats-server are
 // run from there).
-var (
-	stackOnce sync.Once
-	stackDir  string
-	stackErr  error
-)
+var stack = testkit.Binaries{Prefix: "cotal-proof-bin-", Pkgs: []string{
+	"github.com/cotalgo/cotal/signerd", "github.com/cotalgo/cotal/authd", "github.com/cotalgo/cotal/deliveryd",
+	"github.com/cotalgo/cotal/managerd", "github.com/cotalgo/cotal/managerd/internal/testagent",
+	"github.com/nats-io/nats-server/v2",
+}}
 
 func buildStack(t *testing.T) string {
 	t.Helper()
-	stackOnce.Do(func() {
-		if stackDir, stackErr = os.MkdirTemp("", "cotal-proof-bin-"); stackErr != nil {
-			return
-		}
-		_ = os.Chmod(stackDir, 0o755)
-		for name, pkg := range map[string]string{
-			"signerd": "github.com/cotalgo/cotal/signerd", "authd": "github.com/cotalgo/cotal/authd",
-			"deliveryd": "github.com/cotalgo/cotal/deliveryd", "managerd": "github.com/cotalgo/cotal/managerd",
-			"testagent": "github.com/cotalgo/cotal/managerd/internal/testagent", "nats-server": "github.com/nats-io/nats-server/v2",
-		} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(stackDir, name), pkg)
-			cmd.Env = append(os.Environ(), "GOTOOLCHAIN=auto")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				stackErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
-				return
-			}
-		}
-	})
-	if stackErr != nil {
-		t.Fatal(stackErr)
-	}
-	return stackDir
+	return stack.Dir(t)
 }

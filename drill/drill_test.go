@@ -36,7 +36,15 @@ import (
 
 var full = flag.Bool("drill.full", false, "run the full failure drill (make drill): 200 agents, 100 messages")
 
-func TestMain(m *testing.M) { cluster.Main(m) }
+func TestMain(m *testing.M) {
+	code := m.Run()
+	daemons.Remove()
+	cluster.Cleanup()
+	os.Exit(code)
+}
+
+// daemons are deliveryd and authd, built once per test binary run.
+var daemons = testkit.Binaries{Prefix: "cotal-drill-bin-", Pkgs: []string{"github.com/cotalgo/cotal/deliveryd", "github.com/cotalgo/cotal/authd"}}
 
 // size is one form of the drill. perSec paces the publisher so the failures land while it posts.
 type size struct {
@@ -66,10 +74,9 @@ func TestDrill(t *testing.T) {
 	t0 := time.Now()
 	phase := func(what string) { t.Logf("%7.1fs %s", time.Since(t0).Seconds(), what) }
 	// The three builds run at once: nats-server (the cluster's), signerd, deliveryd and authd.
-	natsErr, binDir := make(chan error, 1), t.TempDir()
+	natsErr, daemonsErr := make(chan error, 1), make(chan error, 1)
 	go func() { _, err := cluster.BuildBinary(); natsErr <- err }()
-	daemonsErr := make(chan error, 1)
-	go func() { daemonsErr <- buildDaemons(binDir) }()
+	go func() { _, err := daemons.Build(); daemonsErr <- err }()
 	sbin := signerdtest.Build(t)
 	if err := <-natsErr; err != nil {
 		t.Skipf("drill skipped: the nats-server binary cannot be built: %v", err)
@@ -77,6 +84,7 @@ func TestDrill(t *testing.T) {
 	if err := <-daemonsErr; err != nil {
 		t.Fatal(err)
 	}
+	binDir := daemons.Dir(t)
 	dbin := filepath.Join(binDir, "deliveryd")
 
 	phase("built nats-server, signerd and deliveryd")
@@ -648,16 +656,6 @@ func waitLease(t *testing.T, kv jetstream.KeyValue, holder string, within time.D
 		}
 		return nil
 	})
-}
-
-// buildDaemons builds deliveryd and authd into dir in one go build.
-func buildDaemons(dir string) error {
-	out, err := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
-		"github.com/cotalgo/cotal/deliveryd", "github.com/cotalgo/cotal/authd").CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("go build deliveryd authd: %v\n%s", err, out)
-	}
-	return nil
 }
 
 type child struct {

@@ -36,43 +36,23 @@ import (
 
 const canary = "COTAL_E2E_CANARY"
 
-// binaries are built once per test binary run, into binDir (removed by TestMain).
-var (
-	buildOnce sync.Once
-	binDir    string
-	binErr    error
-)
+// binaries are built once per test binary run (removed by TestMain).
+var binaries = testkit.Binaries{Prefix: "managerd-e2e-bin-", Pkgs: []string{
+	"github.com/cotalgo/cotal/managerd", "github.com/cotalgo/cotal/managerd/internal/testagent",
+	"github.com/cotalgo/cotal/deliveryd",
+}}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	binaries.Remove()
 	os.Exit(code)
 }
 
-// builtBinaries builds managerd, the test agent and deliveryd once and returns their paths.
+// builtBinaries returns the paths of managerd, the test agent and deliveryd.
 func builtBinaries(t testing.TB) []string {
 	t.Helper()
-	pkgs := map[string]string{
-		"managerd": "github.com/cotalgo/cotal/managerd", "testagent": "github.com/cotalgo/cotal/managerd/internal/testagent",
-		"deliveryd": "github.com/cotalgo/cotal/deliveryd",
-	}
-	buildOnce.Do(func() {
-		if binDir, binErr = os.MkdirTemp("", "managerd-e2e-bin-"); binErr != nil {
-			return
-		}
-		for name, pkg := range pkgs {
-			if out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, name), pkg).CombinedOutput(); err != nil {
-				binErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
-				return
-			}
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return []string{filepath.Join(binDir, "managerd"), filepath.Join(binDir, "testagent"), filepath.Join(binDir, "deliveryd")}
+	dir := binaries.Dir(t)
+	return []string{filepath.Join(dir, "managerd"), filepath.Join(dir, "testagent"), filepath.Join(dir, "deliveryd")}
 }
 
 // proc is a daemon child process.

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,43 +19,24 @@ import (
 	"github.com/cotalgo/cotal/pkg/testkit"
 )
 
-// The binaries `make run` builds, built once per test binary run into binDir.
-var (
-	buildOnce sync.Once
-	binDir    string
-	binErr    error
-)
+// The binaries `make run` builds, built once per test binary run. The dev users run managerd
+// and the test agent from copies; the directory (0755) must be reachable for cotal-dev to copy
+// them, which it is as root.
+var binaries = testkit.Binaries{Prefix: "cotal-dev-bin-", Pkgs: []string{
+	"github.com/cotalgo/cotal/signerd", "github.com/cotalgo/cotal/authd", "github.com/cotalgo/cotal/deliveryd",
+	"github.com/cotalgo/cotal/managerd", "github.com/cotalgo/cotal/managerd/internal/testagent",
+	"github.com/cotalgo/cotal/deploy/local/cotal-dev",
+}}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	binaries.Remove()
 	os.Exit(code)
 }
 
 func builtBinaries(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		if binDir, binErr = os.MkdirTemp("", "cotal-dev-bin-"); binErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", binDir+"/", "github.com/cotalgo/cotal/signerd", "github.com/cotalgo/cotal/authd",
-			"github.com/cotalgo/cotal/deliveryd", "github.com/cotalgo/cotal/managerd", "github.com/cotalgo/cotal/managerd/internal/testagent",
-			"github.com/cotalgo/cotal/deploy/local/cotal-dev")
-		cmd.Env = append(os.Environ(), "GOTOOLCHAIN=auto")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-			return
-		}
-		// The dev users run managerd and the test agent from copies; the directory must be
-		// reachable for cotal-dev to copy them, which it is as root.
-		binErr = os.Chmod(binDir, 0o755)
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binDir
+	return binaries.Dir(t)
 }
 
 // devRun is one `cotal-dev` run as a real child process.
