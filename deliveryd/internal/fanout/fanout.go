@@ -121,34 +121,14 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Writer, error) {
 	return w, nil
 }
 
-// Run fans out until ctx is done (nil) or the consumer fails. Passes overlap by one: while the
-// broker stores a pass's copies, the next pass (if its messages are already there) is routed, and
-// only then is the first settled (its messages acked). With nothing waiting, the pass is settled
-// before the loop waits for more.
+// Run fans out until ctx is done (nil) or the consumer fails. Passes overlap by one
+// (plane3.Overlap): a pass's messages are acked after the next pass, if one is waiting, is routed.
 func (w *Writer) Run(ctx context.Context) error {
-	var settle func(context.Context) // the previous pass's, not yet run
-	flush := func(ctx context.Context) {
-		if settle != nil {
-			settle(ctx)
-			settle = nil
-		}
-	}
-	defer func() {
-		grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), plane3.SettleGrace)
-		defer cancel()
-		flush(grace)
-	}()
+	var o plane3.Overlap
+	defer o.Close(ctx)
 	for ctx.Err() == nil {
-		var batch []jetstream.Msg
-		var err error
-		if settle == nil {
-			batch, err = plane3.FetchPass(ctx, w.consumer, w.cfg.Batch)
-		} else if batch, err = plane3.FetchReady(w.consumer, w.cfg.Batch); err == nil && len(batch) == 0 {
-			flush(ctx)
-			continue
-		}
+		batch, err := o.Next(ctx, w.consumer, w.cfg.Batch)
 		if err != nil {
-			flush(ctx)
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -165,7 +145,7 @@ func (w *Writer) Run(ctx context.Context) error {
 			continue
 		}
 		next, err := w.pass(ctx, batch)
-		flush(ctx)
+		_ = o.Settle(ctx) // a writer's pass settles its own failures: it never returns one
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -173,7 +153,7 @@ func (w *Writer) Run(ctx context.Context) error {
 			w.failed(batch, err)
 			continue
 		}
-		settle = next
+		o.Hold(next)
 	}
 	return nil
 }
@@ -211,8 +191,9 @@ type aclRow struct {
 
 // pass routes a batch: it publishes every message's inbox copies asynchronously, in order, and
 // returns the pass's settle, which acks each message once its own copies are stored and naks one
-// whose copy failed. A pass that fails returns no settle; Run naks its messages.
-func (w *Writer) pass(ctx context.Context, batch []jetstream.Msg) (func(context.Context), error) {
+// whose copy failed (it handles its failures itself and returns nil). A pass that fails returns
+// no settle; Run naks its messages.
+func (w *Writer) pass(ctx context.Context, batch []jetstream.Msg) (func(context.Context) error, error) {
 	v := &view{classes: map[string]string{}}
 	type routed struct {
 		m    jetstream.Msg
@@ -232,14 +213,14 @@ func (w *Writer) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 		}
 		done = append(done, routed{m, acks})
 	}
-	return func(ctx context.Context) {
+	return func(ctx context.Context) error {
 		if !w.cfg.MayAct() {
-			return // quiesced: the messages redeliver to whoever holds the lease
+			return nil // quiesced: the messages redeliver to whoever holds the lease
 		}
 		for i, r := range done {
 			if err := wait(ctx, r.acks); err != nil {
 				if ctx.Err() != nil {
-					return // unacked: the messages redeliver after AckWait
+					return nil // unacked: the messages redeliver after AckWait
 				}
 				w.log.Warn("an inbox copy failed; the message redelivers", "err", err)
 				if w.cfg.MayAct() {
@@ -248,7 +229,7 @@ func (w *Writer) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 				continue
 			}
 			if !w.cfg.MayAct() {
-				return
+				return nil
 			}
 			if err := r.m.Ack(); err != nil {
 				rest := make([]jetstream.Msg, 0, len(done)-i)
@@ -256,9 +237,10 @@ func (w *Writer) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 					rest = append(rest, r.m)
 				}
 				w.failed(rest, fmt.Errorf("ack: %w", err))
-				return
+				return nil
 			}
 		}
+		return nil
 	}, nil
 }
 

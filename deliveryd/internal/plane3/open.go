@@ -118,12 +118,59 @@ func FetchPass(ctx context.Context, c jetstream.Consumer, batch int) ([]jetstrea
 	if len(out) == 0 || batch == 1 {
 		return out, ctx.Err()
 	}
-	more, err := c.FetchNoWait(batch - 1)
-	if err != nil {
-		return out, nil
+	more, _ := FetchReady(c, batch-1) // the first message makes a pass; a failure here does not undo it
+	return append(out, more...), nil
+}
+
+// SettleError is a held pass's settling failure that Overlap.Next returns instead of a pass.
+type SettleError struct{ Err error }
+
+func (e *SettleError) Error() string { return "settle: " + e.Err.Error() }
+func (e *SettleError) Unwrap() error { return e.Err }
+
+// Overlap is how the fan-out writer and the trusted reader overlap their passes by one: a pass
+// whose copies are published is held, unsettled, while the broker stores them; the next pass, if
+// its messages are already there, is handled, and only then is the held one settled (its messages
+// acked). With nothing waiting, the held pass is settled before the loop waits for more.
+type Overlap struct {
+	held func(context.Context) error
+}
+
+// Next is the next pass of c, of up to batch messages. While a pass is held it takes only what is
+// already there (FetchReady); if that is nothing, or the fetch fails, it settles the held pass
+// first and returns an empty pass (the loop comes back and waits) or the fetch error. A settling
+// failure is returned as a *SettleError, the fetch not made or not returned. With nothing held it
+// waits as FetchPass does.
+func (o *Overlap) Next(ctx context.Context, c jetstream.Consumer, batch int) ([]jetstream.Msg, error) {
+	if o.held == nil {
+		return FetchPass(ctx, c, batch)
 	}
-	for m := range more.Messages() {
-		out = append(out, m)
+	msgs, err := FetchReady(c, batch)
+	if err == nil && len(msgs) > 0 {
+		return msgs, nil
 	}
-	return out, nil
+	if serr := o.Settle(ctx); serr != nil {
+		return nil, &SettleError{serr}
+	}
+	return nil, err
+}
+
+// Settle settles the held pass, if any, and holds none.
+func (o *Overlap) Settle(ctx context.Context) error {
+	f := o.held
+	o.held = nil
+	if f == nil {
+		return nil
+	}
+	return f(ctx)
+}
+
+// Hold keeps settle as the held pass; the one held before must have been settled.
+func (o *Overlap) Hold(settle func(context.Context) error) { o.held = settle }
+
+// Close settles the held pass when the loop stops: within SettleGrace, even though ctx is done.
+func (o *Overlap) Close(ctx context.Context) {
+	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), SettleGrace)
+	defer cancel()
+	_ = o.Settle(grace)
 }

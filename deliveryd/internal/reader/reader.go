@@ -125,39 +125,18 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Reader, error) {
 	return r, nil
 }
 
-// Run reads entries until ctx is done (nil) or the consumer fails. Passes overlap by one, as the
-// fan-out writer's do: while the broker stores a pass's copies, the next pass (if its entries are
-// already there) is read and published, and only then is the first settled.
+// Run reads entries until ctx is done (nil) or the consumer fails. Passes overlap by one
+// (plane3.Overlap), as the fan-out writer's do.
 func (r *Reader) Run(ctx context.Context) error {
-	var settle func(context.Context) error // the previous pass's, not yet run
-	flush := func(ctx context.Context) error {
-		if settle == nil {
-			return nil
-		}
-		f := settle
-		settle = nil
-		return f(ctx)
-	}
-	defer func() {
-		grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), plane3.SettleGrace)
-		defer cancel()
-		_ = flush(grace)
-	}()
+	var o plane3.Overlap
+	defer o.Close(ctx)
 	for ctx.Err() == nil {
-		var batch []jetstream.Msg
-		var err error
-		if settle == nil {
-			batch, err = plane3.FetchPass(ctx, r.consumer, r.cfg.Batch)
-		} else if batch, err = plane3.FetchReady(r.consumer, r.cfg.Batch); err == nil && len(batch) == 0 {
-			if err := flush(ctx); err != nil {
-				return err
-			}
-			continue
+		batch, err := o.Next(ctx, r.consumer, r.cfg.Batch)
+		var serr *plane3.SettleError
+		if errors.As(err, &serr) {
+			return serr.Err
 		}
 		if err != nil {
-			if err := flush(ctx); err != nil {
-				return err
-			}
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -170,8 +149,11 @@ func (r *Reader) Run(ctx context.Context) error {
 			}
 			continue
 		}
+		if len(batch) == 0 {
+			continue
+		}
 		next, err := r.pass(ctx, batch)
-		if err := flush(ctx); err != nil {
+		if err := o.Settle(ctx); err != nil {
 			return err
 		}
 		if err != nil {
@@ -180,7 +162,7 @@ func (r *Reader) Run(ctx context.Context) error {
 			}
 			return err
 		}
-		settle = next
+		o.Hold(next)
 	}
 	return nil
 }
