@@ -321,19 +321,13 @@ func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) ([]jetstre
 	if len(targets) == 0 {
 		return nil, nil
 	}
-	enc, err := plane3.NewEntryEncoder(body, channel, seq)
-	if err != nil {
-		return nil, err
-	}
+	enc := plane3.NewEntryEncoder(body, channel, seq)
 	var acks []jetstream.PubAckFuture
 	for _, t := range targets {
 		if !w.cfg.MayAct() {
 			return nil, errQuiesced
 		}
-		entry, err := enc.Encode(t.reason, t.gen)
-		if err != nil {
-			return nil, err
-		}
+		entry := enc.Encode(t.reason, t.gen)
 		subj, err := n.Dinbox(t.lc.Owner, t.lc.Actor, t.lc.UID)
 		if err != nil {
 			return nil, err

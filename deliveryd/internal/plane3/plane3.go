@@ -148,11 +148,8 @@ type EntryEncoder struct {
 }
 
 // NewEntryEncoder prepares the entries of body (Normalised's output) on channel at CHAT seq.
-func NewEntryEncoder(body json.RawMessage, channel string, seq uint64) (EntryEncoder, error) {
-	ch, err := json.Marshal(channel)
-	if err != nil {
-		return EntryEncoder{}, err
-	}
+func NewEntryEncoder(body json.RawMessage, channel string, seq uint64) EntryEncoder {
+	ch, _ := json.Marshal(channel) // a string always marshals
 	head := make([]byte, 0, len(body)+len(ch)+64)
 	head = append(head, `{"msg":`...)
 	head = append(head, body...)
@@ -161,21 +158,18 @@ func NewEntryEncoder(body json.RawMessage, channel string, seq uint64) (EntryEnc
 	head = append(head, `,"seq":`...)
 	head = strconv.AppendUint(head, seq, 10)
 	head = append(head, `,"reason":`...)
-	return EntryEncoder{head: head}, nil
+	return EntryEncoder{head: head}
 }
 
 // Encode is the entry for one lifecycle.
-func (e EntryEncoder) Encode(reason string, generation uint64) ([]byte, error) {
-	r, err := json.Marshal(reason)
-	if err != nil {
-		return nil, err
-	}
+func (e EntryEncoder) Encode(reason string, generation uint64) []byte {
+	r, _ := json.Marshal(reason)
 	out := make([]byte, 0, len(e.head)+len(r)+32)
 	out = append(out, e.head...)
 	out = append(out, r...)
 	out = append(out, `,"generation":`...)
 	out = strconv.AppendUint(out, generation, 10)
-	return append(out, '}'), nil
+	return append(out, '}')
 }
 
 // DecodeEntry reads an inbox entry strictly: a known reason, a valid channel, a positive CHAT

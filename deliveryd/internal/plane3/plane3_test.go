@@ -151,14 +151,7 @@ func FuzzEntryEncoder(f *testing.F) {
 		if err != nil {
 			return
 		}
-		enc, err := NewEntryEncoder(body, channel, seq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := enc.Encode(reason, generation)
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := NewEntryEncoder(body, channel, seq).Encode(reason, generation)
 		e := Entry{Msg: body, Channel: channel, Seq: seq, Reason: reason, Generation: generation}
 		want, err := json.Marshal(e)
 		if err != nil {
