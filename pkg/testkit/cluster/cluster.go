@@ -33,6 +33,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/pkg/trust"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
@@ -634,12 +635,8 @@ func FreePorts(n int) ([]int, error) {
 	return out, nil
 }
 
-var build struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
-}
+// natsServer is the nats-server binary, built once per process when BinaryEnv is not set.
+var natsServer = testkit.Binaries{Prefix: "cotal-nats-server-", Pkgs: []string{"github.com/nats-io/nats-server/v2"}}
 
 // BinaryEnv names an environment variable that, when set, is the nats-server binary to use
 // instead of building one (make sets it to bin/nats-server).
@@ -652,26 +649,15 @@ func BuildBinary() (string, error) {
 	if p := os.Getenv(BinaryEnv); p != "" {
 		return p, nil
 	}
-	build.once.Do(func() {
-		build.dir, build.err = os.MkdirTemp("", "cotal-nats-server-")
-		if build.err != nil {
-			return
-		}
-		build.path = filepath.Join(build.dir, "nats-server")
-		cmd := exec.Command("go", "build", "-o", build.path, "github.com/nats-io/nats-server/v2")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			build.err = fmt.Errorf("cluster: go build nats-server: %v: %s", err, out)
-		}
-	})
-	return build.path, build.err
+	dir, err := natsServer.Build()
+	if err != nil {
+		return "", fmt.Errorf("cluster: %w", err)
+	}
+	return filepath.Join(dir, "nats-server"), nil
 }
 
 // Cleanup removes the binary BuildBinary built. TestMain calls it after m.Run (see Main).
-func Cleanup() {
-	if build.dir != "" {
-		os.RemoveAll(build.dir)
-	}
-}
+func Cleanup() { natsServer.Remove() }
 
 // Main runs m and removes the built binary; use it as TestMain's body:
 //
