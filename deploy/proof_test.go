@@ -44,7 +44,7 @@ func TestIsolationProof(t *testing.T) {
 			t.Skipf("the isolation proof needs %s", tool)
 		}
 	}
-	bins := buildStack(t)
+	bins := stack.Dir(t)
 	p := &proof{t: t, tok: space.Token("proof")}
 
 	// The five users: throwaway users of this machine, under the names install.sh knows.
@@ -514,8 +514,3 @@ var stack = testkit.Binaries{Prefix: "cotal-proof-bin-", Pkgs: []string{
 	"github.com/cotalgo/cotal/managerd", "github.com/cotalgo/cotal/managerd/internal/testagent",
 	"github.com/nats-io/nats-server/v2",
 }}
-
-func buildStack(t *testing.T) string {
-	t.Helper()
-	return stack.Dir(t)
-}

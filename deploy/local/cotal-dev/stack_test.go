@@ -34,11 +34,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func builtBinaries(t *testing.T) string {
-	t.Helper()
-	return binaries.Dir(t)
-}
-
 // devRun is one `cotal-dev` run as a real child process.
 type devRun struct {
 	cmd    *exec.Cmd
@@ -247,7 +242,7 @@ func keyDigest(t *testing.T, dir string) string {
 // requires exit 0 with each daemon stopped cleanly. The second run must reuse the keys: no
 // init, the key, certificate and trust files unchanged, the IdP pin kept.
 func TestDevStack(t *testing.T) {
-	bin := builtBinaries(t)
+	bin := binaries.Dir(t)
 	base := t.TempDir()
 	if os.Geteuid() == 0 {
 		// managerd and the agents run as the dev users and must reach the state directory.
@@ -319,7 +314,7 @@ func TestDevStackWithoutRoot(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("root test: switching to an unprivileged user needs root (TestDevStack covers this path when the tests run without root)")
 	}
-	bin := builtBinaries(t)
+	bin := binaries.Dir(t)
 	u, err := ensureDevUsers()
 	if err != nil {
 		t.Fatal(err)
