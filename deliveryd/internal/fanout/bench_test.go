@@ -35,7 +35,7 @@ import (
 // Every publish is asynchronous. Run with a fixed count (INBOX and DLV keep 1000 messages per
 // subject, as upstream):
 //
-//	go test -run '^$' -bench BenchmarkDelivery -benchtime 900x -count 3 ./deliveryd/internal/fanout/
+//	go test -run '^$' -bench BenchmarkDelivery -benchtime 900x -count 6 ./deliveryd/internal/fanout/
 func BenchmarkDelivery(b *testing.B) {
 	for _, members := range []int{1, 10, 100} {
 		e := plane3test.New(b)
@@ -128,9 +128,9 @@ func BenchmarkDelivery(b *testing.B) {
 				if _, err := sender.PublishAsync(chatSubj, body); err != nil {
 					b.Fatal(err)
 				}
+				entry, _ := json.Marshal(plane3.Entry{Msg: body, Channel: "general", Seq: uint64(i + 1), Reason: plane3.ReasonDurable, Generation: 1})
+				frame, _ := dlvclient.EncodeFrame("general", body)
 				for _, lc := range lifecycles {
-					entry, _ := json.Marshal(plane3.Entry{Msg: body, Channel: "general", Seq: uint64(i + 1), Reason: plane3.ReasonDurable, Generation: 1})
-					frame, _ := dlvclient.EncodeFrame("general", body)
 					id := plane3.MsgID(fmt.Sprintf("f-%d-%d", run, i), plane3.Lifecycle{Owner: plane3test.Owner, Actor: lc[0], UID: lc[1]}, 1)
 					inbox, _ := e.N.Dinbox(plane3test.Owner, lc[0], lc[1])
 					publish(djs, inbox, entry, id, false)
