@@ -106,23 +106,7 @@ func TestDrill(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := &plane3test.Env{S: s, URL: c.URLList(), N: names}
-	// Provisioning is create-or-verify, so a run a loaded machine timed out (or that met a peer
-	// not yet current: "no suitable peers for placement") is run again, at most three times.
-	for attempt := 1; ; attempt++ {
-		pctx, pcancel := context.WithTimeout(context.Background(), 60*time.Second)
-		_, err := provision.Run(pctx, provision.Config{Signer: mgr, Space: plane3test.Space, NatsURL: e.URL, Options: provision.Options{Replicas: 3}})
-		pcancel()
-		if err == nil {
-			break
-		}
-		if attempt == 3 {
-			t.Fatalf("provision: %v", err)
-		}
-		t.Logf("provision attempt %d: %v; again once the cluster is healthy", attempt, err)
-		if err := c.WaitHealthy(cluster.StartTimeout); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.Provision(t, mgr, provision.Options{Replicas: 3}, func() error { return c.WaitHealthy(cluster.StartTimeout) })
 	_, spaces := s.Trust(t)
 	acc := spaces[0].DataAccountPublicKey()
 	phase("cluster up, space provisioned at R3")

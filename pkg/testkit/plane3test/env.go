@@ -71,20 +71,33 @@ func OnWith(t testing.TB, s *signerdtest.Signer, url string, opts provision.Opti
 	if e.N, err = space.NewNames(Space); err != nil {
 		t.Fatal(err)
 	}
-	// Provisioning is create-or-verify, so a run that a loaded cluster timed out, or that met a
-	// peer not yet current right after start ("no suitable peers for placement"), is run again:
-	// at most three times, one second apart.
-	signer := e.signer(t, mtls.KindManagerd)
+	e.Provision(t, e.signer(t, mtls.KindManagerd), opts, nil)
+	return e
+}
+
+// Provision provisions the space on e.URL with signer (a managerd client, which may mint the
+// provisioner credential). Provisioning is create-or-verify, so a run that a loaded machine timed
+// out, or that met a cluster peer not yet current ("no suitable peers for placement"), is run
+// again: at most three attempts of up to a minute each, with settle between them (nil: a
+// one-second pause; a cluster's WaitHealthy, say).
+func (e *Env) Provision(t testing.TB, signer *signerclient.Client, opts provision.Options, settle func() error) {
+	t.Helper()
 	for attempt := 1; ; attempt++ {
-		_, err := provision.Run(Ctx(t), provision.Config{Signer: signer, Space: Space, NatsURL: e.URL, Options: opts})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_, err := provision.Run(ctx, provision.Config{Signer: signer, Space: Space, NatsURL: e.URL, Options: opts})
+		cancel()
 		if err == nil {
-			return e
+			return
 		}
 		if attempt == 3 {
 			t.Fatalf("provision: %v", err)
 		}
 		t.Logf("provision attempt %d: %v; once more", attempt, err)
-		time.Sleep(time.Second) // a pause before a retry, not a wait for an event
+		if settle == nil {
+			time.Sleep(time.Second) // a pause before a retry, not a wait for an event
+		} else if err := settle(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
