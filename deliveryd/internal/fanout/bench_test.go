@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -12,31 +11,37 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/cotalgo/cotal/deliveryd/internal/fanout"
 	"github.com/cotalgo/cotal/deliveryd/internal/plane3"
-	"github.com/cotalgo/cotal/deliveryd/internal/reader"
 	"github.com/cotalgo/cotal/pkg/dlvclient"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 )
 
 // BenchmarkDelivery measures, in one run on one broker per N, durable fan-out throughput next to
 // two raw JetStream publish baselines, all counted as copies stored in DLV for N members of a
-// durable channel (b.N is the number of chat messages; every variant reports copies/s, and the
-// CPU cores the whole process used meanwhile):
+// durable channel. b.N is the number of chat messages; each iteration of the benchmark (each
+// -count, a round) measures the three variants one after the other, each round in another of
+// their six orders, so that the drift of a shared machine and the wake of the variant before
+// fall on all three alike (run a multiple of six counts), and reports:
 //
-//   - raw: the b.N × N copies published straight into DLV with the delivery credential (one
-//     stored write per copy);
-//   - chain: the same stored writes a fanned-out copy costs, published raw with no daemon: each
-//     chat message into CHAT as the agent, then per member its inbox entry into INBOX and its
-//     frame into DLV with the delivery credential (1 + 2N writes per chat message);
-//   - fanout: the chat messages posted by one agent, each copy going CHAT → fan-out writer →
-//     INBOX → trusted reader (ACL and member rows re-read) → DLV.
+//   - raw-copies/s: the b.N × N copies published straight into DLV with the delivery credential
+//     (one stored write per copy);
+//   - chain-copies/s: the same stored writes a fanned-out copy costs, published raw with no
+//     daemon: each chat message into CHAT as the agent, then per member its inbox entry into
+//     INBOX and its frame into DLV with the delivery credential (1 + 2N writes per message);
+//   - fanout-copies/s: the chat messages posted by one agent, each copy going CHAT → fan-out
+//     writer → INBOX → trusted reader (ACL and member rows re-read) → DLV;
+//   - fanout/raw, fanout/chain and chain/raw, the ratios of that round; ns/op is fan-out's time
+//     per chat message; *-cores, the CPU cores the whole process used during each variant.
 //
-// Every publish is asynchronous. Run with a fixed count (INBOX and DLV keep 1000 messages per
-// subject, as upstream):
+// Every publish is asynchronous. The loops run only for fanout; before its clock starts they
+// settle what chain left in CHAT and INBOX (their copies carry the ids chain's did and collapse
+// on them). Run with a fixed count of messages (INBOX and DLV keep 1000 per subject, as
+// upstream):
 //
 //	go test -run '^$' -bench BenchmarkDelivery -benchtime 900x -count 6 ./deliveryd/internal/fanout/
 func BenchmarkDelivery(b *testing.B) {
+	const rawV, chainV, fanV = 0, 1, 2 // the variants, in the order of their arrays below
+	orders := [][3]int{{rawV, chainV, fanV}, {rawV, fanV, chainV}, {chainV, rawV, fanV}, {chainV, fanV, rawV}, {fanV, rawV, chainV}, {fanV, chainV, rawV}}
 	for _, members := range []int{1, 10, 100} {
 		e := plane3test.New(b)
 		dc := e.Delivery(b)
@@ -63,16 +68,17 @@ func BenchmarkDelivery(b *testing.B) {
 			return info.State.LastSeq
 		}
 		run := 0
-		// measure times publish(i) for every chat message i, then waits until every publish is
+		// measure calls publish(i) for every chat message i, waits until every publish is
 		// acknowledged and DLV's last sequence (copies stored, even past the per-subject cap)
-		// has grown by b.N × members.
-		measure := func(b *testing.B, publish func(i int)) {
+		// has grown by n × members, and returns how long that took and the CPU cores the
+		// process used meanwhile.
+		measure := func(b *testing.B, n int, publish func(i int)) (time.Duration, float64) {
 			run++
 			start := lastSeq()
 			var ru0, ru1 syscall.Rusage
 			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
-			b.ResetTimer()
-			for i := range b.N {
+			began := time.Now()
+			for i := range n {
 				publish(i)
 			}
 			for _, js := range []jetstream.JetStream{sender, djs} {
@@ -82,7 +88,7 @@ func BenchmarkDelivery(b *testing.B) {
 					b.Fatal("publishing did not complete")
 				}
 			}
-			target := start + uint64(b.N*members)
+			target := start + uint64(n*members)
 			deadline := time.Now().Add(5 * time.Minute)
 			for lastSeq() < target {
 				if time.Now().After(deadline) {
@@ -90,11 +96,10 @@ func BenchmarkDelivery(b *testing.B) {
 				}
 				time.Sleep(2 * time.Millisecond) // a benchmark's poll, not a test's synchronisation
 			}
-			b.StopTimer()
+			took := time.Since(began)
 			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 			cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
-			b.ReportMetric(float64(b.N*members)/b.Elapsed().Seconds(), "copies/s")
-			b.ReportMetric(cpu.Seconds()/b.Elapsed().Seconds(), "cores")
+			return took, cpu.Seconds() / took.Seconds()
 		}
 		publish := func(js jetstream.JetStream, subj string, data []byte, id string, frame bool) {
 			m := nats.NewMsg(subj)
@@ -111,73 +116,91 @@ func BenchmarkDelivery(b *testing.B) {
 			body, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("f-%d-%d", run, i), "from": map[string]string{"id": "local.a0"}, "text": "x"})
 			return body
 		}
-		b.Run(fmt.Sprintf("raw/N=%d", members), func(b *testing.B) {
-			measure(b, func(i int) {
-				for _, lc := range lifecycles {
-					subj, _ := e.N.Dlv(plane3test.Owner, lc[0], lc[1])
-					publish(djs, subj, []byte(`{"version":1,"channel":"general","msg":{"id":"x"}}`), fmt.Sprintf("raw-%d-%d-%s", run, i, lc[0]), true)
+		raw := func(i int) {
+			for _, lc := range lifecycles {
+				subj, _ := e.N.Dlv(plane3test.Owner, lc[0], lc[1])
+				publish(djs, subj, []byte(`{"version":1,"channel":"general","msg":{"id":"x"}}`), fmt.Sprintf("raw-%d-%d-%s", run, i, lc[0]), true)
+			}
+		}
+		chain := func(i int) {
+			body := chat(i)
+			if _, err := sender.PublishAsync(chatSubj, body); err != nil {
+				b.Fatal(err)
+			}
+			entry, _ := json.Marshal(plane3.Entry{Msg: body, Channel: "general", Seq: uint64(i + 1), Reason: plane3.ReasonDurable, Generation: 1})
+			frame, _ := dlvclient.EncodeFrame("general", body)
+			for _, lc := range lifecycles {
+				id := plane3.MsgID(fmt.Sprintf("f-%d-%d", run, i), plane3.Lifecycle{Owner: plane3test.Owner, Actor: lc[0], UID: lc[1]}, 1)
+				inbox, _ := e.N.Dinbox(plane3test.Owner, lc[0], lc[1])
+				publish(djs, inbox, entry, id, false)
+				subj, _ := e.N.Dlv(plane3test.Owner, lc[0], lc[1])
+				publish(djs, subj, frame, id, true)
+			}
+		}
+		fan := func(i int) {
+			if _, err := sender.PublishAsync(chatSubj, chat(i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		round := 0
+		b.Run(fmt.Sprintf("N=%d", members), func(b *testing.B) {
+			b.StopTimer() // the variants are timed one by one below
+			var took [3]time.Duration
+			var cores [3]float64
+			// Each round runs the variants in the next of their six orders, so that over six
+			// rounds each runs first, second and last twice and after each other variant alike.
+			for _, v := range orders[round%len(orders)] {
+				switch v {
+				case rawV:
+					took[v], cores[v] = measure(b, b.N, raw)
+				case chainV:
+					took[v], cores[v] = measure(b, b.N, chain)
+				case fanV:
+					stop := startLoops(b, e, dc)
+					settled(b, e, djs)
+					took[v], cores[v] = measure(b, b.N, fan)
+					stop()
 				}
-			})
+			}
+			round++
+			var rate [3]float64
+			for v := range took {
+				rate[v] = float64(b.N*members) / took[v].Seconds()
+			}
+			b.ReportMetric(float64(took[fanV].Nanoseconds())/float64(b.N), "ns/op")
+			for v, name := range []string{"raw", "chain", "fanout"} {
+				b.ReportMetric(rate[v], name+"-copies/s")
+				b.ReportMetric(cores[v], name+"-cores")
+			}
+			b.ReportMetric(rate[fanV]/rate[rawV], "fanout/raw")
+			b.ReportMetric(rate[fanV]/rate[chainV], "fanout/chain")
+			b.ReportMetric(rate[chainV]/rate[rawV], "chain/raw")
 		})
-		// chain runs before the loops: the reader's durable delivers all of INBOX, so it takes
-		// chain's entries when it starts. Their copies carry the ids chain's frames did and
-		// collapse on them; fanout's clock starts once the reader has settled them all.
-		b.Run(fmt.Sprintf("chain/N=%d", members), func(b *testing.B) {
-			measure(b, func(i int) {
-				body := chat(i)
-				if _, err := sender.PublishAsync(chatSubj, body); err != nil {
-					b.Fatal(err)
-				}
-				entry, _ := json.Marshal(plane3.Entry{Msg: body, Channel: "general", Seq: uint64(i + 1), Reason: plane3.ReasonDurable, Generation: 1})
-				frame, _ := dlvclient.EncodeFrame("general", body)
-				for _, lc := range lifecycles {
-					id := plane3.MsgID(fmt.Sprintf("f-%d-%d", run, i), plane3.Lifecycle{Owner: plane3test.Owner, Actor: lc[0], UID: lc[1]}, 1)
-					inbox, _ := e.N.Dinbox(plane3test.Owner, lc[0], lc[1])
-					publish(djs, inbox, entry, id, false)
-					subj, _ := e.N.Dlv(plane3test.Owner, lc[0], lc[1])
-					publish(djs, subj, frame, id, true)
-				}
-			})
-		})
+	}
+}
 
-		w, err := fanout.New(plane3test.Ctx(b), dc, fanout.Config{Names: e.N})
-		if err != nil {
-			b.Fatal(err)
-		}
-		r, err := reader.New(plane3test.Ctx(b), dc, reader.Config{Names: e.N})
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		for _, loop := range []func(context.Context) error{w.Run, r.Run} {
-			wg.Add(1)
-			go func() { defer wg.Done(); _ = loop(ctx) }()
-		}
-		settled := func() bool {
-			c, err := djs.Consumer(context.Background(), e.N.InboxStream(), e.N.ReaderConsumer())
+// settled waits until the fanout and reader durables have nothing pending or unacked.
+func settled(b *testing.B, e *plane3test.Env, djs jetstream.JetStream) {
+	b.Helper()
+	idle := func() bool {
+		for _, c := range [][2]string{{e.N.ChatStream(), e.N.FanoutConsumer()}, {e.N.InboxStream(), e.N.ReaderConsumer()}} {
+			cons, err := djs.Consumer(context.Background(), c[0], c[1])
 			if err != nil {
 				b.Fatal(err)
 			}
-			info, err := c.Info(context.Background())
+			info, err := cons.Info(context.Background())
 			if err != nil {
 				b.Fatal(err)
 			}
-			return info.NumPending == 0 && info.NumAckPending == 0
-		}
-		for deadline := time.Now().Add(5 * time.Minute); !settled(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				b.Fatal("the reader did not settle chain's entries")
+			if info.NumPending != 0 || info.NumAckPending != 0 {
+				return false
 			}
 		}
-		b.Run(fmt.Sprintf("fanout/N=%d", members), func(b *testing.B) {
-			measure(b, func(i int) {
-				if _, err := sender.PublishAsync(chatSubj, chat(i)); err != nil {
-					b.Fatal(err)
-				}
-			})
-		})
-		cancel()
-		wg.Wait()
+		return true
+	}
+	for deadline := time.Now().Add(5 * time.Minute); !idle(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatal("the loops did not settle what raw and chain left")
+		}
 	}
 }

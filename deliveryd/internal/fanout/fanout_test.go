@@ -27,8 +27,8 @@ const (
 )
 
 // startLoops runs the fan-out writer and the trusted reader on one delivery connection, as
-// deliveryd does, until the test ends.
-func startLoops(t *testing.T, e *plane3test.Env, dc *nats.Conn) {
+// deliveryd does, until the returned stop or the end of the test.
+func startLoops(t testing.TB, e *plane3test.Env, dc *nats.Conn) (stop func()) {
 	t.Helper()
 	w, err := fanout.New(plane3test.Ctx(t), dc, fanout.Config{Names: e.N})
 	if err != nil {
@@ -49,10 +49,12 @@ func startLoops(t *testing.T, e *plane3test.Env, dc *nats.Conn) {
 			}
 		}()
 	}
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	t.Cleanup(stop)
+	return stop
 }
 
-// inbox is one agent's dlvclient, recording what it was handed.
 // dlvCount is how many messages DLV holds on a lifecycle's subject.
 func dlvCount(t *testing.T, e *plane3test.Env, djs jetstream.JetStream, actor, uid string) uint64 {
 	t.Helper()
