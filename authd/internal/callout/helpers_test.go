@@ -464,28 +464,10 @@ func (p *proxy) restore(t testing.TB) {
 	p.serve(ln)
 }
 
-// logBuffer collects the responder's log, so tests can check it never holds a secret.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-var testLogs sync.Map // testing.TB -> *logBuffer
+var testLogs sync.Map // testing.TB -> *testkit.SyncBuffer
 
 func testLogger(t testing.TB) *slog.Logger {
-	b := &logBuffer{}
+	b := &testkit.SyncBuffer{}
 	testLogs.Store(t, b)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -500,5 +482,5 @@ func logOf(t testing.TB) string {
 	if !ok {
 		return ""
 	}
-	return b.(*logBuffer).String()
+	return b.(*testkit.SyncBuffer).String()
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/cotalgo/cotal/pkg/provision"
 	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/pkg/yamlx"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
@@ -181,7 +182,7 @@ func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
 // child is an authd binary running `serve` on a configuration file.
 type child struct {
 	cmd    *exec.Cmd
-	stderr *strings.Builder
+	stderr *testkit.SyncBuffer
 	waited chan error
 }
 
@@ -191,8 +192,8 @@ func startChild(t *testing.T, cfg *config.Config) *child {
 	if err := os.WriteFile(path, []byte(yamlOf(cfg)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := &child{cmd: exec.Command(authdBinary(t), "serve", "--config", path), stderr: &strings.Builder{}, waited: make(chan error, 1)}
-	c.cmd.Stderr = &lockedWriter{w: c.stderr}
+	c := &child{cmd: exec.Command(authdBinary(t), "serve", "--config", path), stderr: &testkit.SyncBuffer{}, waited: make(chan error, 1)}
+	c.cmd.Stderr = c.stderr
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -221,17 +222,6 @@ func (c *child) exitCode(t *testing.T) int {
 		t.Fatal("child did not exit")
 	}
 	return -1
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	w  *strings.Builder
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 func readyCtx(t *testing.T) context.Context {

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,25 +22,8 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
+	"github.com/cotalgo/cotal/pkg/testkit"
 )
-
-// syncBuffer is a log sink the server writes from many goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 func myUID() uint32 { return uint32(os.Getuid()) }
 
@@ -290,7 +272,7 @@ func TestRefusals(t *testing.T) {
 // message and no details (never its text, which might carry a secret); the log has the cause.
 func TestInternalErrors(t *testing.T) {
 	const secret = "SUAJSECRETSEEDTEXT"
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	b := newFakeBackend()
 	uid := myUID()
 	c := startBufconn(t, b, Options{AllowUIDs: []uint32{uid}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})

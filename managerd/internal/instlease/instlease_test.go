@@ -2,7 +2,6 @@ package instlease_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -220,24 +218,6 @@ func rowAt(t *testing.T, kv jetstream.KeyValue, key string) (instlease.Row, bool
 	return r, true
 }
 
-// logBuffer collects a lease's log lines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func TestInstanceLease(t *testing.T) {
 	e := newEnv(t)
 	rootA, rootB := t.TempDir(), t.TempDir()
@@ -341,7 +321,7 @@ func TestInstanceLease(t *testing.T) {
 		if r, ok := rowAt(t, kv, "lease."+inst); !ok || r.PID != child.Process.Pid {
 			t.Fatalf("the killed child's row is not there (%v, %+v): the restart would not wait", ok, r)
 		}
-		var logs logBuffer
+		var logs testkit.SyncBuffer
 		cfg := e.cfg(t, short, inst, rootA)
 		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		l, err := instlease.Acquire(ctxT(t), cfg)
