@@ -1,33 +1,14 @@
 package main
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/cotalgo/cotal/pkg/testkit"
 )
 
 // TestNoSignerdDeps: authd links no signerd package (STYLE.md §1): the key store, the signing
 // code and the policy engine stay in signerd's binary, so nothing in authd can hold or read a
 // signing seed.
 func TestNoSignerdDeps(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "github.com/cotalgo/cotal/authd").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list -deps: %v\n%s", err, out)
-	}
-	deps := strings.Fields(string(out))
-	if len(deps) < 10 {
-		t.Fatalf("go list -deps listed only %d packages: %q", len(deps), out)
-	}
-	var seen bool
-	for _, d := range deps {
-		if strings.HasPrefix(d, "github.com/cotalgo/cotal/signerd/") || d == "github.com/cotalgo/cotal/signerd" {
-			t.Errorf("authd links %s", d)
-		}
-		if d == "github.com/cotalgo/cotal/authd/internal/service" {
-			seen = true
-		}
-	}
-	if !seen {
-		t.Fatal("go list -deps does not list authd/internal/service: the test is not looking at authd")
-	}
+	testkit.NoDeps(t, []string{"github.com/cotalgo/cotal/authd"}, "github.com/cotalgo/cotal/authd/internal/service", "github.com/cotalgo/cotal/signerd")
 }

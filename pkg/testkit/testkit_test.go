@@ -98,15 +98,22 @@ func TestMintUserAndConnect(t *testing.T) {
 	})
 }
 
-// fakeTB records Fatalf instead of stopping the test, to test Eventually's failure path.
+// fakeTB records Fatalf (the first, where a real test would stop) and Errorf instead of failing
+// the test, to test the helpers' failure paths.
 type fakeTB struct {
 	testing.TB
 	failed string
+	errors []string
 }
 
 func (f *fakeTB) Helper() {}
 func (f *fakeTB) Fatalf(format string, args ...any) {
-	f.failed = fmt.Sprintf(format, args...)
+	if f.failed == "" {
+		f.failed = fmt.Sprintf(format, args...)
+	}
+}
+func (f *fakeTB) Errorf(format string, args ...any) {
+	f.errors = append(f.errors, fmt.Sprintf(format, args...))
 }
 
 func TestEventually(t *testing.T) {
