@@ -31,7 +31,7 @@ func NoDeps(t testing.TB, pkgs []string, seen string, forbidden ...string) {
 	for _, d := range GoList(t, append([]string{"-deps"}, pkgs...)...) {
 		for _, f := range forbidden {
 			if d == f || strings.HasPrefix(d, f+"/") {
-				t.Errorf("%s link %s", strings.Join(pkgs, ", "), d)
+				t.Errorf("the dependencies of %s include %s", strings.Join(pkgs, ", "), d)
 			}
 		}
 		found = found || d == seen

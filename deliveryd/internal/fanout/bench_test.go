@@ -36,9 +36,9 @@ import (
 // Every publish is asynchronous. The loops run only for fanout; before its clock starts they
 // settle what chain left in CHAT and INBOX (their copies carry the ids chain's did and collapse
 // on them). Run with a fixed count of messages (INBOX and DLV keep 1000 per subject, as
-// upstream):
+// upstream) and a timeout past go test's ten minutes (twelve rounds take about a quarter hour):
 //
-//	go test -run '^$' -bench BenchmarkDelivery -benchtime 900x -count 6 ./deliveryd/internal/fanout/
+//	go test -run '^$' -bench BenchmarkDelivery -benchtime 900x -count 12 -timeout 60m ./deliveryd/internal/fanout/
 func BenchmarkDelivery(b *testing.B) {
 	const rawV, chainV, fanV = 0, 1, 2 // the variants, in the order of their arrays below
 	orders := [][3]int{{rawV, chainV, fanV}, {rawV, fanV, chainV}, {chainV, rawV, fanV}, {chainV, fanV, rawV}, {fanV, rawV, chainV}, {fanV, chainV, rawV}}
