@@ -13,6 +13,22 @@
 // revision the broker reports for our row, so it never deletes a successor's. A failed renewal
 // is a question, not a verdict: Renew re-reads the key and says whether the claim is still held,
 // gone, taken by another, or unknown (the broker did not answer).
+//
+// Fencing. A holder that cannot renew must stop its effects before any successor can hold the
+// key, that is before the broker can expire its row. The broker expires a row TTL after it
+// stored it, measured on the broker's own clock; the holder cannot see that instant, but it
+// knows when it sent its last write that the broker stored, and the broker stored it no earlier.
+// So Fence is that send time plus the TTL less Margin, on this process's monotonic clock: a
+// holder that has stopped acting by Fence has stopped before the row can expire, whatever the
+// offset between the two clocks. Margin (a tenth of the TTL, between 100 ms and 5 s: 3 s at the
+// delivery and plane defaults of 30 s) absorbs what is left: the broker's clock running fast or
+// stepping forward between the store and the expiry (NTP slews by at most 500 ppm, 15 ms over
+// 30 s; a cluster's new stream leader expires by its own clock, which NTP keeps within
+// milliseconds of the old one's), the holder's timer firing late on a loaded machine, and the
+// effects already in flight when it fires (one round trip). What no margin covers: a forward
+// step of a broker's wall clock larger than the margin, and bytes a stalled network delivers
+// later than that: a fence on the holder's side bounds when an effect is issued, not when it
+// lands.
 package lease
 
 import (
@@ -22,8 +38,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -145,6 +163,9 @@ type Config struct {
 	// KeyTTL is the row's lifetime on a bucket with per-key TTLs and no max_age; zero means
 	// DefaultKeyTTL. It is ignored on a bucket with a max_age, whose TTL applies. At least 1 s.
 	KeyTTL time.Duration
+	// Clock is the monotonic clock the fence is measured on; nil means time.Now (whose readings
+	// carry Go's monotonic clock, so a wall-clock step does not move the fence).
+	Clock func() time.Time
 }
 
 // DefaultKeyTTL is the row lifetime on a per-key-TTL bucket (the delivery lease's 30 s).
@@ -159,10 +180,17 @@ type Lease struct {
 	// keyTTL is set when every write carries the row's TTL (a per-key-TTL bucket).
 	keyTTL bool
 
+	// base is the clock's reading at Acquire; fence is Fence as a duration since base, so MayAct
+	// reads it without the lock.
+	base  time.Time
+	fence atomic.Int64
+
 	mu  sync.Mutex // guards row, rev, written, released
 	row Row
 	rev uint64
-	// written is when this holder's row was last written (created, renewed or marked ready).
+	// written is when this holder sent the last write of its row the broker stored (created,
+	// renewed or marked ready): read on the clock before the write left, so never later than
+	// the broker's store.
 	written time.Time
 	// released is set by Release; nothing is written after it.
 	released bool
@@ -189,7 +217,11 @@ func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 	if cfg.OpTimeout <= 0 {
 		cfg.OpTimeout = 5 * time.Second
 	}
-	l := &Lease{cfg: cfg}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	l := &Lease{cfg: cfg, base: cfg.Clock()}
+	l.fence.Store(math.MinInt64)
 	js, err := jetstream.New(cfg.Conn)
 	if err != nil {
 		return nil, err
@@ -236,6 +268,40 @@ func (l *Lease) TTL() time.Duration { return l.ttl }
 // RenewInterval is how often to renew: half the TTL, at least a second (upstream's rule).
 func (l *Lease) RenewInterval() time.Duration { return max(time.Second, l.ttl/2) }
 
+// Margin is how long before its row can expire this holder's fence falls: a tenth of the TTL,
+// at least 100 ms and at most 5 s (see the package doc for what it absorbs). It leaves a holder
+// that renews every RenewInterval four tenths of the TTL to get a renewal through.
+func (l *Lease) Margin() time.Duration { return min(5*time.Second, max(100*time.Millisecond, l.ttl/10)) }
+
+// Fence is the instant by which this holder must have stopped every effect of holding the
+// claim: the send time of its last write the broker stored, plus the TTL, less Margin, on
+// Config.Clock. Only a successful write moves it (forward); a failed renewal leaves it where it
+// was. Zero after Release.
+func (l *Lease) Fence() time.Time {
+	f := l.fence.Load()
+	if f == math.MinInt64 {
+		return time.Time{}
+	}
+	return l.base.Add(time.Duration(f))
+}
+
+// Fenced reports whether Fence has passed (or the claim was released): from then on the holder
+// may not act until a write succeeds again. It takes no lock, so effects may check it each time.
+func (l *Lease) Fenced() bool {
+	return int64(l.cfg.Clock().Sub(l.base)) >= l.fence.Load()
+}
+
+// wrote records a write the broker stored, sent at sent, and moves the fence. mu must be held.
+func (l *Lease) wrote(sent time.Time) {
+	if l.released {
+		return
+	}
+	l.written = sent
+	if f := int64(sent.Sub(l.base) + l.ttl - l.Margin()); f > l.fence.Load() {
+		l.fence.Store(f)
+	}
+}
+
 // Row returns this claim's row.
 func (l *Lease) Row() Row {
 	l.mu.Lock()
@@ -255,10 +321,12 @@ func (l *Lease) create(ctx context.Context) error {
 	if l.keyTTL {
 		opts = append(opts, jetstream.KeyTTL(l.ttl))
 	}
+	sent := l.cfg.Clock()
 	rev, err := l.kv.Create(octx, l.cfg.Key, b, opts...)
 	if err == nil {
 		l.mu.Lock()
-		l.rev, l.written = rev, time.Now()
+		l.rev = rev
+		l.wrote(sent)
 		l.mu.Unlock()
 		return nil
 	}
@@ -313,6 +381,7 @@ func (l *Lease) update(ctx context.Context, row Row) error {
 	defer cancel()
 	var nrev uint64
 	var err error
+	sent := l.cfg.Clock()
 	if l.keyTTL {
 		// KeyValue.Update carries no TTL, so a row written with it would never expire: publish
 		// the same CAS write with the row's TTL.
@@ -329,13 +398,15 @@ func (l *Lease) update(ctx context.Context, row Row) error {
 		return err
 	}
 	l.mu.Lock()
-	l.rev, l.row, l.written = nrev, row, time.Now()
+	l.rev, l.row = nrev, row
+	l.wrote(sent)
 	l.mu.Unlock()
 	return nil
 }
 
-// LastWritten is when this holder last wrote its row (created, renewed or marked ready): a
-// daemon's proof of progress for systemd's watchdog (zero before the first write).
+// LastWritten is when this holder sent the last write of its row the broker stored (created,
+// renewed or marked ready), on Config.Clock: a daemon's proof of progress for systemd's watchdog
+// (zero before the first write).
 func (l *Lease) LastWritten() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -429,6 +500,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	l.released = true
+	l.fence.Store(math.MinInt64) // a releasing holder acts no more
 	l.mu.Unlock()
 	st, err := l.reread(ctx)
 	if st != Held {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -285,4 +286,116 @@ func TestLease(t *testing.T) {
 			t.Fatalf("Acquire as probe = %v; want a PermissionError", err)
 		}
 	})
+}
+
+// fakeClock is a clock the test moves by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// TestFence: the fence is the send time of the last write the broker stored, plus the TTL, less
+// the margin; only a stored write moves it, and a released claim is fenced.
+func TestFence(t *testing.T) {
+	t.Run("ok/follows-stored-writes-on-the-injected-clock", func(t *testing.T) {
+		e := setup(t, 30*time.Second)
+		clk := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+		nc := fullUser(t, e.b)
+		l, err := lease.Acquire(ctxT(t), lease.Config{Conn: nc, Bucket: e.bucket, Key: "plane", Holder: "one", OpTimeout: time.Second, Clock: clk.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Margin() != 3*time.Second {
+			t.Fatalf("Margin = %v, want a tenth of the 30s TTL", l.Margin())
+		}
+		t0 := clk.Now()
+		if want := t0.Add(27 * time.Second); !l.Fence().Equal(want) || !l.LastWritten().Equal(t0) {
+			t.Fatalf("after Acquire: Fence %v LastWritten %v; want %v and %v", l.Fence(), l.LastWritten(), want, t0)
+		}
+		clk.Add(27*time.Second - time.Nanosecond)
+		if l.Fenced() {
+			t.Fatal("fenced before the fence")
+		}
+		clk.Add(time.Nanosecond)
+		if !l.Fenced() {
+			t.Fatal("not fenced at the fence")
+		}
+		// A renewal that the broker stores moves the fence from its send time.
+		if st, err := l.Renew(ctxT(t)); st != lease.Held || err != nil {
+			t.Fatalf("Renew = %v, %v", st, err)
+		}
+		t1 := clk.Now()
+		if want := t1.Add(27 * time.Second); !l.Fence().Equal(want) || l.Fenced() {
+			t.Fatalf("after Renew: Fence %v (fenced %v); want %v", l.Fence(), l.Fenced(), want)
+		}
+		// A renewal that fails leaves it.
+		nc.Close()
+		clk.Add(10 * time.Second)
+		if st, _ := l.Renew(ctxT(t)); st != lease.Unknown {
+			t.Fatalf("Renew on a closed connection = %v", st)
+		}
+		if !l.Fence().Equal(t1.Add(27 * time.Second)) {
+			t.Fatalf("a failed renewal moved the fence to %v", l.Fence())
+		}
+		_ = l.Release(ctxT(t))
+		if !l.Fenced() || !l.Fence().IsZero() {
+			t.Fatalf("after Release: Fenced %v Fence %v; want fenced", l.Fenced(), l.Fence())
+		}
+	})
+	t.Run("ok/margin-bounds", func(t *testing.T) {
+		for _, tc := range []struct {
+			ttl, want time.Duration
+		}{{time.Second, 100 * time.Millisecond}, {2 * time.Second, 200 * time.Millisecond}, {time.Minute, 5 * time.Second}} {
+			e := setup(t, tc.ttl)
+			if m := mustAcquire(t, e, "one").Margin(); m != tc.want {
+				t.Fatalf("TTL %v: Margin %v, want %v", tc.ttl, m, tc.want)
+			}
+		}
+	})
+	for _, tc := range []struct {
+		name string
+		env  func(*testing.T) env
+	}{
+		{"fail/fenced-before-a-successor-acquires/max-age", func(t *testing.T) env { return setup(t, time.Second) }},
+		{"fail/fenced-before-a-successor-acquires/per-key-ttl", setupKeyTTL},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The holder stops renewing; a successor tries to acquire as fast as it can. The
+			// holder's fence must fall before the successor holds the key, on the real broker's
+			// expiry.
+			e := tc.env(t)
+			l, err := lease.Acquire(ctxT(t), lease.Config{Conn: fullUser(t, e.b), Bucket: e.bucket, Key: "plane", Holder: "old", KeyTTL: time.Second, OpTimeout: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Fenced() {
+				t.Fatal("fenced right after Acquire")
+			}
+			succ := fullUser(t, e.b)
+			fencedFirst := false
+			testkit.Eventually(t, 10*time.Second, func() error {
+				fenced := l.Fenced() // read before the attempt: the successor's success comes after
+				if _, err := lease.Acquire(ctxT(t), lease.Config{Conn: succ, Bucket: e.bucket, Key: "plane", Holder: "successor", KeyTTL: time.Second, OpTimeout: 2 * time.Second}); err != nil {
+					return err
+				}
+				fencedFirst = fenced
+				return nil
+			})
+			if !fencedFirst {
+				t.Fatalf("a successor acquired while the old holder was not fenced (fence %v)", l.Fence())
+			}
+		})
+	}
 }
