@@ -271,7 +271,9 @@ func (l *Lease) RenewInterval() time.Duration { return max(time.Second, l.ttl/2)
 // Margin is how long before its row can expire this holder's fence falls: a tenth of the TTL,
 // at least 100 ms and at most 5 s (see the package doc for what it absorbs). It leaves a holder
 // that renews every RenewInterval four tenths of the TTL to get a renewal through.
-func (l *Lease) Margin() time.Duration { return min(5*time.Second, max(100*time.Millisecond, l.ttl/10)) }
+func (l *Lease) Margin() time.Duration {
+	return min(5*time.Second, max(100*time.Millisecond, l.ttl/10))
+}
 
 // Fence is the instant by which this holder must have stopped every effect of holding the
 // claim: the send time of its last write the broker stored, plus the TTL, less Margin, on
