@@ -3,12 +3,26 @@
 // arm) into a Cotal user bearer signed by signerd.
 //
 // It refuses, before reading a body: any request with an Origin header (403: browsers are not
-// callers); an /exchange without `Authorization: Bearer <cap>` (401); every /exchange while more
-// than MaxFailures refusals fell in the last minute (429); a body that is not application/json
-// (415) or is larger than MaxBodyBytes (413). It never sends CORS headers. Authorization comes
-// from the actor ledger alone, read fresh on every exchange: the request names an actor, never a
-// scope, parent or lifecycle uid. Only views that map to a profile (pkg/profiles through
-// authd/internal/views) are issued; every other view is refused with its name.
+// callers); an /exchange without `Authorization: Bearer <cap>` (401); a body that is not
+// application/json (415) or is larger than MaxBodyBytes (413). It never sends CORS headers.
+// Authorization comes from the actor ledger alone, read fresh on every exchange: the request
+// names an actor, never a scope, parent or lifecycle uid. Only views that map to a profile
+// (pkg/profiles through authd/internal/views) are issued; every other view is refused with its
+// name.
+//
+// Refusals (401) are throttled per source, and only refusals count: once a source has
+// MaxFailures refusals in the last FailureWindow, its next refusal is 429 instead. A source is
+// the class of the credential that failed and where it came from: a wrong or missing cap, a
+// refused agent token and an IdP token that does not verify each count per peer address; the
+// refusals of one verified IdP identity count for that identity, and once it has spent its
+// budget its exchanges are 429 before signerd is asked anything for it. A request is compared
+// against its credential before any budget shared with other callers is looked at, so a correct
+// cap, agent token or IdP token is never refused because other callers failed. (The throttle is
+// not what stops guessing: the cap and agent tokens are 256-bit secrets. It bounds the log and
+// the signerd calls refused callers cost.)
+//
+// GET /health answers {"ok": true} and nothing else: readiness needs a 2xx, and the answer does
+// not name the service, space or issuer to whatever scans the host's loopback ports.
 package exchange
 
 import (
@@ -40,10 +54,14 @@ import (
 const (
 	// MaxBodyBytes bounds a POST /exchange body.
 	MaxBodyBytes = 64 << 10
-	// MaxFailures is how many refusals (401s) a minute may hold before every /exchange is 429.
+	// MaxFailures is how many refusals (401s) one source may have in a FailureWindow; once it
+	// has, its next refusal is 429 (the 31st within a minute).
 	MaxFailures = 30
 	// FailureWindow is the span MaxFailures counts over.
 	FailureWindow = time.Minute
+	// MaxSources bounds the sources the throttle tracks; past it the least recently failed one
+	// is forgotten.
+	MaxSources = 4096
 	// HumanTTL is a human bearer's default and largest lifetime (signerd's bearer cap).
 	HumanTTL = 900 * time.Second
 	// AgentTTL is an agent bearer's default and largest lifetime (upstream AGENT_BEARER_TTL_SEC).
@@ -115,10 +133,9 @@ type Config struct {
 type Handler struct {
 	cfg      Config
 	cap      []byte
-	issuer   string
 	now      func() time.Time
 	log      *slog.Logger
-	failures failures
+	throttle *throttle
 
 	jwksMu   sync.Mutex
 	jwksBody []byte
@@ -145,7 +162,8 @@ func New(cfg Config) (*Handler, error) {
 	if b, err := hex.DecodeString(cfg.Cap); err != nil || len(cfg.Cap) != CapHexLen || strings.ToLower(cfg.Cap) != cfg.Cap || len(b) != CapHexLen/2 {
 		return nil, fmt.Errorf("exchange: cap must be %d lowercase hex characters (32 random bytes)", CapHexLen)
 	}
-	h := &Handler{cfg: cfg, cap: []byte("Bearer " + cfg.Cap), issuer: BearerIssuer(cfg.Space), now: cfg.Now, log: cfg.Logger}
+	h := &Handler{cfg: cfg, cap: []byte("Bearer " + cfg.Cap), now: cfg.Now, log: cfg.Logger,
+		throttle: newThrottle(MaxFailures, FailureWindow, MaxSources)}
 	if h.now == nil {
 		h.now = time.Now
 	}
@@ -171,7 +189,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !method(w, r, http.MethodGet) {
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "issuer": h.issuer})
+		// Nothing but ok: the answer must not tell a port scanner whose service this is.
+		writeJSON(w, http.StatusOK, map[string]any{"ok": true})
 	case "/jwks":
 		if !method(w, r, http.MethodGet) {
 			return
@@ -260,12 +279,13 @@ type response struct {
 	Exp   int64  `json:"exp"`
 }
 
-// refusal is an exchange answer other than a bearer: status, the public sentence, and the cause
-// for the log only.
+// refusal is an exchange answer other than a bearer: status, the public sentence, the cause for
+// the log only, and for a 401 the throttle source it counts against ("" counts nowhere).
 type refusal struct {
 	status int
 	public string
 	cause  error
+	source string
 }
 
 func (e *refusal) Error() string { return e.public }
@@ -274,16 +294,29 @@ func refused(status int, public string, cause error) *refusal {
 	return &refusal{status: status, public: public, cause: cause}
 }
 
+// counted is a 401 that counts against source.
+func counted(source, public string, cause error) *refusal {
+	return &refusal{status: http.StatusUnauthorized, public: public, cause: cause, source: source}
+}
+
+// throttled is the 429 of a source past its budget.
+func throttled() *refusal {
+	return refused(http.StatusTooManyRequests,
+		fmt.Sprintf("%d refused exchanges from this source in the last minute; try again later", MaxFailures), nil)
+}
+
 func (h *Handler) serveExchange(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
-	now := h.now()
-	if h.failures.over(now) {
-		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("more than %d refused exchanges in the last minute; try again later", MaxFailures))
-		return
-	}
+	// The cap is compared first: the cap budget is consulted only by a request that failed it.
 	if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), h.cap) != 1 {
-		h.failures.add(now)
-		h.log.Info("exchange: refused", "status", http.StatusUnauthorized, "why", "missing or wrong capability")
+		src := peerKey(classCap, r.RemoteAddr)
+		if h.throttle.fail(src, h.now()) {
+			h.log.Debug("exchange: throttled", "source", src)
+			rf := throttled()
+			writeError(w, rf.status, rf.public)
+			return
+		}
+		h.log.Info("exchange: refused", "status", http.StatusUnauthorized, "source", src, "why", "missing or wrong capability")
 		writeError(w, http.StatusUnauthorized, "missing or wrong capability (Authorization: Bearer <cap>)")
 		return
 	}
@@ -314,20 +347,25 @@ func (h *Handler) serveExchange(w http.ResponseWriter, r *http.Request) {
 	var arm string
 	if req.IdPToken != nil {
 		arm = "human"
-		resp, err = h.human(r.Context(), req)
+		resp, err = h.human(r.Context(), req, r.RemoteAddr)
 	} else {
 		arm = "agent"
-		resp, err = h.agent(r.Context(), req)
+		resp, err = h.agent(r.Context(), req, r.RemoteAddr)
 	}
 	if err != nil {
 		var rf *refusal
 		if !errors.As(err, &rf) {
 			rf = refused(http.StatusInternalServerError, "internal error", err)
 		}
-		if rf.status == http.StatusUnauthorized {
-			h.failures.add(now)
+		// Only what failed counts, after it failed: a source past its budget gets 429 for its
+		// refusal and no log line of its own.
+		if rf.status == http.StatusUnauthorized && rf.source != "" && h.throttle.fail(rf.source, h.now()) {
+			h.log.Debug("exchange: throttled", "arm", arm, "source", rf.source)
+			rf = throttled()
+			writeError(w, rf.status, rf.public)
+			return
 		}
-		h.log.Info("exchange: refused", "arm", arm, "status", rf.status, "actor", logIdent(req.Actor), "why", rf.public, "cause", rf.cause)
+		h.log.Info("exchange: refused", "arm", arm, "status", rf.status, "actor", logIdent(req.Actor), "source", rf.source, "why", rf.public, "cause", rf.cause)
 		writeError(w, rf.status, rf.public)
 		return
 	}
@@ -391,7 +429,11 @@ func viewProfile(view string) (requiredScope string, err error) {
 
 // human is the human arm: IdP token → owner → interactive row → view → bearer (auth.md §4,
 // bridge exchange steps 1-8 without the cred. row, which this project does not keep).
-func (h *Handler) human(ctx context.Context, req *request) (*response, error) {
+//
+// An IdP token that does not verify counts against the peer address (classIdP); once the token
+// verified, the refusals count against that IdP identity, and an identity past its budget is 429
+// before signerd derives its owner.
+func (h *Handler) human(ctx context.Context, req *request, peer string) (*response, error) {
 	if err := space.ValidateActor(req.Actor); err != nil {
 		return nil, refused(http.StatusBadRequest, err.Error(), nil)
 	}
@@ -410,7 +452,11 @@ func (h *Handler) human(ctx context.Context, req *request) (*response, error) {
 		// The JWKS or the pin file failed, not the token: the caller can only retry.
 		return nil, refused(http.StatusServiceUnavailable, "the IdP's keys are unavailable", err)
 	case err != nil:
-		return nil, refused(http.StatusUnauthorized, err.Error(), err)
+		return nil, counted(peerKey(classIdP, peer), err.Error(), err)
+	}
+	src := identityKey(claims.Issuer, claims.Subject)
+	if h.throttle.spent(src, h.now()) {
+		return nil, throttled()
 	}
 	owner, err := h.deriveOwner(ctx, claims)
 	if err != nil {
@@ -419,16 +465,16 @@ func (h *Handler) human(ctx context.Context, req *request) (*response, error) {
 	row, err := h.cfg.Ledger.AuthorizeGrant(owner, req.Actor)
 	switch {
 	case errors.Is(err, ledger.ErrNoRow):
-		return nil, refused(http.StatusUnauthorized, fmt.Sprintf("no grant for actor %q under your owner %s (authd actor grant)", req.Actor, owner), err)
+		return nil, counted(src, fmt.Sprintf("no grant for actor %q under your owner %s (authd actor grant)", req.Actor, owner), err)
 	case err != nil:
-		return nil, refused(http.StatusUnauthorized, fmt.Sprintf("the grant for actor %q is refused", req.Actor), err)
+		return nil, counted(src, fmt.Sprintf("the grant for actor %q is refused", req.Actor), err)
 	}
 	if needScope != "" && !slices.Contains(row.Scope, needScope) {
-		return nil, refused(http.StatusUnauthorized,
+		return nil, counted(src,
 			fmt.Sprintf("the %q view needs scope %q, which the grant for actor %q lacks: re-grant the whole row with it added", req.View, needScope, req.Actor), nil)
 	}
 	if row.LifecycleUID == "" {
-		return nil, refused(http.StatusUnauthorized, fmt.Sprintf("the grant for actor %q has no lifecycle uid: re-grant it", req.Actor), nil)
+		return nil, counted(src, fmt.Sprintf("the grant for actor %q has no lifecycle uid: re-grant it", req.Actor), nil)
 	}
 	ttl := HumanTTL
 	if req.TTLSec != nil && time.Duration(*req.TTLSec) < ttl/time.Second {
@@ -439,7 +485,7 @@ func (h *Handler) human(ctx context.Context, req *request) (*response, error) {
 		ttl = left
 	}
 	if ttl < time.Second {
-		return nil, refused(http.StatusUnauthorized, "the IdP token has expired", nil)
+		return nil, counted(src, "the IdP token has expired", nil)
 	}
 	return h.sign(ctx, owner, req.Actor, req.View, row, ttl)
 }
@@ -460,8 +506,9 @@ func (h *Handler) deriveOwner(ctx context.Context, claims idp.Claims) (string, e
 // agent is the agent arm: a managed row whose token hash matches → bearer of at most AgentTTL.
 // Every refusal past the request's shape is AgentRefusal, so the answer never tells which of
 // owner, actor, row space, token or spawner chain was wrong (the ledger compares the hash in
-// constant time).
-func (h *Handler) agent(ctx context.Context, req *request) (*response, error) {
+// constant time). A refusal counts against the peer address (classAgent) after the token was
+// compared, so a correct token is never throttled.
+func (h *Handler) agent(ctx context.Context, req *request, peer string) (*response, error) {
 	if req.View != "" && req.View != agentView {
 		return nil, refused(http.StatusBadRequest, fmt.Sprintf("the agent arm takes no view but %q", agentView), nil)
 	}
@@ -479,7 +526,7 @@ func (h *Handler) agent(ctx context.Context, req *request) (*response, error) {
 		err = errors.New("managed row has no lifecycle uid")
 	}
 	if err != nil {
-		return nil, refused(http.StatusUnauthorized, AgentRefusal, err)
+		return nil, counted(peerKey(classAgent, peer), AgentRefusal, err)
 	}
 	ttl := AgentTTL
 	if req.TTLSec != nil && time.Duration(*req.TTLSec) < ttl/time.Second {
@@ -528,37 +575,4 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg})
-}
-
-// failures counts refused exchanges over the last FailureWindow; it holds at most MaxFailures
-// times, which is all over() needs.
-type failures struct {
-	mu    sync.Mutex
-	times []time.Time
-}
-
-func (f *failures) prune(now time.Time) {
-	cut := 0
-	for cut < len(f.times) && now.Sub(f.times[cut]) >= FailureWindow {
-		cut++
-	}
-	f.times = f.times[cut:]
-}
-
-// over reports whether MaxFailures refusals fell in the last window.
-func (f *failures) over(now time.Time) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.prune(now)
-	return len(f.times) >= MaxFailures
-}
-
-func (f *failures) add(now time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.prune(now)
-	if len(f.times) >= MaxFailures {
-		f.times = f.times[1:]
-	}
-	f.times = append(f.times, now)
 }

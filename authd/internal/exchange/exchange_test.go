@@ -3,6 +3,7 @@ package exchange_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -46,8 +47,9 @@ func TestHealthAndJWKS(t *testing.T) {
 	t.Run("ok/health", func(t *testing.T) {
 		a := e.do(http.MethodGet, "/health", nil, nil)
 		m := a.json(t)
-		if a.status != http.StatusOK || m["ok"] != true || m["issuer"] != "urn:cotal:auth:"+spaceName {
-			t.Fatalf("/health = %d %s", a.status, a.body)
+		// ok and nothing else: no issuer, space or service name for a port scanner.
+		if a.status != http.StatusOK || m["ok"] != true || len(m) != 1 || bytes.Contains(a.body, []byte(spaceName)) {
+			t.Fatalf("/health = %d %s, want exactly {\"ok\":true}", a.status, a.body)
 		}
 		noCORS(t, a.header)
 	})
@@ -138,39 +140,97 @@ func TestGuards(t *testing.T) {
 	}
 }
 
-func TestFailureWindow(t *testing.T) {
+// TestThrottle: refusals are throttled per source, only refusals count, and a correct credential
+// is never refused because other callers failed. Each case calls from its own loopback source
+// address, as separate local callers would, over TCP to the real listener.
+func TestThrottle(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	owner := e.owner("window-user")
 	e.grant(owner, "bob")
 	good := []byte(`{"idpToken":"` + e.idpToken("window-user", 30*time.Minute) + `","actor":"bob"}`)
+	boss := e.owner("spawner")
+	e.grant(boss, "boss", "spawn")
+	_, tok := e.spawn(boss, "agent1")
+	goodAgent, _ := json.Marshal(map[string]any{"owner": boss, "actor": "agent1", "actorToken": tok})
 	wrongCap := map[string]string{"Authorization": "Bearer " + newCap(t)}
-	// Refusals of both kinds count: wrong caps and refused exchanges.
-	for i := range exchange.MaxFailures {
-		var a answer
-		if i%2 == 0 {
-			a = e.do(http.MethodPost, "/exchange", good, wrongCap)
-		} else {
-			a = e.exchange(map[string]any{"idpToken": e.idpToken("window-user", time.Minute), "actor": "nobody"})
+	post := func(from string, body []byte, hdr map[string]string) answer {
+		t.Helper()
+		return e.doFrom(from, http.MethodPost, "/exchange", body, hdr)
+	}
+	// spend makes MaxFailures refusals from a source, each 401, then one more: 429.
+	spend := func(t *testing.T, what string, refuse func() answer) {
+		t.Helper()
+		for i := range exchange.MaxFailures {
+			if a := refuse(); a.status != http.StatusUnauthorized {
+				t.Fatalf("%s %d = %d %s, want 401", what, i+1, a.status, a.body)
+			}
 		}
-		if a.status != http.StatusUnauthorized {
-			t.Fatalf("refusal %d = %d %s, want 401", i+1, a.status, a.body)
+		if a := refuse(); a.status != http.StatusTooManyRequests {
+			t.Fatalf("%s %d = %d %s, want 429", what, exchange.MaxFailures+1, a.status, a.body)
 		}
 	}
-	// Past 30 refusals a minute, even a good request with the right cap is 429.
-	if a := e.do(http.MethodPost, "/exchange", good, nil); a.status != http.StatusTooManyRequests {
-		t.Fatalf("after %d refusals = %d %s, want 429", exchange.MaxFailures, a.status, a.body)
-	}
-	if a := e.do(http.MethodPost, "/exchange", good, wrongCap); a.status != http.StatusTooManyRequests {
-		t.Fatalf("wrong cap after the limit = %d, want 429 (no cap oracle)", a.status)
-	}
-	// /health and /jwks are not throttled.
-	if a := e.do(http.MethodGet, "/health", nil, nil); a.status != http.StatusOK {
-		t.Fatalf("/health while throttled = %d", a.status)
-	}
-	e.clock.Add(exchange.FailureWindow)
-	if a := e.do(http.MethodPost, "/exchange", good, nil); a.status != http.StatusOK {
-		t.Fatalf("a minute later = %d %s, want 200", a.status, a.body)
-	}
+
+	t.Run("ok/correct-cap-after-wrong-caps", func(t *testing.T) {
+		const bad = "127.0.0.2"
+		spend(t, "wrong cap", func() answer { return post(bad, good, wrongCap) })
+		// The correct cap from the same address, and from another, is served.
+		for _, from := range []string{bad, "127.0.0.3", ""} {
+			if a := post(from, good, nil); a.status != http.StatusOK {
+				t.Fatalf("correct cap from %q after %d wrong caps = %d %s, want 200", from, exchange.MaxFailures+1, a.status, a.body)
+			}
+		}
+		if a := post(bad, good, map[string]string{"Authorization": ""}); a.status != http.StatusTooManyRequests || !strings.Contains(a.errorText(t), "from this source") {
+			t.Fatalf("no cap from the throttled source = %d %s, want 429", a.status, a.body)
+		}
+		// Another source's wrong cap is its own: 401.
+		if a := post("127.0.0.3", good, wrongCap); a.status != http.StatusUnauthorized {
+			t.Fatalf("wrong cap from another source = %d, want 401", a.status)
+		}
+		// /health and /jwks are not throttled.
+		if a := e.doFrom(bad, http.MethodGet, "/health", nil, nil); a.status != http.StatusOK {
+			t.Fatalf("/health while throttled = %d", a.status)
+		}
+	})
+	t.Run("ok/correct-agent-token-after-wrong-tokens", func(t *testing.T) {
+		const bad = "127.0.0.4"
+		wrong, _ := json.Marshal(map[string]any{"owner": boss, "actor": "agent1", "actorToken": "wrong"})
+		spend(t, "wrong agent token", func() answer { return post(bad, wrong, nil) })
+		if a := post(bad, goodAgent, nil); a.status != http.StatusOK {
+			t.Fatalf("correct agent token after %d wrong ones = %d %s, want 200", exchange.MaxFailures+1, a.status, a.body)
+		}
+		if a := post(bad, good, nil); a.status != http.StatusOK {
+			t.Fatalf("human exchange from the source of the wrong agent tokens = %d %s, want 200", a.status, a.body)
+		}
+		if a := post(bad, good, wrongCap); a.status != http.StatusUnauthorized {
+			t.Fatalf("wrong cap from that source = %d, want 401 (classes count apart)", a.status)
+		}
+	})
+	t.Run("ok/correct-idp-token-after-bad-ones", func(t *testing.T) {
+		const bad = "127.0.0.5"
+		forged := []byte(`{"idpToken":"e30.e30.AAAA","actor":"bob"}`)
+		spend(t, "unverifiable IdP token", func() answer { return post(bad, forged, nil) })
+		if a := post(bad, good, nil); a.status != http.StatusOK {
+			t.Fatalf("good IdP token after %d bad ones = %d %s, want 200", exchange.MaxFailures+1, a.status, a.body)
+		}
+	})
+	t.Run("fail/identity-budget-follows-the-identity", func(t *testing.T) {
+		// A verified IdP identity with no grant spends its own budget, wherever it calls from;
+		// past it, it is 429 before signerd is asked for its owner. Other identities are served.
+		nogrant, _ := json.Marshal(map[string]any{"idpToken": e.idpToken("no-grant-user", 30*time.Minute), "actor": "bob"})
+		spend(t, "identity without a grant", func() answer { return post("127.0.0.6", nogrant, nil) })
+		if a := post("127.0.0.7", nogrant, nil); a.status != http.StatusTooManyRequests {
+			t.Fatalf("the spent identity from another address = %d %s, want 429", a.status, a.body)
+		}
+		if a := post("127.0.0.6", good, nil); a.status != http.StatusOK {
+			t.Fatalf("another identity from the same address = %d %s, want 200", a.status, a.body)
+		}
+	})
+	t.Run("ok/window-passes", func(t *testing.T) {
+		e.clock.Add(exchange.FailureWindow)
+		if a := post("127.0.0.2", good, wrongCap); a.status != http.StatusUnauthorized {
+			t.Fatalf("wrong cap a minute later = %d %s, want 401", a.status, a.body)
+		}
+	})
 }
 
 func TestHumanArm(t *testing.T) {

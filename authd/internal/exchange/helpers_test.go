@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -184,6 +185,19 @@ func (a answer) errorText(t *testing.T) string {
 // do sends one request over the loopback listener; hdr entries with an empty value are deleted.
 func (e *env) do(method, path string, body []byte, hdr map[string]string) answer {
 	e.t.Helper()
+	return e.doFrom("", method, path, body, hdr)
+}
+
+// doFrom is do from the loopback source address from (127.0.0.2, ...; "" is the kernel's
+// choice), on a fresh connection: what the throttle sees as another caller.
+func (e *env) doFrom(from, method, path string, body []byte, hdr map[string]string) answer {
+	e.t.Helper()
+	client := http.DefaultClient
+	if from != "" {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		tr := &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}
+		client = &http.Client{Transport: tr}
+	}
 	req, err := http.NewRequest(method, e.url+path, bytes.NewReader(body))
 	if err != nil {
 		e.t.Fatal(err)
@@ -199,7 +213,7 @@ func (e *env) do(method, path string, body []byte, hdr map[string]string) answer
 			req.Header.Set(k, v)
 		}
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		e.t.Fatal(err)
 	}
