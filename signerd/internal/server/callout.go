@@ -59,8 +59,11 @@ const (
 	// MaxCalloutErrorLen bounds the refusal reason authd may put into a response, in bytes.
 	MaxCalloutErrorLen = 256
 	// CalloutClockSkew is how long after its exp an authorization request is still answered,
-	// allowing for clock differences between the broker and signerd.
-	CalloutClockSkew = 60 * time.Second
+	// allowing for clock differences between the broker and signerd. The nats-server sets exp to
+	// its own clock plus its auth_timeout (2 s by default) and stops waiting for the answer then,
+	// so past exp an answer serves nobody but whoever captured the request: the skew is kept to
+	// what hosts on NTP stay within, not a replay window (it was 60 s).
+	CalloutClockSkew = 5 * time.Second
 )
 
 // calloutRequestAudience is the aud of every authorization request a nats-server signs
