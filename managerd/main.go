@@ -26,6 +26,11 @@ Run "managerd COMMAND --help" for a command's flags.
 `
 
 func main() {
+	// An agent's trampoline: the launcher re-executes this binary as root in the agent's cgroup
+	// to drop every privilege before the connector runs (launcher.Trampoline).
+	if len(os.Args) > 2 && os.Args[1] == launcher.TrampolineArg {
+		os.Exit(launcher.Trampoline(os.Args[2:]))
+	}
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -52,16 +57,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 const launcherSynopsis = `managerd launcher --config FILE
 
-Starts agents as the configured agent uid for managerd alone: a Unix socket that admits only
-managerd's uid (SO_PEERCRED) and a capability token written at each start to token_file. Needs
-root, or CAP_SETUID CAP_SETGID CAP_CHOWN CAP_DAC_OVERRIDE CAP_FOWNER CAP_KILL.
+Starts agents for managerd alone, each as a uid of its own from the agents range, in a cgroup v2
+of its own, with no capability and no_new_privs: a Unix socket that admits only managerd's uid
+(SO_PEERCRED) and a capability token written at each start to token_file. Needs root, or
+CAP_SETUID CAP_SETGID CAP_SETPCAP CAP_CHOWN CAP_DAC_OVERRIDE CAP_FOWNER CAP_KILL, and a writable
+cgroup v2 directory (under systemd: Delegate=yes); refuses to start without them.
 
 Configuration (strict YAML: an unknown key stops start-up, naming it):
 
   socket: /run/cotal/launcher/launcher.sock      # dir 0750 launcher:manager-gid, socket 0660
   token_file: /run/cotal/managerd/launcher.token # 0600 in a 0700 dir, both managerd's
   manager: {uid: 990, gid: 990}                  # the only peer uid admitted
-  agent: {uid: 991, gid: 991, groups: []}        # the only uid agents run as
+  agents: {uid_first: 60600, uid_count: 512}     # one uid (and gid) per agent; >= 1000, unused
+  cgroup_parent: /sys/fs/cgroup/...              # optional; default the launcher's own cgroup
   agent_root: /var/lib/cotal/agents              # one dir per agent, agent:manager 0750
   connectors:                                    # requests name one; they carry no command
     claude: {argv: [/usr/local/bin/claude]}
@@ -80,6 +88,12 @@ func runLauncher(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintln(stderr, "managerd launcher: --config is required")
 		return 2
 	}
+	// Nothing the launcher's starter left open may reach an agent.
+	closed, err := launcher.CloseInheritedFDs()
+	if err != nil {
+		fmt.Fprintf(stderr, "managerd launcher: %v\n", err)
+		return 1
+	}
 	cfg, err := launcher.LoadConfig(*cfgPath)
 	if err != nil {
 		fmt.Fprintf(stderr, "managerd launcher: %v\n", err)
@@ -89,6 +103,9 @@ func runLauncher(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		srv, err := launcher.Start(ctx, launcher.Inputs{Config: cfg, Logger: log})
 		if err != nil {
 			return nil, err
+		}
+		if len(closed) > 0 {
+			log.Warn("launcher: closed descriptors inherited from its starter", "fds", fmt.Sprint(closed))
 		}
 		if _, err := daemon.Notify("READY=1"); err != nil {
 			log.Warn("sd_notify", "err", err)

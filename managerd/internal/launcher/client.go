@@ -51,17 +51,21 @@ func (c *Client) Launch(ctx context.Context, req Request) (Child, *os.File, erro
 	return *resp.Child, master, nil
 }
 
-// Signal asks the launcher to send sig (SIGTERM or SIGKILL) to the process group of a child it
-// started. It is a SignalFunc, for Terminate.
+// Signal asks the launcher to send sig to a child it started: SIGTERM to its process group,
+// SIGKILL to every process of its cgroup; signal 0 is a probe, nil while the launcher still holds
+// the child (some process of its cgroup may live) and a CHILD_UNKNOWN refusal once it has proven
+// the cgroup empty. It is a SignalFunc, for Terminate.
 func (c *Client) Signal(ctx context.Context, child Child, sig syscall.Signal) error {
 	var name string
 	switch sig {
+	case 0:
+		name = "PROBE"
 	case syscall.SIGTERM:
 		name = "TERM"
 	case syscall.SIGKILL:
 		name = "KILL"
 	default:
-		return fmt.Errorf("launcher: signal %v: only SIGTERM and SIGKILL", sig)
+		return fmt.Errorf("launcher: signal %v: only SIGTERM, SIGKILL and 0 (probe)", sig)
 	}
 	_, master, err := c.call(ctx, wireRequest{Op: opSignal, Pid: child.Pid, StartTime: child.StartTime, Signal: name})
 	if master != nil {

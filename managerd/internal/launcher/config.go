@@ -3,9 +3,12 @@ package launcher
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/cotalgo/cotal/pkg/daemon"
@@ -30,9 +33,18 @@ type Config struct {
 	// Manager is managerd's uid and gid: the only peer uid admitted (SO_PEERCRED), and the group of
 	// the socket and of every agent directory. Required; uid 0 is refused.
 	Manager IDs `yaml:"manager"`
-	// Agent is the one uid and gid every agent runs as. Required; 0, and the manager's uid or gid,
-	// are refused. A request naming any other uid or gid is refused.
-	Agent AgentIDs `yaml:"agent"`
+	// Agents is the uid range agents run in: each launched agent gets a uid of its own from it,
+	// and the gid of the same number, for its life, with no supplementary group; the uid is
+	// released only once the agent's whole cgroup is proven empty. Required. The range must lie at
+	// or above MinAgentUID (the system users' uids lie below it), hold neither manager.uid nor
+	// manager.gid, nor 65534/65535 (nobody and the 16-bit -1); Start also refuses a range that
+	// holds the launcher's own uid or any uid or gid /etc/passwd or /etc/group names.
+	Agents UIDRange `yaml:"agents"`
+	// CgroupParent is the cgroup v2 directory under which the launcher makes one cgroup per agent,
+	// cotal-agent-<uid>. Optional; default: the launcher's own cgroup (under systemd, the unit's
+	// delegated subtree, Delegate=yes). Start refuses to run without a writable cgroup v2 there:
+	// there is no fallback to process groups, whose members can leave them.
+	CgroupParent string `yaml:"cgroup_parent"`
 	// AgentRoot holds one directory per agent, <agent_root>/<name>, 0750 owned agent:manager.
 	// Required, absolute. Made 0755 if missing; refused if a group or other may write it, or if it
 	// is owned by another uid than the launcher's.
@@ -56,13 +68,28 @@ type IDs struct {
 	GID *uint32 `yaml:"gid"`
 }
 
-// AgentIDs is the agent's uid and gid and its supplementary groups (none by default: the
-// launcher calls setgroups with exactly this list).
-type AgentIDs struct {
-	UID    *uint32  `yaml:"uid"`
-	GID    *uint32  `yaml:"gid"`
-	Groups []uint32 `yaml:"groups"`
+// UIDRange is the agents' uid range: UIDFirst to UIDFirst+UIDCount-1. The gid of each agent is
+// the same number as its uid.
+type UIDRange struct {
+	UIDFirst *uint32 `yaml:"uid_first"`
+	UIDCount uint32  `yaml:"uid_count"`
 }
+
+// Last is the range's last uid. The range must have been validated.
+func (r UIDRange) Last() uint32 { return *r.UIDFirst + r.UIDCount - 1 }
+
+// Contains reports whether id lies in the validated range.
+func (r UIDRange) Contains(id uint32) bool { return id >= *r.UIDFirst && id <= r.Last() }
+
+// MinAgentUID is the lowest uid an agent may run as. uids below 1000 are the system users' in
+// every mainstream distribution (shadow-utils' SYS_UID_MAX default is 999); a fixed floor is used
+// rather than /etc/login.defs because that file is optional (containers, minimal images) and
+// editable, and an agent must never share a uid with a service whatever the file says. Start
+// also refuses any uid of the range that /etc/passwd names.
+const MinAgentUID = 1000
+
+// MaxAgentUIDs bounds agents.uid_count.
+const MaxAgentUIDs = 65536
 
 // Connector is one agent program.
 type Connector struct {
@@ -105,7 +132,7 @@ func LoadConfig(path string) (Config, error) {
 }
 
 // Validate refuses a configuration that would let the launcher start anything but the configured
-// agent uid's connectors, naming the key.
+// connectors as uids of the agents' range, naming the key.
 func (c *Config) Validate() error {
 	abs := func(key, p string) error {
 		if p == "" {
@@ -143,24 +170,12 @@ func (c *Config) Validate() error {
 	if *c.Manager.GID == 0 {
 		return errors.New("manager.gid: 0 is refused")
 	}
-	if c.Agent.UID == nil || c.Agent.GID == nil {
-		return errors.New("agent: uid and gid are required")
+	if err := c.Agents.validate(*c.Manager.UID, *c.Manager.GID); err != nil {
+		return err
 	}
-	switch {
-	case *c.Agent.UID == 0:
-		return errors.New("agent.uid: 0 is refused")
-	case *c.Agent.GID == 0:
-		return errors.New("agent.gid: 0 is refused")
-	case *c.Agent.UID == *c.Manager.UID:
-		return errors.New("agent.uid: must differ from manager.uid (the agent must not be able to act as managerd)")
-	case *c.Agent.GID == *c.Manager.GID:
-		return errors.New("agent.gid: must differ from manager.gid (the manager group reaches the socket)")
-	case *c.Agent.UID == ^uint32(0) || *c.Agent.GID == ^uint32(0):
-		return errors.New("agent: uid and gid 4294967295 (-1) are refused")
-	}
-	for _, g := range c.Agent.Groups {
-		if g == 0 || g == *c.Manager.GID {
-			return fmt.Errorf("agent.groups: group %d is refused (root's group or the manager's)", g)
+	if c.CgroupParent != "" {
+		if err := abs("cgroup_parent", c.CgroupParent); err != nil {
+			return err
 		}
 	}
 	if len(c.Connectors) == 0 {
@@ -220,4 +235,60 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// validate refuses a range that is missing, reaches below MinAgentUID or past 2^31-1, holds
+// nobody (65534) or 65535, or holds the manager's uid or gid (an agent must never act as managerd,
+// nor be in the group that reaches the launcher's socket and the agents' directories).
+func (r UIDRange) validate(mgrUID, mgrGID uint32) error {
+	if r.UIDFirst == nil || r.UIDCount == 0 {
+		return errors.New("agents: uid_first and uid_count are required (each agent runs as a uid of its own from the range)")
+	}
+	if r.UIDCount > MaxAgentUIDs {
+		return fmt.Errorf("agents.uid_count: %d is over %d", r.UIDCount, MaxAgentUIDs)
+	}
+	first := uint64(*r.UIDFirst)
+	last := first + uint64(r.UIDCount) - 1
+	switch {
+	case first < MinAgentUID:
+		return fmt.Errorf("agents.uid_first: %d is below %d: uids below it are system users'", first, MinAgentUID)
+	case last > 1<<31-1:
+		return fmt.Errorf("agents: the range %d-%d reaches past 2147483647", first, last)
+	case first <= 65535 && last >= 65534:
+		return fmt.Errorf("agents: the range %d-%d holds 65534 (nobody) or 65535 (the 16-bit -1)", first, last)
+	case uint64(mgrUID) >= first && uint64(mgrUID) <= last:
+		return fmt.Errorf("agents: the range %d-%d holds manager.uid %d (an agent must not be able to act as managerd)", first, last, mgrUID)
+	case uint64(mgrGID) >= first && uint64(mgrGID) <= last:
+		return fmt.Errorf("agents: the range %d-%d holds manager.gid %d (an agent's gid is its uid, and the manager group reaches the socket)", first, last, mgrGID)
+	}
+	return nil
+}
+
+// checkRangeFree refuses a range that holds a uid the passwd file names or a gid the group file
+// names (a human's, a service's): an agent would own that user's files. A missing file names
+// nothing. Users from other NSS sources (LDAP, systemd-homed) are not seen: choose a range
+// outside theirs.
+func checkRangeFree(r UIDRange, passwd, group string) error {
+	for _, f := range []struct{ path, what string }{{passwd, "uid"}, {group, "gid"}} {
+		data, err := os.ReadFile(f.path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("launcher: agents: %w", err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			fields := strings.Split(line, ":")
+			if len(fields) < 3 || strings.HasPrefix(line, "#") {
+				continue
+			}
+			id, err := strconv.ParseUint(fields[2], 10, 32)
+			if err != nil || !r.Contains(uint32(id)) {
+				continue
+			}
+			return fmt.Errorf("launcher: agents: the range %d-%d holds %s %d of %q in %s: an agent must not run as an existing user or group",
+				*r.UIDFirst, r.Last(), f.what, id, fields[0], f.path)
+		}
+	}
+	return nil
 }

@@ -14,7 +14,7 @@ import (
 const validYAML = `socket: /run/cotal/launcher/launcher.sock
 token_file: /run/cotal/managerd/launcher.token
 manager: {uid: 990, gid: 990}
-agent: {uid: 991, gid: 991}
+agents: {uid_first: 60600, uid_count: 512}
 agent_root: /var/lib/cotal/agents
 connectors:
   echo: {argv: [/usr/bin/echo, hi]}
@@ -37,7 +37,7 @@ func TestLoadConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("valid config: %v", err)
 	}
-	if cfg.Path != DefaultPath || *cfg.Agent.UID != 991 || *cfg.Manager.UID != 990 || cfg.Connectors["echo"].Argv[1] != "hi" {
+	if cfg.Path != DefaultPath || *cfg.Agents.UIDFirst != 60600 || cfg.Agents.Last() != 61111 || *cfg.Manager.UID != 990 || cfg.Connectors["echo"].Argv[1] != "hi" {
 		t.Fatalf("decoded %+v", cfg)
 	}
 	for _, tc := range []struct {
@@ -53,13 +53,18 @@ func TestLoadConfig(t *testing.T) {
 		{"fail/token-beside-socket", "token_file: /run/cotal/managerd/launcher.token", "token_file: /run/cotal/launcher/token", "token_file"},
 		{"fail/manager-root", "manager: {uid: 990, gid: 990}", "manager: {uid: 0, gid: 990}", "manager.uid: 0 is refused"},
 		{"fail/manager-missing-gid", "manager: {uid: 990, gid: 990}", "manager: {uid: 990}", "manager: uid and gid are required"},
-		{"fail/agent-root", "agent: {uid: 991, gid: 991}", "agent: {uid: 0, gid: 991}", "agent.uid: 0 is refused"},
-		{"fail/agent-root-gid", "agent: {uid: 991, gid: 991}", "agent: {uid: 991, gid: 0}", "agent.gid: 0 is refused"},
-		{"fail/agent-is-manager", "agent: {uid: 991, gid: 991}", "agent: {uid: 990, gid: 991}", "must differ from manager.uid"},
-		{"fail/agent-gid-is-manager", "agent: {uid: 991, gid: 991}", "agent: {uid: 991, gid: 990}", "must differ from manager.gid"},
-		{"fail/agent-group-manager", "agent: {uid: 991, gid: 991}", "agent: {uid: 991, gid: 991, groups: [990]}", "agent.groups"},
-		{"fail/agent-minus-one", "agent: {uid: 991, gid: 991}", "agent: {uid: 4294967295, gid: 991}", "(-1)"},
-		{"fail/agent-negative", "agent: {uid: 991, gid: 991}", "agent: {uid: -1, gid: 991}", "uint32"},
+		{"fail/agents-missing", "agents: {uid_first: 60600, uid_count: 512}", "", "agents: uid_first and uid_count are required"},
+		{"fail/agents-no-count", "agents: {uid_first: 60600, uid_count: 512}", "agents: {uid_first: 60600}", "agents: uid_first and uid_count are required"},
+		{"fail/agents-root", "agents: {uid_first: 60600, uid_count: 512}", "agents: {uid_first: 0, uid_count: 10}", "below 1000"},
+		{"fail/agents-system", "agents: {uid_first: 60600, uid_count: 512}", "agents: {uid_first: 999, uid_count: 10}", "agents.uid_first: 999 is below 1000"},
+		{"fail/agents-holds-manager-uid", "manager: {uid: 990, gid: 990}", "manager: {uid: 60700, gid: 990}", "holds manager.uid 60700"},
+		{"fail/agents-holds-manager-gid", "manager: {uid: 990, gid: 990}", "manager: {uid: 990, gid: 61111}", "holds manager.gid 61111"},
+		{"fail/agents-nobody", "agents: {uid_first: 60600, uid_count: 512}", "agents: {uid_first: 65000, uid_count: 600}", "65534 (nobody)"},
+		{"fail/agents-too-many", "agents: {uid_first: 60600, uid_count: 512}", "agents: {uid_first: 100000, uid_count: 65537}", "uid_count: 65537 is over 65536"},
+		{"fail/agents-past-int32", "agents: {uid_first: 60600, uid_count: 512}", "agents: {uid_first: 2147483600, uid_count: 100}", "reaches past 2147483647"},
+		{"fail/agents-negative", "agents: {uid_first: 60600, uid_count: 512}", "agents: {uid_first: -1, uid_count: 10}", "uint32"},
+		{"fail/agents-old-single-uid", "agents: {uid_first: 60600, uid_count: 512}", "agent: {uid: 991, gid: 991}", "agent"},
+		{"fail/cgroup-parent-relative", "agent_root:", "cgroup_parent: sys/fs/cgroup\nagent_root:", "cgroup_parent"},
 		{"fail/no-connectors", "connectors:\n  echo: {argv: [/usr/bin/echo, hi]}\n", "", "connectors: at least one"},
 		{"fail/connector-name", "  echo: {argv", "  ../echo: {argv", "connectors: name"},
 		{"fail/connector-relative", "[/usr/bin/echo, hi]", "[echo, hi]", "connectors.echo.argv[0]"},
@@ -83,6 +88,49 @@ func TestLoadConfig(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %q does not name %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestCheckRangeFree: a range that holds a uid /etc/passwd names, or a gid /etc/group names, is
+// refused naming the entry; one clear of both (or with the files missing) is not.
+func TestCheckRangeFree(t *testing.T) {
+	dir := t.TempDir()
+	passwd := filepath.Join(dir, "passwd")
+	group := filepath.Join(dir, "group")
+	if err := os.WriteFile(passwd, []byte("root:x:0:0::/root:/bin/sh\n# a comment\nalice:x:1500:1500::/home/alice:/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(group, []byte("root:x:0:\nstaff:x:2500:alice\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	u := func(v uint32) *uint32 { return &v }
+	for _, tc := range []struct {
+		name   string
+		r      UIDRange
+		passwd string
+		want   string
+	}{
+		{"ok/clear", UIDRange{UIDFirst: u(1600), UIDCount: 100}, passwd, ""},
+		{"ok/files-missing", UIDRange{UIDFirst: u(1000), UIDCount: 2000}, filepath.Join(dir, "none"), ""},
+		{"fail/holds-a-user", UIDRange{UIDFirst: u(1000), UIDCount: 501}, passwd, `uid 1500 of "alice"`},
+		{"fail/holds-a-group", UIDRange{UIDFirst: u(2000), UIDCount: 600}, passwd, `gid 2500 of "staff"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := group
+			if tc.name == "ok/files-missing" {
+				g = filepath.Join(dir, "none")
+			}
+			err := checkRangeFree(tc.r, tc.passwd, g)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want it to name %s", err, tc.want)
 			}
 		})
 	}

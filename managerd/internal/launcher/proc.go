@@ -94,18 +94,37 @@ func KillGroup(_ context.Context, c Child, sig syscall.Signal) error {
 const PollInterval = 10 * time.Millisecond
 
 // Terminate ends a child: SIGTERM to its process group, then SIGKILL once grace has passed, and
-// returns nil only once Gone proves the child gone. send is how signals are sent (nil:
-// KillGroup). It returns killed=true when SIGKILL was needed. When ctx ends first it returns
-// ctx's error: the child was not proven gone.
+// returns nil only once the child is proven gone. send is how signals are sent: nil is KillGroup,
+// and the proof is Child.Gone; a launcher's Client.Signal sends SIGKILL to the child's whole
+// cgroup, and the proof is Child.Gone and then the launcher's answer to a probe (signal 0),
+// CHILD_UNKNOWN, which it gives only once every process of the child's cgroup, a descendant that
+// called setsid or double-forked included, is gone. It returns killed=true when SIGKILL was
+// needed. When ctx ends first it returns ctx's error: the child was not proven gone.
 func Terminate(ctx context.Context, c Child, grace time.Duration, send SignalFunc) (killed bool, err error) {
+	probe := send != nil
 	if send == nil {
 		send = KillGroup
 	}
-	if gone, err := c.Gone(); err != nil || gone {
+	proven := func() (bool, error) {
+		gone, err := c.Gone()
+		if err != nil || !gone || !probe {
+			return gone, err
+		}
+		err = send(ctx, c, 0)
+		var re *RefusedError
+		switch {
+		case err == nil: // the launcher still holds it: its cgroup is being emptied
+			return false, nil
+		case errors.As(err, &re) && re.Reason == ReasonChildUnknown:
+			return true, nil
+		}
+		return false, err
+	}
+	if gone, err := proven(); err != nil || gone {
 		return false, err
 	}
 	if err := send(ctx, c, syscall.SIGTERM); err != nil {
-		if gone, gerr := c.Gone(); gerr == nil && gone { // it exited between the check and the signal
+		if gone, gerr := proven(); gerr == nil && gone { // it exited between the check and the signal
 			return false, nil
 		}
 		return false, fmt.Errorf("SIGTERM to %d: %w", c.Pid, err)
@@ -114,7 +133,7 @@ func Terminate(ctx context.Context, c Child, grace time.Duration, send SignalFun
 	tick := time.NewTicker(PollInterval)
 	defer tick.Stop()
 	for {
-		gone, err := c.Gone()
+		gone, err := proven()
 		if err != nil {
 			return killed, err
 		}
@@ -123,7 +142,7 @@ func Terminate(ctx context.Context, c Child, grace time.Duration, send SignalFun
 		}
 		if !killed && !time.Now().Before(deadline) {
 			if err := send(ctx, c, syscall.SIGKILL); err != nil {
-				if gone, gerr := c.Gone(); gerr == nil && gone {
+				if gone, gerr := proven(); gerr == nil && gone {
 					return false, nil
 				}
 				return false, fmt.Errorf("SIGKILL to %d: %w", c.Pid, err)

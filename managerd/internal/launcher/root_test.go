@@ -56,6 +56,9 @@ type clientSpec struct {
 	Grace   time.Duration `json:"grace"`
 	// NewMaterial is what a "replace" line on stdin hands to ReplaceMaterial.
 	NewMaterial []byte `json:"new_material,omitempty"`
+	// Probes, when set, are opened (no launcher call): "r:PATH" for reading, "w:PATH" for
+	// writing; the result holds "ok" or the error for each.
+	Probes []string `json:"probes,omitempty"`
 }
 
 // clientResult is one report line.
@@ -71,6 +74,8 @@ type clientResult struct {
 	Killed     bool `json:"killed,omitempty"`
 	// ReplaceAfter is ReplaceMaterial's refusal once the child is gone.
 	ReplaceAfter Reason `json:"replace_after,omitempty"`
+	// Probed is one entry per clientSpec.Probes.
+	Probed []string `json:"probed,omitempty"`
 }
 
 func clientMain(specJSON string) int {
@@ -89,6 +94,23 @@ func clientMain(specJSON string) int {
 	defer cancel()
 	errResult := func(err error) clientResult {
 		return clientResult{Err: err.Error(), Reason: reasonOf(err)}
+	}
+	if len(spec.Probes) > 0 {
+		var probed []string
+		for _, p := range spec.Probes {
+			flag := os.O_RDONLY
+			if strings.HasPrefix(p, "w:") {
+				flag = os.O_WRONLY | syscall.O_NOCTTY
+			}
+			f, err := os.OpenFile(p[2:], flag, 0)
+			if err != nil {
+				probed = append(probed, err.Error())
+				continue
+			}
+			f.Close()
+			probed = append(probed, "ok")
+		}
+		return report(clientResult{Probed: probed})
 	}
 	if spec.Raw != "" || spec.RawLen != nil {
 		resp, err := rawCall(ctx, spec.Socket, []byte(spec.Raw), spec.RawLen)
@@ -182,9 +204,48 @@ func binary32(n uint32) []byte { return []byte{byte(n >> 24), byte(n >> 16), byt
 // rootEnv is one launcher running as root for the test, with its users and files.
 type rootEnv struct {
 	base, bin, socket, tokenFile, agentRoot string
-	mgrUID, mgrGID, agentUID, agentGID      uint32
+	mgrUID, mgrGID                          uint32
+	uidFirst, uidCount                      uint32
+	cgParent                                string
 	canary                                  string
 	testBin                                 string
+	secret                                  string // a root-only file the launcher holds open as fd 9
+}
+
+// testUIDFirst is the root tests' agent range: above UID_MAX (60000) of login.defs and below
+// nobody, so no user of the machine has these uids.
+const testUIDFirst = 64200
+
+func (e *rootEnv) inRange(uid uint32) bool { return uid >= e.uidFirst && uid < e.uidFirst+e.uidCount }
+
+// testCgroupParent makes a cgroup v2 directory for one test's agents under this process's own
+// cgroup and removes it (after draining anything left) at cleanup.
+func testCgroupParent(t *testing.T) string {
+	t.Helper()
+	own, err := ownCgroup()
+	if err != nil {
+		t.Fatalf("root test needs cgroup v2: %v", err)
+	}
+	p := filepath.Join(own, "cotal-launcher-test-"+randHex(4))
+	if err := os.Mkdir(p, 0o755); err != nil {
+		t.Fatalf("root test needs a writable cgroup v2: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ents, _ := os.ReadDir(p)
+		for _, e := range ents {
+			if e.IsDir() {
+				if err := drainCgroup(ctx, filepath.Join(p, e.Name())); err != nil {
+					t.Errorf("cleanup: %v", err)
+				}
+			}
+		}
+		if err := unix.Rmdir(p); err != nil {
+			t.Errorf("cleanup: removing %s: %v", p, err)
+		}
+	})
+	return p
 }
 
 func randHex(n int) string {
@@ -201,16 +262,20 @@ func goBuild(t *testing.T, out, pkg string) {
 	}
 }
 
-// startRootLauncher makes the users, builds managerd and the test agent, and runs
-// `managerd launcher` as root with a canary variable in its environment.
-func startRootLauncher(t *testing.T) *rootEnv {
+// startRootLauncher makes the manager user, builds managerd and the test agent, and runs
+// `managerd launcher` as root with a canary variable in its environment, fd 9 open on a root-only
+// file, agents uidCount uids from testUIDFirst (8 when 0) and a cgroup parent of its own.
+func startRootLauncher(t *testing.T, uidCount uint32) *rootEnv {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("root test: starting the launcher, changing uid and creating users need root (CI runs as root)")
 	}
-	e := &rootEnv{canary: "COTAL_CANARY_" + randHex(4)}
+	if uidCount == 0 {
+		uidCount = 8
+	}
+	e := &rootEnv{canary: "COTAL_CANARY_" + randHex(4), uidFirst: testUIDFirst, uidCount: uidCount}
 	e.mgrUID, e.mgrGID = testkit.AddUser(t, 64101)
-	e.agentUID, e.agentGID = testkit.AddUser(t, 64102)
+	e.cgParent = testCgroupParent(t)
 	e.base = t.TempDir()
 	for _, d := range []string{filepath.Dir(e.base), e.base} { // traversable by the test's users
 		if err := os.Chmod(d, 0o755); err != nil {
@@ -241,22 +306,35 @@ func startRootLauncher(t *testing.T) *rootEnv {
 	cfg := fmt.Sprintf(`socket: %s
 token_file: %s
 manager: {uid: %d, gid: %d}
-agent: {uid: %d, gid: %d}
+agents: {uid_first: %d, uid_count: %d}
+cgroup_parent: %s
 agent_root: %s
 connectors:
   report: {argv: [%s, report]}
   stubborn: {argv: [%s, stubborn]}
+  escape: {argv: [%s, escape]}
   missing: {argv: [%s]}
 env_allow: [TERM, COTAL_SUBSCRIBE]
 log_level: debug
-`, e.socket, e.tokenFile, e.mgrUID, e.mgrGID, e.agentUID, e.agentGID, e.agentRoot,
-		filepath.Join(e.bin, "agent"), filepath.Join(e.bin, "agent"), filepath.Join(e.bin, "no-such-agent"))
+`, e.socket, e.tokenFile, e.mgrUID, e.mgrGID, e.uidFirst, e.uidCount, e.cgParent, e.agentRoot,
+		filepath.Join(e.bin, "agent"), filepath.Join(e.bin, "agent"), filepath.Join(e.bin, "agent"), filepath.Join(e.bin, "no-such-agent"))
 	cfgPath := filepath.Join(e.base, "launcher.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(filepath.Join(e.bin, "managerd"), "launcher", "--config", cfgPath)
 	cmd.Env = append(os.Environ(), e.canary+"=leaked", "TERM=launcher-term", "HOME=/root")
+	// Whoever starts the launcher may leave a descriptor open: fd 9 on a root-only file.
+	e.secret = filepath.Join(e.base, "root-only")
+	if err := os.WriteFile(e.secret, []byte("root only"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	secret, err := os.Open(e.secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer secret.Close()
+	cmd.ExtraFiles = []*os.File{nil, nil, nil, nil, nil, nil, secret} // fd 3+6 = 9
 	var logs testkit.SyncBuffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
@@ -401,7 +479,7 @@ func procStatusLine(t *testing.T, pid int, key string) string {
 // launcher's signal operation (SIGTERM alone; SIGKILL after the grace for an agent that ignores
 // SIGTERM) and proves it gone from /proc, after which the launcher no longer knows the child.
 func TestRootLaunch(t *testing.T) {
-	e := startRootLauncher(t)
+	e := startRootLauncher(t, 0)
 
 	// The files the launcher made: token 0600 in 0700, managerd's; socket dir 0750 root:manager.
 	if st := statOf(t, e.tokenFile); st.Mode&0o777 != 0o600 || st.Uid != e.mgrUID || st.Gid != e.mgrGID {
@@ -427,10 +505,9 @@ func TestRootLaunch(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := "agent-" + tc.connector
-			agentUID := e.agentUID
 			material := []byte(`{"creds":"/x","servers":["nats://127.0.0.1:4222"]}`)
 			c := e.client(t, e.mgrUID, e.mgrGID, clientSpec{Grace: tc.grace, Request: Request{
-				Name: name, Connector: tc.connector, UID: &agentUID, Rows: 40, Cols: 120,
+				Name: name, Connector: tc.connector, Rows: 40, Cols: 120,
 				Env:      map[string]string{"TERM": "xterm-256color", "COTAL_SUBSCRIBE": "general"},
 				Material: material,
 			}})
@@ -444,8 +521,11 @@ func TestRootLaunch(t *testing.T) {
 				t.Fatalf("child dir %q, want %q", child.Dir, dir)
 			}
 			matPath := filepath.Join(dir, materialName)
-			u := strconv.Itoa(int(e.agentUID))
-			g := strconv.Itoa(int(e.agentGID))
+			if !e.inRange(child.UID) {
+				t.Fatalf("agent uid %d is outside the range %d+%d", child.UID, e.uidFirst, e.uidCount)
+			}
+			u := strconv.Itoa(int(child.UID))
+			g := u // the gid is the uid's number
 			env := []string{
 				EnvLaunchMaterial + "=" + matPath,
 				"COTAL_SUBSCRIBE=general",
@@ -485,8 +565,26 @@ func TestRootLaunch(t *testing.T) {
 			if gone, err := child.Gone(); gone || err != nil {
 				t.Fatalf("running child reported gone=%v err=%v", gone, err)
 			}
-			if st := statOf(t, dir); st.Mode&0o7777 != 0o750 || st.Uid != e.agentUID || st.Gid != e.mgrGID {
+			if st := statOf(t, dir); st.Mode&0o7777 != 0o750 || st.Uid != child.UID || st.Gid != e.mgrGID {
 				t.Fatalf("agent dir mode %#o owner %d:%d", st.Mode&0o7777, st.Uid, st.Gid)
+			}
+			// No privilege left: no_new_privs, every capability set empty, the bounding set too.
+			for key, want := range map[string]string{"NoNewPrivs": "NoNewPrivs:\t1", "CapBnd": "CapBnd:\t0000000000000000",
+				"CapPrm": "CapPrm:\t0000000000000000", "CapEff": "CapEff:\t0000000000000000", "CapAmb": "CapAmb:\t0000000000000000",
+				"CapInh": "CapInh:\t0000000000000000"} {
+				if got := procStatusLine(t, child.Pid, key); got != want {
+					t.Fatalf("/proc/%d/status %q, want %q", child.Pid, got, want)
+				}
+			}
+			// The descriptor the launcher's starter left open (fd 9, a root-only file) is not
+			// the agent's.
+			if target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/9", child.Pid)); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("the agent holds fd 9 (%q, %v): the launcher's inherited descriptor reached it", target, err)
+			}
+			// It runs in its own cgroup, named by its uid.
+			cg := cgroupDir(e.cgParent, child.UID)
+			if procs, err := os.ReadFile(filepath.Join(cg, "cgroup.procs")); err != nil || !strings.Contains("\n"+string(procs), "\n"+strconv.Itoa(child.Pid)+"\n") {
+				t.Fatalf("%s/cgroup.procs %q (%v) does not hold pid %d", cg, procs, err, child.Pid)
 			}
 			// While it runs, its name is taken.
 			if r := e.refusal(t, e.mgrUID, e.mgrGID, clientSpec{Request: Request{Name: name, Connector: "report"}}); r.Reason != ReasonNameInUse {
@@ -507,6 +605,17 @@ func TestRootLaunch(t *testing.T) {
 			}
 			if gone, err := child.Gone(); !gone || err != nil {
 				t.Fatalf("terminated child gone=%v err=%v", gone, err)
+			}
+			// Its cgroup is removed, its directory parked (the launcher's, no material), so the
+			// next holder of its uid cannot enter it.
+			if _, err := os.Stat(cgroupDir(e.cgParent, child.UID)); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("the agent's cgroup after Terminate: %v", err)
+			}
+			if st := statOf(t, dir); st.Uid != 0 || st.Gid != e.mgrGID || st.Mode&0o7777 != 0o750 {
+				t.Fatalf("parked agent dir mode %#o owner %d:%d, want 0750 0:%d", st.Mode&0o7777, st.Uid, st.Gid, e.mgrGID)
+			}
+			if _, err := os.Lstat(matPath); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("launch material after Terminate: %v", err)
 			}
 			// Proven gone, the name is free again at once.
 			again := e.client(t, e.mgrUID, e.mgrGID, clientSpec{Grace: 5 * time.Second, Request: Request{Name: name, Connector: "report"}})
@@ -529,7 +638,7 @@ func TestRootLaunch(t *testing.T) {
 // the launcher never started (the test's own pid), one named with the wrong start time, and a
 // terminated (reaped) child are refused CHILD_UNKNOWN; over-long material is TOO_LARGE.
 func TestRootReplaceMaterial(t *testing.T) {
-	e := startRootLauncher(t)
+	e := startRootLauncher(t, 0)
 	newMaterial := []byte(`{"version":1,"renewed":"` + randHex(8) + `"}`)
 	c := e.client(t, e.mgrUID, e.mgrGID, clientSpec{Grace: 5 * time.Second, NewMaterial: newMaterial,
 		Request: Request{Name: "renewed", Connector: "report", Material: []byte("old material")}})
@@ -542,8 +651,8 @@ func TestRootReplaceMaterial(t *testing.T) {
 	checkMaterial := func(t *testing.T, want []byte) {
 		t.Helper()
 		st := statOf(t, matPath)
-		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&0o7777 != 0o600 || st.Uid != e.agentUID || st.Gid != e.agentGID {
-			t.Fatalf("launch-material mode %#o owner %d:%d, want a regular file 0600 %d:%d", st.Mode, st.Uid, st.Gid, e.agentUID, e.agentGID)
+		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&0o7777 != 0o600 || st.Uid != child.UID || st.Gid != child.UID {
+			t.Fatalf("launch-material mode %#o owner %d:%d, want a regular file 0600 %d:%d", st.Mode, st.Uid, st.Gid, child.UID, child.UID)
 		}
 		if got, err := os.ReadFile(matPath); err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("launch-material %q (%v), want %q", got, err, want)
@@ -632,7 +741,10 @@ func TestRootReplaceMaterial(t *testing.T) {
 		if r.ReplaceAfter != ReasonChildUnknown {
 			t.Fatalf("replace after the child is gone: reason %q, want CHILD_UNKNOWN", r.ReplaceAfter)
 		}
-		checkMaterial(t, newMaterial)
+		// Proven gone, its material (a credential valid until it expires) is removed.
+		if _, err := os.Lstat(matPath); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("launch material of a gone agent: %v", err)
+		}
 	})
 }
 
@@ -644,7 +756,7 @@ func TestRootReplaceMaterial(t *testing.T) {
 // material are removed again); and the agent uid with its own group cannot even connect (EACCES)
 // nor read the token.
 func TestRootRefusals(t *testing.T) {
-	e := startRootLauncher(t)
+	e := startRootLauncher(t, 0)
 	tok := e.token(t)
 	req := func(extra string) string {
 		return `{"op":"launch","token":"` + tok + `","name":"refused","connector":"report"` + extra + `}`
@@ -666,6 +778,8 @@ func TestRootRefusals(t *testing.T) {
 	}
 	zero := uint32(0)
 	other := e.mgrUID
+	inRange := e.uidFirst
+	agentUID, agentGID := e.uidFirst+1, e.uidFirst+1 // an agent's uid and gid
 	big := uint32(MaxRequestBytes + 1)
 	for _, tc := range []struct {
 		name     string
@@ -673,11 +787,12 @@ func TestRootRefusals(t *testing.T) {
 		spec     clientSpec
 		want     Reason
 	}{
-		{"fail/peer-agent-uid-in-manager-group", e.agentUID, e.mgrGID, clientSpec{Raw: req("")}, ReasonPeerNotAllowed},
+		{"fail/peer-agent-uid-in-manager-group", agentUID, e.mgrGID, clientSpec{Raw: req("")}, ReasonPeerNotAllowed},
 		{"fail/wrong-token", e.mgrUID, e.mgrGID, clientSpec{TokenFile: wrongTok, Request: Request{Name: "refused", Connector: "report"}}, ReasonTokenInvalid},
 		{"fail/no-token", e.mgrUID, e.mgrGID, clientSpec{Raw: noTok}, ReasonTokenInvalid},
 		{"fail/target-uid-root", e.mgrUID, e.mgrGID, clientSpec{Request: Request{Name: "refused", Connector: "report", UID: &zero}}, ReasonTargetNotAllowed},
 		{"fail/target-uid-manager", e.mgrUID, e.mgrGID, clientSpec{Request: Request{Name: "refused", Connector: "report", UID: &other}}, ReasonTargetNotAllowed},
+		{"fail/target-uid-in-range", e.mgrUID, e.mgrGID, clientSpec{Request: Request{Name: "refused", Connector: "report", UID: &inRange}}, ReasonTargetNotAllowed},
 		{"fail/target-gid-root", e.mgrUID, e.mgrGID, clientSpec{Request: Request{Name: "refused", Connector: "report", GID: &zero}}, ReasonTargetNotAllowed},
 		{"fail/name-traversal", e.mgrUID, e.mgrGID, clientSpec{Request: Request{Name: "../refused", Connector: "report"}}, ReasonNameInvalid},
 		{"fail/name-slash", e.mgrUID, e.mgrGID, clientSpec{Request: Request{Name: "a/refused", Connector: "report"}}, ReasonNameInvalid},
@@ -695,13 +810,13 @@ func TestRootRefusals(t *testing.T) {
 		})
 	}
 	t.Run("fail/agent-cannot-connect", func(t *testing.T) {
-		r := e.refusal(t, e.agentUID, e.agentGID, clientSpec{Raw: req("")})
+		r := e.refusal(t, agentUID, agentGID, clientSpec{Raw: req("")})
 		if r.Reason != "" || !strings.Contains(r.Err, "permission denied") {
 			t.Fatalf("agent connect: %q (%s), want permission denied", r.Err, r.Reason)
 		}
 	})
 	t.Run("fail/agent-cannot-read-token", func(t *testing.T) {
-		r := e.refusal(t, e.agentUID, e.mgrGID, clientSpec{Request: Request{Name: "refused", Connector: "report"}})
+		r := e.refusal(t, agentUID, e.mgrGID, clientSpec{Request: Request{Name: "refused", Connector: "report"}})
 		if r.Reason != "" || !strings.Contains(r.Err, "permission denied") {
 			t.Fatalf("agent token read: %q (%s), want permission denied", r.Err, r.Reason)
 		}
@@ -730,7 +845,7 @@ func TestRootRefusals(t *testing.T) {
 // it makes there as root), a non-socket at the socket path and a socket another server listens
 // on; and `managerd launcher` run as a uid without CAP_SETUID/CAP_SETGID exits 1 naming them.
 func TestRootStartRefusals(t *testing.T) {
-	e := startRootLauncher(t)
+	e := startRootLauncher(t, 0)
 	u := func(v uint32) *uint32 { return &v }
 	base := t.TempDir()
 	mk := func(p string, mode os.FileMode, uid int) string {
@@ -757,8 +872,9 @@ func TestRootStartRefusals(t *testing.T) {
 		c := Config{
 			Socket: filepath.Join(good, "run", "l.sock"), TokenFile: filepath.Join(good, "tok", "t"),
 			AgentRoot: filepath.Join(good, "agents"),
-			Manager:   IDs{UID: u(e.mgrUID), GID: u(e.mgrGID)}, Agent: AgentIDs{UID: u(e.agentUID), GID: u(e.agentGID)},
-			Connectors: map[string]Connector{"x": {Argv: []string{"/bin/true"}}},
+			Manager:   IDs{UID: u(e.mgrUID), GID: u(e.mgrGID)}, Agents: UIDRange{UIDFirst: u(e.uidFirst + 100), UIDCount: 4},
+			CgroupParent: e.cgParent,
+			Connectors:   map[string]Connector{"x": {Argv: []string{"/bin/true"}}},
 		}
 		mut(&c)
 		return c
@@ -774,6 +890,8 @@ func TestRootStartRefusals(t *testing.T) {
 		{"fail/socket-under-foreign", cfg(func(c *Config) { c.Socket = filepath.Join(foreign, "run", "l.sock") }), foreign},
 		{"fail/socket-not-a-socket", cfg(func(c *Config) { c.Socket = notSock }), "exists and is not a socket"},
 		{"fail/socket-in-use", cfg(func(c *Config) { c.Socket = e.socket }), "another server is listening"},
+		{"fail/cgroup-parent-not-cgroup2", cfg(func(c *Config) { c.CgroupParent = good }), good + " is not on a cgroup2 file system"},
+		{"fail/cgroup-parent-missing", cfg(func(c *Config) { c.CgroupParent = filepath.Join(e.cgParent, "none") }), "containment needs a cgroup v2 directory"},
 		{"fail/agent-root-missing-parent", cfg(func(c *Config) { c.AgentRoot = filepath.Join(good, "no", "agents") }), "parent of"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -802,8 +920,8 @@ func TestRootStartRefusals(t *testing.T) {
 	t.Run("fail/unprivileged", func(t *testing.T) {
 		c := cfg(func(*Config) {})
 		cfgPath := filepath.Join(e.base, "unpriv.yaml")
-		body := fmt.Sprintf("socket: %s\ntoken_file: %s\nmanager: {uid: %d, gid: %d}\nagent: {uid: %d, gid: %d}\nagent_root: %s\nconnectors: {x: {argv: [/bin/true]}}\n",
-			c.Socket, c.TokenFile, e.mgrUID, e.mgrGID, e.agentUID, e.agentGID, c.AgentRoot)
+		body := fmt.Sprintf("socket: %s\ntoken_file: %s\nmanager: {uid: %d, gid: %d}\nagents: {uid_first: %d, uid_count: 4}\nagent_root: %s\nconnectors: {x: {argv: [/bin/true]}}\n",
+			c.Socket, c.TokenFile, e.mgrUID, e.mgrGID, e.uidFirst+100, c.AgentRoot)
 		if err := os.WriteFile(cfgPath, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -818,4 +936,160 @@ func TestRootStartRefusals(t *testing.T) {
 			t.Fatalf("refusal does not name the capabilities: %s", out)
 		}
 	})
+}
+
+// launchAgent launches name with connector through a managerd-uid client and returns the client
+// (terminate it with terminate) and its first report.
+func (e *rootEnv) launchAgent(t *testing.T, name, connector string, material []byte) (*clientProc, Child, []byte) {
+	t.Helper()
+	c := e.client(t, e.mgrUID, e.mgrGID, clientSpec{Grace: 200 * time.Millisecond,
+		Request: Request{Name: name, Connector: connector, Material: material}})
+	r := c.next(t)
+	if r.Err != "" || r.Child == nil {
+		t.Fatalf("launch %s: %s (%s)", name, r.Err, r.Reason)
+	}
+	return c, *r.Child, r.Output
+}
+
+// terminate asks the client to Terminate its agent and checks it was proven gone.
+func (c *clientProc) terminate(t *testing.T) clientResult {
+	t.Helper()
+	if _, err := io.WriteString(c.stdin, "terminate\n"); err != nil {
+		t.Fatal(err)
+	}
+	r := c.next(t)
+	if r.Err != "" || !r.Terminated || r.Reason != ReasonChildUnknown {
+		t.Fatalf("terminate: %+v", r)
+	}
+	return r
+}
+
+// TestRootAgentIsolation: two agents of one launcher run as two uids of the range (and gids of
+// the same numbers), so agent A's uid cannot open B's launch material, read B's /proc/<pid>/mem
+// or environ, or open B's terminal for writing; it can open its own material (the probe really
+// runs as A).
+func TestRootAgentIsolation(t *testing.T) {
+	e := startRootLauncher(t, 0)
+	ca, a, _ := e.launchAgent(t, "iso-a", "report", []byte("a's material"))
+	cb, b, _ := e.launchAgent(t, "iso-b", "report", []byte("b's material"))
+	if a.UID == b.UID || !e.inRange(a.UID) || !e.inRange(b.UID) {
+		t.Fatalf("agent uids %d and %d: want two distinct uids of %d+%d", a.UID, b.UID, e.uidFirst, e.uidCount)
+	}
+	if got := procStatusLine(t, b.Pid, "Uid"); !strings.HasPrefix(got, fmt.Sprintf("Uid:\t%d\t", b.UID)) {
+		t.Fatalf("B runs as %q, launcher said uid %d", got, b.UID)
+	}
+	bTTY, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/0", b.Pid))
+	if err != nil || !strings.HasPrefix(bTTY, "/dev/pts/") {
+		t.Fatalf("B's terminal %q (%v)", bTTY, err)
+	}
+	aTTY, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/0", a.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.refusal(t, a.UID, a.UID, clientSpec{Probes: []string{
+		"r:" + filepath.Join(b.Dir, materialName),
+		"r:" + fmt.Sprintf("/proc/%d/mem", b.Pid),
+		"r:" + fmt.Sprintf("/proc/%d/environ", b.Pid),
+		"w:" + bTTY,
+		"r:" + filepath.Join(a.Dir, materialName),
+		"w:" + aTTY,
+	}})
+	want := []string{"permission denied", "permission denied", "permission denied", "permission denied", "ok", "ok"}
+	if len(r.Probed) != len(want) {
+		t.Fatalf("probe: %+v", r)
+	}
+	for i, w := range want {
+		if !strings.Contains(r.Probed[i], w) {
+			t.Fatalf("probe %d as A (uid %d): %q, want %q (all: %q)", i, a.UID, r.Probed[i], w, r.Probed)
+		}
+	}
+	ca.terminate(t)
+	cb.terminate(t)
+}
+
+// procStatFields is /proc/<pid>/stat after the command: [0] state, [1] ppid, [2] pgrp, [3]
+// session, ..., [19] start time.
+func procStatFields(pid int) ([]string, error) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil, err
+	}
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return nil, errors.New("malformed stat")
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 20 {
+		return nil, errors.New("malformed stat")
+	}
+	return f, nil
+}
+
+// TestRootContainment: an agent that leaves a descendant behind in another session and process
+// group (setsid, then a double fork; the descendant ignores SIGTERM and SIGHUP) is contained:
+// the descendant is in the agent's cgroup, and Terminate, which the launcher answers CHILD_UNKNOWN
+// only once the cgroup is proven empty, leaves it dead (its pid gone, or another process's) and
+// the cgroup removed.
+func TestRootContainment(t *testing.T) {
+	e := startRootLauncher(t, 0)
+	c, child, out := e.launchAgent(t, "escaper", "escape", nil)
+	var orphan int
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(line, "orphan "); ok {
+			orphan, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	if orphan <= 1 {
+		t.Fatalf("no orphan line in the agent's output %q", out)
+	}
+	f, err := procStatFields(orphan)
+	if err != nil {
+		t.Fatalf("the orphan %d is not running: %v", orphan, err)
+	}
+	if f[2] == strconv.Itoa(child.Pid) || f[3] == strconv.Itoa(child.Pid) {
+		t.Fatalf("the orphan is in the agent's process group %s or session %s: it did not escape them", f[2], f[3])
+	}
+	orphanStart := f[19]
+	cg := cgroupDir(e.cgParent, child.UID)
+	procs, err := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
+	if err != nil || !strings.Contains("\n"+string(procs), "\n"+strconv.Itoa(orphan)+"\n") {
+		t.Fatalf("%s/cgroup.procs %q (%v) does not hold the orphan %d", cg, procs, err, orphan)
+	}
+	c.terminate(t)
+	// Dead: no such pid, another process's, or a zombie (it was reparented away from the
+	// launcher, to whichever reaper this machine has; a zombie runs no code).
+	if f, err := procStatFields(orphan); err == nil && f[19] == orphanStart && f[0] != "Z" && f[0] != "X" {
+		t.Fatalf("the orphan %d survived Terminate (state %s)", orphan, f[0])
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(cg); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the agent's cgroup after Terminate: %v", err)
+	}
+}
+
+// TestRootUIDRange: with a range of two uids, two running agents hold both, a third launch is
+// refused UIDS_EXHAUSTED (and leaves no directory); once one agent is proven gone its uid is
+// handed out again.
+func TestRootUIDRange(t *testing.T) {
+	e := startRootLauncher(t, 2)
+	ca, a, _ := e.launchAgent(t, "range-a", "report", nil)
+	cb, b, _ := e.launchAgent(t, "range-b", "report", nil)
+	if a.UID == b.UID || !e.inRange(a.UID) || !e.inRange(b.UID) {
+		t.Fatalf("agent uids %d and %d: want the two uids of %d+2", a.UID, b.UID, e.uidFirst)
+	}
+	r := e.refusal(t, e.mgrUID, e.mgrGID, clientSpec{Request: Request{Name: "range-c", Connector: "report"}})
+	if r.Reason != ReasonUIDsExhausted {
+		t.Fatalf("third launch: %q (%s), want UIDS_EXHAUSTED", r.Reason, r.Err)
+	}
+	if _, err := os.Lstat(filepath.Join(e.agentRoot, "range-c")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("refused launch left its directory: %v", err)
+	}
+	ca.terminate(t)
+	cc, c, _ := e.launchAgent(t, "range-c", "report", nil)
+	if c.UID != a.UID {
+		t.Fatalf("after A was proven gone, C got uid %d, want A's %d", c.UID, a.UID)
+	}
+	cc.terminate(t)
+	cb.terminate(t)
 }

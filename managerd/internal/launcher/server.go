@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -27,7 +29,8 @@ import (
 
 // Capabilities the launcher needs in its effective set (root has them all): change uid and gid
 // in the child, chown the agent's directory and files, write and chmod in a directory the agent
-// owns, and signal the agent uid's process groups.
+// owns, signal the agent uids' process groups, and empty the agent's capability bounding set
+// (CAP_SETPCAP, in the trampoline).
 var requiredCaps = []struct {
 	bit  uint
 	name string
@@ -37,6 +40,7 @@ var requiredCaps = []struct {
 	{unix.CAP_FOWNER, "CAP_FOWNER"},
 	{unix.CAP_KILL, "CAP_KILL"},
 	{unix.CAP_SETGID, "CAP_SETGID"},
+	{unix.CAP_SETPCAP, "CAP_SETPCAP"},
 	{unix.CAP_SETUID, "CAP_SETUID"},
 }
 
@@ -75,9 +79,12 @@ type Server struct {
 	token  []byte
 	sem    chan struct{}
 
+	cgParent string // the agents' cgroups are made here
+
 	mu       sync.Mutex
-	children map[int]uint64 // pid → start time, until the child exits
-	names    map[string]int // agent name → its child's pid (0 while launching)
+	children map[int]*childRec // pid → its record, until its cgroup is proven empty
+	names    map[string]int    // agent name → its child's pid (0 while launching)
+	freeUIDs []uint32          // the range's free uids, least recently released first
 
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -102,8 +109,30 @@ func Start(ctx context.Context, in Inputs) (*Server, error) {
 	if err := checkCaps(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, rootFD: -1, sem: make(chan struct{}, maxConcurrent),
-		children: map[int]uint64{}, names: map[string]int{}, done: make(chan struct{})}
+	if err := checkRangeFree(cfg.Agents, "/etc/passwd", "/etc/group"); err != nil {
+		return nil, err
+	}
+	if euid := uint32(os.Geteuid()); cfg.Agents.Contains(euid) {
+		return nil, fmt.Errorf("launcher: agents: the range %d-%d holds the launcher's own uid %d", *cfg.Agents.UIDFirst, cfg.Agents.Last(), euid)
+	}
+	cgParent, err := prepareCgroupParent(cfg.CgroupParent)
+	if err != nil {
+		return nil, err
+	}
+	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+	drained, err := drainLeftovers(dctx, cgParent, cfg.Agents)
+	dcancel()
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range drained {
+		log.Warn("launcher: killed a predecessor's agent cgroup before serving", "cgroup", d)
+	}
+	s := &Server{cfg: cfg, log: log, rootFD: -1, sem: make(chan struct{}, maxConcurrent), cgParent: cgParent,
+		children: map[int]*childRec{}, names: map[string]int{}, done: make(chan struct{})}
+	for u := uint64(*cfg.Agents.UIDFirst); u <= uint64(cfg.Agents.Last()); u++ {
+		s.freeUIDs = append(s.freeUIDs, uint32(u))
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -129,7 +158,8 @@ func Start(ctx context.Context, in Inputs) (*Server, error) {
 		case <-s.done:
 		}
 	}()
-	log.Info("launcher listening", "socket", cfg.Socket, "manager_uid", *cfg.Manager.UID, "agent_uid", *cfg.Agent.UID)
+	log.Info("launcher listening", "socket", cfg.Socket, "manager_uid", *cfg.Manager.UID,
+		"agent_uids", fmt.Sprintf("%d-%d", *cfg.Agents.UIDFirst, cfg.Agents.Last()), "cgroup_parent", cgParent)
 	return s, nil
 }
 
@@ -480,86 +510,88 @@ func (s *Server) handle(conn *net.UnixConn) {
 		log.Info("launcher: started", "agent", req.Name, "connector", req.Connector, "pid", child.Pid)
 		if err := reply(response{OK: true, Child: &child}, master); err != nil {
 			// Nobody holds the child or its terminal: end it rather than leave it unowned.
-			s.kill(child, unix.SIGKILL)
+			s.kill(child)
 			log.Warn("launcher: killed an agent whose caller did not take it", "agent", req.Name, "pid", child.Pid)
 		}
 	}
 }
 
-// kill signals a running child's group; it does nothing once the child has exited.
-func (s *Server) kill(c Child, sig unix.Signal) {
+// childRec is what the launcher keeps of an agent it started, until its cgroup is proven empty.
+type childRec struct {
+	start  uint64
+	name   string
+	uid    uint32
+	cg     string // its cgroup
+	exited bool   // the leader has exited (it stays a zombie until the cgroup is proven empty)
+}
+
+// kill ends a child that nobody took: every process of its cgroup.
+func (s *Server) kill(c Child) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st, ok := s.children[c.Pid]; ok && st == c.StartTime {
-		_ = unix.Kill(-c.Pid, sig)
+	if rec, ok := s.children[c.Pid]; ok && rec.start == c.StartTime {
+		_ = killCgroup(rec.cg)
 	}
 }
 
-// signal sends TERM or KILL to the process group of a child this launcher started and that has
-// not exited, named by pid and start time.
+// signal acts on a child this launcher started and has not released, named by pid and start time:
+// TERM goes to its process group (while the leader lives), KILL to every process of its cgroup
+// (cgroup.kill: a descendant that left the group or session too), PROBE only answers whether the
+// child is still held. A child is held until its whole cgroup is proven empty, so CHILD_UNKNOWN is
+// the proof Terminate waits for.
 func (s *Server) signal(req *wireRequest) error {
 	s.mu.Lock()
-	defer s.mu.Unlock() // held across kill: the reaper cannot drop the pid (and the pid be reused) meanwhile
-	st, ok := s.children[req.Pid]
-	if !ok || st != req.StartTime {
-		return refuse(ReasonChildUnknown, "pid %d with start time %d is not a running child of this launcher", req.Pid, req.StartTime)
+	defer s.mu.Unlock() // held across kill: the reaper cannot reap the leader (and its pid be reused) meanwhile
+	rec, ok := s.children[req.Pid]
+	if !ok || rec.start != req.StartTime {
+		return refuse(ReasonChildUnknown, "pid %d with start time %d is not a child of this launcher that may still run", req.Pid, req.StartTime)
 	}
-	// Exited but not yet reaped is gone too (as Child.Gone says), so a caller that saw it gone
-	// always hears CHILD_UNKNOWN after.
-	if gone, err := (Child{Pid: req.Pid, StartTime: req.StartTime}).Gone(); err != nil || gone {
-		return refuse(ReasonChildUnknown, "pid %d has exited", req.Pid)
-	}
-	sig := unix.SIGTERM
-	if req.Signal == "KILL" {
-		sig = unix.SIGKILL
-	}
-	if err := unix.Kill(-req.Pid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
-		return refuse(ReasonLaunchFailed, "kill: %v", err)
+	switch req.Signal {
+	case "KILL":
+		if err := killCgroup(rec.cg); err != nil {
+			return refuse(ReasonLaunchFailed, "cgroup.kill: %v", err)
+		}
+	case "TERM":
+		if rec.exited {
+			return nil // its reaper is killing the rest of the cgroup
+		}
+		if err := unix.Kill(-req.Pid, unix.SIGTERM); err != nil && !errors.Is(err, unix.ESRCH) {
+			return refuse(ReasonLaunchFailed, "kill: %v", err)
+		}
 	}
 	return nil
 }
 
-// replaceMaterial rewrites the launch material of a child this launcher started and has not
-// reaped, named by pid and start time: a new file in the child's directory (opened through the
-// agent root's descriptor, no symbolic link followed), the agent's and 0600, renamed over
-// launch-material. s.mu is held throughout, so the child cannot be reaped and its name launched
-// again meanwhile (a late renewal never overwrites a successor's material).
+// replaceMaterial rewrites the launch material of a child this launcher started whose leader
+// has not exited, named by pid and start time: a new file in the child's directory (opened
+// through the agent root's descriptor, no symbolic link followed), the agent's and 0600, renamed
+// over launch-material. s.mu is held throughout, so the child cannot be released and its name
+// launched again meanwhile (a late renewal never overwrites a successor's material).
 func (s *Server) replaceMaterial(req *wireRequest) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st, ok := s.children[req.Pid]
-	if !ok || st != req.StartTime {
+	rec, ok := s.children[req.Pid]
+	if !ok || rec.start != req.StartTime {
 		return refuse(ReasonChildUnknown, "pid %d with start time %d is not a running child of this launcher", req.Pid, req.StartTime)
 	}
-	if gone, err := (Child{Pid: req.Pid, StartTime: req.StartTime}).Gone(); err != nil || gone {
+	if rec.exited {
 		return refuse(ReasonChildUnknown, "pid %d has exited", req.Pid)
 	}
-	name := ""
-	for n, pid := range s.names {
-		if pid == req.Pid {
-			name = n
-			break
-		}
-	}
-	if name == "" {
-		return refuse(ReasonChildUnknown, "pid %d has no agent directory", req.Pid)
-	}
-	dfd, err := unix.Openat(s.rootFD, name, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_RDONLY, 0)
+	dfd, err := unix.Openat(s.rootFD, rec.name, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_RDONLY, 0)
 	if err != nil {
 		return refuse(ReasonLaunchFailed, "agent directory: %v", err)
 	}
 	defer unix.Close(dfd)
-	aUID, aGID := int(*s.cfg.Agent.UID), int(*s.cfg.Agent.GID)
-	if err := writeFileAt(dfd, materialName, req.Material, aUID, aGID, 0o600); err != nil {
+	if err := writeFileAt(dfd, materialName, req.Material, int(rec.uid), int(rec.uid), 0o600); err != nil {
 		return refuse(ReasonLaunchFailed, "launch material: %v", err)
 	}
 	return nil
 }
 
 // agentDir makes (or adopts) <agent_root>/<name> relative to the root descriptor, refusing a
-// symbolic link, and sets it to agent:manager 0750. It returns an open descriptor on it.
-// created says whether this call made it.
-func (s *Server) agentDir(name string) (fd int, created bool, err error) {
+// symbolic link, and sets it to uid:manager 0750. It returns an open descriptor on it. created
+// says whether this call made it.
+func (s *Server) agentDir(name string, uid uint32) (fd int, created bool, err error) {
 	err = unix.Mkdirat(s.rootFD, name, 0o700)
 	if err != nil && !errors.Is(err, unix.EEXIST) {
 		return -1, false, err
@@ -567,7 +599,7 @@ func (s *Server) agentDir(name string) (fd int, created bool, err error) {
 	created = err == nil
 	fd, err = unix.Openat(s.rootFD, name, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_RDONLY, 0)
 	if err == nil {
-		if err = unix.Fchown(fd, int(*s.cfg.Agent.UID), int(*s.cfg.Manager.GID)); err == nil {
+		if err = unix.Fchown(fd, int(uid), int(*s.cfg.Manager.GID)); err == nil {
 			err = unix.Fchmod(fd, agentDirMode)
 		}
 		if err != nil {
@@ -583,19 +615,64 @@ func (s *Server) agentDir(name string) (fd int, created bool, err error) {
 	return fd, created, nil
 }
 
+// parkAgentDir is the release of an agent's directory once the agent is proven gone: its launch
+// material (a credential still valid until it expires) is removed and the directory goes back to
+// the launcher's uid (launcher:manager 0750), so that whoever is given this uid next cannot enter
+// it. A later launch of the name gives it to that agent's uid.
+func (s *Server) parkAgentDir(name string) error {
+	fd, err := unix.Openat(s.rootFD, name, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.Fchown(fd, os.Geteuid(), int(*s.cfg.Manager.GID)); err != nil {
+		return err
+	}
+	if err := unix.Fchmod(fd, agentDirMode); err != nil {
+		return err
+	}
+	if err := unix.Unlinkat(fd, materialName, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return err
+	}
+	return nil
+}
+
+// takeUID hands out the least recently released uid of the range whose cgroup it can make (one
+// that exists belongs to a process not yet proven gone, or to another launcher: skipped). It
+// returns the uid and an open descriptor on its new cgroup. s.mu must not be held.
+func (s *Server) takeUID() (uint32, string, int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for range len(s.freeUIDs) {
+		uid := s.freeUIDs[0]
+		s.freeUIDs = s.freeUIDs[1:]
+		dir := cgroupDir(s.cgParent, uid)
+		fd, err := makeCgroup(dir)
+		if err == nil {
+			return uid, dir, fd, nil
+		}
+		s.freeUIDs = append(s.freeUIDs, uid) // not free after all: try it again later
+		if !errors.Is(err, unix.EEXIST) {
+			return 0, "", -1, refuse(ReasonLaunchFailed, "agent cgroup %s: %v", dir, err)
+		}
+		s.log.Warn("launcher: an agent uid's cgroup exists already; skipped", "uid", uid, "cgroup", dir)
+	}
+	return 0, "", -1, refuse(ReasonUIDsExhausted, "every uid of agents (%d-%d) is held by an agent not yet proven gone", *s.cfg.Agents.UIDFirst, s.cfg.Agents.Last())
+}
+
+// releaseUID returns a uid whose cgroup is proven empty and removed to the end of the free list.
+// s.mu must be held.
+func (s *Server) releaseUID(uid uint32) { s.freeUIDs = append(s.freeUIDs, uid) }
+
 // launch starts one agent on a new PTY and returns the child and the PTY master. One name has
 // at most one agent from this launcher at a time (NAME_IN_USE): a second would overwrite the
 // first's launch material.
 func (s *Server) launch(req *Request) (Child, *os.File, error) {
 	s.mu.Lock()
-	if pid, ok := s.names[req.Name]; ok {
-		// An agent that has exited but is not yet reaped no longer holds its name (Child.Gone
-		// says it is gone, so its caller may launch it again at once).
-		gone, err := Child{Pid: pid, StartTime: s.children[pid]}.Gone()
-		if pid == 0 || err != nil || !gone {
-			s.mu.Unlock()
-			return Child{}, nil, refuse(ReasonNameInUse, "agent %q is launching or running", req.Name)
-		}
+	if _, ok := s.names[req.Name]; ok {
+		// A name is held until its agent's cgroup is proven empty.
+		s.mu.Unlock()
+		return Child{}, nil, refuse(ReasonNameInUse, "agent %q is launching, running, or not yet proven gone", req.Name)
 	}
 	s.names[req.Name] = 0
 	s.mu.Unlock()
@@ -609,15 +686,35 @@ func (s *Server) launch(req *Request) (Child, *os.File, error) {
 			s.mu.Unlock()
 		}
 	}()
+	uid, cg, cgFD, err := s.takeUID()
+	if err != nil {
+		return Child{}, nil, err
+	}
+	defer unix.Close(cgFD)
+	ok := false
+	defer func() {
+		if ok {
+			return
+		}
+		// Nothing of a failed launch runs in its cgroup any more (the trampoline failed, or
+		// never started): drain it to be sure, and free the uid only once it is gone.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := drainCgroup(ctx, cg); err != nil {
+			s.log.Error("launcher: a failed launch's cgroup is not proven empty; its uid stays held", "uid", uid, "err", err)
+			return
+		}
+		s.mu.Lock()
+		s.releaseUID(uid)
+		s.mu.Unlock()
+	}()
 	argv := s.cfg.Connectors[req.Connector].Argv
-	aUID, aGID := *s.cfg.Agent.UID, *s.cfg.Agent.GID
 	dir := filepath.Join(s.cfg.AgentRoot, req.Name)
-	dfd, created, err := s.agentDir(req.Name)
+	dfd, created, err := s.agentDir(req.Name, uid)
 	if err != nil {
 		return Child{}, nil, refuse(ReasonLaunchFailed, "agent directory: %v", err)
 	}
 	defer unix.Close(dfd)
-	ok := false
 	wroteMaterial := false
 	defer func() {
 		if ok {
@@ -629,6 +726,8 @@ func (s *Server) launch(req *Request) (Child, *os.File, error) {
 		}
 		if created {
 			_ = unix.Unlinkat(s.rootFD, req.Name, unix.AT_REMOVEDIR)
+		} else {
+			_ = s.parkAgentDir(req.Name)
 		}
 	}()
 
@@ -637,7 +736,7 @@ func (s *Server) launch(req *Request) (Child, *os.File, error) {
 		env = append(env, k+"="+req.Env[k])
 	}
 	if req.Material != nil {
-		if err := writeFileAt(dfd, materialName, req.Material, int(aUID), int(aGID), 0o600); err != nil {
+		if err := writeFileAt(dfd, materialName, req.Material, int(uid), int(uid), 0o600); err != nil {
 			return Child{}, nil, refuse(ReasonLaunchFailed, "launch material: %v", err)
 		}
 		wroteMaterial = true
@@ -661,61 +760,119 @@ func (s *Server) launch(req *Request) (Child, *os.File, error) {
 			return Child{}, nil, refuse(ReasonLaunchFailed, "pty size: %v", err)
 		}
 	}
-	// The terminal is the agent's, as login(1) leaves it.
-	if err := slave.Chown(int(aUID), -1); err != nil {
+	// The terminal is the agent's, as login(1) leaves it: no other agent uid may open it.
+	if err := slave.Chown(int(uid), -1); err != nil {
 		return Child{}, nil, refuse(ReasonLaunchFailed, "pty owner: %v", err)
 	}
-	groups := append([]uint32{}, s.cfg.Agent.Groups...) // non-nil: setgroups is always called
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return Child{}, nil, refuse(ReasonLaunchFailed, "status pipe: %v", err)
+	}
+	defer statusR.Close()
+	// The trampoline (this binary, TrampolineArg) runs as root in the agent's cgroup (it is born
+	// there: CLONE_INTO_CGROUP), session and terminal, drops every privilege and execs argv.
+	targs := append([]string{"cotal-agent", TrampolineArg, strconv.FormatUint(uint64(uid), 10), strconv.FormatUint(uint64(uid), 10), "--"}, argv...)
 	cmd := &exec.Cmd{
-		Path:   argv[0],
-		Args:   append([]string(nil), argv...),
-		Env:    env,
-		Dir:    dir,
-		Stdin:  slave,
-		Stdout: slave,
-		Stderr: slave,
+		Path:       "/proc/self/exe",
+		Args:       targs,
+		Env:        env,
+		Dir:        dir,
+		Stdin:      slave,
+		Stdout:     slave,
+		Stderr:     slave,
+		ExtraFiles: []*os.File{statusW}, // fd 3 in the trampoline: statusFD
 		SysProcAttr: &syscall.SysProcAttr{
-			Setsid:     true,
-			Setctty:    true,
-			Ctty:       0, // the child's stdin, the PTY slave
-			Credential: &syscall.Credential{Uid: aUID, Gid: aGID, Groups: groups},
+			Setsid:      true,
+			Setctty:     true,
+			Ctty:        0, // the child's stdin, the PTY slave
+			UseCgroupFD: true,
+			CgroupFD:    cgFD,
 		},
 	}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	statusW.Close()
+	if err != nil {
 		return Child{}, nil, refuse(ReasonLaunchFailed, "start %s: %v", req.Connector, err)
 	}
 	pid := cmd.Process.Pid
-	// Not yet waited for, so /proc/<pid> exists (a zombie at worst) and names this child.
-	st, err := ReadProcStat(pid)
+	startTime, err := readTrampolineStatus(statusR)
 	if err != nil {
-		_ = unix.Kill(-pid, unix.SIGKILL)
+		_ = killCgroup(cg)
 		_ = cmd.Wait()
-		return Child{}, nil, refuse(ReasonLaunchFailed, "reading the child's start time: %v", err)
+		return Child{}, nil, refuse(ReasonLaunchFailed, "start %s: %v", req.Connector, err)
 	}
+	rec := &childRec{start: startTime, name: req.Name, uid: uid, cg: cg}
 	s.mu.Lock()
-	s.children[pid] = st.StartTime
+	s.children[pid] = rec
 	s.names[req.Name] = pid
 	started = true
 	s.mu.Unlock()
-	go func() {
-		// Wait for the exit without reaping (WNOWAIT), forget the child, then reap: until the
-		// reap the pid stays a zombie, so signal can never reach a process that reused it.
-		var info unix.Siginfo
-		for {
-			err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-			if !errors.Is(err, unix.EINTR) {
-				break
-			}
-		}
-		s.mu.Lock()
-		delete(s.children, pid)
-		if s.names[req.Name] == pid {
-			delete(s.names, req.Name)
-		}
-		s.mu.Unlock()
-		err := cmd.Wait()
-		s.log.Info("launcher: agent exited", "agent", req.Name, "pid", pid, "status", fmt.Sprint(err))
-	}()
+	go s.reap(cmd, pid, rec)
 	ok = true
-	return Child{Pid: pid, StartTime: st.StartTime, Dir: dir}, master, nil
+	return Child{Pid: pid, StartTime: startTime, Dir: dir, UID: uid}, master, nil
+}
+
+// readTrampolineStatus reads the trampoline's start time, then its status until EOF: EOF alone
+// means the connector was exec'd; anything else is why it was not.
+func readTrampolineStatus(r *os.File) (uint64, error) {
+	_ = r.SetReadDeadline(time.Now().Add(connTimeout))
+	var b [8]byte
+	n, err := io.ReadFull(r, b[:])
+	msg, _ := io.ReadAll(io.LimitReader(r, 4096))
+	if n < 8 {
+		if len(msg) == 0 {
+			msg = b[:n]
+		}
+		return 0, fmt.Errorf("the agent's trampoline reported no start time (%v): %s", err, msg)
+	}
+	if len(msg) > 0 {
+		return 0, errors.New(strings.ToValidUTF8(string(msg), "?"))
+	}
+	st := binary.BigEndian.Uint64(b[:])
+	if st == 0 {
+		return 0, errors.New("the agent's trampoline reported start time 0")
+	}
+	return st, nil
+}
+
+// reap waits for the leader's exit without reaping it (WNOWAIT), then kills whatever is left of
+// its cgroup and waits until cgroup.events proves it empty, removes the cgroup, parks the agent's
+// directory, forgets the child and frees its name and uid, and only then reaps the leader: until
+// the reap its pid stays a zombie, so a signal can never reach a process that reused it, and
+// Child.Gone (no such pid) implies the whole cgroup is gone.
+func (s *Server) reap(cmd *exec.Cmd, pid int, rec *childRec) {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	s.mu.Lock()
+	rec.exited = true
+	s.mu.Unlock()
+	// The agent's life is its leader's: what it left running (a daemonised descendant) holds
+	// its credential, so it goes too. Proven empty before anything is released; a cgroup that
+	// does not empty (a process stuck in the kernel) keeps its uid and name held.
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := drainCgroup(ctx, rec.cg)
+		cancel()
+		if err == nil {
+			break
+		}
+		s.log.Error("launcher: an agent's cgroup is not proven empty; its uid and name stay held", "agent", rec.name, "uid", rec.uid, "err", err)
+	}
+	if err := s.parkAgentDir(rec.name); err != nil {
+		s.log.Warn("launcher: parking an agent's directory", "agent", rec.name, "err", err)
+	}
+	s.mu.Lock()
+	delete(s.children, pid)
+	if s.names[rec.name] == pid {
+		delete(s.names, rec.name)
+	}
+	s.releaseUID(rec.uid)
+	s.mu.Unlock()
+	err := cmd.Wait()
+	s.log.Info("launcher: agent exited; its cgroup is empty and its uid free", "agent", rec.name, "pid", pid, "uid", rec.uid, "status", fmt.Sprint(err))
 }

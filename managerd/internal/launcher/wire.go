@@ -42,8 +42,9 @@ type Request struct {
 	Name string `json:"name"`
 	// Connector names an entry of the launcher's connector table. Required.
 	Connector string `json:"connector"`
-	// UID and GID, when set, must equal the launcher's configured agent uid and gid; any other is
-	// refused (TARGET_NOT_ALLOWED). They let the caller assert what it expects.
+	// UID and GID must be unset: the launcher assigns each agent a uid of its own from its range
+	// (and the gid of the same number). A request naming either is refused TARGET_NOT_ALLOWED;
+	// the fields stay on the wire so that such a request hears that reason, not BAD_REQUEST.
 	UID *uint32 `json:"uid,omitempty"`
 	GID *uint32 `json:"gid,omitempty"`
 	// Env is set in the agent's environment; each key must be in the launcher's env_allow. At most
@@ -66,6 +67,9 @@ type Child struct {
 	StartTime uint64 `json:"start_time"`
 	// Dir is the agent's directory.
 	Dir string `json:"dir"`
+	// UID is the uid (and gid) the launcher assigned the agent from its range, held until the
+	// agent's cgroup is proven empty.
+	UID uint32 `json:"uid,omitempty"`
 }
 
 // Operations.
@@ -80,8 +84,9 @@ type wireRequest struct {
 	Op    string `json:"op"`
 	Token string `json:"token"`
 	Request
-	// Signal and replace_material: the child (pid and start time); signal: the signal, TERM or
-	// KILL. replace_material carries the new material in Request.Material.
+	// Signal and replace_material: the child (pid and start time); signal: the signal, TERM,
+	// KILL or PROBE (no signal: OK while any process of the child's cgroup may live,
+	// CHILD_UNKNOWN once the launcher has proven it empty and released the child). replace_material carries the new material in Request.Material.
 	Pid       int    `json:"pid,omitempty"`
 	StartTime uint64 `json:"start_time,omitempty"`
 	Signal    string `json:"signal,omitempty"`
@@ -104,6 +109,9 @@ const (
 	ReasonNameInUse         Reason = "NAME_IN_USE"
 	ReasonLaunchFailed      Reason = "LAUNCH_FAILED"
 	ReasonResourceExhausted Reason = "RESOURCE_EXHAUSTED"
+	// ReasonUIDsExhausted: every uid of the agents' range is held by a running agent (or one
+	// whose cgroup is not yet proven empty); a launch succeeds again once one is released.
+	ReasonUIDsExhausted Reason = "UIDS_EXHAUSTED"
 )
 
 // response is the launcher's one answer.
@@ -219,8 +227,8 @@ func (c *Config) validate(req *wireRequest) error {
 		if req.Pid <= 1 || req.StartTime == 0 {
 			return refuse(ReasonBadRequest, "signal needs a child's pid and start time")
 		}
-		if req.Signal != "TERM" && req.Signal != "KILL" {
-			return refuse(ReasonBadRequest, "signal must be TERM or KILL")
+		if req.Signal != "TERM" && req.Signal != "KILL" && req.Signal != "PROBE" {
+			return refuse(ReasonBadRequest, "signal must be TERM, KILL or PROBE")
 		}
 		if req.Name != "" || req.Connector != "" || req.UID != nil || req.GID != nil || req.Env != nil ||
 			req.Material != nil || req.Rows != 0 || req.Cols != 0 {
@@ -259,11 +267,8 @@ func (c *Config) validateLaunch(req *wireRequest) error {
 	if _, ok := c.Connectors[req.Connector]; !ok {
 		return refuse(ReasonConnectorUnknown, "connector %q is not in the launcher's table", req.Connector)
 	}
-	if req.UID != nil && *req.UID != *c.Agent.UID {
-		return refuse(ReasonTargetNotAllowed, "uid %d: this launcher starts agents as uid %d only", *req.UID, *c.Agent.UID)
-	}
-	if req.GID != nil && *req.GID != *c.Agent.GID {
-		return refuse(ReasonTargetNotAllowed, "gid %d: this launcher starts agents as gid %d only", *req.GID, *c.Agent.GID)
+	if req.UID != nil || req.GID != nil {
+		return refuse(ReasonTargetNotAllowed, "a request may not name a uid or gid: the launcher assigns each agent its own from agents (%d-%d)", *c.Agents.UIDFirst, c.Agents.Last())
 	}
 	if len(req.Env) > maxEnv {
 		return refuse(ReasonEnvNotAllowed, "more than %d environment variables", maxEnv)

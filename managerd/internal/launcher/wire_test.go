@@ -17,7 +17,7 @@ func testConfig(t *testing.T) Config {
 	c := Config{
 		Socket: "/run/l/l.sock", TokenFile: "/run/m/token", AgentRoot: "/var/lib/agents",
 		Manager:    IDs{UID: u(990), GID: u(990)},
-		Agent:      AgentIDs{UID: u(991), GID: u(991)},
+		Agents:     UIDRange{UIDFirst: u(60600), UIDCount: 16},
 		Connectors: map[string]Connector{"echo": {Argv: []string{"/usr/bin/echo"}}},
 		EnvAllow:   []string{"TERM", "COTAL_SUBSCRIBE"},
 	}
@@ -44,7 +44,7 @@ func TestValidate(t *testing.T) {
 	u := func(v uint32) *uint32 { return &v }
 	good := func() *wireRequest {
 		return &wireRequest{Op: opLaunch, Request: Request{Name: "alice-1", Connector: "echo",
-			UID: u(991), GID: u(991), Env: map[string]string{"TERM": "xterm"}, Material: []byte("{}")}}
+			Env: map[string]string{"TERM": "xterm"}, Material: []byte("{}")}}
 	}
 	if err := cfg.validate(good()); err != nil {
 		t.Fatalf("good request refused: %v", err)
@@ -68,7 +68,10 @@ func TestValidate(t *testing.T) {
 		{"fail/connector-path", func(r *wireRequest) { r.Connector = "/bin/sh" }, ReasonConnectorUnknown},
 		{"fail/uid-root", func(r *wireRequest) { r.UID = u(0) }, ReasonTargetNotAllowed},
 		{"fail/uid-manager", func(r *wireRequest) { r.UID = u(990) }, ReasonTargetNotAllowed},
+		{"fail/uid-in-range", func(r *wireRequest) { r.UID = u(60600) }, ReasonTargetNotAllowed},
+		{"fail/gid-in-range", func(r *wireRequest) { r.GID = u(60601) }, ReasonTargetNotAllowed},
 		{"fail/gid-other", func(r *wireRequest) { r.GID = u(0) }, ReasonTargetNotAllowed},
+		{"ok/probe", func(r *wireRequest) { *r = wireRequest{Op: opSignal, Pid: 42, StartTime: 7, Signal: "PROBE"} }, ""},
 		{"fail/env-unlisted", func(r *wireRequest) { r.Env = map[string]string{"SECRET": "x"} }, ReasonEnvNotAllowed},
 		{"fail/env-path", func(r *wireRequest) { r.Env = map[string]string{"PATH": "/tmp"} }, ReasonEnvNotAllowed},
 		{"fail/env-material", func(r *wireRequest) { r.Env = map[string]string{EnvLaunchMaterial: "/etc/shadow"} }, ReasonEnvNotAllowed},
@@ -221,7 +224,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	{
 		u := func(v uint32) *uint32 { return &v }
 		cfg = Config{Socket: "/r/l.sock", TokenFile: "/r/m/t", AgentRoot: "/a",
-			Manager: IDs{UID: u(990), GID: u(990)}, Agent: AgentIDs{UID: u(991), GID: u(991)},
+			Manager: IDs{UID: u(990), GID: u(990)}, Agents: UIDRange{UIDFirst: u(60600), UIDCount: 16},
 			Connectors: map[string]Connector{"echo": {Argv: []string{"/bin/echo"}}}, EnvAllow: []string{"TERM"}}
 		if err := cfg.Validate(); err != nil {
 			f.Fatal(err)
@@ -248,7 +251,7 @@ func FuzzDecodeRequest(f *testing.F) {
 			if _, ok := cfg.Connectors[req.Connector]; !ok {
 				t.Fatalf("accepted connector %q", req.Connector)
 			}
-			if (req.UID != nil && *req.UID != 991) || (req.GID != nil && *req.GID != 991) {
+			if req.UID != nil || req.GID != nil {
 				t.Fatalf("accepted target %v/%v", req.UID, req.GID)
 			}
 			for k, v := range req.Env {
