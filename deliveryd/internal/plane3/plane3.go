@@ -70,6 +70,32 @@ type Member struct {
 	UpdatedAt      int64   `json:"updatedAt"`
 }
 
+// Membership states (upstream MembershipRecord.state): an open durable membership, and a
+// tombstone whose leaveCursor closes the backstop. deliveryd/internal/ctl writes both (its own
+// constants carry the same values); the fan-out writer writes the tombstone of a departed
+// lifecycle (Member.Depart).
+const (
+	StateActive    = "durable-active"
+	StateTombstone = "live-confirmed"
+)
+
+// Depart is the row closed for a lifecycle that has left the space: deprovisioned, so it has no
+// ACL row, no dlv_ durable and can never be delivered to again. It is a tombstone with an empty
+// interval (leaveCursor = joinCursor), so no entry of it, routed or already in an inbox, is
+// eligible any more and the reader drops each at its first delivery instead of retrying it. The
+// row and its generation stay rather than being deleted: a rejoin of the same key (the same
+// lifecycle provisioned again) moves on to generation+1, so its copies' dedup ids never repeat
+// ones still inside INBOX's and DLV's dedup window, and every later write is a revision CAS
+// against a row that exists. ok is false when m is already closed so (nothing to write).
+func (m Member) Depart(writer string, now int64) (Member, bool) {
+	if m.LeaveCursor != nil && *m.LeaveCursor <= m.JoinCursor && m.State == StateTombstone {
+		return m, false
+	}
+	leave := m.JoinCursor
+	m.State, m.LeaveCursor, m.WriterIdentity, m.UpdatedAt = StateTombstone, &leave, writer, now
+	return m, true
+}
+
 // Eligible is upstream's durableEligible: the member receives CHAT message seq when
 // joinCursor < seq <= leaveCursor (no upper bound while open). It does not look at Activated,
 // which reports completeness, not delivery.

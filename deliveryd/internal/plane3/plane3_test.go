@@ -33,6 +33,41 @@ func TestEligible(t *testing.T) {
 	}
 }
 
+// TestDepart: a departed lifecycle's row becomes a tombstone with an empty interval, keeping its
+// generation and join cursor; a row already closed so is not written again.
+func TestDepart(t *testing.T) {
+	tests := []struct {
+		name  string
+		m     Member
+		write bool
+	}{
+		{"ok/an open row is closed at its join cursor", Member{State: StateActive, JoinCursor: 5, Generation: 3, Activated: true}, true},
+		{"ok/a tombstone with a later leave cursor is closed to nothing", Member{State: StateTombstone, JoinCursor: 5, LeaveCursor: u64(9), Generation: 2}, true},
+		{"ok/an open row at sequence 0 is closed", Member{State: StateActive, Generation: 1}, true},
+		{"fail/a row already closed so is not written again", Member{State: StateTombstone, JoinCursor: 5, LeaveCursor: u64(5), Generation: 2}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, write := tt.m.Depart("w", 42)
+			if write != tt.write {
+				t.Fatalf("write = %v, want %v", write, tt.write)
+			}
+			if got.State != StateTombstone || got.LeaveCursor == nil || *got.LeaveCursor != tt.m.JoinCursor ||
+				got.JoinCursor != tt.m.JoinCursor || got.Generation != tt.m.Generation || got.Activated != tt.m.Activated {
+				t.Fatalf("Depart(%+v) = %+v", tt.m, got)
+			}
+			for seq := uint64(0); seq < 20; seq++ {
+				if got.Eligible(seq) {
+					t.Fatalf("the departed row is still eligible for %d", seq)
+				}
+			}
+			if write && (got.WriterIdentity != "w" || got.UpdatedAt != 42) {
+				t.Fatalf("writer %q at %d", got.WriterIdentity, got.UpdatedAt)
+			}
+		})
+	}
+}
+
 func TestAllows(t *testing.T) {
 	tests := []struct {
 		name    string

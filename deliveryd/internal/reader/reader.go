@@ -7,11 +7,12 @@
 //
 // Entries are taken in passes of up to Batch; the ACL and member rows a pass needs are read once,
 // after all its entries were delivered (see pass). Per entry: an unparseable subject or body is
-// acked (dropped); a missing ACL row is an unknown
-// lifecycle, not a revocation, so the entry is nak'd with a 2 s delay and terminated (and logged as
-// an error) once delivered 10 times; a channel outside the row's allowSubscribe is a revocation and
-// the entry is acked without a copy, as is a durable-channel entry outside its member's interval; a
-// failed publish is nak'd under the same ceiling. The entry is acked only after the DLV copy is
+// acked (dropped); a durable-channel entry without a membership row or outside its member's
+// interval is acked without a copy, judged before the ACL row (so a departed lifecycle's closed
+// row drops its entries at once); a missing ACL row is an unknown lifecycle, not a revocation, so
+// the entry is nak'd with a 2 s delay and terminated (and logged as an error) once delivered 10
+// times; a channel outside the row's allowSubscribe is a revocation and the entry is acked without
+// a copy; a failed publish is nak'd under the same ceiling. The entry is acked only after the DLV copy is
 // stored. It never creates a stream or bucket; a missing one stops New naming it.
 package reader
 
@@ -320,17 +321,12 @@ func (r *Reader) read(ctx context.Context, kv jetstream.KeyValue, rows map[strin
 
 // copyOf decides one entry: the DLV message to publish, nil to drop it (acked without a copy),
 // or an error to retry it.
+//
+// A durable-channel entry's membership row is judged before the ACL row: a drop it decides does
+// not depend on the ACL row, and a departed lifecycle (deprovisioned: its ACL row purged, its
+// membership row closed by the fan-out writer, plane3.Member.Depart) has its entries still in
+// the inbox dropped at their first delivery instead of deferred ten times as an unknown lifecycle.
 func (r *Reader) copyOf(it item, aclRow, memberRow *row) (*nats.Msg, error) {
-	if aclRow.err != nil {
-		return nil, fmt.Errorf("read ACL row: %w", aclRow.err)
-	}
-	if !aclRow.found || !aclRow.ok {
-		return nil, errors.New("no ACL row for the lifecycle")
-	}
-	if !aclRow.acl.Allows(it.entry.Channel) {
-		r.log.Info("dropped an entry: the lifecycle's ACL no longer allows the channel", "lifecycle", it.aclKey, "channel", it.entry.Channel)
-		return nil, nil
-	}
 	if it.entry.Reason == plane3.ReasonDurable {
 		if memberRow.err != nil {
 			return nil, fmt.Errorf("read member row: %w", memberRow.err)
@@ -343,6 +339,16 @@ func (r *Reader) copyOf(it item, aclRow, memberRow *row) (*nats.Msg, error) {
 			r.log.Info("dropped a durable entry outside its member's interval", "member", it.memberKey, "seq", it.entry.Seq)
 			return nil, nil
 		}
+	}
+	if aclRow.err != nil {
+		return nil, fmt.Errorf("read ACL row: %w", aclRow.err)
+	}
+	if !aclRow.found || !aclRow.ok {
+		return nil, errors.New("no ACL row for the lifecycle")
+	}
+	if !aclRow.acl.Allows(it.entry.Channel) {
+		r.log.Info("dropped an entry: the lifecycle's ACL no longer allows the channel", "lifecycle", it.aclKey, "channel", it.entry.Channel)
+		return nil, nil
 	}
 	body, err := dlvclient.EncodeFrame(it.entry.Channel, it.entry.Msg)
 	if err != nil {

@@ -15,6 +15,10 @@ import (
 	"github.com/cotalgo/cotal/deliveryd/internal/plane3"
 	"github.com/cotalgo/cotal/deliveryd/internal/reader"
 	"github.com/cotalgo/cotal/pkg/dlvclient"
+	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/mtls"
+	"github.com/cotalgo/cotal/pkg/provision"
+	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 )
@@ -250,6 +254,33 @@ func TestReaderGate(t *testing.T) {
 				})
 				f.settled(t)
 			}},
+		{"fail/a departed lifecycle's durable entry is dropped at its first delivery",
+			func(t *testing.T, f *fixture) {
+				// Provisioned and joined, then deprovisioned as managerd's Stop does (ACL row
+				// purged by a deprovisioner) and its membership row closed as the fan-out writer
+				// closes a departed member's.
+				f.e.AddLifecycle(t, f.pjs, "a1", uid1, []string{"general"})
+				f.e.Join(t, f.djs, "general", "a1", uid1, 3, 1)
+				nc := f.e.Conn(t, mtls.KindManagerd, signerv1.Profile_PROFILE_DEPROVISIONER,
+					&signerv1.ProfileParams{Owner: plane3test.Owner, Actor: "a1", LifecycleUid: uid1})
+				if _, err := provision.DeprovisionAgent(plane3test.Ctx(t), plane3test.JS(t, nc), f.e.N, plane3test.Owner, "a1", uid1); err != nil {
+					t.Fatal(err)
+				}
+				f.depart(t, "general", "a1", uid1)
+			},
+			func(t *testing.T, f *fixture) {
+				f.entry(t, f.dinbox(t), plane3.Entry{Msg: msg("m1"), Channel: "general", Seq: 5, Reason: plane3.ReasonDurable, Generation: 1})
+			},
+			func(t *testing.T, f *fixture) {
+				f.settled(t)
+				wantDLV(t, f, 0)
+				if ci := f.readerState(t); ci.Delivered.Consumer != 1 {
+					t.Fatalf("delivered %d times, want 1 (no retry)", ci.Delivered.Consumer)
+				}
+				if f.log.has("ERROR gave up on an entry") {
+					t.Fatalf("a departed lifecycle's entry was retried to the end: %v", f.log.msgs)
+				}
+			}},
 		{"fail/missing ACL row is terminated after 10 deliveries",
 			func(t *testing.T, f *fixture) { f.e.AddLifecycle(t, f.pjs, "a1", uid1, nil) },
 			func(t *testing.T, f *fixture) {
@@ -291,6 +322,30 @@ func TestReaderFence(t *testing.T) {
 	})
 	if ci := f.readerState(t); ci.AckFloor.Consumer != 0 || f.dlvCount(t) != 0 {
 		t.Fatalf("quiesced reader acked %d, DLV holds %d", ci.AckFloor.Consumer, f.dlvCount(t))
+	}
+}
+
+// depart closes local.<actor>.<uid>'s membership row on channel as the fan-out writer closes a
+// departed lifecycle's (plane3.Member.Depart), with the delivery credential.
+func (f *fixture) depart(t *testing.T, channel, actor, uid string) {
+	t.Helper()
+	kv, err := f.djs.KeyValue(plane3test.Ctx(t), "cotal_members_"+f.e.N.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := space.MemberKey(channel, plane3test.Owner, actor, uid)
+	e, err := kv.Get(plane3test.Ctx(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := plane3.DecodeMember(key, e.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed, _ := m.Depart("test", time.Now().UnixMilli())
+	b, _ := json.Marshal(closed)
+	if _, err := kv.Update(plane3test.Ctx(t), key, b, e.Revision()); err != nil {
+		t.Fatal(err)
 	}
 }
 
