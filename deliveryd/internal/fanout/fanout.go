@@ -8,6 +8,12 @@
 // is acked last, after its own copies are stored, so a crash redelivers it and the copies collapse
 // on their Nats-Msg-Id.
 //
+// A membership row whose lifecycle has no ACL row is a departed member: deprovisioning (managerd's
+// Stop, pkg/provision.DeprovisionAgent) purges the ACL row, and the reader could never deliver to
+// it, only retry each entry and give up. The writer routes nothing to such a row and closes it
+// (plane3.Member.Depart, a revision CAS), since the deprovisioner may not write membership rows:
+// the ACL purge is the deprovision, and deliveryd, the rows' only writer, carries it into them.
+//
 // It refuses (acks and drops) a message that is not chat, not JSON, whose from.id is not the
 // principal of its subject, or whose owner is not a real principal owner. It never creates a
 // stream or bucket; a missing one stops Run naming it.
@@ -50,6 +56,9 @@ type Config struct {
 	MayAct func() bool
 	// Logger receives drops and failures (never a message body); nil discards.
 	Logger *slog.Logger
+	// WriterIdentity is stamped on the membership rows of departed lifecycles the writer closes;
+	// empty means "fanout".
+	WriterIdentity string
 }
 
 // errQuiesced stops a pass whose fence went down while it routed.
@@ -96,6 +105,9 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Writer, error) {
 	}
 	if cfg.MayAct == nil {
 		cfg.MayAct = plane3.Always
+	}
+	if cfg.WriterIdentity == "" {
+		cfg.WriterIdentity = "fanout"
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -173,15 +185,21 @@ func (w *Writer) failed(batch []jetstream.Msg, err error) {
 // membership committed before any of them reached the fanout consumer, which is what upstream's
 // per-message fresh scan guarantees and what durableJoin's fence relies on.
 type view struct {
-	members map[string][]memberRow // by channel
+	members map[string][]memberRow // by channel, departed lifecycles left out
 	classes map[string]string
 	roster  map[string][]string // lower-case name -> principals
-	acls    map[string][]aclRow // by principal
+	acls    map[string][]aclRow // by principal, the rows that decode; nil until read
+	// lifecycles holds every ACL key present, decoding or not: the lifecycles that exist.
+	lifecycles map[string]bool
+	// departed are the open rows of lifecycles without an ACL row, to close after the pass.
+	departed []memberRow
 }
 
 type memberRow struct {
-	lc plane3.Lifecycle
-	m  plane3.Member
+	key string
+	rev uint64
+	lc  plane3.Lifecycle
+	m   plane3.Member
 }
 
 type aclRow struct {
@@ -213,6 +231,7 @@ func (w *Writer) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 		}
 		done = append(done, routed{m, acks})
 	}
+	w.depart(ctx, v)
 	return func(ctx context.Context) error {
 		if !w.cfg.MayAct() {
 			return nil // quiesced: the messages redeliver to whoever holds the lease
@@ -297,7 +316,7 @@ func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) ([]jetstre
 	sender := owner + "." + actor
 	if class == plane3.ClassDurable {
 		if v.members == nil {
-			if v.members, err = w.scanMembers(ctx); err != nil {
+			if err := w.readMembers(ctx, v); err != nil {
 				return nil, err
 			}
 		}
@@ -346,20 +365,82 @@ func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) ([]jetstre
 	return acks, nil
 }
 
-// scanMembers reads every membership row (tombstones included: a row stays eligible for its
-// pre-leave interval) and groups them by channel. A row that does not decode is skipped and
-// logged, as upstream's listMembers skips it.
-func (w *Writer) scanMembers(ctx context.Context) (map[string][]memberRow, error) {
-	out := map[string][]memberRow{}
+// readMembers reads every membership row (tombstones included: a row stays eligible for its
+// pre-leave interval), then the ACL rows, and keeps by channel the rows whose lifecycle has an
+// ACL row. A row without one is a departed member: it is left out, so no entry is routed to it,
+// and unless it is already closed it goes on v.departed. The ACL rows are read after the
+// membership rows, never before: a lifecycle's ACL row is written before it can join (durableJoin
+// requires it), so a row seen here whose ACL row the later read misses has really lost it. A
+// membership row that does not decode is skipped and logged, as upstream's listMembers skips it.
+func (w *Writer) readMembers(ctx context.Context, v *view) error {
+	var rows []memberRow
 	err := scan(ctx, w.members, func(e jetstream.KeyValueEntry) {
 		m, lc, err := plane3.DecodeMember(e.Key(), e.Value())
 		if err != nil {
 			w.log.Warn("skipped a membership row that does not decode", "key", e.Key())
 			return
 		}
-		out[m.Channel] = append(out[m.Channel], memberRow{lc, m})
+		rows = append(rows, memberRow{e.Key(), e.Revision(), lc, m})
 	})
-	return out, err
+	if err != nil {
+		return err
+	}
+	if err := w.readACLs(ctx, v); err != nil {
+		return err
+	}
+	v.members = map[string][]memberRow{}
+	for _, r := range rows {
+		if !v.lifecycles[r.lc.Principal()+"."+r.lc.UID] {
+			if _, open := r.m.Depart("", 0); open {
+				v.departed = append(v.departed, r)
+			}
+			continue
+		}
+		v.members[r.m.Channel] = append(v.members[r.m.Channel], r)
+	}
+	return nil
+}
+
+// readACLs reads every ACL row: the ones that decode by principal (for mentions) and every key
+// present (the lifecycles that exist).
+func (w *Writer) readACLs(ctx context.Context, v *view) error {
+	v.acls, v.lifecycles = map[string][]aclRow{}, map[string]bool{}
+	return scan(ctx, w.acl, func(e jetstream.KeyValueEntry) {
+		lc, ok := plane3.ParseACLKey(e.Key())
+		if !ok {
+			return
+		}
+		v.lifecycles[e.Key()] = true
+		if acl, valid := plane3.DecodeACL(e.Value()); valid {
+			v.acls[lc.Principal()] = append(v.acls[lc.Principal()], aclRow{lc, acl})
+		}
+	})
+}
+
+// depart closes the membership rows of the departed lifecycles the pass found (Member.Depart), each
+// by a CAS on the revision it was read at: a row a join or leave rewrote meanwhile is left to the
+// next pass, which reads it again. Each row is written once; a closed one is not found again.
+// Fenced: a quiesced writer writes nothing.
+func (w *Writer) depart(ctx context.Context, v *view) {
+	for _, r := range v.departed {
+		if !w.cfg.MayAct() || ctx.Err() != nil {
+			return
+		}
+		next, _ := r.m.Depart(w.cfg.WriterIdentity, time.Now().UnixMilli())
+		body, err := json.Marshal(next)
+		if err == nil {
+			_, err = w.members.Update(ctx, r.key, body, r.rev)
+		}
+		switch {
+		case err == nil:
+			w.log.Info("closed the membership row of a departed lifecycle (no ACL row)", "member", r.key)
+		case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+			w.log.Debug("a departed lifecycle's membership row changed while it was closed; the next pass reads it again", "member", r.key)
+		default:
+			w.log.Warn("could not close a departed lifecycle's membership row; it stays unrouted", "member", r.key, "err", err)
+		}
+	}
+	v.departed = nil
 }
 
 // mentioned resolves a live-channel mention as upstream does: the name must match exactly one
@@ -390,15 +471,7 @@ func (w *Writer) mentioned(ctx context.Context, v *view, name, sender, channel s
 		return plane3.Lifecycle{}, false, nil
 	}
 	if v.acls == nil {
-		v.acls = map[string][]aclRow{}
-		err := scan(ctx, w.acl, func(e jetstream.KeyValueEntry) {
-			lc, ok := plane3.ParseACLKey(e.Key())
-			acl, valid := plane3.DecodeACL(e.Value())
-			if ok && valid {
-				v.acls[lc.Principal()] = append(v.acls[lc.Principal()], aclRow{lc, acl})
-			}
-		})
-		if err != nil {
+		if err := w.readACLs(ctx, v); err != nil {
 			return plane3.Lifecycle{}, false, err
 		}
 	}

@@ -30,11 +30,17 @@ const (
 // deliveryd does, until the returned stop or the end of the test.
 func startLoops(t testing.TB, e *plane3test.Env, dc *nats.Conn) (stop func()) {
 	t.Helper()
-	w, err := fanout.New(plane3test.Ctx(t), dc, fanout.Config{Names: e.N})
+	return startLoopsWith(t, dc, fanout.Config{Names: e.N}, reader.Config{Names: e.N})
+}
+
+// startLoopsWith is startLoops with each loop's own configuration (a logger, a short nak delay).
+func startLoopsWith(t testing.TB, dc *nats.Conn, wc fanout.Config, rc reader.Config) (stop func()) {
+	t.Helper()
+	w, err := fanout.New(plane3test.Ctx(t), dc, wc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := reader.New(plane3test.Ctx(t), dc, reader.Config{Names: e.N})
+	r, err := reader.New(plane3test.Ctx(t), dc, rc)
 	if err != nil {
 		t.Fatal(err)
 	}
