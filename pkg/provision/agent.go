@@ -344,6 +344,13 @@ func existingRow(ctx context.Context, kv jetstream.KeyValue, key string, allow [
 // is already gone is not an error and is not reported; the deprovisioner may not read the ACL
 // row, so the purge (idempotent) is always reported, by key. It returns what it removed, and on
 // the first failure a *StepError naming the step.
+//
+// The lifecycle's membership rows (cotal_members_<t>, <channel>/<owner>.<actor>.<uid>) are not
+// written here: the deprovisioner may not, since their keys begin with the channel, and a channel
+// may be any instance of a subtree grant, so no permission can be pinned to one lifecycle's rows.
+// The ACL purge is the departure deliveryd acts on: its fan-out writer, the rows' only writer with
+// durableJoin, routes nothing more to a row whose lifecycle has no ACL row and closes it to an
+// empty interval, and its reader drops the lifecycle's entries still in flight at once.
 func DeprovisionAgent(ctx context.Context, js jetstream.JetStream, n space.Names, owner, actor, uid string) ([]string, error) {
 	p, err := lifecycleNames(n, owner, actor, uid)
 	if err != nil {
