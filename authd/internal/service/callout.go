@@ -24,6 +24,14 @@ type calloutPart struct {
 
 func (c calloutPart) rail() *signerclient.Rail { return c.r }
 
+// closeResponder stops answering: the responder unsubscribes and cancels and waits for the
+// requests in flight. The connection and the rail stay for close.
+func (c calloutPart) closeResponder() {
+	if c.resp != nil {
+		c.resp.Close()
+	}
+}
+
 // close unsubscribes (waiting for requests in flight), closes the connection, then wipes the
 // rail's key.
 func (c calloutPart) close() {

@@ -55,8 +55,8 @@ func newHumanPin(t *testing.T, pin bool) *human {
 }
 
 // newHumanEnv is newHumanPin on e; load, if set, turns the configuration into the one authd
-// starts with (written as YAML and loaded back, say).
-func newHumanEnv(t *testing.T, e *env, pin bool, load func(*config.Config) *config.Config) *human {
+// starts with (written as YAML and loaded back, say); opts are authd's extra broker options.
+func newHumanEnv(t *testing.T, e *env, pin bool, load func(*config.Config) *config.Config, opts ...nats.Option) *human {
 	t.Helper()
 	cfg := e.config(t)
 	if load != nil {
@@ -94,7 +94,7 @@ func newHumanEnv(t *testing.T, e *env, pin bool, load func(*config.Config) *conf
 	if err := h.led.Put(ledger.Interactive, h.row); err != nil {
 		t.Fatal(err)
 	}
-	h.s = start(t, cfg)
+	h.s = startWith(t, service.Inputs{Config: cfg, NatsOptions: opts})
 	b, err := os.ReadFile(daemon.DiscoveryPath(cfg.StateDir, service.FileName))
 	if err != nil {
 		t.Fatal(err)

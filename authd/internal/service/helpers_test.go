@@ -97,7 +97,13 @@ func yamlOf(c *config.Config) string {
 
 func start(t *testing.T, cfg *config.Config) *service.Service {
 	t.Helper()
-	s, err := service.Start(ctxT(t), service.Inputs{Config: cfg})
+	return startWith(t, service.Inputs{Config: cfg})
+}
+
+// startWith is start with every input given.
+func startWith(t *testing.T, in service.Inputs) *service.Service {
+	t.Helper()
+	s, err := service.Start(ctxT(t), in)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}

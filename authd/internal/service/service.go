@@ -11,8 +11,12 @@
 // details} instead (a second authd names the holder of the claim) and undoes what it began.
 //
 // While serving, the rails renew both credentials at 75% of their life and the claim is renewed
-// every half TTL. A claim found taken by another instance, or lost for longer than its TTL, stops
-// the service (Done reports it); a claim found gone is created again.
+// every half TTL, and every second after a renewal failed. A claim found taken by another
+// instance stops the service (Done reports it); a claim found gone is created again. The claim is
+// fenced (pkg/lease): once the last write of the row the broker stored is older than the TTL
+// less the lease's margin, the callout responder is closed at once (no callout is answered from
+// then on) and the service stops with ErrPlaneLost, so it has stopped answering before the row
+// can expire and a successor acquire it.
 package service
 
 import (
@@ -294,29 +298,61 @@ func (s *Service) runLoops(ctx context.Context) {
 			}
 		}()
 	}
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
 		s.keepPlane(ctx)
 	}()
+	go func() {
+		defer s.wg.Done()
+		s.fencePlane(ctx)
+	}()
 }
 
-// keepPlane renews the claim every half TTL and acts on what a failed renewal learns.
-func (s *Service) keepPlane(ctx context.Context) {
-	t := time.NewTicker(s.plane.RenewInterval())
+// planeRetry is the pause between renewals after one failed: the fence leaves four tenths of
+// the TTL (12 s at the default) to get one through, and a renewal every half TTL would try once.
+const planeRetry = time.Second
+
+// fencePlane waits for the claim's fence and, if no renewal moved it by then, closes the
+// callout responder before anything else (unsubscribed, requests in flight canceled and waited
+// for) and stops the service. It runs apart from keepPlane because a renewal may hang on an
+// unanswering broker for longer than the fence leaves.
+func (s *Service) fencePlane(ctx context.Context) {
+	t := time.NewTimer(0)
 	defer t.Stop()
-	var failingSince time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		fence := s.plane.Fence()
+		if left := time.Until(fence); left > 0 && !s.plane.Fenced() {
+			t.Reset(left)
+			continue
+		}
+		s.callout.closeResponder()
+		s.log.Error("plane claim fenced: the callout no longer answers", "last_written", s.plane.LastWritten(), "ttl", s.plane.TTL(), "margin", s.plane.Margin())
+		s.stop(fmt.Errorf("%w: last stored write %v ago", ErrPlaneLost, time.Since(s.plane.LastWritten()).Round(time.Millisecond)))
+		return
+	}
+}
+
+// keepPlane renews the claim every half TTL (every planeRetry while renewals fail) and acts on
+// what a failed renewal learns. It never decides that the claim is lost by time: fencePlane does.
+func (s *Service) keepPlane(ctx context.Context) {
+	t := time.NewTimer(s.plane.RenewInterval())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		next := s.plane.RenewInterval()
 		st, err := s.plane.Renew(ctx)
 		switch st {
 		case lease.Held:
-			failingSince = time.Time{}
-			continue
 		case lease.Gone:
 			s.log.Warn("plane claim gone; claiming it again", "err", err)
 			if rerr := s.plane.Reacquire(ctx); rerr != nil {
@@ -326,20 +362,18 @@ func (s *Service) keepPlane(ctx context.Context) {
 			if rerr := s.plane.SetReady(ctx, true); rerr != nil {
 				s.log.Warn("plane claim re-created but not marked ready", "err", rerr)
 			}
-			failingSince = time.Time{}
 		case lease.Taken:
+			s.callout.closeResponder()
 			s.stop(fmt.Errorf("%w: %v", ErrPlaneTaken, err))
 			return
 		default:
-			if failingSince.IsZero() {
-				failingSince = time.Now()
-			}
-			s.log.Warn("plane claim renewal unanswered", "err", err)
-			if time.Since(failingSince) > s.plane.TTL() {
-				s.stop(fmt.Errorf("%w: %v", ErrPlaneLost, err))
+			if ctx.Err() != nil {
 				return
 			}
+			s.log.Warn("plane claim renewal unanswered; retrying before the fence", "err", err, "fence_in", time.Until(s.plane.Fence()).Round(time.Millisecond), "retry_in", planeRetry)
+			next = min(next, planeRetry)
 		}
+		t.Reset(next)
 	}
 }
 
@@ -398,6 +432,9 @@ func (s *Service) teardown(ctx context.Context) {
 	if err := daemon.RemoveDiscovery(s.cfg.StateDir, FileName, s.pid); err != nil {
 		s.log.Warn("discovery file not removed", "err", err)
 	}
+	// The callout goes before the exchange: its answers are what the plane claim fences, and the
+	// exchange's shutdown waits for requests in flight.
+	s.callout.close()
 	if s.http != nil {
 		if err := s.http.Shutdown(ctx); err != nil {
 			_ = s.http.Close()
@@ -405,7 +442,6 @@ func (s *Service) teardown(ctx context.Context) {
 	} else if s.ln != nil {
 		_ = s.ln.Close()
 	}
-	s.callout.close()
 	if s.cancel != nil {
 		s.cancel()
 	}
