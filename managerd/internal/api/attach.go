@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"io"
 	"time"
@@ -31,6 +32,9 @@ const maxDataFrame = 64 << 10
 //     dropped it: the output is no longer byte-exact, so the stream stops rather than skip bytes.
 //     It is not a refusal of the request (no reason fits, and none is invented); the client may
 //     attach again and gets a fresh snapshot;
+//   - with DEADLINE_EXCEEDED and no ErrorInfo when the agent did not take a data frame within
+//     WriteTimeout (it is not reading its terminal): keystrokes are never dropped silently, and a
+//     stuck write never outlives the session;
 //   - with the client's cancellation when it leaves; the subscription is released either way.
 func (s *service) Attach(stream managerv1.ManagerService_AttachServer) error {
 	ctx := stream.Context()
@@ -140,9 +144,13 @@ func (s *service) readClient(stream managerv1.ManagerService_AttachServer, term 
 			if len(f.Data) > MaxInputBytes {
 				return publicError(ctx, s.log, "Attach", invalid("data frame is %d bytes, more than %d", len(f.Data), MaxInputBytes))
 			}
-			if _, err := term.Write(f.Data); err != nil {
+			wctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+			n, err := term.Write(wctx, f.Data)
+			cancel()
+			if err != nil {
+				err = writeError(ctx, term, err, n)
 				var r *Refusal
-				if errors.As(writeError(term, err), &r) {
+				if errors.As(err, &r) {
 					continue // the agent exited: the stream ends with the exited frame
 				}
 				return publicError(ctx, s.log, "Attach", err)

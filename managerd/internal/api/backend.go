@@ -30,8 +30,10 @@ type Terminal interface {
 	// snapshot size), out carries every later byte in order, and closes when the terminal ends
 	// or the subscriber fell too far behind (then lagged reports true). detach unsubscribes.
 	Attach() (snapshot []byte, out <-chan []byte, lagged func() bool, detach func(), err error)
-	// Write sends keystrokes to the agent.
-	Write(p []byte) (int, error)
+	// Write sends keystrokes to the agent. It returns once the agent's terminal took them, or
+	// when ctx is done (how many bytes it took, and ctx's error), so an agent that stopped
+	// reading its input holds a caller no longer than that caller's deadline.
+	Write(ctx context.Context, p []byte) (int, error)
 	// Resize sets the terminal size.
 	Resize(rows, cols uint16) error
 	// Exited is closed once the agent's process has exited; ExitCode is then its code, or -1.

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 
@@ -46,6 +47,10 @@ func publicError(ctx context.Context, log *slog.Logger, method string, err error
 	if err == nil {
 		return nil
 	}
+	var nr *notReading
+	if errors.As(err, &nr) {
+		return status.Error(codes.DeadlineExceeded, nr.Error())
+	}
 	var r *Refusal
 	if errors.As(err, &r) {
 		st := r.status()
@@ -59,6 +64,15 @@ func publicError(ctx context.Context, log *slog.Logger, method string, err error
 	}
 	log.Error("managerd api: internal error", "method", method, "err", err)
 	return status.Error(codes.Internal, internalMessage)
+}
+
+// notReading is a terminal write that the write timeout ended before the call's own deadline:
+// the agent is not taking its input. It is DEADLINE_EXCEEDED with no ErrorInfo, as a call's own
+// deadline is (it is no refusal of the request: the same input may succeed once the agent reads).
+type notReading struct{ written int }
+
+func (e *notReading) Error() string {
+	return fmt.Sprintf("the agent is not reading its terminal: it took %d bytes of this input before the write timeout", e.written)
 }
 
 // invalid is an INVALID_ARGUMENT refusal with reason INVALID_ARGUMENT.

@@ -150,7 +150,7 @@ func (t *fakeTerminal) Attach() ([]byte, <-chan []byte, func() bool, func(), err
 	return bytes.Clone(t.snapshot), s.out, s.lagged.Load, func() { s.once.Do(func() { close(s.detached) }) }, nil
 }
 
-func (t *fakeTerminal) Write(p []byte) (int, error) {
+func (t *fakeTerminal) Write(_ context.Context, p []byte) (int, error) {
 	if t.writeErr != nil {
 		return 0, t.writeErr
 	}

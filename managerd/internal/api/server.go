@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
@@ -28,6 +29,10 @@ const (
 	DefaultMaxAttach = 64
 	// DefaultExitDrain is Options.ExitDrain when unset.
 	DefaultExitDrain = time.Second
+	// DefaultWriteTimeout is Options.WriteTimeout when unset: long enough for any agent that
+	// reads its terminal at all to take 64 KiB, short enough that a caller without a deadline
+	// learns that the agent does not.
+	DefaultWriteTimeout = 10 * time.Second
 )
 
 // Options configure NewServer.
@@ -45,6 +50,10 @@ type Options struct {
 	// for the terminal's output to end, before it sends the exited frame. Zero means
 	// DefaultExitDrain.
 	ExitDrain time.Duration
+	// WriteTimeout bounds one write to an agent's terminal (an Input, one Attach data frame) when
+	// the call has no earlier deadline of its own; an agent that stopped reading its input fails
+	// the write with DEADLINE_EXCEEDED then. Zero means DefaultWriteTimeout.
+	WriteTimeout time.Duration
 	// InMemoryPeerUID declares the peer uid of connections that are no OS socket (bufconn,
 	// net.Pipe), which have no SO_PEERCRED; without it they are refused. It is never used for a
 	// Unix socket (always SO_PEERCRED) and never makes a TCP connection acceptable. For tests.
@@ -67,6 +76,10 @@ func NewServer(b Backend, opts Options) *grpc.Server {
 	if drain <= 0 {
 		drain = DefaultExitDrain
 	}
+	writeTimeout := opts.WriteTimeout
+	if writeTimeout <= 0 {
+		writeTimeout = DefaultWriteTimeout
+	}
 	var declared *uint32
 	if opts.InMemoryPeerUID != nil {
 		v := *opts.InMemoryPeerUID
@@ -82,7 +95,7 @@ func NewServer(b Backend, opts Options) *grpc.Server {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	)
 	managerv1.RegisterManagerServiceServer(gs, &service{
-		b: b, log: log, attach: make(chan struct{}, maxAttach), drain: drain,
+		b: b, log: log, attach: make(chan struct{}, maxAttach), drain: drain, writeTimeout: writeTimeout,
 	})
 	return gs
 }
@@ -94,6 +107,8 @@ type service struct {
 	log    *slog.Logger
 	attach chan struct{} // one token per open Attach session
 	drain  time.Duration
+	// writeTimeout bounds a terminal write whose call has no earlier deadline.
+	writeTimeout time.Duration
 }
 
 var _ managerv1.ManagerServiceServer = (*service)(nil)
@@ -175,8 +190,11 @@ func (s *service) Inspect(ctx context.Context, req *managerv1.InspectRequest) (*
 	return resp, nil
 }
 
+// Input writes the text by the call's deadline (at most WriteTimeout): an agent that does not
+// take it in time fails the call with DEADLINE_EXCEEDED, and a later call, to this agent or
+// another, is not held behind it. Bytes the agent took before the deadline stay written.
 func (s *service) Input(ctx context.Context, req *managerv1.InputRequest) (*managerv1.InputResponse, error) {
-	n, err := s.input(req)
+	n, err := s.input(ctx, req)
 	if err != nil {
 		return nil, publicError(ctx, s.log, "Input", err)
 	}
@@ -184,7 +202,7 @@ func (s *service) Input(ctx context.Context, req *managerv1.InputRequest) (*mana
 }
 
 // input writes the request's text, then "\r" when enter is set; n counts both.
-func (s *service) input(req *managerv1.InputRequest) (int, error) {
+func (s *service) input(ctx context.Context, req *managerv1.InputRequest) (int, error) {
 	if err := checkName(req.GetName()); err != nil {
 		return 0, err
 	}
@@ -198,15 +216,17 @@ func (s *service) input(req *managerv1.InputRequest) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	wctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
 	total := 0
 	for _, p := range [][]byte{req.GetText(), enterBytes(req.GetEnter())} {
 		if len(p) == 0 {
 			continue
 		}
-		n, err := term.Write(p)
+		n, err := term.Write(wctx, p)
 		total += n
 		if err != nil {
-			return total, writeError(term, err)
+			return total, writeError(ctx, term, err, total)
 		}
 	}
 	return total, nil
@@ -219,15 +239,20 @@ func enterBytes(enter bool) []byte {
 	return nil
 }
 
-// writeError is a failed terminal write: AGENT_EXITED once the agent has exited, else err as
-// it is (INTERNAL).
-func writeError(term Terminal, err error) error {
+// writeError is a failed terminal write: AGENT_EXITED once the agent has exited; the caller's
+// own cancellation or deadline as it is (publicError reports it); DEADLINE_EXCEEDED when the
+// write timeout passed first, the agent not having taken its input (written bytes did reach it);
+// else err as it is (INTERNAL).
+func writeError(ctx context.Context, term Terminal, err error, written int) error {
 	select {
 	case <-term.Exited():
 		return Refuse(codes.FailedPrecondition, managerv1.Reason_REASON_AGENT_EXITED, "the agent has exited")
 	default:
-		return err
 	}
+	if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return &notReading{written: written}
+	}
+	return err
 }
 
 func (s *service) Status(ctx context.Context, _ *managerv1.StatusRequest) (*managerv1.StatusResponse, error) {

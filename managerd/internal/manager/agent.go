@@ -51,7 +51,7 @@ type Provisioner interface {
 // Terminal is an agent's PTY as the manager holds it (a *term.Term).
 type Terminal interface {
 	Attach() (snapshot []byte, out <-chan []byte, lagged func() bool, detach func(), err error)
-	Write(p []byte) (int, error)
+	Write(ctx context.Context, p []byte) (int, error)
 	Resize(rows, cols uint16) error
 	Done() <-chan struct{}
 	Close() error

@@ -8,17 +8,24 @@
 // the reader appends under, so the snapshot followed by the stream is the output with no byte
 // lost or repeated.
 //
+// Writes to the agent take the caller's context: a PTY whose agent stopped reading its input
+// fills (the line discipline's buffer, a few KiB, then the kernel's), and a write without a bound
+// would wait for ever and hold every later writer of that terminal behind it. Writers queue one at
+// a time, each giving up at its own deadline or cancellation, having written what it could.
+//
 // The terminal knows nothing of the process behind it: Done closes when the master's read ends
 // (EIO once every slave descriptor is closed, that is after the agent and everything that
 // inherited its terminal have exited). Exit codes are the Manager's, which knows the process.
 package term
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -51,6 +58,9 @@ type Terminal struct {
 	queueLen int
 	done     chan struct{}
 	readerWG sync.WaitGroup
+	// writing is the write lock, a channel so a waiting writer can give up at its deadline; its
+	// holder owns the descriptor's write deadline.
+	writing chan struct{}
 
 	mu sync.Mutex // guards everything below; the reader appends and fans out under it
 	// ring is the recent output: ring[start:] then ring[:start] once full (len(ring) == cap).
@@ -85,7 +95,7 @@ func New(master *os.File, opts Options) (*Terminal, error) {
 		return nil, err
 	}
 	t := &Terminal{
-		f: f, queueLen: opts.QueueLen, done: make(chan struct{}),
+		f: f, queueLen: opts.QueueLen, done: make(chan struct{}), writing: make(chan struct{}, 1),
 		ring: make([]byte, 0, opts.SnapshotBytes), subs: map[*subscriber]struct{}{},
 	}
 	t.readerWG.Add(1)
@@ -215,12 +225,48 @@ func (t *Terminal) Attach() (snapshot []byte, out <-chan []byte, lagged func() b
 	return snapshot, s.ch, s.lagged.Load, detach, nil
 }
 
-// Write sends keystrokes to the agent.
-func (t *Terminal) Write(p []byte) (int, error) {
+// Write sends keystrokes to the agent. It waits for earlier writers of this terminal, then for
+// the agent to take the bytes, at most until ctx is done: then it returns how many bytes it wrote
+// (possibly some: the rest were never sent) and ctx's error (context.DeadlineExceeded or
+// context.Canceled, wrapped). A ctx without a deadline waits as long as it is not cancelled. After
+// Close it returns ErrClosed.
+func (t *Terminal) Write(ctx context.Context, p []byte) (int, error) {
 	if t.isClosed() {
 		return 0, ErrClosed
 	}
-	return t.f.Write(p)
+	if ctx.Err() != nil {
+		return 0, fmt.Errorf("term: write: %w", context.Cause(ctx))
+	}
+	select {
+	case t.writing <- struct{}{}:
+	case <-ctx.Done():
+		return 0, fmt.Errorf("term: write: waiting for an earlier write: %w", context.Cause(ctx))
+	}
+	defer func() { <-t.writing }()
+	deadline, _ := ctx.Deadline() // zero: none
+	if err := t.f.SetWriteDeadline(deadline); err != nil {
+		return 0, fmt.Errorf("term: write: %w", err)
+	}
+	// A cancellation wakes the blocked write through a deadline in the past. The lock is held
+	// until that callback has finished, so it never cuts the next writer's write short.
+	woke := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = t.f.SetWriteDeadline(time.Unix(1, 0))
+		close(woke)
+	})
+	n, err := t.f.Write(p)
+	if !stop() {
+		<-woke
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// The poller's deadline can fire a moment before ctx's own timer does.
+		cause := context.Cause(ctx)
+		if cause == nil {
+			cause = context.DeadlineExceeded
+		}
+		return n, fmt.Errorf("term: write: the agent took %d of %d bytes: %w", n, len(p), cause)
+	}
+	return n, err
 }
 
 // Resize sets the terminal size (TIOCSWINSZ; the kernel sends the agent SIGWINCH). It issues

@@ -2,6 +2,7 @@ package term
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
@@ -216,7 +217,7 @@ func TestStream(t *testing.T) {
 			if len(got) < need || (lateBase >= 0 && !lateDone && lateBase+len(late) < need) {
 				break
 			}
-			if _, err := term.Write([]byte{'k'}); err != nil {
+			if _, err := term.Write(context.Background(), []byte{'k'}); err != nil {
 				t.Fatalf("ack %d: %v", acked, err)
 			}
 			acked++
@@ -301,14 +302,14 @@ func TestInputAndResize(t *testing.T) {
 	}
 	defer detach()
 	c := collect(snap, out)
-	if _, err := term.Write([]byte("hello-terminal\n")); err != nil {
+	if _, err := term.Write(context.Background(), []byte("hello-terminal\n")); err != nil {
 		t.Fatal(err)
 	}
 	c.waitFor(t, "got:hello-terminal")
 	if err := term.Resize(33, 101); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := term.Write([]byte("\n")); err != nil {
+	if _, err := term.Write(context.Background(), []byte("\n")); err != nil {
 		t.Fatal(err)
 	}
 	c.waitFor(t, "33 101")
@@ -327,7 +328,7 @@ func TestDone(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := collect(snap, out)
-	if _, err := term.Write([]byte("now\n")); err != nil {
+	if _, err := term.Write(context.Background(), []byte("now\n")); err != nil {
 		t.Fatal(err)
 	}
 	waitClosed(t, "Done", term.Done())
@@ -363,7 +364,7 @@ func TestDone(t *testing.T) {
 	if _, _, _, _, err := term.Attach(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Attach after Close: %v", err)
 	}
-	if _, err := term.Write([]byte("x")); !errors.Is(err, ErrClosed) {
+	if _, err := term.Write(context.Background(), []byte("x")); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Write after Close: %v", err)
 	}
 	if err := term.Resize(24, 80); !errors.Is(err, ErrClosed) {

@@ -162,7 +162,7 @@ func (t *terminal) Attach() ([]byte, <-chan []byte, func() bool, func(), error) 
 	return []byte("SNAPSHOT\r\n"), ch, func() bool { return false }, detach, nil
 }
 
-func (t *terminal) Write(p []byte) (int, error) {
+func (t *terminal) Write(_ context.Context, p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	select {
