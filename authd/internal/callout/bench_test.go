@@ -128,6 +128,10 @@ func (l *localSigner) SignCalloutResponse(_ context.Context, in *signerv1.SignCa
 	return &signerv1.SignCalloutResponseResponse{SealedResponse: sealed}, nil
 }
 
+// benchBudget is a local budget (OpenRate, RefusalRate) the benchmarks never reach: they
+// measure what the path can carry, not the deployed budgets; each request still pays its checks.
+var benchBudget = Rate{PerSecond: 1e6, Burst: 1e6}
+
 // benchResponder starts a responder on e's callout connection with signer (nil: signerd).
 func benchResponder(b *testing.B, e *env, signer Signer, maxInFlight int) *Responder {
 	b.Helper()
@@ -135,7 +139,8 @@ func benchResponder(b *testing.B, e *env, signer Signer, maxInFlight int) *Respo
 	if err != nil {
 		b.Fatal(err)
 	}
-	r, err := New(Config{Space: testSpace, Signer: e.authd, Ledger: e.ledger, JWKS: cache, MaxInFlight: maxInFlight, signer: signer})
+	r, err := New(Config{Space: testSpace, Signer: e.authd, Ledger: e.ledger, JWKS: cache, MaxInFlight: maxInFlight, signer: signer,
+		OpenRate: benchBudget, RefusalRate: benchBudget})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -31,6 +31,17 @@
 //     the broker drops the connection when the bearer expires. A grant signerd refuses (its
 //     policy) becomes a refusal.
 //
+// Local budgets keep signerd's capacity for grants. The sentinel is a public credential, so
+// anyone who reaches the broker can make authd ask signerd about a connect; signerd charges
+// every call to authd's one rate (policy `rate`), the exchange's and authd's own renewals
+// included. Two token buckets on the responder's clock bound what a flood can spend there:
+// OpenRate, every OpenCalloutRequest (the request is sealed, so authd cannot tell a flood
+// from a legitimate connect before signerd opens it); and RefusalRate, every signed refusal.
+// Past either, the request gets no reply (the broker refuses the client at its callout
+// timeout) and signerd is not called for it. Grants are never charged to a local budget
+// beyond their open: a flood of bad connects costs signerd one call each, not two, and at most
+// OpenRate of them a second, leaving the rest of authd's rate for grants.
+//
 // Fail closed: when signerd cannot be reached nothing is signed, so nothing is answered and the
 // connect is denied by the broker's timeout; the responder keeps serving and admits again as
 // soon as signerd answers. Requests are served concurrently, at most MaxInFlight at a time;
@@ -43,11 +54,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -78,6 +91,31 @@ const (
 	// DefaultRequestTimeout bounds the signerd calls for one request. The broker waits about
 	// two seconds for an answer; one later than that is of no use.
 	DefaultRequestTimeout = 2 * time.Second
+)
+
+// Default local budgets (Config.OpenRate, Config.RefusalRate). They are sized for the deployed
+// signerd policy's authd rate of 200 calls a second: a flood alone spends at most 100 opens and
+// 20 signed refusals a second of it, and a grant costs one open and one signature.
+var (
+	DefaultOpenRate    = Rate{PerSecond: 100, Burst: 200}
+	DefaultRefusalRate = Rate{PerSecond: 20, Burst: 40}
+)
+
+// Rate is a token bucket: PerSecond tokens are added each second, up to Burst.
+type Rate struct {
+	PerSecond float64
+	Burst     int
+}
+
+// valid reports whether r can admit anything: a positive, finite rate and a burst of at least one.
+func (r Rate) valid() bool {
+	return r.PerSecond > 0 && !math.IsInf(r.PerSecond, 0) && r.Burst >= 1
+}
+
+// Outcomes of a request dropped by a local budget (answer's outcome).
+const (
+	outcomeOpenBudget    = "past the open budget: not sent to signerd"
+	outcomeRefusalBudget = "past the refusal budget: refusal not signed"
 )
 
 // Refusal sentences sent to a client (signed and sealed by signerd). They never quote the
@@ -113,6 +151,12 @@ type Config struct {
 	MaxInFlight int
 	// RequestTimeout bounds the signerd calls of one request; zero means DefaultRequestTimeout.
 	RequestTimeout time.Duration
+	// OpenRate bounds the requests handed to signerd's OpenCalloutRequest; past it a request
+	// gets no reply. Zero means DefaultOpenRate.
+	OpenRate Rate
+	// RefusalRate bounds the refusals signerd is asked to sign; past it a refused request gets
+	// no reply. Zero means DefaultRefusalRate.
+	RefusalRate Rate
 	// Now is the clock bearers are checked against; nil means time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -131,6 +175,9 @@ type Responder struct {
 	timeout  time.Duration
 	log      *slog.Logger
 	sem      chan struct{}
+	now      func() time.Time
+	opens    *rate.Limiter
+	refusals *rate.Limiter
 
 	mu     sync.Mutex
 	sub    *nats.Subscription
@@ -166,6 +213,19 @@ func New(cfg Config) (*Responder, error) {
 	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
+	if cfg.OpenRate == (Rate{}) {
+		cfg.OpenRate = DefaultOpenRate
+	}
+	if cfg.RefusalRate == (Rate{}) {
+		cfg.RefusalRate = DefaultRefusalRate
+	}
+	if !cfg.OpenRate.valid() || !cfg.RefusalRate.valid() {
+		return nil, fmt.Errorf("callout: OpenRate %+v and RefusalRate %+v need a positive rate and a burst of at least 1", cfg.OpenRate, cfg.RefusalRate)
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -187,7 +247,9 @@ func New(cfg Config) (*Responder, error) {
 	}
 	return &Responder{
 		space: cfg.Space, signer: signer, ledger: cfg.Ledger, verifier: v, allowed: allowed,
-		timeout: cfg.RequestTimeout, log: log, sem: make(chan struct{}, cfg.MaxInFlight),
+		timeout: cfg.RequestTimeout, log: log, sem: make(chan struct{}, cfg.MaxInFlight), now: now,
+		opens:    rate.NewLimiter(rate.Limit(cfg.OpenRate.PerSecond), cfg.OpenRate.Burst),
+		refusals: rate.NewLimiter(rate.Limit(cfg.RefusalRate.PerSecond), cfg.RefusalRate.Burst),
 	}, nil
 }
 
@@ -298,6 +360,9 @@ func (r *Responder) answer(ctx context.Context, xkey string, sealed []byte) (rep
 	if xkey == "" {
 		return nil, "no " + XKeyHeader + " header"
 	}
+	if !r.opens.AllowN(r.now(), 1) {
+		return nil, outcomeOpenBudget
+	}
 	opened, err := r.signer.OpenCalloutRequest(ctx, &signerv1.OpenCalloutRequestRequest{Space: r.space, SealedRequest: sealed, ServerXkey: xkey})
 	if err != nil {
 		if unreachable(err) {
@@ -326,6 +391,10 @@ func (r *Responder) answer(ctx context.Context, xkey string, sealed []byte) (rep
 		}
 		r.log.Warn("callout: signerd refused the grant", "owner", grant.GetParams().GetOwner(), "actor", grant.GetParams().GetActor(), "err", err)
 		refusal = refuseSigner
+	}
+	if !r.refusals.AllowN(r.now(), 1) {
+		r.log.Debug("callout: refusal not signed: past the refusal budget", "user", opened.GetUserNkey(), "reason", refusal)
+		return nil, outcomeRefusalBudget
 	}
 	req := cloneReq(base)
 	req.Decision = &signerv1.SignCalloutResponseRequest_Error{Error: refusal}
