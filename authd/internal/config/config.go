@@ -1,7 +1,8 @@
 // Package config is authd's configuration file: strict, plain YAML (pkg/daemon.LoadConfig, so an
 // unknown key stops start-up naming it), validated before anything listens or dials.
 //
-// It refuses: a missing required key (named), a space name pkg/space refuses, a broker URL that
+// It refuses: a missing required key (named), a callout budget (callout_opens,
+// callout_refusals) with a rate or burst that is not positive or above its bound, a space name pkg/space refuses, a broker URL that
 // is not nats:// or tls://, an exchange listener that is not a loopback address, a callout seed
 // file looser than 0600 or its directory looser than 0700, or either owned by another uid (as
 // signerd checks its seeds), and a
@@ -18,6 +19,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
+	"github.com/cotalgo/cotal/authd/internal/callout"
 	"github.com/cotalgo/cotal/authd/internal/exchange"
 	"github.com/cotalgo/cotal/pkg/creds"
 	"github.com/cotalgo/cotal/pkg/daemon"
@@ -60,12 +62,50 @@ type Config struct {
 	AllowedServers []string `yaml:"allowed_servers"`
 	// MaxInFlight bounds callout requests served at once. Default DefaultMaxInFlight.
 	MaxInFlight int `yaml:"max_in_flight"`
+	// CalloutOpens bounds the callout requests authd hands to signerd to open, per second with a
+	// burst; past it a request gets no reply and the broker refuses the client at its callout
+	// timeout. Default callout.DefaultOpenRate (100/s, burst 200).
+	CalloutOpens Rate `yaml:"callout_opens"`
+	// CalloutRefusals bounds the refusals authd asks signerd to sign; past it a refused connect
+	// gets no reply. Default callout.DefaultRefusalRate (20/s, burst 40).
+	CalloutRefusals Rate `yaml:"callout_refusals"`
 	// PlaneTTL is how long the plane claim outlives a crashed authd. Default DefaultPlaneTTL.
 	PlaneTTL yamlx.Duration `yaml:"plane_ttl"`
 	// ShutdownTimeout bounds a graceful stop. Default DefaultShutdownTimeout.
 	ShutdownTimeout yamlx.Duration `yaml:"shutdown_timeout"`
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel string `yaml:"log_level"`
+}
+
+// Rate is a token bucket: per_second tokens a second, up to burst. Both keys are required once
+// the block is given.
+type Rate struct {
+	PerSecond float64 `yaml:"per_second"`
+	Burst     int     `yaml:"burst"`
+}
+
+// Bounds of a Rate: beyond them a budget no longer bounds what two cores can do.
+const (
+	MaxRatePerSecond = 100000
+	MaxRateBurst     = 1000000
+)
+
+// Callout is r as the responder takes it.
+func (r Rate) Callout() callout.Rate { return callout.Rate{PerSecond: r.PerSecond, Burst: r.Burst} }
+
+// check applies def to an absent block and refuses a rate or burst out of bounds, naming key.
+func (r *Rate) check(key string, def callout.Rate) error {
+	if *r == (Rate{}) {
+		*r = Rate{PerSecond: def.PerSecond, Burst: def.Burst}
+		return nil
+	}
+	if !(r.PerSecond > 0 && r.PerSecond <= MaxRatePerSecond) {
+		return fmt.Errorf("%s.per_second %v: want more than 0, at most %d", key, r.PerSecond, MaxRatePerSecond)
+	}
+	if r.Burst < 1 || r.Burst > MaxRateBurst {
+		return fmt.Errorf("%s.burst %d: want 1 to %d", key, r.Burst, MaxRateBurst)
+	}
+	return nil
 }
 
 // Signer names signerd's address and authd's client certificate (URI SAN
@@ -138,6 +178,12 @@ func (c *Config) Validate() error {
 		c.MaxInFlight = DefaultMaxInFlight
 	case c.MaxInFlight < 1 || c.MaxInFlight > 4096:
 		return fmt.Errorf("max_in_flight %d: want 1 to 4096", c.MaxInFlight)
+	}
+	if err := c.CalloutOpens.check("callout_opens", callout.DefaultOpenRate); err != nil {
+		return err
+	}
+	if err := c.CalloutRefusals.check("callout_refusals", callout.DefaultRefusalRate); err != nil {
+		return err
 	}
 	switch {
 	case c.PlaneTTL == 0:

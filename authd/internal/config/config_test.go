@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
+	"github.com/cotalgo/cotal/authd/internal/callout"
 	"github.com/cotalgo/cotal/pkg/daemon"
 )
 
@@ -63,17 +64,24 @@ func TestLoad(t *testing.T) {
 		if c.Listen != DefaultListen || c.MaxInFlight != DefaultMaxInFlight || c.PlaneTTL.D() != DefaultPlaneTTL || c.ShutdownTimeout.D() != DefaultShutdownTimeout {
 			t.Fatalf("defaults: %+v", c)
 		}
+		if c.CalloutOpens.Callout() != callout.DefaultOpenRate || c.CalloutRefusals.Callout() != callout.DefaultRefusalRate {
+			t.Fatalf("callout budgets %+v %+v, want the defaults", c.CalloutOpens, c.CalloutRefusals)
+		}
 	})
 	t.Run("ok/everything", func(t *testing.T) {
 		f := newFixture(t)
 		kp, _ := nkeys.CreateServer()
 		id, _ := kp.PublicKey()
-		c, _, err := f.load(t, f.yaml("listen: '[::1]:8088'\nallowed_servers: ["+id+"]\nmax_in_flight: 8\nplane_ttl: 10s\nshutdown_timeout: 3s\nlog_level: debug\n"))
+		c, _, err := f.load(t, f.yaml("listen: '[::1]:8088'\nallowed_servers: ["+id+"]\nmax_in_flight: 8\nplane_ttl: 10s\nshutdown_timeout: 3s\nlog_level: debug\n"+
+			"callout_opens: {per_second: 50.5, burst: 60}\ncallout_refusals: {per_second: 5, burst: 10}\n"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if c.Listen != "[::1]:8088" || len(c.AllowedServers) != 1 || c.MaxInFlight != 8 || c.PlaneTTL.D() != 10*time.Second {
 			t.Fatalf("%+v", c)
+		}
+		if c.CalloutOpens != (Rate{PerSecond: 50.5, Burst: 60}) || c.CalloutRefusals != (Rate{PerSecond: 5, Burst: 10}) {
+			t.Fatalf("callout budgets %+v %+v", c.CalloutOpens, c.CalloutRefusals)
 		}
 	})
 	acct, _ := nkeys.CreateAccount()
@@ -89,6 +97,11 @@ func TestLoad(t *testing.T) {
 		{name: "fail/plane-ttl-too-short", extra: "plane_ttl: 1s\n", want: "plane_ttl"},
 		{name: "fail/max-in-flight", extra: "max_in_flight: -1\n", want: "max_in_flight"},
 		{name: "fail/log-level", extra: "log_level: loud\n", want: "log_level"},
+		{name: "fail/callout-opens-no-burst", extra: "callout_opens: {per_second: 10}\n", want: "callout_opens.burst"},
+		{name: "fail/callout-refusals-zero-rate", extra: "callout_refusals: {burst: 10}\n", want: "callout_refusals.per_second"},
+		{name: "fail/callout-refusals-negative", extra: "callout_refusals: {per_second: -1, burst: 10}\n", want: "callout_refusals.per_second"},
+		{name: "fail/callout-opens-too-fast", extra: "callout_opens: {per_second: 1e9, burst: 10}\n", want: "callout_opens.per_second"},
+		{name: "fail/callout-budget-unknown-key", extra: "callout_opens: {per_second: 1, burst: 1, per_minute: 3}\n", want: "per_minute"},
 		{name: "fail/account-seed-in-config", extra: "# " + string(acctSeed) + "\n", want: "holds an account seed"},
 		{name: "fail/private-jwk-in-config", extra: "note: {kty: OKP, d: AA}\n", want: "private JWK"},
 		{name: "fail/missing-keys", want: "missing required keys: space, signer.address",
