@@ -70,13 +70,23 @@ func Serve(ctx context.Context, stderr io.Writer, prefix, level string, start fu
 	defer stop()
 	svc, err := start(ctx, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", prefix, err)
+		fmt.Fprintln(stderr, errLine(prefix, err))
 		return 1
 	}
 	<-svc.Done()
 	if err := svc.Err(); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrStopped) {
-		fmt.Fprintf(stderr, "%s: %v\n", prefix, err)
+		fmt.Fprintln(stderr, errLine(prefix, err))
 		return 1
 	}
 	return 0
+}
+
+// errLine is "prefix: err", without a second prefix when err already begins with it (a
+// *StartError names its daemon, and the daemons' stop causes begin with their name).
+func errLine(prefix string, err error) string {
+	msg := err.Error()
+	if strings.HasPrefix(msg, prefix+": ") {
+		return msg
+	}
+	return prefix + ": " + msg
 }
