@@ -267,6 +267,18 @@ func goBuild(t *testing.T, out, pkg string) {
 // file, agents uidCount uids from testUIDFirst (8 when 0) and a cgroup parent of its own.
 func startRootLauncher(t *testing.T, uidCount uint32) *rootEnv {
 	t.Helper()
+	return startRootLauncherWith(t, uidCount, false)
+}
+
+// launcherCaps are the capabilities the launcher unit keeps (CapabilityBoundingSet=).
+var launcherCaps = "-all,+setuid,+setgid,+setpcap,+chown,+dac_override,+fowner,+kill"
+
+// startRootLauncherWith is startRootLauncher; sandboxed runs the launcher as its unit would in
+// the respects that could break it: a /proc of its own mounted hidepid=invisible,subset=pid
+// (ProtectProc=invisible, ProcSubset=pid) and only the unit's seven capabilities (no
+// CAP_SYS_PTRACE, so it cannot see its agents' /proc entries).
+func startRootLauncherWith(t *testing.T, uidCount uint32, sandboxed bool) *rootEnv {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("root test: starting the launcher, changing uid and creating users need root (CI runs as root)")
 	}
@@ -323,6 +335,16 @@ log_level: debug
 		t.Fatal(err)
 	}
 	cmd := exec.Command(filepath.Join(e.bin, "managerd"), "launcher", "--config", cfgPath)
+	if sandboxed {
+		for _, tool := range []string{"unshare", "setpriv"} {
+			if _, err := exec.LookPath(tool); err != nil {
+				t.Skipf("sandboxed launcher test needs %s", tool)
+			}
+		}
+		cmd = exec.Command("unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+			`mount -t proc -o hidepid=invisible,subset=pid proc /proc && exec setpriv --bounding-set="$1" --inh-caps=-all -- "$2" launcher --config "$3"`,
+			"sh", launcherCaps, filepath.Join(e.bin, "managerd"), cfgPath)
+	}
 	cmd.Env = append(os.Environ(), e.canary+"=leaked", "TERM=launcher-term", "HOME=/root")
 	// Whoever starts the launcher may leave a descriptor open: fd 9 on a root-only file.
 	e.secret = filepath.Join(e.base, "root-only")
@@ -1092,4 +1114,37 @@ func TestRootUIDRange(t *testing.T) {
 	}
 	cc.terminate(t)
 	cb.terminate(t)
+}
+
+// TestRootSandboxedLauncher: the launcher as its unit runs it (its own /proc hidepid=invisible,
+// subset=pid; only the unit's seven capabilities, no CAP_SYS_PTRACE) still launches, contains and
+// proves gone: it reads nothing of its agents from /proc (the start time comes from the
+// trampoline, liveness from waitid and cgroup.events).
+func TestRootSandboxedLauncher(t *testing.T) {
+	e := startRootLauncherWith(t, 0, true)
+	c, child, out := e.launchAgent(t, "sandboxed", "escape", []byte("m"))
+	var orphan int
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(line, "orphan "); ok {
+			orphan, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	if orphan <= 1 || !e.inRange(child.UID) {
+		t.Fatalf("launch: orphan %d, uid %d (output %q)", orphan, child.UID, out)
+	}
+	f, err := procStatFields(orphan)
+	if err != nil {
+		t.Fatalf("the orphan %d is not running: %v", orphan, err)
+	}
+	orphanStart := f[19]
+	if got := procStatusLine(t, child.Pid, "CapBnd"); got != "CapBnd:\t0000000000000000" {
+		t.Fatalf("agent %s", got)
+	}
+	c.terminate(t)
+	if f, err := procStatFields(orphan); err == nil && f[19] == orphanStart && f[0] != "Z" && f[0] != "X" {
+		t.Fatalf("the orphan %d survived Terminate (state %s)", orphan, f[0])
+	}
+	if _, err := os.Stat(cgroupDir(e.cgParent, child.UID)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the agent's cgroup after Terminate: %v", err)
+	}
 }
