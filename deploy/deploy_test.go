@@ -35,7 +35,7 @@ var unitUsers = map[string]string{
 }
 
 // launcherCaps is exactly what `managerd launcher --help` says the launcher needs.
-var launcherCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL"}
+var launcherCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL"}
 
 // unit is a parsed unit file: section → key → every assignment, in order.
 type unit map[string]map[string][]string
@@ -132,7 +132,7 @@ func TestUnitHardening(t *testing.T) {
 		"Type": "notify", "Restart": "on-failure", "UMask": "0077", "NoNewPrivileges": "yes",
 		"ProtectSystem": "strict", "ProtectHome": "yes", "PrivateTmp": "yes", "PrivateMounts": "yes",
 		"PrivateIPC": "yes", "ProtectKernelTunables": "yes", "ProtectKernelModules": "yes",
-		"ProtectKernelLogs": "yes", "ProtectControlGroups": "yes", "ProtectHostname": "yes",
+		"ProtectKernelLogs": "yes", "ProtectHostname": "yes",
 		"RestrictNamespaces": "yes", "RestrictRealtime": "yes", "LockPersonality": "yes",
 		"SystemCallArchitectures": "native", "SystemCallErrorNumber": "EPERM",
 		"RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6", "LimitCORE": "0",
@@ -141,7 +141,7 @@ func TestUnitHardening(t *testing.T) {
 	daemonOnly := map[string]string{
 		"CapabilityBoundingSet": "", "PrivateDevices": "yes", "DevicePolicy": "closed",
 		"ProtectClock": "yes", "RestrictSUIDSGID": "yes", "MemoryDenyWriteExecute": "yes",
-		"ProcSubset": "pid", "StateDirectoryMode": "0700",
+		"ProcSubset": "pid", "StateDirectoryMode": "0700", "ProtectControlGroups": "yes",
 	}
 	for name, u := range units(t) {
 		t.Run("ok/"+name, func(t *testing.T) {
@@ -187,6 +187,18 @@ func TestUnitHardening(t *testing.T) {
 				}
 				if got := u.words("Unit", "Before"); !slices.Contains(got, "cotal-managerd@%i.service") {
 					t.Errorf("Before=%v: want cotal-managerd@%%i.service", got)
+				}
+				// A cgroup per agent below the unit's (Delegate=, a writable /sys/fs/cgroup);
+				// its /proc shows it only itself and its agents only their own uid's
+				// processes; agents reach loopback (the broker, authd's exchange) and nothing else.
+				for k, want := range map[string]string{"Delegate": "yes", "ProtectProc": "invisible", "ProcSubset": "pid",
+					"IPAddressDeny": "any", "IPAddressAllow": "localhost"} {
+					if got := u.one(t, svc, k); got != want {
+						t.Errorf("%s=%q, want %q", k, got, want)
+					}
+				}
+				if v, ok := u[svc]["ProtectControlGroups"]; ok {
+					t.Errorf("ProtectControlGroups=%q: the launcher makes its agents' cgroups", v)
 				}
 				return
 			}
@@ -360,7 +372,7 @@ func TestSysusersAndTmpfiles(t *testing.T) {
 		}
 		users = append(users, f[1])
 	}
-	if want := []string{"cotal-signer", "cotal-auth", "cotal-delivery", "cotal-manager", "cotal-agent"}; !slices.Equal(users, want) {
+	if want := []string{"cotal-signer", "cotal-auth", "cotal-delivery", "cotal-manager"}; !slices.Equal(users, want) {
 		t.Errorf("sysusers: %v, want %v", users, want)
 	}
 	dirs := tmpfilesDirs(t)
@@ -743,7 +755,7 @@ func TestInstall(t *testing.T) {
 	}
 
 	users, groups := ids(t, filepath.Join(dest, "etc/passwd")), ids(t, filepath.Join(dest, "etc/group"))
-	for _, u := range []string{"cotal-signer", "cotal-auth", "cotal-delivery", "cotal-manager", "cotal-agent"} {
+	for _, u := range []string{"cotal-signer", "cotal-auth", "cotal-delivery", "cotal-manager"} {
 		if _, ok := users[u]; !ok {
 			t.Fatalf("user %s not in %s/etc/passwd", u, dest)
 		}
@@ -833,12 +845,20 @@ func TestInstall(t *testing.T) {
 		}
 		for _, want := range []string{
 			fmt.Sprintf("manager: {uid: %d, gid: %d}", users["cotal-manager"], groups["cotal-manager"]),
-			fmt.Sprintf("agent: {uid: %d, gid: %d, groups: []}", users["cotal-agent"], groups["cotal-agent"]),
+			"agents: {uid_first: 70000, uid_count: 1000}",
 			"agent_root: /var/lib/cotal/agents/demo ",
 		} {
 			if !bytes.Contains(l, []byte(want)) {
 				t.Errorf("launcher/demo.yaml lacks %q", want)
 			}
+		}
+		// The second space's launcher has a block of agent uids of its own.
+		l2, err := os.ReadFile(dest + "/etc/cotal/launcher/" + toks[1] + ".yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(l2, []byte("agents: {uid_first: 71000, uid_count: 1000}")) {
+			t.Errorf("launcher/%s.yaml: want the agents range 71000+1000:\n%s", toks[1], l2)
 		}
 		for _, d := range []string{"authd", "deliveryd", "managerd"} {
 			a, err := os.ReadFile(dest + "/etc/cotal/" + d + "/" + toks[1] + ".yaml")

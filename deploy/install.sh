@@ -23,7 +23,7 @@
 # /usr/local/bin/authd                                          root:root                      0755  binary
 # /usr/local/bin/deliveryd                                      root:root                      0755  binary
 # /usr/local/bin/managerd                                       root:root                      0755  binary (serve, launcher, provision)
-# /etc/sysusers.d/cotal.conf                                    root:root                      0644  the five users
+# /etc/sysusers.d/cotal.conf                                    root:root                      0644  the four users
 # /etc/tmpfiles.d/cotal.conf                                    root:root                      0644  the fixed directories
 # /etc/systemd/system/cotal-signerd.service                     root:root                      0644  unit
 # /etc/systemd/system/cotal-authd@.service                      root:root                      0644  unit
@@ -52,7 +52,7 @@
 # /etc/cotal/managerd/<tok>.pem                                 root:root                      0644  client certificate spiffe://cotal.local/managerd/<tok>
 # /etc/cotal/managerd/signerd-ca.pem                            root:root                      0644  signerd's CA
 # /etc/cotal/launcher                                           root:root                      0750
-# /etc/cotal/launcher/<tok>.yaml                                root:root                      0640  the launcher's config, with this machine's uids of cotal-manager and cotal-agent
+# /etc/cotal/launcher/<tok>.yaml                                root:root                      0640  the launcher's config, with this machine's uid of cotal-manager and the space's agent uid range
 # /etc/cotal/broker                                             root:root                      0755
 # /etc/cotal/broker/nats.conf                                   root:root                      0644  nats-server trust: operator JWT, account JWTs; no seed; JetStream in /var/lib/nats/jetstream
 # /var/lib/cotal                                                root:root                      0755  state
@@ -100,7 +100,7 @@
 #
 # Made at run time, not here: /run/credentials/<unit>/ (systemd LoadCredential=, the unit's
 # user, dir 0500, files 0400); /var/lib/cotal/agents/<tok> (root 0755) and <tok>/<agent>
-# (cotal-agent:cotal-manager 0750) by the launcher; /run/cotal/launcher/<tok>/launcher.sock
+# (<the agent's uid>:cotal-manager 0750) by the launcher; /run/cotal/launcher/<tok>/launcher.sock
 # (root:cotal-manager, dir 0750, socket 0660) and /run/cotal/managerd/<tok>/launcher.token
 # (cotal-manager, dir 0700, file 0600) by the launcher; /run/cotal/manager/<tok>/manager.sock
 # (cotal-manager, dir 0750, socket 0660) by managerd.
@@ -199,7 +199,7 @@ for d in sysusers.d tmpfiles.d; do
 	dir "$R/etc/$d" 0755 0 0
 	put "$REPO/deploy/$d/cotal.conf" "$R/etc/$d/cotal.conf" 0644 0 0
 done
-USERS=(cotal-signer cotal-auth cotal-delivery cotal-manager cotal-agent)
+USERS=(cotal-signer cotal-auth cotal-delivery cotal-manager)
 if command -v systemd-sysusers >/dev/null 2>&1; then
 	for f in passwd group; do [ -e "$R/etc/$f" ] || : >"$R/etc/$f"; done
 	systemd-sysusers ${R:+--root="$R"} "$R/etc/sysusers.d/cotal.conf" >/dev/null
@@ -330,6 +330,25 @@ trap 'rm -rf "$TMP"' EXIT
 # own substitution with quoted replacements, so a name's quotes, backslashes or '&' stay literal
 # (awk's gsub would read them); the name goes in as a double-quoted YAML scalar.
 shopt -u patsub_replacement 2>/dev/null || true
+# Each space's launcher starts its agents as uids of a block of its own: AGENT_UID_COUNT uids
+# from AGENT_UID_BASE + k * AGENT_UID_COUNT, the first block no launcher config already names.
+# 70000-99999 is above systemd's ranges (homed, dynamic users end at 65519, nobody is 65534) and
+# below /etc/subuid's first allocation (SUB_UID_MIN 100000); the launcher refuses a range any
+# /etc/passwd or /etc/group entry holds.
+AGENT_UID_BASE=70000
+AGENT_UID_COUNT=1000
+next_agent_uid_first() { # sets AGENT_UID_FIRST
+	local k first used
+	used="$(sed -n 's/^agents: *{uid_first: *\([0-9][0-9]*\).*/\1/p' "$R"/etc/cotal/launcher/*.yaml 2>/dev/null || true)"
+	for ((k = 0; k < 30; k++)); do
+		first=$((AGENT_UID_BASE + k * AGENT_UID_COUNT))
+		grep -qx "$first" <<<"$used" || {
+			AGENT_UID_FIRST="$first"
+			return
+		}
+	done
+	die "no free block of $AGENT_UID_COUNT agent uids left in $AGENT_UID_BASE-99999 (30 spaces)"
+}
 render() {
 	local name="$2" tok="$3" q c inst t
 	q="${name//\\/\\\\}"
@@ -343,8 +362,11 @@ render() {
 	t="${t//@INSTANCE_ID@/"$inst"}"
 	t="${t//@MANAGER_UID@/"${UID_OF[cotal-manager]}"}"
 	t="${t//@MANAGER_GID@/"${GID_OF[cotal-manager]}"}"
-	t="${t//@AGENT_UID@/"${UID_OF[cotal-agent]}"}"
-	t="${t//@AGENT_GID@/"${GID_OF[cotal-agent]}"}"
+	if [[ "$t" == *@AGENT_UID_FIRST@* ]]; then
+		next_agent_uid_first
+		t="${t//@AGENT_UID_FIRST@/"$AGENT_UID_FIRST"}"
+		t="${t//@AGENT_UID_COUNT@/"$AGENT_UID_COUNT"}"
+	fi
 	printf '%s\n' "$t"
 }
 putnew "$REPO/deploy/etc/signerd/signerd.yaml" "$R/etc/cotal/signerd/signerd.yaml" 0640 0 "$SG"

@@ -25,9 +25,9 @@ import (
 	"github.com/cotalgo/cotal/pkg/testkit"
 )
 
-// TestIsolationProof is `make proof` (issue 12, item 5), and part of `make test` as root: the five
-// users, the files laid out by install.sh itself (into a staging root whose passwd maps the five
-// names onto throwaway users of this machine), each daemon started under its own uid from that
+// TestIsolationProof is `make proof` (issue 12, item 5), and part of `make test` as root: the four
+// daemon users, the files laid out by install.sh itself (into a staging root whose passwd maps the
+// four names onto throwaway users of this machine; the agent runs as a uid of the space's range), each daemon started under its own uid from that
 // layout (no systemd: the key paths the units would pass through LoadCredential point at their
 // source files, as the README says for a run by hand), an agent spawned through managerd, and
 // then, never printing a secret: the signer's keys are readable by cotal-signer alone; no daemon
@@ -37,7 +37,7 @@ import (
 // the launcher's or managerd's socket; managerd still mints, before and after.
 func TestIsolationProof(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("the isolation proof needs root (CI runs as root): it creates five users and runs each daemon under its own")
+		t.Skip("the isolation proof needs root (CI runs as root): it creates four users and runs each daemon under its own")
 	}
 	for _, tool := range []string{"bash", "useradd", "userdel"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -59,7 +59,7 @@ func TestIsolationProof(t *testing.T) {
 	var passwd, group strings.Builder
 	passwd.WriteString("root:x:0:0:root:/root:/bin/bash\n")
 	group.WriteString("root:x:0:\n")
-	for _, name := range []string{"cotal-signer", "cotal-auth", "cotal-delivery", "cotal-manager", "cotal-agent"} {
+	for _, name := range []string{"cotal-signer", "cotal-auth", "cotal-delivery", "cotal-manager"} {
 		uid, gid := testkit.AddUser(t, 0)
 		p.users[name] = [2]uint32{uid, gid}
 		fmt.Fprintf(&passwd, "%s:x:%d:%d::/:/usr/sbin/nologin\n", name, uid, gid)
@@ -84,10 +84,12 @@ func TestIsolationProof(t *testing.T) {
 	// Positive control, before: managerd mints an agent credential (the spawn needs one).
 	agent := p.spawn(c, "prover")
 	uidLine := testkit.ProcUIDs(t, int(agent.Pid))
-	want := strconv.FormatUint(uint64(p.uid("cotal-agent")), 10)
-	if strings.Join(uidLine, " ") != strings.Join([]string{want, want, want, want}, " ") {
-		t.Fatalf("agent pid %d Uid: %v, want cotal-agent (%s) four times", agent.Pid, uidLine, want)
+	// install.sh gave the space's launcher the first block of agent uids, 70000+1000.
+	agentUID64, err := strconv.ParseUint(uidLine[0], 10, 32)
+	if err != nil || agentUID64 < 70000 || agentUID64 >= 71000 || strings.Join(uidLine, " ") != strings.Join([]string{uidLine[0], uidLine[0], uidLine[0], uidLine[0]}, " ") {
+		t.Fatalf("agent pid %d Uid: %v, want one uid of the space's range 70000+1000 four times", agent.Pid, uidLine)
 	}
+	agentUID := uint32(agentUID64)
 	term := p.attach(c, "prover")
 	term.waitFor(t, "ready")
 
@@ -136,8 +138,8 @@ func TestIsolationProof(t *testing.T) {
 			if strings.HasPrefix(p.dest+f, agents) {
 				path := p.dest + f[:strings.Index(f, ": ")]
 				fi := p.stat(path)
-				if filepath.Base(path) != "launch-material" || !strings.HasSuffix(f, ": SU…") || fi.Uid != p.uid("cotal-agent") || fi.Mode&0o7777 != 0o600 {
-					t.Fatalf("agent directory seed %s: uid %d mode %o; want a user seed in launch-material, cotal-agent's, 0600", f, fi.Uid, fi.Mode&0o7777)
+				if filepath.Base(path) != "launch-material" || !strings.HasSuffix(f, ": SU…") || fi.Uid != agentUID || fi.Mode&0o7777 != 0o600 {
+					t.Fatalf("agent directory seed %s: uid %d mode %o; want a user seed in launch-material, the agent's (%d), 0600", f, fi.Uid, fi.Mode&0o7777, agentUID)
 				}
 				continue
 			}

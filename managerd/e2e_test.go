@@ -145,14 +145,15 @@ func copyFile(t testing.TB, from, to string, uid, gid uint32, mode os.FileMode) 
 // machine is one machine's Cotal: users, directories, binaries, the launcher, deliveryd, and
 // managerd's configuration.
 type machine struct {
-	e                  *plane3test.Env
-	base, bin          string
-	mgrUID, mgrGID     uint32
-	agentUID, agentGID uint32
-	mgrConfig          string
-	mgrKey             string
-	apiSock            string
-	blob               string
+	e              *plane3test.Env
+	base, bin      string
+	mgrUID, mgrGID uint32
+	// uidFirst is the first of the launcher's eight agent uids (one per agent, gid the same).
+	uidFirst  uint32
+	mgrConfig string
+	mgrKey    string
+	apiSock   string
+	blob      string
 	// capacity and agentTTL go into managerd.yaml (default 4 and 5s).
 	capacity int
 	agentTTL string
@@ -174,7 +175,7 @@ func newMachine(t testing.TB) *machine {
 	}
 	m := &machine{e: plane3test.New(t), capacity: 4, agentTTL: "5s"}
 	m.mgrUID, m.mgrGID = testkit.AddUser(t, 0)
-	m.agentUID, m.agentGID = testkit.AddUser(t, 0)
+	m.uidFirst = 64300 // above login.defs' UID_MAX and below nobody: no user has these
 	m.base = t.TempDir()
 	for _, d := range []string{filepath.Dir(m.base), m.base} { // traversable by the test's users
 		if err := os.Chmod(d, 0o755); err != nil {
@@ -206,14 +207,14 @@ func newMachine(t testing.TB) *machine {
 	launcherCfg := fmt.Sprintf(`socket: %s
 token_file: %s
 manager: {uid: %d, gid: %d}
-agent: {uid: %d, gid: %d}
+agents: {uid_first: %d, uid_count: 8}
 agent_root: %s
 connectors:
   testagent: {argv: [%s, --probe-every, 1s]}
   blob: {argv: [/bin/sh, -c, "cat %s; exec sleep 600"]}
 env_allow: [TERM]
 log_level: debug
-`, m.path("run", "launcher.sock"), m.path("mgr-token", "launcher.token"), m.mgrUID, m.mgrGID, m.agentUID, m.agentGID,
+`, m.path("run", "launcher.sock"), m.path("mgr-token", "launcher.token"), m.mgrUID, m.mgrGID, m.uidFirst,
 		m.path("agents"), filepath.Join(m.bin, "testagent"), m.blob)
 	writeFile(t, m.path("launcher.yaml"), []byte(launcherCfg), 0, 0, 0o600)
 	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", canary + "=leaked", "HOME=/root"}
@@ -478,16 +479,25 @@ func TestEndToEnd(t *testing.T) {
 		ta.waitFor(t, "sent general ")
 	})
 
-	t.Run("ok/the agent runs as the agent uid, without the ambient environment or its credential in argv", func(t *testing.T) {
-		want := strconv.FormatUint(uint64(m.agentUID), 10)
+	aliceUID := uint32(0)
+	t.Run("ok/each agent runs as a uid of its own from the range, without the ambient environment or its credential in argv", func(t *testing.T) {
+		seen := map[string]bool{}
 		for _, a := range []*managerv1.Agent{alice, bob} {
 			uids := testkit.ProcUIDs(t, int(a.Pid))
 			if len(uids) != 4 {
 				t.Fatalf("Uid: %v", uids)
 			}
+			n, err := strconv.ParseUint(uids[0], 10, 32)
+			if err != nil || n < uint64(m.uidFirst) || n >= uint64(m.uidFirst)+8 || seen[uids[0]] {
+				t.Fatalf("agent %s Uid: %v, want a uid of %d+8 of its own", a.Name, uids, m.uidFirst)
+			}
+			seen[uids[0]] = true
+			if a == alice {
+				aliceUID = uint32(n)
+			}
 			for _, u := range uids {
-				if u != want {
-					t.Fatalf("agent %s Uid: %v, want %s in all four", a.Name, uids, want)
+				if u != uids[0] {
+					t.Fatalf("agent %s Uid: %v, want one uid in all four", a.Name, uids)
 				}
 			}
 			environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", a.Pid))
@@ -515,8 +525,8 @@ func TestEndToEnd(t *testing.T) {
 		if err := syscall.Lstat(in.LaunchMaterialPath, &st); err != nil {
 			t.Fatal(err)
 		}
-		if st.Uid != m.agentUID || st.Mode&0o7777 != 0o600 || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
-			t.Fatalf("launch material %s: uid %d mode %o, want %d and 0600", in.LaunchMaterialPath, st.Uid, st.Mode, m.agentUID)
+		if st.Uid != aliceUID || st.Mode&0o7777 != 0o600 || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+			t.Fatalf("launch material %s: uid %d mode %o, want %d and 0600", in.LaunchMaterialPath, st.Uid, st.Mode, aliceUID)
 		}
 	})
 

@@ -33,8 +33,17 @@ func (l layout) launcherPaths() (sock, token string) {
 	return filepath.Join(l.run, "launcher", "launcher.sock"), filepath.Join(l.run, "manager-token", "launcher.token")
 }
 
+// devAgentUIDFirst is the first of the dev launcher's devAgentUIDs agent uids (each agent gets
+// one of its own): above login.defs' UID_MAX (60000) and below nobody, so no user of a developer's
+// machine has them, and apart from the ranges the launcher's and managerd's root tests use.
+const (
+	devAgentUIDFirst = 64800
+	devAgentUIDs     = 16
+)
+
 // startLauncher runs `managerd launcher` as root: it admits only the manager dev user and starts
-// agents as the agent dev user.
+// each agent as a uid of its own from devAgentUIDFirst, in a cgroup of its own under the
+// launcher's.
 func (s *stack) startLauncher(ctx context.Context) error {
 	u, l := s.users, s.l
 	sock, token := l.launcherPaths()
@@ -47,12 +56,12 @@ func (s *stack) startLauncher(ctx context.Context) error {
 	lcfg := fmt.Sprintf(`socket: %s
 token_file: %s
 manager: {uid: %d, gid: %d}
-agent: {uid: %d, gid: %d}
+agents: {uid_first: %d, uid_count: %d}
 agent_root: %s
 connectors:
   testagent: {argv: [%s]}
 env_allow: [TERM]
-`, q(sock), q(token), u.mgrUID, u.mgrGID, u.agentUID, u.agentGID, q(l.agents), q(filepath.Join(l.bin, "testagent")))
+`, q(sock), q(token), u.mgrUID, u.mgrGID, devAgentUIDFirst, devAgentUIDs, q(l.agents), q(filepath.Join(l.bin, "testagent")))
 	lpath := filepath.Join(l.launcher, "launcher.yaml")
 	if err := os.WriteFile(lpath, []byte(lcfg), 0o600); err != nil {
 		return err
@@ -204,10 +213,9 @@ log_level: info
 	return api, nil
 }
 
-// agentDemo spawns the two demo agents through ManagerService (the launcher starts them as the
-// agent dev user) and has alice's line reach bob through deliveryd, read from bob's terminal.
+// agentDemo spawns the two demo agents through ManagerService (the launcher starts each as a
+// uid of its own) and has alice's line reach bob through deliveryd, read from bob's terminal.
 func (s *stack) agentDemo(ctx context.Context, api managerv1.ManagerServiceClient, pcfg provision.Config) error {
-	u := s.users
 	if err := s.cleanStale(ctx, pcfg); err != nil {
 		return err
 	}
@@ -228,7 +236,7 @@ func (s *stack) agentDemo(ctx context.Context, api managerv1.ManagerServiceClien
 			return err
 		}
 		terms[name] = t
-		fmt.Fprintf(s.out, "agent:     %s spawned (pid %d, uid %d %s)\n", name, a.Pid, u.agentUID, agentUser)
+		fmt.Fprintf(s.out, "agent:     %s spawned (pid %d, uid %s of its own)\n", name, a.Pid, procUID(a.Pid))
 	}
 	for _, name := range demoAgents {
 		if _, err := terms[name].waitLine(ctx, "ready", 30*time.Second); err != nil {
@@ -255,7 +263,7 @@ func (s *stack) agentDemo(ctx context.Context, api managerv1.ManagerServiceClien
 		if a.Name == "bob" {
 			ready += ", message received"
 		}
-		s.rows = append(s.rows, statusRow{"agent " + a.Name, fmt.Sprintf("%s.%s (uid %d)", a.Owner, a.Actor, u.agentUID), a.UserPublicKey,
+		s.rows = append(s.rows, statusRow{"agent " + a.Name, fmt.Sprintf("%s.%s (uid %s)", a.Owner, a.Actor, procUID(a.Pid)), a.UserPublicKey,
 			ready, fmtTS(a.CredentialExpiresAt)})
 	}
 	return nil
@@ -420,4 +428,21 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// procUID is the real uid of pid from /proc/<pid>/status ("?" when it cannot be read): the
+// launcher picks each agent's uid from its range.
+func procUID(pid int32) string {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return "?"
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "Uid:"); ok {
+			if f := strings.Fields(v); len(f) > 0 {
+				return f[0]
+			}
+		}
+	}
+	return "?"
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -190,11 +191,18 @@ func checkAgents(t *testing.T, out string) {
 	if !strings.HasPrefix(mgr[1], "spiffe://cotal.local/managerd/demo (uid ") || mgr[3] != "lease held, signer reachable true" {
 		t.Fatalf("managerd row %q", mgr)
 	}
+	agentUIDs := map[string]bool{}
 	for _, name := range []string{"alice", "bob"} {
 		r := row(t, out, "agent "+name)
 		if !strings.HasPrefix(r[1], "local."+name+" (uid ") || !strings.HasPrefix(r[3], "running, online") {
 			t.Fatalf("agent %s row %q", name, r)
 		}
+		// Each agent runs as a uid of its own from the dev launcher's range.
+		uid, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(r[1], "local."+name+" (uid "), ")"))
+		if err != nil || uid < devAgentUIDFirst || uid >= devAgentUIDFirst+devAgentUIDs || agentUIDs[r[1][len("local."+name):]] {
+			t.Fatalf("agent %s row %q: want a uid of %d+%d of its own (%v)", name, r, devAgentUIDFirst, devAgentUIDs, err)
+		}
+		agentUIDs[r[1][len("local."+name):]] = true
 		exp, err := time.Parse(time.RFC3339, r[4])
 		if err != nil || !exp.After(time.Now()) {
 			t.Fatalf("agent %s: expiry %q is not in the future (%v)", name, r[4], err)

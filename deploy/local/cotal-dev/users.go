@@ -9,7 +9,9 @@ import (
 )
 
 // The dev users, made once (system users, no home, their own group) and kept between runs:
-// managerd runs as the first, the agents as the second. Neither can read the signer's seeds.
+// managerd runs as the first; the second is an unprivileged user for the tests (the agents run
+// as uids of their own from the launcher's range, devAgentUIDFirst). Neither can read the
+// signer's seeds.
 const (
 	managerUser = "cotal-dev-manager"
 	agentUser   = "cotal-dev-agent"
