@@ -33,6 +33,7 @@ FUZZ_TARGETS ?= \
 	signerd/internal/audit:FuzzRedact \
 	pkg/space:FuzzNames \
 	pkg/space:FuzzPatternCovers \
+	pkg/space:FuzzBoundInboxNonce \
 	managerd/internal/instlease:FuzzDecodeRow \
 	pkg/profiles:FuzzBuild \
 	pkg/dlvclient:FuzzDecodeFrame \

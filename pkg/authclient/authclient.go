@@ -2,8 +2,10 @@
 // managed actor's token (an agent) at authd's exchange for a Cotal user bearer, keeps that bearer
 // renewed ahead of its expiry, and connects to NATS through the auth callout with it: the space's
 // sentinel JWT as the user JWT, the bearer as the auth token (through a bearer function, so every
-// reconnect presents the freshest one), and a random inbox nonce as the connection name with
-// `_INBOX_<nonce>` as the inbox prefix.
+// reconnect presents the freshest one), and an inbox nonce bound to the client's principal
+// (space.BoundInboxNonce: the tag of owner.actor, '-', a random suffix) as the connection name with
+// `_INBOX_<nonce>` as the inbox prefix. The callout grants no other name: a client cannot take a
+// minted credential's `_INBOX_<user key>` or another principal's inbox.
 //
 // It refuses: an exchange URL that is plain http to anything but a loopback address (the cap and
 // the tokens would cross the network in the clear); a config naming both arms or neither; a
@@ -124,19 +126,23 @@ func (b *Bearer) renewAt() time.Time {
 
 // Client exchanges, caches and renews bearers. It is safe for concurrent use.
 type Client struct {
-	cfg   Config
-	url   string
-	http  *http.Client
-	log   *slog.Logger
-	now   func() time.Time
-	nonce string
+	cfg  Config
+	url  string
+	http *http.Client
+	log  *slog.Logger
+	now  func() time.Time
+	// suffix is the random part of the inbox nonce; the nonce itself is bound to the principal
+	// once the owner is known (at New for an agent, at the first exchange for a human).
+	suffix string
 
 	// exMu serialises exchanges, so concurrent callers that find the bearer due share one;
-	// mu guards cur only and is never held across a request, so the bearer function a
+	// mu guards cur, owner and nonce and is never held across a request, so the bearer function a
 	// reconnect calls never waits on the network.
-	exMu sync.Mutex
-	mu   sync.Mutex
-	cur  *Bearer
+	exMu  sync.Mutex
+	mu    sync.Mutex
+	cur   *Bearer
+	owner string // the owner the nonce is bound to; "" until known
+	nonce string
 }
 
 // New validates cfg. It makes no request.
@@ -164,11 +170,16 @@ func New(cfg Config) (*Client, error) {
 	if cfg.TTL < 0 || cfg.TTL%time.Second != 0 {
 		return nil, errors.New("authclient: TTL must be whole seconds, zero for the default")
 	}
-	nonce, err := NewNonce()
+	suffix, err := NewNonce()
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, url: u, http: cfg.HTTPClient, log: cfg.Logger, now: time.Now, nonce: nonce}
+	c := &Client{cfg: cfg, url: u, http: cfg.HTTPClient, log: cfg.Logger, now: time.Now, suffix: suffix}
+	if cfg.Owner != "" {
+		if err := c.bind(cfg.Owner); err != nil {
+			return nil, err
+		}
+	}
 	if c.http == nil {
 		c.http = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
@@ -198,8 +209,8 @@ func exchangeURL(raw string) (string, error) {
 	return strings.TrimSuffix(u.String(), "/") + "/exchange", nil
 }
 
-// NewNonce returns a random inbox nonce: 16 random bytes, base64url, 22 characters of
-// [A-Za-z0-9_-].
+// NewNonce returns a random nonce: 16 random bytes, base64url, 22 characters of [A-Za-z0-9_-].
+// The client uses one as the random suffix of its bound inbox nonce.
 func NewNonce() (string, error) {
 	b := make([]byte, 16)
 	if _, err := rand.Read(b); err != nil {
@@ -212,11 +223,42 @@ func NewNonce() (string, error) {
 	return n, nil
 }
 
-// Nonce is this client's inbox nonce: the connection name it presents.
-func (c *Client) Nonce() string { return c.nonce }
+// Nonce is this client's inbox nonce, the connection name it presents: bound to its principal
+// (space.BoundInboxNonce). It is "" until the owner is known: an agent client knows it from New, a
+// human client from its first exchange (NatsOptions exchanges first when needed).
+func (c *Client) Nonce() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nonce
+}
 
-// InboxPrefix is the inbox prefix the callout grants this client: _INBOX_<nonce>.
-func (c *Client) InboxPrefix() string { return "_INBOX_" + c.nonce }
+// InboxPrefix is the inbox prefix the callout grants this client, _INBOX_<nonce>; "" while the
+// nonce is not yet bound.
+func (c *Client) InboxPrefix() string {
+	if n := c.Nonce(); n != "" {
+		return "_INBOX_" + n
+	}
+	return ""
+}
+
+// bind binds the inbox nonce to owner (the actor is the configured one) the first time an owner
+// is known, and refuses any other owner afterwards: the callout would refuse the nonce for it.
+func (c *Client) bind(owner string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.owner != "" {
+		if owner != c.owner {
+			return fmt.Errorf("authclient: exchange answered for owner %s; this client's inbox nonce is bound to owner %s", owner, c.owner)
+		}
+		return nil
+	}
+	n, err := space.BoundInboxNonce(owner, c.cfg.Actor, c.suffix)
+	if err != nil {
+		return fmt.Errorf("authclient: inbox nonce: %w", err)
+	}
+	c.owner, c.nonce = owner, n
+	return nil
+}
 
 // Exchange asks authd for a new bearer and makes it current.
 func (c *Client) Exchange(ctx context.Context) (Bearer, error) {
@@ -375,6 +417,9 @@ func (c *Client) exchangeLocked(ctx context.Context) (*Bearer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := c.bind(b.Owner); err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
 	c.cur = b
 	c.mu.Unlock()
@@ -442,14 +487,23 @@ func CheckSentinel(sentinel string) error {
 }
 
 // NatsOptions are the options that connect through the callout: the sentinel as user JWT, the
-// bearer through a bearer function (nats.TokenHandler), the nonce as connection name and
-// _INBOX_<nonce> as inbox prefix. Before each connect and reconnect the JWT callback makes sure
+// bearer through a bearer function (nats.TokenHandler), the bound nonce as connection name and
+// _INBOX_<nonce> as inbox prefix. A human client whose owner is not known yet exchanges first
+// (the owner is derived by the exchange, and the nonce is bound to it). Before each connect and reconnect the JWT callback makes sure
 // a live bearer is held (exchanging if it is due); if none can be had it fails the attempt with
 // ErrExpired rather than present a dead bearer. Run keeps the bearer fresh between reconnects.
 func (c *Client) NatsOptions(sentinel string) ([]nats.Option, error) {
 	if err := CheckSentinel(sentinel); err != nil {
 		return nil, err
 	}
+	if c.Nonce() == "" {
+		ctx, cancel := context.WithTimeout(context.Background(), exchangeTimeout)
+		defer cancel()
+		if _, err := c.Bearer(ctx); err != nil {
+			return nil, fmt.Errorf("authclient: the inbox nonce needs the owner the exchange derives: %w", err)
+		}
+	}
+	nonce := c.Nonce()
 	// The sentinel is a bearer JWT: the server checks no nonce signature, but nats.go requires a
 	// signer whenever a user JWT is set. A throwaway key answers it.
 	kp, err := nkeys.CreateUser()
@@ -457,8 +511,8 @@ func (c *Client) NatsOptions(sentinel string) ([]nats.Option, error) {
 		return nil, err
 	}
 	return []nats.Option{
-		nats.Name(c.nonce),
-		nats.CustomInboxPrefix(c.InboxPrefix()),
+		nats.Name(nonce),
+		nats.CustomInboxPrefix("_INBOX_" + nonce),
 		nats.UserJWT(func() (string, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), exchangeTimeout)
 			defer cancel()

@@ -41,6 +41,17 @@ func TestNew(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				// An agent's nonce is bound to its principal from the start; a human's waits for
+				// the owner its first exchange derives.
+				if tc.cfg.Owner == "" {
+					if c.Nonce() != "" || c.InboxPrefix() != "" {
+						t.Fatalf("human client bound nonce %q before knowing its owner", c.Nonce())
+					}
+					return
+				}
+				if err := space.ValidateBoundInboxNonce(c.Nonce(), tc.cfg.Owner, tc.cfg.Actor); err != nil {
+					t.Fatal(err)
+				}
 				if c.InboxPrefix() != "_INBOX_"+c.Nonce() {
 					t.Fatalf("inbox prefix %q for nonce %q", c.InboxPrefix(), c.Nonce())
 				}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -84,6 +85,23 @@ func Build(spaceName string, name Name, p Params) (*Spec, error) {
 	return s, nil
 }
 
+// checkBoundNonce re-checks, on the spec itself, that its inbox nonce is bound to the principal
+// its tags name (Build made it so; a spec edited afterwards must not widen the inbox).
+func (s *Spec) checkBoundNonce() error {
+	var owner, actor string
+	for _, t := range s.Tags {
+		if v, ok := strings.CutPrefix(t, "owner:"); ok {
+			owner = v
+		} else if v, ok := strings.CutPrefix(t, "actor:"); ok {
+			actor = v
+		}
+	}
+	if err := space.ValidateBoundInboxNonce(s.InboxNonce, owner, actor); err != nil {
+		return paramErr(s.Profile, "InboxNonce", err)
+	}
+	return nil
+}
+
 func paramErr(name Name, fieldName string, err error) *ParamError {
 	return &ParamError{Profile: name, Field: fieldName, Reason: err.Error(), Err: err}
 }
@@ -139,7 +157,6 @@ func normalize(name Name, r rule, p Params) (Params, error) {
 		{"Actor", p.Actor, space.ValidateActor},
 		{"LifecycleUID", p.LifecycleUID, space.ValidateUID},
 		{"Role", p.Role, space.ValidateRole},
-		{"InboxNonce", p.InboxNonce, space.ValidateInboxNonce},
 	}
 	for _, c := range checks {
 		if c.value == "" {
@@ -147,6 +164,16 @@ func normalize(name Name, r rule, p Params) (Params, error) {
 		}
 		if err := c.fn(c.value); err != nil {
 			return Params{}, paramErr(name, c.field, err)
+		}
+	}
+	// A client-chosen inbox must be bound to the principal the credential names (pkg/space
+	// inbox.go): never a user nkey, never another principal's nonce.
+	if p.InboxNonce != "" {
+		if p.Owner == "" || r.target {
+			return Params{}, refuse(name, "InboxNonce", "needs Owner and Actor naming the credential's own principal, the one it is bound to")
+		}
+		if err := space.ValidateBoundInboxNonce(p.InboxNonce, p.Owner, p.Actor); err != nil {
+			return Params{}, paramErr(name, "InboxNonce", err)
 		}
 	}
 	out := Params{
@@ -284,6 +311,8 @@ func (s *Spec) Claims(userPub, issuerAccount string, now time.Time, ttl time.Dur
 		tok := s.InboxNonce
 		if tok == "" {
 			tok = userPub
+		} else if err := s.checkBoundNonce(); err != nil {
+			return nil, err
 		}
 		inbox, err := space.InboxFilter(tok)
 		if err != nil {

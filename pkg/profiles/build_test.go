@@ -164,6 +164,11 @@ func TestBuildRefusals(t *testing.T) {
 		{"fail/agent capability case", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.Capabilities = []string{"Spawn"} }), "Capabilities", false},
 		{"fail/agent nonce short", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.InboxNonce = "short" }), "InboxNonce", true},
 		{"fail/agent nonce wildcard", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.InboxNonce = "abcdefgh>" }), "InboxNonce", true},
+		{"fail/agent nonce a user key", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.InboxNonce = "U" + strings.Repeat("A", 55) }), "InboxNonce", true},
+		{"fail/agent nonce unbound", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.InboxNonce = "nonce-abc-123" }), "InboxNonce", true},
+		{"fail/agent nonce of another principal", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.InboxNonce = mxNonce(t, "local", "alice") }), "InboxNonce", true},
+		{"fail/deprovisioner nonce bound to its target", mxSpace, Deprovisioner, Params{Owner: "local", Actor: "bob", LifecycleUID: mxUID, InboxNonce: mxNonce(t, "local", "bob")}, "InboxNonce", false},
+		{"fail/delivery nonce without a principal", mxSpace, Delivery, Params{InboxNonce: mxNonce(t, "local", "bob")}, "InboxNonce", false},
 		{"fail/supervisor missing owner", mxSpace, Supervisor, Params{Actor: "m"}, "Owner", false},
 		{"fail/supervisor uid not accepted", mxSpace, Supervisor, Params{Owner: "o", Actor: "m", LifecycleUID: mxUID}, "LifecycleUID", false},
 		{"fail/supervisor role not accepted", mxSpace, Supervisor, Params{Owner: "o", Actor: "m", Role: "r"}, "Role", false},
@@ -285,16 +290,17 @@ func TestBuildOK(t *testing.T) {
 		}
 	})
 	t.Run("ok/callout path names the jwt after the principal", func(t *testing.T) {
-		s, err := Build(mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.InboxNonce = "nonce-abc-123" }))
+		nonce := mxNonce(t, "local", "bob")
+		s, err := Build(mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.InboxNonce = nonce }))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.JWTName != "local-bob" || s.InboxNonce != "nonce-abc-123" {
+		if s.JWTName != "local-bob" || s.InboxNonce != nonce {
 			t.Fatalf("JWTName %q InboxNonce %q", s.JWTName, s.InboxNonce)
 		}
 	})
 	t.Run("ok/deprovisioner target is not its principal", func(t *testing.T) {
-		s, err := Build(mxSpace, Deprovisioner, Params{Owner: "local", Actor: "bob", LifecycleUID: mxUID, InboxNonce: "nonce-abc-123"})
+		s, err := Build(mxSpace, Deprovisioner, Params{Owner: "local", Actor: "bob", LifecycleUID: mxUID})
 		if err != nil {
 			t.Fatal(err)
 		}

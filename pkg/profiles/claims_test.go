@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
+
+	"github.com/cotalgo/cotal/pkg/space"
 )
 
 type mxKeyset struct {
@@ -189,5 +191,66 @@ func TestClaimsRefusals(t *testing.T) {
 				t.Fatalf("got %v, want *ParamError on %s containing %q", err, tc.field, tc.want)
 			}
 		})
+	}
+}
+
+// mxNonce is a nonce bound to owner.actor, as a callout client presents it.
+func mxNonce(t testing.TB, owner, actor string) string {
+	t.Helper()
+	n, err := space.BoundInboxNonce(owner, actor, "test-suffix-0001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestClaimsReachNoOtherInbox is the property of issue 20 item 1 over every profile: the claims'
+// subscribe allow list reaches no _INBOX_ token but the credential's own (its user key when
+// minted, its bound nonce on the callout path), whatever other credential's key or nonce is
+// named; and a callout nonce equal to a user key never builds.
+func TestClaimsReachNoOtherInbox(t *testing.T) {
+	k, other := mxKeys(t), mxKeys(t)
+	otherNonce := mxNonce(t, "u_zzzzzzzzzzzzzzzzzzzzzzzzzz", "victim")
+	for _, name := range All() {
+		variants := map[string]Params{"minted": mxGoldenParams[name]}
+		if p := mxGoldenParams[name]; matrix[name].accepts&fInboxNonce != 0 && p.Owner != "" && !matrix[name].target {
+			p.InboxNonce = mxNonce(t, p.Owner, p.Actor)
+			variants["callout"] = p
+			p.InboxNonce = other.userPub
+			if _, err := Build(mxSpace, name, p); err == nil {
+				t.Fatalf("%s: a user key was accepted as inbox nonce", name)
+			}
+		}
+		for vname, p := range variants {
+			t.Run("ok/"+string(name)+"/"+vname, func(t *testing.T) {
+				s := mxSpec(t, name, p)
+				ttl, err := name.Lifetime().TTL(0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				uc, err := s.Claims(k.userPub, k.acPub, mxNow, ttl)
+				if err != nil {
+					t.Fatal(err)
+				}
+				own := "_INBOX_" + k.userPub + ".>"
+				if p.InboxNonce != "" {
+					own = "_INBOX_" + p.InboxNonce + ".>"
+				}
+				for _, sub := range uc.Sub.Allow {
+					if sub == own && name.Account() == AccountData {
+						continue
+					}
+					for _, foreign := range []string{other.userPub, otherNonce, mxNonce(t, "u_yyyyyyyyyyyyyyyyyyyyyyyyyy", "x"), k.userPub} {
+						target := "_INBOX_" + foreign + ".>"
+						if target == own {
+							continue
+						}
+						if space.PatternsIntersect(space.ChannelReach(sub), target) {
+							t.Fatalf("subscribe row %q reaches %s", sub, target)
+						}
+					}
+				}
+			})
+		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/cotalgo/cotal/pkg/space"
 )
 
 // mxFuzzValues are the raw values a fuzz case draws its parameters from.
@@ -65,8 +67,21 @@ func (v mxFuzzValues) canonical() mxFuzzValues {
 	}
 	return mxFuzzValues{
 		owner: "own", actor: "act", uid: strings.Repeat("u", 26), role: "role",
-		ch1: ch[v.ch1], ch2: ch[v.ch2], ch3: ch[v.ch3], capw: v.capw, nonce: "nonce_00",
+		ch1: ch[v.ch1], ch2: ch[v.ch2], ch3: ch[v.ch3], capw: v.capw, nonce: mxFuzzNonce("own", "act", v.nonce),
 	}
+}
+
+// mxFuzzNonce is the canonical nonce: none when none was fuzzed, else one bound to the canonical
+// principal, as an accepted fuzzed nonce is bound to the fuzzed one.
+func mxFuzzNonce(owner, actor, fuzzed string) string {
+	if fuzzed == "" {
+		return ""
+	}
+	n, err := space.BoundInboxNonce(owner, actor, "nonce_00")
+	if err != nil {
+		panic(err)
+	}
+	return n
 }
 
 // mxCheckSubject fails unless s is non-empty printable-ASCII tokens with '*' and '>' only as
@@ -126,6 +141,11 @@ func FuzzBuild(f *testing.F) {
 	f.Add("demo space", uint8(0), uint16(0), uint16(0), "local", "bob", mxUID, "review", "team.*", "team.>", ">", CapSpawn, "")
 	f.Add("\U0001F600", uint8(1), uint16(0), uint16(0xffff), "u_abcdefghijklmnopqrstuvwxyz", "A_1", strings.Repeat("9", 32), "r-1", "a-b.c_d", "a-b.c_d", "z", CapAdmin, "nonce-nonce")
 	f.Add("s", uint8(3), uint16(fInboxNonce), uint16(fRole), "o", "a", mxUID, "r", "c", "c", "c", "run", "nonce_12")
+	bound, err := space.BoundInboxNonce("o", "a", "nonce_12")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add("s", uint8(0), uint16(0), uint16(0), "o", "a", mxUID, "r", "c", "c", "c", "run", bound)
 	k := mxKeys(f)
 	f.Fuzz(func(t *testing.T, spaceName string, pidx uint8, drop, extra uint16,
 		owner, actor, uid, role, ch1, ch2, ch3, capw, nonce string) {

@@ -30,7 +30,7 @@ var mxGoldenParams = map[Name]Params{
 	Deprovisioner: {Owner: "local", Actor: "bob", LifecycleUID: mxUID},
 	Delivery:      {},
 	Observer:      {},
-	Admin:         {Owner: "u_abcdefghijklmnopqrstuvwxyz", Actor: "web", InboxNonce: "web-nonce-0001"},
+	Admin:         {Owner: "u_abcdefghijklmnopqrstuvwxyz", Actor: "web", InboxNonce: "bksyh3qicrxbejqrvpgufe4nu6-web-nonce-0001"},
 	Operator:      {Owner: "local", Actor: "alice"},
 	Probe:         {},
 	AuthCallout:   {},

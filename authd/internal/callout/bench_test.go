@@ -212,7 +212,7 @@ func BenchmarkConnect(b *testing.B) {
 	sentinel := e.gs.GetSentinelJwt()
 	callout := func() (*nats.Conn, error) {
 		kp, _ := nkeys.CreateUser()
-		nonce := newNonce()
+		nonce := nonceFor(b, tok)
 		return nats.Connect(e.url, nats.UserJWT(func() (string, error) { return sentinel, nil }, kp.Sign),
 			nats.Token(tok), nats.Name(nonce), nats.CustomInboxPrefix("_INBOX_"+nonce), nats.NoReconnect(), nats.Timeout(10*time.Second))
 	}
@@ -342,7 +342,7 @@ func reconnectStorm(b *testing.B, callout bool) {
 			}
 			if callout {
 				kp, _ := nkeys.CreateUser()
-				nonce := newNonce()
+				nonce := nonceFor(b, tok)
 				opts = append(opts, nats.UserJWT(func() (string, error) { return sentinel, nil }, kp.Sign),
 					nats.Token(tok), nats.Name(nonce), nats.CustomInboxPrefix("_INBOX_"+nonce))
 			} else {

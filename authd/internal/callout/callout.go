@@ -24,7 +24,9 @@
 //     carry the view's required capability.
 //  6. The ledger's connect arm (step 13): the row exists in exactly one space, the bearer's scope
 //     is within the row's current scope, and its lifecycle UID is the row's.
-//  7. The connection name is the inbox nonce ([A-Za-z0-9_-]{8,120}; step 15).
+//  7. The connection name is an inbox nonce bound to the row's principal
+//     (space.ValidateBoundInboxNonce: <tag of owner.actor>-<random suffix>; step 15 tightened, so
+//     no client can name a minted credential's _INBOX_<user key> or another principal's nonce).
 //  8. SignCalloutResponse mints the grant: without a view the agent profile from the row (owner,
 //     actor, lifecycle UID, role, channels; capabilities the bearer's scope words that are agent
 //     capabilities), with the admin view the admin profile; expires_at is the bearer's exp, so
@@ -124,7 +126,7 @@ const (
 	refuseNoToken     = "no user token presented"
 	refuseViewProfile = "bearer view has no profile on this broker"
 	refuseViewScope   = "bearer scope lacks the capability its view requires"
-	refuseNonce       = "connection name is not an inbox nonce ([A-Za-z0-9_-]{8,120})"
+	refuseNonce       = "connection name is not an inbox nonce bound to this principal (<tag>-<suffix>)"
 	refuseSigner      = "the signer refused the grant"
 )
 
@@ -441,7 +443,10 @@ func (r *Responder) decide(ctx context.Context, opened *signerv1.OpenCalloutRequ
 		}
 		return nil, "actor ledger unreadable"
 	}
-	if err := space.ValidateInboxNonce(opened.GetConnectionName()); err != nil {
+	// The connection name becomes the reply inbox _INBOX_<name>: it must be bound to this
+	// principal, or a bearer holder could name a minted credential's _INBOX_<user key> or another
+	// principal's nonce and read their replies (pkg/space inbox.go).
+	if err := space.ValidateBoundInboxNonce(opened.GetConnectionName(), row.Owner, row.Actor); err != nil {
 		return nil, refuseNonce
 	}
 	g := &signerv1.CalloutGrant{ExpiresAt: timestamppb.New(c.Expires)}

@@ -80,7 +80,7 @@ func TestCalloutGrant(t *testing.T) {
 	sub := e.reader(t)
 	r := e.grant(t, row("laptop"))
 	tok, exp := e.bearerFor(t, r, 6*time.Second, nil)
-	nonce := newNonce()
+	nonce := nonceFor(t, tok)
 	c, err := e.connect(t, tok, nonce)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
@@ -179,7 +179,7 @@ func TestCalloutChannelPattern(t *testing.T) {
 	r.AllowSubscribe, r.AllowPublish = []string{"team.>"}, []string{"team.>"}
 	e.grant(t, r)
 	tok, _ := e.bearerFor(t, r, time.Minute, nil)
-	nonce := newNonce()
+	nonce := nonceFor(t, tok)
 	c, err := e.connect(t, tok, nonce)
 	if err != nil {
 		t.Fatalf("connect with a team.> row: %v", err)
@@ -227,7 +227,7 @@ func TestCalloutChannelPattern(t *testing.T) {
 		r.AllowSubscribe, r.AllowPublish = []string{"general"}, []string{"ops.>"}
 		e.grant(t, r)
 		tok, _ := e.bearerFor(t, r, time.Minute, nil)
-		c, err := e.connect(t, tok, newNonce())
+		c, err := e.connect(t, tok, nonceFor(t, tok))
 		wantDenied(t, c, err)
 		if log := logOf(top); !strings.Contains(log, "signerd refused the grant") || !strings.Contains(log, "wide") {
 			t.Fatalf("the denial was not signerd refusing the ops.> grant; log:\n%s", log)
@@ -288,7 +288,7 @@ func TestCalloutDenials(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			nonce := tc.nonce
 			if nonce == "" {
-				nonce = newNonce()
+				nonce = nonceFor(t, tc.token)
 			}
 			c, err := e.connectInbox(t, tc.token, nonce, "_INBOX_probe0001")
 			wantDenied(t, c, err)
@@ -297,7 +297,7 @@ func TestCalloutDenials(t *testing.T) {
 
 	t.Run("ok/admin view with admin scope", func(t *testing.T) {
 		tok, _ := e.bearerFor(t, admin, long, func(r *signerv1.SignBearerRequest) { r.View, r.Scope = "admin", []string{"admin"} })
-		nonce := newNonce()
+		nonce := nonceFor(t, tok)
 		c, err := e.connect(t, tok, nonce)
 		if err != nil {
 			t.Fatal(err)
@@ -322,7 +322,7 @@ func TestCalloutDenials(t *testing.T) {
 	t.Run("fail/revoked row, next connect, no restart", func(t *testing.T) {
 		r := e.grant(t, row("revokee"))
 		tok, _ := e.bearerFor(t, r, long, nil)
-		c, err := e.connect(t, tok, newNonce())
+		c, err := e.connect(t, tok, nonceFor(t, tok))
 		if err != nil {
 			t.Fatalf("before revoke: %v", err)
 		}
@@ -330,7 +330,7 @@ func TestCalloutDenials(t *testing.T) {
 		if err := e.ledger.Revoke(ledger.Interactive, owner, "revokee"); err != nil {
 			t.Fatal(err)
 		}
-		c, err = e.connect(t, tok, newNonce())
+		c, err = e.connect(t, tok, nonceFor(t, tok))
 		wantDenied(t, c, err)
 	})
 
@@ -339,7 +339,7 @@ func TestCalloutDenials(t *testing.T) {
 		tok, _ := e.bearerFor(t, r, long, nil)
 		r.Scope = []string{}
 		e.grant(t, r)
-		c, err := e.connect(t, tok, newNonce())
+		c, err := e.connect(t, tok, nonceFor(t, tok))
 		wantDenied(t, c, err)
 	})
 }
@@ -369,7 +369,7 @@ func TestCalloutBearerMatrix(t *testing.T) {
 			// after its log line, so the line is there once the connect has failed).
 			marker := "check=" + string(tc.Want) + " "
 			before := strings.Count(logOf(parent), marker)
-			c, err := e.connect(t, tc.Token, newNonce())
+			c, err := e.connect(t, tc.Token, nonceFor(t, tc.Token))
 			if tc.Want != "" {
 				defer func() {
 					if after := strings.Count(logOf(parent), marker); after != before+1 {
@@ -548,7 +548,7 @@ func TestCalloutCraftedRequests(t *testing.T) {
 		t.Run("ok/real broker still admits", func(t *testing.T) {
 			r := e.grant(t, row("laptop"))
 			tok, _ := e.bearerFor(t, r, time.Minute, nil)
-			if _, err := e.connect(t, tok, newNonce()); err != nil {
+			if _, err := e.connect(t, tok, nonceFor(t, tok)); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -561,18 +561,18 @@ func TestCalloutSignerdUnreachable(t *testing.T) {
 	e := startEnv(t, envOptions{})
 	r := e.grant(t, row("laptop"))
 	tok, _ := e.bearerFor(t, r, 10*time.Minute, nil)
-	if _, err := e.connect(t, tok, newNonce()); err != nil {
+	if _, err := e.connect(t, tok, nonceFor(t, tok)); err != nil {
 		t.Fatalf("before the cut: %v", err)
 	}
 	e.proxy.cut()
-	c, err := e.connect(t, tok, newNonce())
+	c, err := e.connect(t, tok, nonceFor(t, tok))
 	wantDenied(t, c, err)
 	if !strings.Contains(logOf(t), "signerd unreachable") {
 		t.Fatal("the responder did not log that signerd is unreachable")
 	}
 	e.proxy.restore(t)
 	testkit.Eventually(t, 40*time.Second, func() error {
-		c, err := e.connect(t, tok, newNonce())
+		c, err := e.connect(t, tok, nonceFor(t, tok))
 		if err == nil {
 			c.Close()
 		}
@@ -593,7 +593,7 @@ func TestCalloutConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := e.connect(t, tok, newNonce())
+			c, err := e.connect(t, tok, nonceFor(t, tok))
 			if err != nil {
 				errs <- err
 				return
@@ -685,7 +685,7 @@ func TestCalloutInFlightBound(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if c, err := e.connect(t, tok, newNonce()); err == nil {
+			if c, err := e.connect(t, tok, nonceFor(t, tok)); err == nil {
 				c.Close()
 			}
 		}()

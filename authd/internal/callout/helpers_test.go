@@ -3,6 +3,8 @@ package callout
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -245,8 +247,35 @@ func (e *env) bearerFor(t testing.TB, r ledger.Row, ttl time.Duration, edit func
 	return resp.GetToken(), resp.GetExpiresAt().AsTime()
 }
 
-// newNonce is a fresh inbox nonce.
+// newNonce is a fresh inbox nonce bound to no principal: what a client that does not bind its
+// nonce (or an attacker) presents.
 func newNonce() string { return "n_" + rand.Text() }
+
+// nonceFor is a fresh inbox nonce bound to the principal of bearer token (act.owner, act.actor),
+// as pkg/authclient makes it; an unreadable token or an invalid principal gets newNonce.
+func nonceFor(t testing.TB, token string) string {
+	t.Helper()
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return newNonce()
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return newNonce()
+	}
+	var claims struct {
+		Act struct{ Owner, Actor string } `json:"act"`
+	}
+	if json.Unmarshal(payload, &claims) != nil || claims.Act.Owner == "" {
+		return newNonce()
+	}
+	n, err := space.BoundInboxNonce(claims.Act.Owner, claims.Act.Actor, rand.Text())
+	if err != nil {
+		// A bearer naming a principal outside the grammars, which the callout refuses anyway.
+		return newNonce()
+	}
+	return n
+}
 
 // client is a connection made the way Cotal clients connect through the callout.
 type client struct {
@@ -352,13 +381,14 @@ func (e *env) connInfo(t testing.TB, nonce string) *server.ConnInfo {
 // connection name of the request it answered, so tests can check what authd asked signerd to mint.
 type recorder struct {
 	Signer
-	mu     sync.Mutex
-	names  map[string]string // sealed request -> connection name
-	grants map[string]*signerv1.CalloutGrant
+	mu       sync.Mutex
+	names    map[string]string // sealed request -> connection name
+	grants   map[string]*signerv1.CalloutGrant
+	refusals map[string]string // connection name -> refusal sentence signed
 }
 
 func newRecorder(inner Signer) *recorder {
-	return &recorder{Signer: inner, names: map[string]string{}, grants: map[string]*signerv1.CalloutGrant{}}
+	return &recorder{Signer: inner, names: map[string]string{}, grants: map[string]*signerv1.CalloutGrant{}, refusals: map[string]string{}}
 }
 
 func (r *recorder) OpenCalloutRequest(ctx context.Context, in *signerv1.OpenCalloutRequestRequest, opts ...grpc.CallOption) (*signerv1.OpenCalloutRequestResponse, error) {
@@ -373,12 +403,24 @@ func (r *recorder) OpenCalloutRequest(ctx context.Context, in *signerv1.OpenCall
 
 func (r *recorder) SignCalloutResponse(ctx context.Context, in *signerv1.SignCalloutResponseRequest, opts ...grpc.CallOption) (*signerv1.SignCalloutResponseResponse, error) {
 	resp, err := r.Signer.SignCalloutResponse(ctx, in, opts...)
-	if err == nil && in.GetGrant() != nil {
+	if err == nil {
 		r.mu.Lock()
-		r.grants[r.names[string(in.GetSealedRequest())]] = in.GetGrant()
+		name := r.names[string(in.GetSealedRequest())]
+		if in.GetGrant() != nil {
+			r.grants[name] = in.GetGrant()
+		} else {
+			r.refusals[name] = in.GetError()
+		}
 		r.mu.Unlock()
 	}
 	return resp, err
+}
+
+// refusal returns the refusal signed for the connection named name ("" if none).
+func (r *recorder) refusal(name string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.refusals[name]
 }
 
 func (r *recorder) grant(t testing.TB, name string) *signerv1.CalloutGrant {

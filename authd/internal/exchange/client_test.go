@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/cotalgo/cotal/pkg/authclient"
+	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/pkg/testkit"
 )
 
@@ -160,6 +161,11 @@ func TestClientNatsOptions(t *testing.T) {
 	}
 	if o.Name != c.Nonce() || o.InboxPrefix != "_INBOX_"+c.Nonce() {
 		t.Fatalf("name %q inbox %q, nonce %q", o.Name, o.InboxPrefix, c.Nonce())
+	}
+	// A human client learns its owner from the exchange NatsOptions made; the nonce is bound to
+	// it, as the callout requires.
+	if err := space.ValidateBoundInboxNonce(c.Nonce(), owner, "alice"); err != nil {
+		t.Fatalf("nonce %q: %v", c.Nonce(), err)
 	}
 	jwtOut, err := o.UserJWT()
 	if err != nil || jwtOut != sentinel {

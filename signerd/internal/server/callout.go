@@ -263,12 +263,14 @@ func (s *Service) signCallout(c *call, req *signerv1.SignCalloutResponseRequest)
 	}
 
 	// The client chose the nonce, sent it as its connection name and uses _INBOX_<nonce> as its
-	// inbox prefix; the grammar keeps it from widening the inbox row to another connection's.
+	// inbox prefix. It must be bound to the principal the grant names (space.ValidateBoundInboxNonce):
+	// the grammar alone would let a client name a minted credential's _INBOX_<user key> or
+	// another principal's nonce, and so read their replies.
 	nonce := ac.ConnectOptions.Name
-	if err := space.ValidateInboxNonce(nonce); err != nil {
-		return nil, invalid("the request's connection name is not a valid inbox nonce ([A-Za-z0-9_-]{8,120})")
-	}
 	params := in.params
+	if err := space.ValidateBoundInboxNonce(nonce, params.Owner, params.Actor); err != nil {
+		return nil, invalid("the request's connection name is not an inbox nonce bound to the granted principal (<tag>-<suffix>, pkg/space)")
+	}
 	params.InboxNonce = nonce
 	spec, err := profiles.Build(in.space, in.profile, params)
 	if err != nil {

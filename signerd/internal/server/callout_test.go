@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cotalgo/cotal/pkg/creds"
@@ -47,8 +48,17 @@ func agentGrant(expires time.Time) *signerv1.CalloutGrant {
 	}
 }
 
-// newNonce returns a fresh inbox nonce (26 base32 characters).
-func newNonce() string { return "n_" + rand.Text() }
+// newNonce returns a fresh inbox nonce bound to o1.a1, the principal agentGrant names.
+func newNonce() string { return boundNonce("o1", "a1") }
+
+// boundNonce returns a fresh inbox nonce bound to owner.actor.
+func boundNonce(owner, actor string) string {
+	n, err := space.BoundInboxNonce(owner, actor, rand.Text())
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
 
 // calloutUser mints authd's callout-service credential for the key `signerd init` registered
 // and returns it with the key pair that signs the broker's nonce.
@@ -312,6 +322,29 @@ func TestCalloutOnBroker(t *testing.T) {
 		agent.waitViolation(t, testkit.PublishViolation(subject))
 	})
 
+	// Issue 20 item 1: a client names another credential's inbox as its connection name. signerd
+	// signs no grant for it (the responder's call fails, so nothing is answered) and the broker
+	// refuses the connect; nobody gets the inbox.
+	for _, tc := range []struct{ name, nonce string }{
+		{"fail/connection-name-is-a-minted-user-key", readerPub},
+		{"fail/connection-name-is-another-principals-nonce", boundNonce("o2", "a2")},
+		{"fail/connection-name-unbound", "n_" + rand.Text()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bc, err := connectSentinel(t, url, gs.GetSentinelJwt(), goodToken, tc.nonce)
+			wantAuthViolation(t, bc, err)
+			// Taken, so the later cases' check for responder errors sees only theirs.
+			r.mu.Lock()
+			errs := slices.Clone(r.errs)
+			r.errs = nil
+			r.mu.Unlock()
+			if len(errs) == 0 || status.Code(errs[len(errs)-1]) != codes.InvalidArgument ||
+				!strings.Contains(errs[len(errs)-1].Error(), "bound to the granted principal") {
+				t.Fatalf("responder errors %v; want signerd's InvalidArgument on the connection name", errs)
+			}
+		})
+	}
+
 	t.Run("fail/refused-token", func(t *testing.T) {
 		nonce := newNonce()
 		bc, err := connectSentinel(t, url, gs.GetSentinelJwt(), "bad-token", nonce)
@@ -343,9 +376,13 @@ func TestCalloutOnBroker(t *testing.T) {
 		verifyAudit(t, s.AuditPath)
 		wantNoSecretsInAudit(t, s.AuditPath)
 		first := r.last(t, goodNonce)
-		var grants, refusals int
+		var grants, refusals, takeovers int
 		for _, rec := range auditRecords(t, s.AuditPath) {
 			switch {
+			case rec.RPC == "SignCalloutResponse" && rec.Decision == audit.Denied:
+				// The three connection names that named another inbox.
+				takeovers++
+				auditWant{caller: signerdtest.ID("authd", "alpha"), rpc: "SignCalloutResponse", space: "alpha", profile: "agent", decision: audit.Denied, reason: "invalid-argument"}.check(t, rec)
 			case rec.RPC == "SignCalloutResponse" && rec.Reason == "callout-refusal":
 				refusals++
 				if rec.Decision != audit.Granted || rec.Profile != "" || rec.JTI != "" || !nkeys.IsValidPublicUserKey(rec.Subject) {
@@ -362,8 +399,8 @@ func TestCalloutOnBroker(t *testing.T) {
 				t.Fatalf("open audit line = %+v", rec)
 			}
 		}
-		if grants != 2 || refusals != 1 {
-			t.Fatalf("audit has %d grants and %d refusals, want 2 (grant and replay) and 1", grants, refusals)
+		if grants != 2 || refusals != 1 || takeovers != 3 {
+			t.Fatalf("audit has %d grants, %d refusals and %d denied grants, want 2 (grant and replay), 1 and 3", grants, refusals, takeovers)
 		}
 	})
 }
