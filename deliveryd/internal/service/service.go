@@ -12,18 +12,34 @@
 // ctl responders bound; the mandatory watch on lease.0; the lease marked ready; then the
 // lease is renewed every RenewInterval.
 //
-// Every effect of the writer, the reader and the responders is fenced by "not quiesced". A
-// failed renewal, or a foreign row or a delete seen by the watch, quiesces the daemon (loops and
-// responders stopped), withdraws readiness (best effort), re-reads the key and acts: held resumes;
+// Every effect of the writer, the reader and the responders is fenced by MayAct: not quiesced,
+// the lease's fence not fallen (pkg/lease: the send time of the last write of the row the broker
+// stored, plus the TTL, less the margin, so nothing is done once the row could have expired), and
+// no reconnect since the lease was last renewed. The broker connection keeps no reconnect
+// buffer, so nothing published while it was down is sent when it comes back; a reconnect
+// prompts a renewal at once, and only a stored renewal on the new connection lifts the fence.
+// A failed renewal, a fallen fence, or a foreign row or a delete seen by the watch, quiesces the
+// daemon (loops and responders stopped), withdraws readiness (best effort), re-reads the key and
+// acts: held resumes;
 // gone creates the row again and resumes (failing to create it is fatal; a resume that fails to
 // bind stays quiesced and is retried for up to one lease TTL); taken is fatal and the row is
 // left alone; unknown stays quiesced and asks again. The broker-gone watchdog
 // (deliveryd/internal/watchdog) turns a connection down for too long into a fatal stop, as does
 // a credential that expired without renewal.
+//
+// deliveryd serves the delivery plane's liveness rail (upstream #1577): an empty request on
+// live.delivery.<owner>.<actor> with a reply subject under it (.reply.<nonce>) is answered
+// {"plane":"delivery","responder":"bound"|"unbound","instance":<token>}, in the queue group
+// live.delivery, from the first bind until Close. It is graded from this instance's own state:
+// bound while MayAct holds and the lease row is ready, unbound otherwise; instance is an opaque
+// token drawn at start, which tells two responders apart and names nothing else. A request
+// whose reply subject is not under its own subject is dropped.
 package service
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -171,7 +187,17 @@ type Service struct {
 	resp   Responders
 	wd     *watchdog.Watchdog
 	watch  *nats.Subscription
+	live   *nats.Subscription
 	prompt chan struct{}
+	// recheck asks the lease supervisor to renew at once: the connection came back.
+	recheck chan struct{}
+	// liveID is the liveness rail's opaque instance token.
+	liveID string
+
+	// checked is the connection's reconnect count when the lease was last renewed on it: MayAct
+	// holds only while the count is still that (nats.go counts a reconnect before it sends
+	// anything on the new connection).
+	checked atomic.Uint64
 
 	// quiesced is the fence: true while the loops and responders must not act.
 	quiesced atomic.Bool
@@ -199,7 +225,7 @@ func StartDeliveryService(ctx context.Context, in Inputs) (*Service, error) {
 		return nil, &StartError{Daemon: "deliveryd", Code: CodeConfig, Reason: "no configuration"}
 	}
 	cfg := *in.Config
-	s := &Service{cfg: &cfg, log: in.Logger, pid: in.PID, done: make(chan struct{}), prompt: make(chan struct{}, 1)}
+	s := &Service{cfg: &cfg, log: in.Logger, pid: in.PID, done: make(chan struct{}), prompt: make(chan struct{}, 1), recheck: make(chan struct{}, 1)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -319,6 +345,7 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 
 	// 4. The lease, ready false, before anything binds.
 	bucket, _ := s.n.Bucket(space.Delivery)
+	epoch := s.nc.Stats().Reconnects
 	s.lease, err = lease.Acquire(ctx, lease.Config{Conn: s.nc, Bucket: bucket, Key: space.DeliveryLeaseKey, Holder: s.holder})
 	if err != nil {
 		var he *lease.HeldError
@@ -333,6 +360,7 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 		}
 		return fail(CodeLease, "delivery lease failed", err)
 	}
+	s.checked.Store(epoch)
 
 	// 5. The writer, the reader and the responders, bound.
 	if s.writer, err = fanout.New(ctx, s.nc, fanout.Config{Names: s.n, MayAct: s.MayAct, Logger: s.log}); err != nil {
@@ -368,6 +396,11 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 		return fail(CodeWatch, "lease watch refused", err)
 	}
 
+	// The liveness rail, in its queue group, until Close.
+	if err := s.serveLiveness(); err != nil {
+		return fail(CodeBind, "liveness rail", err)
+	}
+
 	// 7. Ready, then the upkeep.
 	if err := s.lease.SetReady(ctx, true); err != nil {
 		return fail(CodeLease, "delivery lease could not be marked ready", err)
@@ -397,7 +430,16 @@ func (s *Service) connect(extra []nats.Option) (*nats.Conn, error) {
 	opts := append(s.rail.NatsOptions(),
 		nats.Name("deliveryd"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
 		nats.PingInterval(2500*time.Millisecond), nats.MaxPingsOutstanding(2),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		// No reconnect buffer: a publish or ack made while the connection is down fails at once
+		// instead of being sent when it comes back, perhaps after a successor took the lease.
+		nats.ReconnectBufSize(-1),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if nc.IsClosed() {
+				// nats.go reports its own Close as a disconnect without an error: nothing was
+				// lost and nothing reconnects.
+				s.log.Debug("broker connection closed")
+				return
+			}
 			if s.wd.Disconnected(err) {
 				s.log.Warn("broker connection lost: the credential expired; awaiting a proved renewal", "err", err)
 				return
@@ -406,7 +448,11 @@ func (s *Service) connect(extra []nats.Option) (*nats.Conn, error) {
 		}),
 		nats.ReconnectHandler(func(*nats.Conn) {
 			s.wd.Reconnected()
-			s.log.Info("broker connection restored")
+			s.log.Info("broker connection restored; renewing the lease before acting again")
+			select {
+			case s.recheck <- struct{}{}:
+			default:
+			}
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			s.wd.AsyncError(err)
@@ -450,8 +496,70 @@ func (s *Service) conn() *nats.Conn {
 	return s.nc
 }
 
-// MayAct is the lease fence: true while this instance serves.
-func (s *Service) MayAct() bool { return !s.quiesced.Load() }
+// MayAct is the lease fence: true while this instance serves, its lease's fence has not fallen,
+// and the connection has not reconnected since the lease was last renewed on it.
+func (s *Service) MayAct() bool {
+	if s.quiesced.Load() {
+		return false
+	}
+	if s.lease == nil || s.lease.Fenced() {
+		return false
+	}
+	return s.nc.Stats().Reconnects == s.checked.Load()
+}
+
+// renew renews the lease; a stored renewal also marks the connection it went out on as checked
+// (the reconnect count is read before the write, so a reconnect during it is checked again).
+func (s *Service) renew(ctx context.Context) (lease.State, error) {
+	epoch := s.nc.Stats().Reconnects
+	st, err := s.lease.Renew(ctx)
+	if st == lease.Held && err == nil {
+		s.checked.Store(epoch)
+	}
+	return st, err
+}
+
+// serveLiveness subscribes the liveness rail (see the package doc).
+func (s *Service) serveLiveness() error {
+	tok := make([]byte, 8)
+	_, _ = rand.Read(tok)
+	s.liveID = hex.EncodeToString(tok)
+	sub, err := s.nc.QueueSubscribe(s.n.LiveDeliveryServe(), space.LiveQueue(space.LivePlaneDelivery), s.onProbe)
+	if err != nil {
+		return err
+	}
+	s.live = sub
+	if err := s.nc.FlushTimeout(5 * time.Second); err != nil {
+		return err
+	}
+	if err := s.nc.LastError(); err != nil && errors.Is(err, nats.ErrPermissionViolation) {
+		return err
+	}
+	return nil
+}
+
+// onProbe answers a liveness probe at its bound .reply. leaf, graded from this instance's state.
+func (s *Service) onProbe(m *nats.Msg) {
+	if !strings.HasPrefix(m.Reply, m.Subject+".reply.") {
+		return
+	}
+	state := "unbound"
+	if s.MayAct() && s.lease.Row().Ready {
+		state = "bound"
+	}
+	b, _ := json.Marshal(LivenessAnswer{Plane: space.LivePlaneDelivery, Responder: state, Instance: s.liveID})
+	if err := m.Respond(b); err != nil {
+		s.log.Debug("liveness reply not sent", "err", err)
+	}
+}
+
+// LivenessAnswer is the liveness rail's reply: the plane, the responder's verdict on itself
+// (bound or unbound) and the opaque instance token.
+type LivenessAnswer struct {
+	Plane     string `json:"plane"`
+	Responder string `json:"responder"`
+	Instance  string `json:"instance"`
+}
 
 // serve binds the responders and starts the writer and the reader under ctx, the fence up.
 func (s *Service) serve(ctx context.Context) error {
@@ -542,19 +650,37 @@ func (s *Service) runLoops(ctx context.Context) {
 	}()
 }
 
-// keepLease renews the lease every RenewInterval and runs the recovery tree on a failed renewal
-// or a foreign row or delete seen by the watch.
+// keepLease renews the lease every RenewInterval, at once after a reconnect, and runs the
+// recovery tree on a failed renewal, a fallen fence, or a foreign row or delete seen by the watch.
 func (s *Service) keepLease(ctx context.Context) {
 	t := time.NewTicker(s.lease.RenewInterval())
 	defer t.Stop()
+	fence := time.NewTimer(time.Until(s.lease.Fence()))
+	defer fence.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-			st, err := s.lease.Renew(ctx)
+		case <-fence.C:
+			if s.lease.Fenced() {
+				s.log.Warn("delivery lease fenced: no renewal stored within its TTL less the margin", "last_written", s.lease.LastWritten(), "ttl", s.lease.TTL(), "margin", s.lease.Margin())
+				s.recover(ctx, "the lease fence fell")
+			}
+		case <-s.recheck:
+			st, err := s.renew(ctx)
 			if st == lease.Held && err == nil {
-				continue
+				s.log.Info("delivery lease renewed after the reconnect")
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Warn("delivery lease renewal after a reconnect failed", "state", st.String(), "err", err)
+			s.recover(ctx, "lease renewal after a reconnect failed")
+		case <-t.C:
+			st, err := s.renew(ctx)
+			if st == lease.Held && err == nil {
+				break
 			}
 			if ctx.Err() != nil {
 				return
@@ -564,10 +690,11 @@ func (s *Service) keepLease(ctx context.Context) {
 		case <-s.prompt:
 			if s.rowIsMine(ctx) {
 				s.log.Debug("lease watch: a write to lease.0 was rejected; the row is still ours")
-				continue
+				break
 			}
 			s.recover(ctx, "the lease watch saw a foreign row or a delete")
 		}
+		fence.Reset(time.Until(s.lease.Fence()))
 	}
 }
 
@@ -609,7 +736,7 @@ func (s *Service) recover(ctx context.Context, why string) {
 		return plane3.Pause(ctx, recoverRetry)
 	}
 	for ctx.Err() == nil {
-		st, err := s.lease.Renew(ctx)
+		st, err := s.renew(ctx)
 		switch st {
 		case lease.Held:
 			rerr := s.resume(ctx, "the lease is still held")
@@ -617,6 +744,7 @@ func (s *Service) recover(ctx context.Context, why string) {
 				return
 			}
 		case lease.Gone:
+			epoch := s.nc.Stats().Reconnects
 			if rerr := s.lease.Reacquire(ctx); rerr != nil {
 				var he *lease.HeldError
 				if errors.As(rerr, &he) {
@@ -625,6 +753,7 @@ func (s *Service) recover(ctx context.Context, why string) {
 				s.stop(fmt.Errorf("%w: %v", ErrLeaseLost, rerr))
 				return
 			}
+			s.checked.Store(epoch)
 			rerr := s.resume(ctx, "the lease was gone and is created again")
 			if rerr == nil || !retryResume(rerr) {
 				return
@@ -713,6 +842,9 @@ func (s *Service) teardown(fatal bool) {
 	}
 	s.wg.Wait()
 	s.quiesce()
+	if s.live != nil {
+		_ = s.live.Unsubscribe()
+	}
 	if s.watch != nil {
 		_ = s.watch.Unsubscribe()
 	}
@@ -773,7 +905,15 @@ func (s *Service) waitConnected() {
 // refuse writes the refusal file for a failed start (daemon.RefuseStart) and returns err as a
 // *StartError.
 func (s *Service) refuse(err error) error {
-	return daemon.RefuseStart(s.log, s.cfg.StateDir, FileName, "deliveryd", s.pid, err)
+	se := daemon.RefuseStart(s.log, s.cfg.StateDir, FileName, "deliveryd", s.pid, err)
+	if se.Code != CodeCanceled {
+		attrs := []any{"code", se.Code, "reason", se.Reason}
+		if se.Err != nil {
+			attrs = append(attrs, "err", se.Err.Error())
+		}
+		s.log.Error("deliveryd start refused", attrs...)
+	}
+	return se
 }
 
 // Healthy is deliveryd's proof of progress for systemd's watchdog: serving (not quiesced) and its
