@@ -275,8 +275,10 @@ var launcherCaps = "-all,+setuid,+setgid,+setpcap,+chown,+dac_override,+fowner,+
 
 // startRootLauncherWith is startRootLauncher; sandboxed runs the launcher as its unit would in
 // the respects that could break it: a /proc of its own mounted hidepid=invisible,subset=pid
-// (ProtectProc=invisible, ProcSubset=pid) and only the unit's seven capabilities (no
-// CAP_SYS_PTRACE, so it cannot see its agents' /proc entries).
+// (ProtectProc=invisible, ProcSubset=pid) and only the unit's seven capabilities. Stricter than
+// the unit: its gid is 65534, not root's, because hidepid exempts the root group (the unit's
+// Group=root launcher does see its agents); with no CAP_SYS_PTRACE either, it cannot see its
+// agents' /proc entries at all, which proves it does not need them.
 func startRootLauncherWith(t *testing.T, uidCount uint32, sandboxed bool) *rootEnv {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -342,7 +344,7 @@ log_level: debug
 			}
 		}
 		cmd = exec.Command("unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
-			`mount -t proc -o hidepid=invisible,subset=pid proc /proc && exec setpriv --bounding-set="$1" --inh-caps=-all -- "$2" launcher --config "$3"`,
+			`mount -t proc -o hidepid=invisible,subset=pid proc /proc && exec setpriv --regid=65534 --clear-groups --bounding-set="$1" --inh-caps=-all -- "$2" launcher --config "$3"`,
 			"sh", launcherCaps, filepath.Join(e.bin, "managerd"), cfgPath)
 	}
 	cmd.Env = append(os.Environ(), e.canary+"=leaked", "TERM=launcher-term", "HOME=/root")
