@@ -15,7 +15,8 @@
 //     {alreadyLeft:true}; else a tombstone at leaveCursor = CHAT's last sequence, refused as a
 //     stale write when the row's generation is not the one given.
 //   - listMemberships {lifecycleUid}: the caller lifecycle's open rows, {channel, generation,
-//     activated}.
+//     activated}, read from an in-memory index of the members bucket that one watch keeps for as
+//     long as the responders run (index), never from a watch per request.
 //   - readHistory answers "not supported".
 //
 // ctl.delivery-admin serves the manager on cotal.<t>.ctl.delivery-admin.*.* in queue group
@@ -33,6 +34,11 @@
 // is not a JSON envelope, names an unknown op, or claims a from.id other than the subject's
 // <owner>.<actor> ("sender mismatch"), or when the subject's owner is not a real principal owner.
 // A broker or bucket failure is logged and answered with a short reason only.
+//
+// One caller (one request subject, so one principal the broker authenticated) has at most
+// Config.MaxInFlightPerCaller requests in flight; one more is answered at once, without being
+// run, {ok:false, code:"TOO_MANY_IN_FLIGHT", error}, so a caller that floods slow requests
+// (a durableJoin's catch-up) cannot hold the responder's shared slots that other callers need.
 //
 // Membership rows (plane3.Member, in cotal_members_<t> under <channel>/<owner>.<actor>.<uid>, the
 // rows the fan-out writer and trusted reader route by) are written only with a revision CAS and a
@@ -73,6 +79,9 @@ const (
 	bindTimeout = 5 * time.Second
 	// maxInFlight bounds the requests handled at once per responder.
 	maxInFlight = 32
+	// DefaultMaxInFlightPerCaller bounds one caller's requests in flight: an agent joins its
+	// channels one at a time, so a few cover retries; eight callers can never fill maxInFlight.
+	DefaultMaxInFlightPerCaller = 4
 	// lifecycleStripes is the number of locks serialising catch-up copies per lifecycle.
 	lifecycleStripes = 64
 )
@@ -109,6 +118,9 @@ type Config struct {
 	MaxRequestBytes int
 	// RequestTimeout bounds one request; zero means DefaultRequestTimeout.
 	RequestTimeout time.Duration
+	// MaxInFlightPerCaller bounds one caller's requests in flight; zero means
+	// DefaultMaxInFlightPerCaller.
+	MaxInFlightPerCaller int
 	// Logger receives refusals and failures (never a body, never a credential); nil discards.
 	Logger *slog.Logger
 	// Now stamps updatedAt; nil means time.Now.
@@ -125,11 +137,16 @@ type Responders struct {
 	subs    []*nats.Subscription
 	cancel  func()
 	wg      sync.WaitGroup
+	// inflight counts each request subject's (each caller's) requests being handled; mu guards it.
+	inflight map[string]int
+	// idxDone is closed when the members index's watch has ended (Stop waits for it).
+	idxDone chan struct{}
 
 	// Bound by Start; read by handlers started after it.
 	js      jetstream.JetStream
 	chat    jetstream.Stream
 	members *store
+	idx     *index
 	acl     jetstream.KeyValue
 	max     int
 
@@ -146,8 +163,12 @@ func New(cfg Config) (*Responders, error) {
 	if cfg.WriterIdentity == "" {
 		return nil, errors.New("ctl: WriterIdentity is required")
 	}
-	if cfg.MaxRequestBytes < 0 || cfg.RequestTimeout < 0 {
-		return nil, fmt.Errorf("ctl: negative MaxRequestBytes %d or RequestTimeout %v", cfg.MaxRequestBytes, cfg.RequestTimeout)
+	if cfg.MaxRequestBytes < 0 || cfg.RequestTimeout < 0 || cfg.MaxInFlightPerCaller < 0 {
+		return nil, fmt.Errorf("ctl: negative MaxRequestBytes %d, RequestTimeout %v or MaxInFlightPerCaller %d",
+			cfg.MaxRequestBytes, cfg.RequestTimeout, cfg.MaxInFlightPerCaller)
+	}
+	if cfg.MaxInFlightPerCaller == 0 {
+		cfg.MaxInFlightPerCaller = DefaultMaxInFlightPerCaller
 	}
 	if cfg.MaxRequestBytes == 0 {
 		cfg.MaxRequestBytes = DefaultMaxRequestBytes
@@ -161,7 +182,7 @@ func New(cfg Config) (*Responders, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Responders{cfg: cfg, log: plane3.Logger(cfg.Logger).With("loop", "ctl")}, nil
+	return &Responders{cfg: cfg, log: plane3.Logger(cfg.Logger).With("loop", "ctl"), inflight: map[string]int{}}, nil
 }
 
 // Start opens CHAT, INBOX and the members and ACL buckets on nc (a delivery credential's
@@ -203,7 +224,16 @@ func (r *Responders) Start(ctx context.Context, nc *nats.Conn) error {
 	}
 	hctx, cancelH := context.WithCancel(context.WithoutCancel(ctx))
 	unhook := context.AfterFunc(ctx, cancelH)
-	cancel := func() { unhook(); cancelH() }
+	// The index's watch lives until Stop (hctx); a listMemberships waits for it to catch up.
+	w, err := members.WatchAll(hctx)
+	if err != nil {
+		unhook()
+		cancelH()
+		return fmt.Errorf("ctl: watch the members bucket: %w", err)
+	}
+	r.idx, r.idxDone = newIndex(), make(chan struct{})
+	go func(x *index, done chan struct{}) { defer close(done); x.run(w) }(r.idx, r.idxDone)
+	cancel := func() { unhook(); cancelH(); _ = w.Stop() }
 	// Running before the first subscription: a request arriving while Start still holds mu
 	// waits for it, then is served.
 	r.running = true
@@ -212,6 +242,7 @@ func (r *Responders) Start(ctx context.Context, nc *nats.Conn) error {
 			_ = s.Unsubscribe()
 		}
 		cancel()
+		<-r.idxDone
 		r.running = false
 		return err
 	}
@@ -230,11 +261,17 @@ func (r *Responders) Start(ctx context.Context, nc *nats.Conn) error {
 				r.mu.Unlock()
 				return
 			}
+			if r.inflight[m.Subject] >= r.cfg.MaxInFlightPerCaller {
+				r.mu.Unlock()
+				r.busy(s.service, m)
+				return
+			}
+			r.inflight[m.Subject]++
 			r.wg.Add(1) // under mu, so never after Stop's Wait began
 			r.mu.Unlock()
 			sem <- struct{}{}
 			go func() {
-				defer func() { <-sem; r.wg.Done() }()
+				defer func() { <-sem; r.done(m.Subject); r.wg.Done() }()
 				r.serve(hctx, s.service, m, s.handle)
 			}()
 		})
@@ -269,8 +306,39 @@ func (r *Responders) Stop() {
 	}
 	r.subs = nil
 	r.cancel()
+	done := r.idxDone
 	r.mu.Unlock()
 	r.wg.Wait()
+	<-done
+}
+
+// done ends one request of the caller whose request subject is subject.
+func (r *Responders) done(subject string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.inflight[subject]--; r.inflight[subject] <= 0 {
+		delete(r.inflight, subject)
+	}
+}
+
+// busy answers a request over its caller's in-flight limit, without running it. The checks
+// that come before any reply still apply: a foreign reply target is dropped, a fenced daemon
+// stays silent.
+func (r *Responders) busy(service string, m *nats.Msg) {
+	if !BoundReply(m.Subject, m.Reply) || !r.mayAct() {
+		return
+	}
+	// Debug, not Warn: a flooding caller would otherwise flood the log at the same rate.
+	r.log.Debug("refused: too many requests in flight", "service", service, "subject", m.Subject)
+	b, err := json.Marshal(Reply{Code: CodeTooManyInFlight, Error: fmt.Sprintf(
+		"%s: this caller has %d requests in flight, the most one caller may; retry once one is answered",
+		CodeTooManyInFlight, r.cfg.MaxInFlightPerCaller)})
+	if err != nil {
+		return
+	}
+	if err := m.Respond(b); err != nil {
+		r.log.Warn("reply failed", "service", service, "subject", m.Subject, "err", err)
+	}
 }
 
 // mayAct is the fence: the lease's, and this Responders still running.

@@ -84,6 +84,7 @@ type reply struct {
 	OK    bool            `json:"ok"`
 	Data  json.RawMessage `json:"data"`
 	Error string          `json:"error"`
+	Code  string          `json:"code"`
 }
 
 func nonce(t *testing.T) string {

@@ -266,7 +266,17 @@ func (r *Responders) listMemberships(ctx context.Context, c Caller, args map[str
 	if err != nil {
 		return refuse("%v", err)
 	}
-	ms, err := r.members.list(ctx, plane3.Lifecycle{Owner: c.Owner, Actor: c.Actor, UID: uid})
+	// The bucket's last revision now is the index's barrier: a row written before this request
+	// (by this daemon's join or leave, or another writer) is listed.
+	st, err := r.members.kv.Status(ctx)
+	if err != nil {
+		return r.failed(OpListMemberships, c, fmt.Errorf("read the members bucket's state: %w", err))
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return r.failed(OpListMemberships, c, fmt.Errorf("members bucket status is a %T", st))
+	}
+	ms, err := r.idx.list(ctx, plane3.Lifecycle{Owner: c.Owner, Actor: c.Actor, UID: uid}, bs.StreamInfo().State.LastSeq)
 	if err != nil {
 		return r.failed(OpListMemberships, c, err)
 	}

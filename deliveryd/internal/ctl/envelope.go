@@ -26,12 +26,19 @@ type Request struct {
 	From string
 }
 
-// Reply is a control reply (upstream ControlReply).
+// Reply is a control reply (upstream ControlReply). Code, an addition to upstream's envelope
+// that its clients ignore, is a stable name for a refusal a caller may act on (only
+// CodeTooManyInFlight today); other refusals carry only Error.
 type Reply struct {
 	OK    bool   `json:"ok"`
 	Data  any    `json:"data,omitempty"`
 	Error string `json:"error,omitempty"`
+	Code  string `json:"code,omitempty"`
 }
+
+// CodeTooManyInFlight refuses a request of a caller that already has its limit of requests in
+// flight (Config.MaxInFlightPerCaller); nothing was run, and it may be sent again.
+const CodeTooManyInFlight = "TOO_MANY_IN_FLIGHT"
 
 func refuse(format string, a ...any) Reply { return Reply{Error: fmt.Sprintf(format, a...)} }
 

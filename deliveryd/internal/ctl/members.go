@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -162,34 +161,4 @@ type Membership struct {
 	Channel    string `json:"channel"`
 	Generation uint64 `json:"generation"`
 	Activated  bool   `json:"activated"`
-}
-
-// list returns the open (untombstoned) memberships of one lifecycle, by channel. Rows that do
-// not decode are skipped.
-func (s *store) list(ctx context.Context, lc plane3.Lifecycle) ([]Membership, error) {
-	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("scan members: %w", err)
-	}
-	defer func() { _ = w.Stop() }()
-	out := []Membership{}
-	for {
-		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, errors.New("scan members: watch closed")
-			}
-			if e == nil {
-				sort.Slice(out, func(i, j int) bool { return out[i].Channel < out[j].Channel })
-				return out, nil
-			}
-			m, got, err := plane3.DecodeMember(e.Key(), e.Value())
-			if err != nil || got != lc || m.LeaveCursor != nil {
-				continue
-			}
-			out = append(out, Membership{m.Channel, m.Generation, m.Activated})
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
 }
