@@ -18,7 +18,7 @@ import (
 const serveSynopsis = `managerd serve --config FILE [--dev-allow-readable-seeds]
 
 The agent supervisor of one space on this machine: ManagerService on a Unix socket, agents
-started through the launcher as the agent uid, every credential minted by signerd. SIGTERM or
+started through the launcher, each as a uid of its own, every credential minted by signerd. SIGTERM or
 SIGINT is a default shutdown (agents keep running); ManagerService.Shutdown{with_agents} stops
 them too.
 

@@ -45,7 +45,8 @@ type Config struct {
 	// delegated subtree, Delegate=yes). Start refuses to run without a writable cgroup v2 there:
 	// there is no fallback to process groups, whose members can leave them.
 	CgroupParent string `yaml:"cgroup_parent"`
-	// AgentRoot holds one directory per agent, <agent_root>/<name>, 0750 owned agent:manager.
+	// AgentRoot holds one directory per agent, <agent_root>/<name>, 0750, owned by the agent's
+	// uid and the manager's group while it runs and by the launcher's uid once it is gone.
 	// Required, absolute. Made 0755 if missing; refused if a group or other may write it, or if it
 	// is owned by another uid than the launcher's.
 	AgentRoot string `yaml:"agent_root"`

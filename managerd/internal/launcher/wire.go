@@ -35,7 +35,7 @@ const (
 const EnvLaunchMaterial = "COTAL_LAUNCH_MATERIAL"
 
 // Request asks the launcher to start one agent. It names no command, path or environment source:
-// the connector's argv and the agent uid come from the launcher's configuration.
+// the connector's argv comes from the launcher's configuration, the agent's uid from its range.
 type Request struct {
 	// Name is the agent's name, ^[A-Za-z0-9_-]+$, at most 64 bytes; its directory is
 	// <agent_root>/<name>. Required.
