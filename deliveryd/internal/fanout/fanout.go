@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -189,8 +190,12 @@ type view struct {
 	classes map[string]string
 	roster  map[string][]string // lower-case name -> principals
 	acls    map[string][]aclRow // by principal, the rows that decode; nil until read
-	// lifecycles holds every ACL key present, decoding or not: the lifecycles that exist.
+	// lifecycles says, for each ACL key looked up since the membership rows were read, whether
+	// the row exists (decoding or not); after a full scan (aclScanned) a key not in it has none.
 	lifecycles map[string]bool
+	aclScanned bool
+	// checked lists the channels whose members' ACL rows were looked up in this pass.
+	checked map[string]bool
 	// departed are the open rows of lifecycles without an ACL row, to close after the pass.
 	departed []memberRow
 }
@@ -320,6 +325,11 @@ func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) ([]jetstre
 				return nil, err
 			}
 		}
+		if !v.checked[channel] {
+			if err := w.checkMembers(ctx, v, channel); err != nil {
+				return nil, err
+			}
+		}
 		for _, r := range v.members[channel] {
 			if r.lc.Principal() == sender || !r.m.Eligible(seq) {
 				continue
@@ -366,37 +376,94 @@ func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) ([]jetstre
 }
 
 // readMembers reads every membership row (tombstones included: a row stays eligible for its
-// pre-leave interval), then the ACL rows, and keeps by channel the rows whose lifecycle has an
-// ACL row. A row without one is a departed member: it is left out, so no entry is routed to it,
-// and unless it is already closed it goes on v.departed. The ACL rows are read after the
-// membership rows, never before: a lifecycle's ACL row is written before it can join (durableJoin
-// requires it), so a row seen here whose ACL row the later read misses has really lost it. A
-// membership row that does not decode is skipped and logged, as upstream's listMembers skips it.
+// pre-leave interval) and groups them by channel. A row that does not decode is skipped and
+// logged, as upstream's listMembers skips it. What was known of the ACL rows is forgotten: the
+// departure check (checkMembers) must read them after the membership rows.
 func (w *Writer) readMembers(ctx context.Context, v *view) error {
-	var rows []memberRow
-	err := scan(ctx, w.members, func(e jetstream.KeyValueEntry) {
+	v.members = map[string][]memberRow{}
+	v.lifecycles, v.aclScanned, v.checked = map[string]bool{}, false, map[string]bool{}
+	return scan(ctx, w.members, func(e jetstream.KeyValueEntry) {
 		m, lc, err := plane3.DecodeMember(e.Key(), e.Value())
 		if err != nil {
 			w.log.Warn("skipped a membership row that does not decode", "key", e.Key())
 			return
 		}
-		rows = append(rows, memberRow{e.Key(), e.Revision(), lc, m})
+		v.members[m.Channel] = append(v.members[m.Channel], memberRow{e.Key(), e.Revision(), lc, m})
 	})
-	if err != nil {
-		return err
-	}
-	if err := w.readACLs(ctx, v); err != nil {
-		return err
-	}
-	v.members = map[string][]memberRow{}
-	for _, r := range rows {
-		if !v.lifecycles[r.lc.Principal()+"."+r.lc.UID] {
-			if _, open := r.m.Depart("", 0); open {
-				v.departed = append(v.departed, r)
+}
+
+// maxACLGets is the most ACL rows checkMembers reads by key; past it one scan of the bucket is
+// cheaper than the gets.
+const maxACLGets = 32
+
+// checkMembers keeps, of channel's membership rows, those whose lifecycle has an ACL row. A row
+// without one is a departed member (deprovisioned: its ACL row purged): it is removed from
+// v.members, so no entry is routed to it, and unless it is already closed it goes on v.departed.
+// The ACL rows are read after the membership rows, never before: a lifecycle's ACL row is
+// written before it can join (durableJoin requires it), so a row read here whose ACL row the
+// later read misses has really lost it. A few lifecycles are read by key, in parallel; more by
+// one scan of the bucket.
+func (w *Writer) checkMembers(ctx context.Context, v *view, channel string) error {
+	rows := v.members[channel]
+	var unknown []string
+	if !v.aclScanned {
+		for _, r := range rows {
+			if _, ok := v.lifecycles[aclKey(r.lc)]; !ok {
+				unknown = append(unknown, aclKey(r.lc))
 			}
+		}
+	}
+	switch {
+	case len(unknown) > maxACLGets:
+		if err := w.readACLs(ctx, v); err != nil {
+			return err
+		}
+	case len(unknown) > 0:
+		if err := w.getACLs(ctx, v, unknown); err != nil {
+			return err
+		}
+	}
+	kept := rows[:0]
+	for _, r := range rows {
+		if v.lifecycles[aclKey(r.lc)] {
+			kept = append(kept, r)
 			continue
 		}
-		v.members[r.m.Channel] = append(v.members[r.m.Channel], r)
+		if _, open := r.m.Depart("", 0); open {
+			v.departed = append(v.departed, r)
+		}
+	}
+	v.members[channel] = kept
+	v.checked[channel] = true
+	return nil
+}
+
+func aclKey(lc plane3.Lifecycle) string { return lc.Principal() + "." + lc.UID }
+
+// getACLs reads whether each ACL key exists, several at a time.
+func (w *Writer) getACLs(ctx context.Context, v *view, keys []string) error {
+	found := make([]bool, len(keys))
+	errs := make([]error, len(keys))
+	var wg sync.WaitGroup
+	for i, key := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := w.acl.Get(ctx, key)
+			switch {
+			case err == nil:
+				found[i] = true
+			case !errors.Is(err, jetstream.ErrKeyNotFound):
+				errs[i] = fmt.Errorf("read ACL row %s: %w", key, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for i, key := range keys {
+		v.lifecycles[key] = found[i]
 	}
 	return nil
 }
@@ -404,17 +471,25 @@ func (w *Writer) readMembers(ctx context.Context, v *view) error {
 // readACLs reads every ACL row: the ones that decode by principal (for mentions) and every key
 // present (the lifecycles that exist).
 func (w *Writer) readACLs(ctx context.Context, v *view) error {
-	v.acls, v.lifecycles = map[string][]aclRow{}, map[string]bool{}
-	return scan(ctx, w.acl, func(e jetstream.KeyValueEntry) {
+	acls, present := map[string][]aclRow{}, map[string]bool{}
+	err := scan(ctx, w.acl, func(e jetstream.KeyValueEntry) {
 		lc, ok := plane3.ParseACLKey(e.Key())
 		if !ok {
 			return
 		}
-		v.lifecycles[e.Key()] = true
+		present[e.Key()] = true
 		if acl, valid := plane3.DecodeACL(e.Value()); valid {
-			v.acls[lc.Principal()] = append(v.acls[lc.Principal()], aclRow{lc, acl})
+			acls[lc.Principal()] = append(acls[lc.Principal()], aclRow{lc, acl})
 		}
 	})
+	if err != nil {
+		return err
+	}
+	v.acls = acls
+	if v.members != nil { // read after the membership rows: it answers the departure check
+		v.lifecycles, v.aclScanned = present, true
+	}
+	return nil
 }
 
 // depart closes the membership rows of the departed lifecycles the pass found (Member.Depart), each
