@@ -438,7 +438,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	const text = "hello bob, this is alice"
-	if _, err := ra.term.Write([]byte(text + "\n")); err != nil {
+	if _, err := ra.term.Write(ctxFor(t), []byte(text + "\n")); err != nil {
 		t.Fatal(err)
 	}
 	sent := ra.out.waitLine(t, "sent", func(l string) bool { return strings.HasPrefix(l, "sent general ") })
@@ -477,7 +477,7 @@ func TestEndToEnd(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// And she still posts after the reconnect.
-	if _, err := ra.term.Write([]byte("after renewal\n")); err != nil {
+	if _, err := ra.term.Write(ctxFor(t), []byte("after renewal\n")); err != nil {
 		t.Fatal(err)
 	}
 	rb.out.waitExact(t, "recv general local.alice after renewal")
