@@ -141,3 +141,19 @@ func TestEventually(t *testing.T) {
 		}
 	})
 }
+
+func TestRuns(t *testing.T) {
+	for _, tc := range []struct {
+		in   []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"a"}, "a"},
+		{[]string{"a", "a", "b", "c", "c", "c"}, "a ×2, b, c ×3"},
+		{[]string{"a", "b", "a"}, "a, b, a"},
+	} {
+		if got := testkit.Runs(tc.in); got != tc.want {
+			t.Errorf("Runs(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

@@ -3,9 +3,7 @@ package service_test
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -72,24 +70,6 @@ func (k *cutConn) Read(b []byte) (int, error) {
 	}
 }
 
-// runs writes events as runs: "callout answered ×40, callout unanswered, successor acquired".
-func runs(events []string) string {
-	var out []string
-	for i := 0; i < len(events); {
-		j := i
-		for j < len(events) && events[j] == events[i] {
-			j++
-		}
-		if j-i > 1 {
-			out = append(out, fmt.Sprintf("%s ×%d", events[i], j-i))
-		} else {
-			out = append(out, events[i])
-		}
-		i = j
-	}
-	return strings.Join(out, ", ")
-}
-
 // TestPlaneFence (issue 20 item 7): authd's plane connection stops answering (its renewals
 // neither succeed nor fail), while its callout connection and signerd keep working. authd must
 // stop answering callouts before its row can expire: a successor that acquires the plane as soon
@@ -132,7 +112,7 @@ func TestPlaneFence(t *testing.T) {
 	t.Cleanup(func() { _ = successor.Release(ctxT(t)) })
 	// While the successor holds the plane, the old authd answers nothing.
 	if answered() {
-		t.Fatalf("the old authd answered a callout while the successor held the plane; events: %s", runs(events))
+		t.Fatalf("the old authd answered a callout while the successor held the plane; events: %s", testkit.Runs(events))
 	}
 	last := -1
 	for i, e := range events {
@@ -141,9 +121,9 @@ func TestPlaneFence(t *testing.T) {
 		}
 	}
 	if acq := len(events) - 2; last > acq || events[acq-1] != "callout unanswered" {
-		t.Fatalf("events out of order (the old authd must be silent before the successor acquires): %s", runs(events))
+		t.Fatalf("events out of order (the old authd must be silent before the successor acquires): %s", testkit.Runs(events))
 	}
-	t.Logf("events: %s", runs(events))
+	t.Logf("events: %s", testkit.Runs(events))
 	select {
 	case <-h.s.Done():
 	case <-time.After(30 * time.Second):

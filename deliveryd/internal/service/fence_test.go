@@ -2,7 +2,6 @@ package service_test
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"slices"
@@ -17,6 +16,7 @@ import (
 	"github.com/cotalgo/cotal/deliveryd/internal/service/servicetest"
 	"github.com/cotalgo/cotal/pkg/lease"
 	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/pkg/yamlx"
 )
@@ -131,7 +131,7 @@ func TestLeaseFence(t *testing.T) {
 		return nil
 	})
 	if n := len(events); events[n-2] != "old fenced" || svc.MayAct() {
-		t.Fatalf("a successor acquired the lease while the old instance could still act: %v\n%s", runs(events), logs.String())
+		t.Fatalf("a successor acquired the lease while the old instance could still act: %v\n%s", testkit.Runs(events), logs.String())
 	}
 	// A message waits for the fan-out while the old instance is cut off; then it comes back.
 	seq := e.Post(t, ajs, "alice", "during", "while the successor holds the lease")
@@ -149,7 +149,7 @@ sample:
 			events = append(events, "old stopped")
 			break sample
 		case <-deadline:
-			t.Fatalf("the old instance did not stop after the heal; events: %s\n%s", runs(events), logs.String())
+			t.Fatalf("the old instance did not stop after the heal; events: %s\n%s", testkit.Runs(events), logs.String())
 		case <-tick.C:
 			if svc.MayAct() {
 				events = append(events, "old may act")
@@ -159,7 +159,7 @@ sample:
 		}
 	}
 	if slices.Contains(events[slices.Index(events, "successor acquired"):], "old may act") {
-		t.Fatalf("the old instance could act after the successor acquired the lease: %s\n%s", runs(events), logs.String())
+		t.Fatalf("the old instance could act after the successor acquired the lease: %s\n%s", testkit.Runs(events), logs.String())
 	}
 	err := svc.Err()
 	if !errors.Is(err, service.ErrLeaseTaken) {
@@ -186,7 +186,7 @@ sample:
 	if info.AckFloor.Stream >= seq {
 		t.Fatalf("the fan-out consumer's ack floor is %d, at or past %d: the old instance acked the message posted while the successor held the lease", info.AckFloor.Stream, seq)
 	}
-	t.Logf("events: %s", runs(events))
+	t.Logf("events: %s", testkit.Runs(events))
 }
 
 // inboxCount is how many entries INBOX_<t> holds for lifecycle local.<actor>.<uid>.
@@ -205,22 +205,4 @@ func inboxCount(t *testing.T, e *plane3test.Env, js jetstream.JetStream, actor, 
 		t.Fatal(err)
 	}
 	return info.State.Subjects[subj]
-}
-
-// runs writes events as runs: "old may act ×40, old fenced, successor acquired".
-func runs(events []string) string {
-	var out []string
-	for i := 0; i < len(events); {
-		j := i
-		for j < len(events) && events[j] == events[i] {
-			j++
-		}
-		if j-i > 1 {
-			out = append(out, fmt.Sprintf("%s ×%d", events[i], j-i))
-		} else {
-			out = append(out, events[i])
-		}
-		i = j
-	}
-	return strings.Join(out, ", ")
 }
