@@ -9,7 +9,8 @@
 //   - `deliveryd serve`, `authd serve` (with a dev IdP run in process: an Ed25519 JWKS on
 //     loopback whose key lives in memory only);
 //   - as root: `managerd launcher` (root) and `managerd serve` as the dev user cotal-dev-manager,
-//     then two demo agents (the test agent) spawned through ManagerService as cotal-dev-agent,
+//     then two demo agents (the test agent) spawned through ManagerService, each as a uid of
+//     its own from the launcher's range (devAgentUIDFirst),
 //     exchanging a message through deliveryd, shown from the second agent's terminal (Attach);
 //     without root, the launcher and the agents are left out (the launcher drops uids);
 //   - one bearer from authd's exchange (the human arm: a dev IdP token, an actor granted with
