@@ -111,3 +111,20 @@ func FuzzBoundInboxNonce(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkValidateBoundInboxNonce is the per-connect cost of the binding: a callout grant checks
+// it four times (authd's responder, signerd's SignCalloutResponse, profiles.Build and Claims).
+//
+//	go test -run '^$' -bench BenchmarkValidateBoundInboxNonce ./pkg/space/
+func BenchmarkValidateBoundInboxNonce(b *testing.B) {
+	n, err := BoundInboxNonce("u_aaaaaaaaaaaaaaaaaaaaaaaaaa", "claude", "Zm9vYmFyYmF6cXV4cXV1eA")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := ValidateBoundInboxNonce(n, "u_aaaaaaaaaaaaaaaaaaaaaaaaaa", "claude"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
