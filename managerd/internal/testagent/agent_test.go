@@ -438,7 +438,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	const text = "hello bob, this is alice"
-	if _, err := ra.term.Write(ctxFor(t), []byte(text + "\n")); err != nil {
+	if _, err := ra.term.Write(ctxFor(t), []byte(text+"\n")); err != nil {
 		t.Fatal(err)
 	}
 	sent := ra.out.waitLine(t, "sent", func(l string) bool { return strings.HasPrefix(l, "sent general ") })
