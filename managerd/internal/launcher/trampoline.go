@@ -46,7 +46,7 @@ func Trampoline(args []string) int {
 		return fail(fmt.Errorf("close_range: %w", err))
 	}
 	if len(args) < 4 || args[2] != "--" {
-		return fail(errors.New("usage: launcher-exec UID GID -- ARGV..."))
+		return fail(errors.New("usage: launcher-exec UID GID -- PROGRAM [ARG]"))
 	}
 	uid, err1 := strconv.ParseUint(args[0], 10, 32)
 	gid, err2 := strconv.ParseUint(args[1], 10, 32)
