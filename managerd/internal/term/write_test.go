@@ -33,7 +33,12 @@ func within(t *testing.T, d time.Duration, what string, f func()) {
 // deadline, a cancelled writer returns, and the next writer is not cut short by an earlier
 // writer's deadline.
 func TestWriteTakesTheCallersContext(t *testing.T) {
-	term, _ := start(t, Options{}, nil, deafChild...)
+	term, cmd := start(t, Options{}, nil, deafChild...)
+	// The deaf child reads nothing, so only the hangup's SIGHUP would end it when the terminal
+	// closes, and a test run under nohup (SIGHUP ignored, which children inherit) never sends it
+	// one that counts. Killed first (cleanups run last-registered first), so start's cleanup
+	// still proves the terminal's close and the child's wait.
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	snap, out, _, detach, err := term.Attach()
 	if err != nil {
 		t.Fatal(err)
