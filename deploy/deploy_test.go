@@ -126,7 +126,7 @@ func units(t *testing.T) map[string]unit {
 }
 
 // TestUnitHardening asserts, per unit, the user, Type=notify and every hardening directive of
-// STYLE.md "deploy/" and the README's "The units", and what the launcher alone is allowed.
+// STYLE.md "deploy/" and docs/deploying.md's "The units", and what the launcher alone is allowed.
 func TestUnitHardening(t *testing.T) {
 	common := map[string]string{
 		"Type": "notify", "Restart": "on-failure", "UMask": "0077", "NoNewPrivileges": "yes",
@@ -464,7 +464,7 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 var exposureRE = regexp.MustCompile(`Overall exposure level for \S+: ([0-9.]+)`)
 
 // TestSecurityExposure measures each unit with `systemd-analyze security --offline=true` and
-// fails if any is worse than the figure the README records.
+// fails if any is worse than the figure docs/deploying.md records.
 func TestSecurityExposure(t *testing.T) {
 	if _, err := exec.LookPath("systemd-analyze"); err != nil {
 		t.Skip("systemd-analyze not installed (.ci/run installs it)")
@@ -482,23 +482,23 @@ func TestSecurityExposure(t *testing.T) {
 		got, _ := strconv.ParseFloat(string(m[1]), 64)
 		want, ok := recorded[name]
 		if !ok {
-			t.Errorf("%s: the README records no exposure", name)
+			t.Errorf("%s: docs/deploying.md records no exposure", name)
 		} else if got > want {
-			t.Errorf("%s: exposure %.1f, worse than the README's %.1f", name, got, want)
+			t.Errorf("%s: exposure %.1f, worse than docs/deploying.md's %.1f", name, got, want)
 		}
 	}
 }
 
 func readmeSection(t *testing.T, marker string) string {
 	t.Helper()
-	data, err := os.ReadFile("../README.md")
+	data, err := os.ReadFile("../docs/deploying.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(data), "<!-- "+marker+":begin -->")
 	body, _, ok2 := strings.Cut(rest, "<!-- "+marker+":end -->")
 	if !ok || !ok2 {
-		t.Fatalf("README.md has no %s:begin/end markers", marker)
+		t.Fatalf("docs/deploying.md has no %s:begin/end markers", marker)
 	}
 	return body
 }
@@ -529,7 +529,7 @@ func readmeExposure(t *testing.T) map[string]float64 {
 	for _, r := range tableRows(readmeSection(t, "exposure")) {
 		v, err := strconv.ParseFloat(r[1], 64)
 		if err != nil {
-			t.Fatalf("README exposure row %v: %v", r, err)
+			t.Fatalf("docs/deploying.md exposure row %v: %v", r, err)
 		}
 		out[r[0]] = v
 	}
@@ -582,9 +582,9 @@ func TestInstallRefusesNonRoot(t *testing.T) {
 	}
 }
 
-// TestInstallHeaderMatchesREADME: install.sh's header comment carries the same layout table as
-// the README (path, owner:group and mode of every row, in order), so the two cannot drift.
-func TestInstallHeaderMatchesREADME(t *testing.T) {
+// TestInstallHeaderMatchesDocs: install.sh's header comment carries the same layout table as
+// docs/deploying.md (path, owner:group and mode of every row, in order), so the two cannot drift.
+func TestInstallHeaderMatchesDocs(t *testing.T) {
 	data, err := os.ReadFile("install.sh")
 	if err != nil {
 		t.Fatal(err)
@@ -601,11 +601,11 @@ func TestInstallHeaderMatchesREADME(t *testing.T) {
 		readme = append(readme, [3]string{r[0], r[1], r[2]})
 	}
 	if !slices.Equal(header, readme) {
-		t.Fatalf("install.sh's layout header differs from the README's table:\nheader: %v\nREADME: %v", header, readme)
+		t.Fatalf("install.sh's layout header differs from docs/deploying.md's table:\nheader: %v\ndocs: %v", header, readme)
 	}
 }
 
-// layoutRow is one row of the README's layout table, expanded for the test's spaces.
+// layoutRow is one row of docs/deploying.md's layout table, expanded for the test's spaces.
 type layoutRow struct {
 	pattern     string // absolute, may hold '*'
 	owner, grp  string
@@ -620,7 +620,7 @@ func layoutRows(t *testing.T, toks, segs []string) []layoutRow {
 		og := strings.SplitN(r[1], ":", 2)
 		m, err := strconv.ParseUint(r[2], 8, 32)
 		if len(og) != 2 || err != nil || !strings.HasPrefix(r[0], "/") {
-			t.Fatalf("README layout row %q: want `path` | owner:group | 0NNN", r)
+			t.Fatalf("docs/deploying.md layout row %q: want `path` | owner:group | 0NNN", r)
 		}
 		paths := []string{r[0]}
 		switch {
@@ -698,7 +698,7 @@ func snapshot(t *testing.T, root string) map[string]string {
 
 // TestInstall (root only) runs install.sh into a temporary root with the real signerd (the other
 // binaries are stand-ins: only their installation is under test), then checks every path of the
-// README's layout table (owner, group and mode exact; nothing undocumented under the Cotal
+// docs/deploying.md's layout table (owner, group and mode exact; nothing undocumented under the Cotal
 // directories), that no operator, account or curve seed lies outside signerd's directory, the
 // launcher's uids, signerd's credential drop-in and the installed policy; then runs it again
 // with the same arguments and requires that nothing changed.
@@ -804,7 +804,7 @@ func TestInstall(t *testing.T) {
 						return nil
 					}
 				}
-				t.Errorf("%s is not in the README's layout table", rel)
+				t.Errorf("%s is not in docs/deploying.md's layout table", rel)
 				return nil
 			})
 			if err != nil {

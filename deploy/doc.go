@@ -2,6 +2,6 @@
 // units, sysusers.d and tmpfiles.d files, the configuration templates and install.sh) and of
 // deploy_test.go, which checks them: every unit's hardening and users, `systemd-analyze verify`
 // and `security` on each, the signerd policy, and install.sh into a temporary root as root
-// (every path of the README's layout table, owners and modes exact, and a second run that
-// changes nothing). See the README's "Deploying on a server".
+// (every path of the layout table in docs/deploying.md, owners and modes exact, and a second run
+// that changes nothing). See "Deploying on a server" in docs/deploying.md.
 package deploy

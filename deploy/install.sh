@@ -13,7 +13,7 @@
 # nothing. --destdir installs under DIR instead of / (the users go into DIR/etc/passwd, owners
 # are set by number, systemctl is not run): the tests use it.
 #
-# Layout (the README's "Deploying on a server" has the same table, and deploy_test.go checks
+# Layout (docs/deploying.md's "Layout on the server" has the same table, and deploy_test.go checks
 # that this copy matches it and that an install matches both). <tok> is a space's token
 # (pkg/space.Token: the name with each character outside [A-Za-z0-9_-] mapped to '_'), which is
 # also the systemd instance name; <seg> is space.<hex of the name>. Owners and modes are exact.
@@ -419,7 +419,7 @@ fi
 # --- next steps -----------------------------------------------------------------------------------
 cat <<EOF
 
-Installed${R:+ under $R}. Next steps (README "Deploying on a server"):
+Installed${R:+ under $R}. Next steps (docs/deploying.md "Deploying on a server"):
   1. Review /etc/cotal/managerd/<tok>.yaml (api.allow_uids) and /etc/cotal/launcher/<tok>.yaml
      (connectors), and the agent grants in /etc/cotal/signerd/policy.yaml.
   2. Run nats-server with /etc/cotal/broker/nats.conf (install.sh does not install it).

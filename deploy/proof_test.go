@@ -29,7 +29,7 @@ import (
 // daemon users, the files laid out by install.sh itself (into a staging root whose passwd maps the
 // four names onto throwaway users of this machine; the agent runs as a uid of the space's range), each daemon started under its own uid from that
 // layout (no systemd: the key paths the units would pass through LoadCredential point at their
-// source files, as the README says for a run by hand), an agent spawned through managerd, and
+// source files, as docs/deploying.md says for a run by hand), an agent spawned through managerd, and
 // then, never printing a secret: the signer's keys are readable by cotal-signer alone; no daemon
 // directory but signerd's holds an operator, account or curve seed, and authd's callout user seed
 // is the only seed outside it, 0600 and cotal-auth's; the agent (its uid checked in /proc) can

@@ -18,9 +18,9 @@ import (
 	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
 
-// TestReadmeConnectExample runs the README's "Connecting with a minted credential" example against
+// TestReadmeConnectExample runs docs/connecting.md's "Connecting with a minted credential" example against
 // a real signerd and broker: it mints through signerd over mTLS, writes a .creds file and
-// connects with the _INBOX_<user nkey> prefix. The README must quote this directory's main.go
+// connects with the _INBOX_<user nkey> prefix. docs/connecting.md must quote this directory's main.go
 // verbatim, and the nats CLI command the example prints must work.
 func TestReadmeConnectExample(t *testing.T) {
 	s := signerdtest.Start(t, signerdtest.Options{Spaces: []string{"demo"}})
@@ -70,17 +70,17 @@ func TestReadmeConnectExample(t *testing.T) {
 		}
 	})
 
-	t.Run("ok/the README quotes main.go verbatim", func(t *testing.T) {
+	t.Run("ok/docs connecting.md quotes main.go verbatim", func(t *testing.T) {
 		src, err := os.ReadFile("main.go")
 		if err != nil {
 			t.Fatal(err)
 		}
-		readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+		readme, err := os.ReadFile(filepath.Join("..", "..", "docs", "connecting.md"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Contains(readme, append(append([]byte("```go\n"), src...), "```\n"...)) {
-			t.Fatal("README.md does not show examples/connect/main.go verbatim in a go block")
+			t.Fatal("docs/connecting.md does not show examples/connect/main.go verbatim in a go block")
 		}
 	})
 
@@ -121,7 +121,7 @@ func TestReadmeConnectExample(t *testing.T) {
 
 // natsCLI finds the real nats CLI: $NATS_CLI (make test builds the version pinned in
 // tools/natscli.mod into bin/nats and sets it), else nats on PATH. Under CI a missing CLI fails
-// the test instead of skipping it, so the README's CLI commands are always proven there.
+// the test instead of skipping it, so the CLI commands of docs/connecting.md are always proven there.
 func natsCLI(t *testing.T) string {
 	t.Helper()
 	if bin := os.Getenv("NATS_CLI"); bin != "" {

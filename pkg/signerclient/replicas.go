@@ -35,7 +35,7 @@ import (
 //
 // Retrying any signerd call is safe: signerd keeps no state but its keys, so a call repeated
 // elsewhere at worst mints a second credential for the same public key, which only the holder
-// of that key's seed can use (see README "signerd replicas").
+// of that key's seed can use (see "Replicas" in docs/signerd.md).
 
 // HealthService is the grpc.health.v1 service name the client watches on each replica: signerd
 // serves it SERVING and turns it NOT_SERVING when its audit log breaks.

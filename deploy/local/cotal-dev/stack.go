@@ -28,8 +28,8 @@ type options struct {
 }
 
 // devPolicy lets each daemon act on its own space only: managerd mints its supervisor, agents of
-// owner local (managerd's agents: deliveryd serves no other plain owner) or demo (the README's
-// examples) on a few channels, and the one-shot provisioner and deprovisioner; deliveryd its
+// owner local (managerd's agents: deliveryd serves no other plain owner) or demo (the examples in
+// docs/connecting.md) on a few channels, and the one-shot provisioner and deprovisioner; deliveryd its
 // delivery and membership-rw credentials; authd its callout and plane credentials, the callout
 // answers (agents and observers of any derived owner: the ledger decides who), bearers, owner ids
 // and MACs. Anything else is denied.

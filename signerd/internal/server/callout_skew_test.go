@@ -16,7 +16,7 @@ import (
 // exp itself, so the tolerance is only for the broker's and signerd's clocks disagreeing.
 func TestCalloutClockSkewBoundary(t *testing.T) {
 	if CalloutClockSkew != 5*time.Second {
-		t.Fatalf("CalloutClockSkew = %v; the README documents 5 s", CalloutClockSkew)
+		t.Fatalf("CalloutClockSkew = %v; docs/signerd.md documents 5 s", CalloutClockSkew)
 	}
 	skp, _ := nkeys.CreateServer()
 	sid, _ := skp.PublicKey()

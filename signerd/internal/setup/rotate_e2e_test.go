@@ -57,7 +57,7 @@ func dialUser(url, userJWT string, kp nkeys.KeyPair) (*nats.Conn, error) {
 		nats.NoReconnect(), nats.Timeout(5*time.Second))
 }
 
-// TestRotateDataKeyKeepsAgentsConnected walks the README's rotation procedure against a real
+// TestRotateDataKeyKeepsAgentsConnected walks the rotation procedure of docs/signerd.md against a real
 // signerd and a real nats-server running from the rendered nats.conf: rotate, reload the broker,
 // restart signerd, renew, retire, reload.
 func TestRotateDataKeyKeepsAgentsConnected(t *testing.T) {
