@@ -91,8 +91,8 @@ export class SignerConfigError extends Error {
  * for a call already waiting on it. Nothing checks health in the background and nothing moves
  * calls back to a replica that recovers; it is used again only when the current one fails.
  * Resending is safe for every SignerService call: signerd keeps no state but its keys, so a call
- * repeated on another replica at worst mints or signs a second time for the same key (README,
- * "signerd replicas"). Interceptors run once per attempt.
+ * repeated on another replica at worst mints or signs a second time for the same key
+ * (docs/signerd.md, "Replicas"). Interceptors run once per attempt.
  *
  * It throws SignerConfigError for a missing option, both or neither of address and addresses, an
  * unsupported or repeated address, or a file it cannot read or will not trust (a client key looser

@@ -303,10 +303,10 @@ test("ok/remint-proof-message", TIMEOUT, () => {
 });
 
 test("ok/readme-example", TIMEOUT, async () => {
-  // The README shows examples/mint-agent.mjs verbatim; it must run against this signerd.
+  // docs/connecting.md shows examples/mint-agent.mjs verbatim; it must run against this signerd.
   const example = join(repoRoot, "sdk", "ts", "examples", "mint-agent.mjs");
   const source = readFileSync(example, "utf8");
-  assert.ok(readFileSync(join(repoRoot, "README.md"), "utf8").includes(source), "README.md does not show examples/mint-agent.mjs verbatim");
+  assert.ok(readFileSync(join(repoRoot, "docs", "connecting.md"), "utf8").includes(source), "docs/connecting.md does not show examples/mint-agent.mjs verbatim");
   const { stdout } = await run(process.execPath, [example], {
     env: { ...process.env, SIGNERD_ADDR: address, SIGNERD_PKI: join(dir, "pki"), SIGNERD_SPACE: SPACE },
     timeout: 10_000,
