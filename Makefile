@@ -107,9 +107,9 @@ lint:
 test: test-ts test-go
 
 ## test-go: the Go tests with the race detector, then without it the tests that count what a
-## request rate costs; the README's nats CLI commands run against the CLI version pinned in
-## tools/natscli.mod, and the cluster tests (pkg/testkit/cluster) run bin/nats-server instead of
-## building their own.
+## request rate costs; the docs' nats CLI commands (docs/connecting.md) run against the CLI
+## version pinned in tools/natscli.mod, and the cluster tests (pkg/testkit/cluster) run
+## bin/nats-server instead of building their own.
 test-go: bin/nats
 	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
 	NATS_CLI="$(CURDIR)/bin/nats" COTAL_NATS_SERVER="$(CURDIR)/bin/nats-server" $(GO) test -race -count=1 ./...
