@@ -73,8 +73,9 @@ type StartError = daemon.StartError
 var (
 	// ErrPlaneTaken: another instance's row replaced this one's plane claim.
 	ErrPlaneTaken = errors.New("authd: the plane claim was taken by another instance")
-	// ErrPlaneLost: the claim could not be renewed for longer than its TTL.
-	ErrPlaneLost = errors.New("authd: the plane claim could not be renewed within its TTL")
+	// ErrPlaneLost: no renewal reached the broker before the claim's fence (lease.Fence: the
+	// last stored write plus the TTL, less the margin).
+	ErrPlaneLost = errors.New("authd: the plane claim was not renewed before its fence")
 )
 
 // Inputs is what Start needs. Config is required and is validated by Start.
