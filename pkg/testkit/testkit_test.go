@@ -3,6 +3,8 @@ package testkit_test
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -155,5 +157,19 @@ func TestRuns(t *testing.T) {
 		if got := testkit.Runs(tc.in); got != tc.want {
 			t.Errorf("Runs(%q) = %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+func TestDocBlock(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "page.md")
+	page := "# t\n\n```sh\nmake run\n```\n\n```yaml\na: 1\nb: [x]\n```\n"
+	if err := os.WriteFile(p, []byte(page), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := testkit.DocBlock(t, p, "yaml"); got != "a: 1\nb: [x]\n" {
+		t.Fatalf("DocBlock = %q", got)
+	}
+	if got := testkit.DocBlock(t, p, "sh"); got != "make run\n" {
+		t.Fatalf("DocBlock(sh) = %q", got)
 	}
 }

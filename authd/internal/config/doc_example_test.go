@@ -1,42 +1,14 @@
 package config
 
 import (
+	"github.com/cotalgo/cotal/pkg/testkit"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/cotalgo/cotal/authd/internal/callout"
 	"github.com/cotalgo/cotal/pkg/signerclient"
 )
-
-// docYAML returns the one ```yaml block of the Markdown file at path, failing unless there is
-// exactly one.
-func docYAML(t *testing.T, path string) string {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var blocks []string
-	var cur []string
-	in := false
-	for _, l := range strings.Split(string(data), "\n") {
-		switch {
-		case !in && strings.TrimSpace(l) == "```yaml":
-			in, cur = true, nil
-		case in && strings.TrimSpace(l) == "```":
-			in = false
-			blocks = append(blocks, strings.Join(cur, "\n")+"\n")
-		case in:
-			cur = append(cur, l)
-		}
-	}
-	if len(blocks) != 1 {
-		t.Fatalf("%s: %d yaml blocks, want 1", path, len(blocks))
-	}
-	return blocks[0]
-}
 
 // TestDocExample: the configuration example in docs/authd.md is accepted by the strict loader
 // (every key known, every value valid), and the values it marks as defaults are the defaults.
@@ -45,7 +17,7 @@ func docYAML(t *testing.T, path string) string {
 func TestDocExample(t *testing.T) {
 	f := newFixture(t)
 	p := filepath.Join(f.dir, "authd.yaml")
-	if err := os.WriteFile(p, []byte(docYAML(t, filepath.Join("..", "..", "..", "docs", "authd.md"))), 0o600); err != nil {
+	if err := os.WriteFile(p, []byte(testkit.DocBlock(t, filepath.Join("..", "..", "..", "docs", "authd.md"), "yaml")), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c, err := Decode(p)
