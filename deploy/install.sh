@@ -91,7 +91,7 @@
 # /var/lib/cotal/managerd                                       cotal-manager:cotal-manager    0700
 # /var/lib/cotal/managerd/<tok>                                 cotal-manager:cotal-manager    0700
 # /var/lib/cotal/managerd/<tok>/client.key                      cotal-manager:cotal-manager    0600  managerd's client key (LoadCredential client.key)
-# /var/lib/cotal/managerd/<tok>/state                           cotal-manager:cotal-manager    0700  state_dir: refusal file
+# /var/lib/cotal/managerd/<tok>/state                           cotal-manager:cotal-manager    0700  state_dir: custody records of its agents
 # /var/lib/cotal/agents                                         root:root                      0755  parent of the launchers' agent roots
 # /run/cotal                                                    root:root                      0755  parents of the sockets (tmpfiles.d recreates them at boot)
 # /run/cotal/launcher                                           root:root                      0755

@@ -39,7 +39,8 @@ type Config struct {
 	// Signer is how to reach signerd with managerd's client certificate
 	// (spiffe://<td>/managerd/<space token>). Required.
 	Signer signerclient.FileConfig `yaml:"signer"`
-	// StateDir holds the refusal file of a refused start; 0700, created if missing. Required.
+	// StateDir holds the custody records of the agents this instance started (custody.go: what a
+	// successor needs to reap them); 0700, created if missing. Required.
 	StateDir string `yaml:"state_dir"`
 	// InstanceID names this manager instance (UID grammar, [a-z0-9]{26,32}); its lease key is
 	// lease.<instance_id> in cotal_manager_<space>. Required.
