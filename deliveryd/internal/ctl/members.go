@@ -11,11 +11,11 @@ import (
 	"github.com/cotalgo/cotal/deliveryd/internal/plane3"
 )
 
-// Membership states (upstream MembershipRecord.state): an open durable membership, and a
-// tombstone whose leaveCursor closes the backstop.
+// Membership states (upstream MembershipRecord.state), plane3's: an open durable membership, and
+// a tombstone whose leaveCursor closes the backstop.
 const (
-	StateActive    = "durable-active"
-	StateTombstone = "live-confirmed"
+	StateActive    = plane3.StateActive
+	StateTombstone = plane3.StateTombstone
 )
 
 // casAttempts is how often a write re-reads after losing a revision race (upstream's 5).

@@ -71,9 +71,9 @@ type Member struct {
 }
 
 // Membership states (upstream MembershipRecord.state): an open durable membership, and a
-// tombstone whose leaveCursor closes the backstop. deliveryd/internal/ctl writes both (its own
-// constants carry the same values); the fan-out writer writes the tombstone of a departed
-// lifecycle (Member.Depart).
+// tombstone whose leaveCursor closes the backstop. deliveryd/internal/ctl writes both (its
+// StateActive and StateTombstone are these); the fan-out writer writes the tombstone of a
+// departed lifecycle (Member.Depart).
 const (
 	StateActive    = "durable-active"
 	StateTombstone = "live-confirmed"
