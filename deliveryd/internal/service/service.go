@@ -363,7 +363,7 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 	s.checked.Store(epoch)
 
 	// 5. The writer, the reader and the responders, bound.
-	if s.writer, err = fanout.New(ctx, s.nc, fanout.Config{Names: s.n, MayAct: s.MayAct, Logger: s.log}); err != nil {
+	if s.writer, err = fanout.New(ctx, s.nc, fanout.Config{Names: s.n, MayAct: s.MayAct, Logger: s.log, WriterIdentity: s.rail.PublicKey()}); err != nil {
 		return fail(bindCode(err), "fan-out writer", err)
 	}
 	if s.reader, err = reader.New(ctx, s.nc, reader.Config{Names: s.n, MayAct: s.MayAct, Logger: s.log}); err != nil {
