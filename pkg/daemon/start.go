@@ -39,10 +39,11 @@ func (e *StartError) Unwrap() error { return e.Err }
 
 // RefuseStart turns the error a start of daemon failed with into a *StartError (one that is
 // not becomes CodeConfig "start failed") and writes it to name's refusal file in dir
-// (WriteRefusal), for a launcher waiting in Ready. The file's reason carries the cause, except
-// when the refusal has details: those (a holder) say the rest, and the reason already names
-// them. A canceled start, or one before the state directory is known (dir empty), writes
-// nothing; a file that cannot be written is logged.
+// (WriteRefusal), for a launcher waiting in Ready, after logging one "<daemon> start refused"
+// error line with its code, reason and cause. The file's reason carries the cause, except when
+// the refusal has details: those (a holder) say the rest, and the reason already names them. A
+// canceled start logs and writes nothing; one before the state directory is known (dir empty)
+// writes no file; a file that cannot be written is logged.
 func RefuseStart(log *slog.Logger, dir, name, daemon string, pid int, err error) *StartError {
 	var se *StartError
 	if !errors.As(err, &se) {
@@ -51,7 +52,16 @@ func RefuseStart(log *slog.Logger, dir, name, daemon string, pid int, err error)
 	if se.Daemon == "" {
 		se.Daemon = daemon
 	}
-	if se.Code == CodeCanceled || dir == "" {
+	if se.Code == CodeCanceled {
+		return se
+	}
+	// One line says why, whether or not a file can: the log is where an operator looks first.
+	attrs := []any{"code", se.Code, "reason", se.Reason}
+	if se.Err != nil {
+		attrs = append(attrs, "err", se.Err.Error())
+	}
+	log.Error(se.Daemon+" start refused", attrs...)
+	if dir == "" {
 		return se
 	}
 	reason := se.Reason

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
@@ -10,7 +12,6 @@ import (
 
 func TestRefuseStart(t *testing.T) {
 	cause := errors.New("broker said no")
-	log := slog.New(slog.DiscardHandler)
 	for _, tc := range []struct {
 		name       string
 		err        error
@@ -36,9 +37,22 @@ func TestRefuseStart(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			se := RefuseStart(log, dir, "svc", "svcd", 42, tc.err)
+			var logged bytes.Buffer
+			se := RefuseStart(slog.New(slog.NewJSONHandler(&logged, nil)), dir, "svc", "svcd", 42, tc.err)
 			if se.Code != tc.wantCode || se.Error() != tc.wantError || errors.Is(se, cause) != errors.Is(tc.err, cause) {
 				t.Fatalf("RefuseStart = %q (code %s), want %q (code %s), wrapping the cause", se.Error(), se.Code, tc.wantError, tc.wantCode)
+			}
+			// One error line says why, with or without a state dir; a canceled start logs nothing.
+			if tc.wantCode == CodeCanceled {
+				if logged.Len() != 0 {
+					t.Fatalf("a canceled start logged %q", logged.String())
+				}
+			} else {
+				var rec map[string]any
+				if err := json.Unmarshal(logged.Bytes(), &rec); err != nil || rec["msg"] != "svcd start refused" ||
+					rec["level"] != "ERROR" || rec["code"] != tc.wantCode || rec["reason"] != se.Reason {
+					t.Fatalf("log %q (%v); want one svcd start refused error line with code %s", logged.String(), err, tc.wantCode)
+				}
 			}
 			if dir == "" {
 				return

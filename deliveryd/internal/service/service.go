@@ -905,15 +905,7 @@ func (s *Service) waitConnected() {
 // refuse writes the refusal file for a failed start (daemon.RefuseStart) and returns err as a
 // *StartError.
 func (s *Service) refuse(err error) error {
-	se := daemon.RefuseStart(s.log, s.cfg.StateDir, FileName, "deliveryd", s.pid, err)
-	if se.Code != CodeCanceled {
-		attrs := []any{"code", se.Code, "reason", se.Reason}
-		if se.Err != nil {
-			attrs = append(attrs, "err", se.Err.Error())
-		}
-		s.log.Error("deliveryd start refused", attrs...)
-	}
-	return se
+	return daemon.RefuseStart(s.log, s.cfg.StateDir, FileName, "deliveryd", s.pid, err)
 }
 
 // Healthy is deliveryd's proof of progress for systemd's watchdog: serving (not quiesced) and its
