@@ -577,7 +577,7 @@ func (s *Server) replaceMaterial(req *wireRequest) error {
 	if rec.exited {
 		return refuse(ReasonChildUnknown, "pid %d has exited", req.Pid)
 	}
-	dfd, err := unix.Openat(s.rootFD, rec.name, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_RDONLY, 0)
+	dfd, err := s.openAgentDir(rec.name)
 	if err != nil {
 		return refuse(ReasonLaunchFailed, "agent directory: %v", err)
 	}
@@ -597,12 +597,9 @@ func (s *Server) agentDir(name string, uid uint32) (fd int, created bool, err er
 		return -1, false, err
 	}
 	created = err == nil
-	fd, err = unix.Openat(s.rootFD, name, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_RDONLY, 0)
+	fd, err = s.openAgentDir(name)
 	if err == nil {
-		if err = unix.Fchown(fd, int(uid), int(*s.cfg.Manager.GID)); err == nil {
-			err = unix.Fchmod(fd, agentDirMode)
-		}
-		if err != nil {
+		if err = s.ownAgentDir(fd, int(uid)); err != nil {
 			unix.Close(fd)
 		}
 	}
@@ -615,20 +612,30 @@ func (s *Server) agentDir(name string, uid uint32) (fd int, created bool, err er
 	return fd, created, nil
 }
 
+// openAgentDir opens <agent_root>/<name> through the root's descriptor, refusing a symbolic link.
+func (s *Server) openAgentDir(name string) (int, error) {
+	return unix.Openat(s.rootFD, name, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_RDONLY, 0)
+}
+
+// ownAgentDir gives the agent directory open at fd to uid and managerd's group, 0750.
+func (s *Server) ownAgentDir(fd, uid int) error {
+	if err := unix.Fchown(fd, uid, int(*s.cfg.Manager.GID)); err != nil {
+		return err
+	}
+	return unix.Fchmod(fd, agentDirMode)
+}
+
 // parkAgentDir is the release of an agent's directory once the agent is proven gone: its launch
 // material (a credential still valid until it expires) is removed and the directory goes back to
 // the launcher's uid (launcher:manager 0750), so that whoever is given this uid next cannot enter
 // it. A later launch of the name gives it to that agent's uid.
 func (s *Server) parkAgentDir(name string) error {
-	fd, err := unix.Openat(s.rootFD, name, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_RDONLY, 0)
+	fd, err := s.openAgentDir(name)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(fd)
-	if err := unix.Fchown(fd, os.Geteuid(), int(*s.cfg.Manager.GID)); err != nil {
-		return err
-	}
-	if err := unix.Fchmod(fd, agentDirMode); err != nil {
+	if err := s.ownAgentDir(fd, os.Geteuid()); err != nil {
 		return err
 	}
 	if err := unix.Unlinkat(fd, materialName, 0); err != nil && !errors.Is(err, unix.ENOENT) {
