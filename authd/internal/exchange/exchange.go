@@ -309,15 +309,7 @@ func (h *Handler) serveExchange(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	// The cap is compared first: the cap budget is consulted only by a request that failed it.
 	if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), h.cap) != 1 {
-		src := peerKey(classCap, r.RemoteAddr)
-		if h.throttle.fail(src, h.now()) {
-			h.log.Debug("exchange: throttled", "source", src)
-			rf := throttled()
-			writeError(w, rf.status, rf.public)
-			return
-		}
-		h.log.Info("exchange: refused", "status", http.StatusUnauthorized, "source", src, "why", "missing or wrong capability")
-		writeError(w, http.StatusUnauthorized, "missing or wrong capability (Authorization: Bearer <cap>)")
+		h.reject(w, counted(peerKey(classCap, r.RemoteAddr), "missing or wrong capability (Authorization: Bearer <cap>)", nil))
 		return
 	}
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
@@ -357,20 +349,24 @@ func (h *Handler) serveExchange(w http.ResponseWriter, r *http.Request) {
 		if !errors.As(err, &rf) {
 			rf = refused(http.StatusInternalServerError, "internal error", err)
 		}
-		// Only what failed counts, after it failed: a source past its budget gets 429 for its
-		// refusal and no log line of its own.
-		if rf.status == http.StatusUnauthorized && rf.source != "" && h.throttle.fail(rf.source, h.now()) {
-			h.log.Debug("exchange: throttled", "arm", arm, "source", rf.source)
-			rf = throttled()
-			writeError(w, rf.status, rf.public)
-			return
-		}
-		h.log.Info("exchange: refused", "arm", arm, "status", rf.status, "actor", logIdent(req.Actor), "source", rf.source, "why", rf.public, "cause", rf.cause)
-		writeError(w, rf.status, rf.public)
+		h.reject(w, rf, "arm", arm, "actor", logIdent(req.Actor))
 		return
 	}
 	h.log.Info("exchange: granted", "arm", arm, "owner", resp.Owner, "actor", req.Actor, "view", req.View, "exp", resp.Exp)
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// reject answers a refusal. Only what failed counts, after it failed: a 401 counts against its
+// source, and a source past its budget gets 429 for its refusal and no log line of its own.
+// attrs describe the request for the log.
+func (h *Handler) reject(w http.ResponseWriter, rf *refusal, attrs ...any) {
+	if rf.status == http.StatusUnauthorized && rf.source != "" && h.throttle.fail(rf.source, h.now()) {
+		h.log.Debug("exchange: throttled", append(attrs, "source", rf.source)...)
+		rf = throttled()
+	} else {
+		h.log.Info("exchange: refused", append(attrs, "status", rf.status, "source", rf.source, "why", rf.public, "cause", rf.cause)...)
+	}
+	writeError(w, rf.status, rf.public)
 }
 
 // logIdent returns s if it is a valid actor token, else a placeholder, so a crafted body cannot
