@@ -68,7 +68,7 @@ Configuration (strict YAML: an unknown key stops start-up, naming it):
   socket: /run/cotal/launcher/launcher.sock      # dir 0750 launcher:manager-gid, socket 0660
   token_file: /run/cotal/managerd/launcher.token # 0600 in a 0700 dir, both managerd's
   manager: {uid: 990, gid: 990}                  # the only peer uid admitted
-  agents: {uid_first: 60600, uid_count: 512}     # one uid (and gid) per agent; >= 1000, unused
+  agents: {uid_first: 70000, uid_count: 1000}    # one uid (and gid) per agent; >= 1000, unused
   cgroup_parent: /sys/fs/cgroup/...              # optional; default the launcher's own cgroup
   agent_root: /var/lib/cotal/agents              # one dir per agent, agent:manager 0750
   connectors:                                    # requests name one; they carry no command
