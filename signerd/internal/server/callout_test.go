@@ -322,29 +322,6 @@ func TestCalloutOnBroker(t *testing.T) {
 		agent.waitViolation(t, testkit.PublishViolation(subject))
 	})
 
-	// Issue 20 item 1: a client names another credential's inbox as its connection name. signerd
-	// signs no grant for it (the responder's call fails, so nothing is answered) and the broker
-	// refuses the connect; nobody gets the inbox.
-	for _, tc := range []struct{ name, nonce string }{
-		{"fail/connection-name-is-a-minted-user-key", readerPub},
-		{"fail/connection-name-is-another-principals-nonce", boundNonce("o2", "a2")},
-		{"fail/connection-name-unbound", "n_" + rand.Text()},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			bc, err := connectSentinel(t, url, gs.GetSentinelJwt(), goodToken, tc.nonce)
-			wantAuthViolation(t, bc, err)
-			// Taken, so the later cases' check for responder errors sees only theirs.
-			r.mu.Lock()
-			errs := slices.Clone(r.errs)
-			r.errs = nil
-			r.mu.Unlock()
-			if len(errs) == 0 || status.Code(errs[len(errs)-1]) != codes.InvalidArgument ||
-				!strings.Contains(errs[len(errs)-1].Error(), "bound to the granted principal") {
-				t.Fatalf("responder errors %v; want signerd's InvalidArgument on the connection name", errs)
-			}
-		})
-	}
-
 	t.Run("fail/refused-token", func(t *testing.T) {
 		nonce := newNonce()
 		bc, err := connectSentinel(t, url, gs.GetSentinelJwt(), "bad-token", nonce)
@@ -371,6 +348,31 @@ func TestCalloutOnBroker(t *testing.T) {
 				seen.answeredFor, seen.opened.GetUserNkey(), first.opened.GetUserNkey())
 		}
 	})
+
+	// Issue 20 item 1: a client names another credential's inbox as its connection name. signerd
+	// signs no grant for it (the responder's call fails, so nothing is answered) and the broker
+	// refuses the connect; nobody gets the inbox. After the replay case: each of these waits out
+	// the broker's callout timeout (2 s), and the replayed request must still be within signerd's
+	// 5 s past its exp.
+	for _, tc := range []struct{ name, nonce string }{
+		{"fail/connection-name-is-a-minted-user-key", readerPub},
+		{"fail/connection-name-is-another-principals-nonce", boundNonce("o2", "a2")},
+		{"fail/connection-name-unbound", "n_" + rand.Text()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bc, err := connectSentinel(t, url, gs.GetSentinelJwt(), goodToken, tc.nonce)
+			wantAuthViolation(t, bc, err)
+			// Taken, so the later cases' check for responder errors sees only theirs.
+			r.mu.Lock()
+			errs := slices.Clone(r.errs)
+			r.errs = nil
+			r.mu.Unlock()
+			if len(errs) == 0 || status.Code(errs[len(errs)-1]) != codes.InvalidArgument ||
+				!strings.Contains(errs[len(errs)-1].Error(), "bound to the granted principal") {
+				t.Fatalf("responder errors %v; want signerd's InvalidArgument on the connection name", errs)
+			}
+		})
+	}
 
 	t.Run("ok/audit-holds-no-token", func(t *testing.T) {
 		verifyAudit(t, s.AuditPath)
