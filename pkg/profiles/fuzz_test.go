@@ -65,8 +65,15 @@ func (v mxFuzzValues) canonical() mxFuzzValues {
 			ch[c] = strings.Join(toks, ".")
 		}
 	}
+	// An empty value is an unset field (params skips it), so it stays empty.
+	keep := func(v, fixed string) string {
+		if v == "" {
+			return ""
+		}
+		return fixed
+	}
 	return mxFuzzValues{
-		owner: "own", actor: "act", uid: strings.Repeat("u", 26), role: "role",
+		owner: keep(v.owner, "own"), actor: keep(v.actor, "act"), uid: keep(v.uid, strings.Repeat("u", 26)), role: keep(v.role, "role"),
 		ch1: ch[v.ch1], ch2: ch[v.ch2], ch3: ch[v.ch3], capw: v.capw, nonce: mxFuzzNonce("own", "act", v.nonce),
 	}
 }
