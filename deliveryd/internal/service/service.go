@@ -667,10 +667,16 @@ func (s *Service) keepLease(ctx context.Context) {
 				s.recover(ctx, "the lease fence fell")
 			}
 		case <-s.recheck:
-			// Quiesced first, then renewed: the renewal on the new connection can take seconds
-			// (a stream leader being elected after a node loss), and loops left running meanwhile
-			// would fetch messages they may not act on, which then wait out the ack wait.
-			s.recover(ctx, "the connection came back; the lease is renewed on it before acting again")
+			st, err := s.renew(ctx)
+			if st == lease.Held && err == nil {
+				s.log.Info("delivery lease renewed after the reconnect")
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Warn("delivery lease renewal after a reconnect failed", "state", st.String(), "err", err)
+			s.recover(ctx, "lease renewal after a reconnect failed")
 		case <-t.C:
 			st, err := s.renew(ctx)
 			if st == lease.Held && err == nil {
