@@ -61,7 +61,7 @@ FUZZ_TARGETS ?= \
 	authd/internal/bearer:FuzzDecode \
 	managerd/internal/launcher:FuzzDecodeRequest \
 	pkg/material:FuzzDecode \
-	managerd/internal/manager:FuzzDecodeCustody
+	managerd/manager:FuzzDecodeCustody
 
 .PHONY: all generate check-generated lint test test-go test-ts fuzz bench check run build clean proof drill
 

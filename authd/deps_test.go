@@ -10,5 +10,5 @@ import (
 // code and the policy engine stay in signerd's binary, so nothing in authd can hold or read a
 // signing seed.
 func TestNoSignerdDeps(t *testing.T) {
-	testkit.NoDeps(t, []string{"github.com/cotalgo/cotal/authd"}, "github.com/cotalgo/cotal/authd/internal/service", "github.com/cotalgo/cotal/signerd")
+	testkit.NoDeps(t, []string{"github.com/cotalgo/cotal/authd"}, "github.com/cotalgo/cotal/authd/service", "github.com/cotalgo/cotal/signerd")
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/cotalgo/cotal/authd/internal/admin"
 	"github.com/cotalgo/cotal/authd/internal/config"
-	"github.com/cotalgo/cotal/authd/internal/service"
+	"github.com/cotalgo/cotal/authd/service"
 	"github.com/cotalgo/cotal/pkg/daemon"
 	"github.com/cotalgo/cotal/pkg/signerclient"
 )

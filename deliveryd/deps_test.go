@@ -18,5 +18,5 @@ func TestNoSignerdDeps(t *testing.T) {
 			pkgs = append(pkgs, p)
 		}
 	}
-	testkit.NoDeps(t, pkgs, "github.com/cotalgo/cotal/deliveryd/internal/service", "github.com/cotalgo/cotal/signerd")
+	testkit.NoDeps(t, pkgs, "github.com/cotalgo/cotal/deliveryd/service", "github.com/cotalgo/cotal/signerd")
 }

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/config"
-	"github.com/cotalgo/cotal/deliveryd/internal/service"
-	"github.com/cotalgo/cotal/deliveryd/internal/service/servicetest"
+	"github.com/cotalgo/cotal/deliveryd/service"
+	"github.com/cotalgo/cotal/deliveryd/service/servicetest"
 	"github.com/cotalgo/cotal/deliveryd/internal/watchdog"
 	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"

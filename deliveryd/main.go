@@ -11,7 +11,7 @@ import (
 	"os"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/config"
-	"github.com/cotalgo/cotal/deliveryd/internal/service"
+	"github.com/cotalgo/cotal/deliveryd/service"
 	"github.com/cotalgo/cotal/pkg/daemon"
 )
 

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cotalgo/cotal/deliveryd/internal/service"
-	"github.com/cotalgo/cotal/deliveryd/internal/service/servicetest"
+	"github.com/cotalgo/cotal/deliveryd/service"
+	"github.com/cotalgo/cotal/deliveryd/service/servicetest"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 )
 

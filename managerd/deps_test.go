@@ -11,5 +11,5 @@ import (
 // the one part that runs as root) can hold or read a signing seed. It looks at the whole binary:
 // serve (the Manager, ManagerService), launcher and provision.
 func TestNoSignerdDeps(t *testing.T) {
-	testkit.NoDeps(t, []string{"github.com/cotalgo/cotal/managerd"}, "github.com/cotalgo/cotal/managerd/internal/manager", "github.com/cotalgo/cotal/signerd")
+	testkit.NoDeps(t, []string{"github.com/cotalgo/cotal/managerd"}, "github.com/cotalgo/cotal/managerd/manager", "github.com/cotalgo/cotal/signerd")
 }

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/cotalgo/cotal/managerd/internal/api"
-	"github.com/cotalgo/cotal/managerd/internal/manager"
+	"github.com/cotalgo/cotal/managerd/manager"
 	"github.com/cotalgo/cotal/pkg/daemon"
 )
 

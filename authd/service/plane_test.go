@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/cotalgo/cotal/authd/internal/service"
+	"github.com/cotalgo/cotal/authd/service"
 	"github.com/cotalgo/cotal/pkg/daemon"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/lease"

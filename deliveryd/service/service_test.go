@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cotalgo/cotal/deliveryd/internal/service"
-	"github.com/cotalgo/cotal/deliveryd/internal/service/servicetest"
+	"github.com/cotalgo/cotal/deliveryd/service"
+	"github.com/cotalgo/cotal/deliveryd/service/servicetest"
 	"github.com/cotalgo/cotal/pkg/daemon"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 )

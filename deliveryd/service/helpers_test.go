@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/config"
-	"github.com/cotalgo/cotal/deliveryd/internal/service"
+	"github.com/cotalgo/cotal/deliveryd/service"
 	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 )

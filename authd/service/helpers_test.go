@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cotalgo/cotal/authd/internal/config"
-	"github.com/cotalgo/cotal/authd/internal/service"
+	"github.com/cotalgo/cotal/authd/service"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/provision"
 	"github.com/cotalgo/cotal/pkg/signerclient"

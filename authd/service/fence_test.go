@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/cotalgo/cotal/authd/internal/service"
+	"github.com/cotalgo/cotal/authd/service"
 	"github.com/cotalgo/cotal/pkg/lease"
 	"github.com/cotalgo/cotal/pkg/testkit"
 )

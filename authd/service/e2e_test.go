@@ -20,7 +20,7 @@ import (
 	"github.com/cotalgo/cotal/authd/internal/idp"
 	"github.com/cotalgo/cotal/authd/internal/idp/idptest"
 	"github.com/cotalgo/cotal/authd/internal/ledger"
-	"github.com/cotalgo/cotal/authd/internal/service"
+	"github.com/cotalgo/cotal/authd/service"
 	"github.com/cotalgo/cotal/pkg/authclient"
 	"github.com/cotalgo/cotal/pkg/daemon"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"

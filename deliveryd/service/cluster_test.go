@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cotalgo/cotal/deliveryd/internal/service/servicetest"
+	"github.com/cotalgo/cotal/deliveryd/service/servicetest"
 	"github.com/cotalgo/cotal/pkg/provision"
 	"github.com/cotalgo/cotal/pkg/testkit/cluster"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"

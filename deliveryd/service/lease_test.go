@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cotalgo/cotal/deliveryd/internal/service"
-	"github.com/cotalgo/cotal/deliveryd/internal/service/servicetest"
+	"github.com/cotalgo/cotal/deliveryd/service"
+	"github.com/cotalgo/cotal/deliveryd/service/servicetest"
 	"github.com/cotalgo/cotal/pkg/lease"
 	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
