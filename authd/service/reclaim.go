@@ -50,6 +50,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -307,4 +308,66 @@ func (s *Service) logReclaim() {
 		s.log.Warn("plane claim reclaimed before its TTL: the sweep found the holder's connection on no server",
 			"holder", r.Holder, "instance", r.Instance, "incarnation", r.Incarnation, "conn", r.Conn, "since", r.Since)
 	}
+}
+
+// planeGate is the holder's side of early reclaim. A successor may take the claim as soon as a
+// sweep finds this holder's plane connection on no server, and that is also the case while the
+// connection is between two servers (reconnecting). So the callout answers only while the plane
+// connection is connected and the claim was written (renewed, re-created or marked ready) after
+// the connection's latest reconnect: a reconnect closes the gate and asks keepPlane for an
+// immediate renewal (kick), whose stored write opens it again and whose Taken stops the service.
+// A holder replaced during a reconnect therefore answers no callout after it.
+type planeGate struct {
+	nc    *nats.Conn
+	plane *lease.Lease
+	kick  chan struct{}
+
+	mu    sync.Mutex
+	seen  uint64    // the connection's reconnect count last seen
+	since time.Time // when that count was first seen; zero before any reconnect
+}
+
+// newPlaneGate watches nc's reconnects (its reconnect handler is kept and called first).
+func newPlaneGate(nc *nats.Conn, plane *lease.Lease) *planeGate {
+	g := &planeGate{nc: nc, plane: plane, kick: make(chan struct{}, 1), seen: nc.Stats().Reconnects}
+	prev := nc.ReconnectHandler()
+	nc.SetReconnectHandler(func(c *nats.Conn) {
+		if prev != nil {
+			prev(c)
+		}
+		g.check()
+	})
+	return g
+}
+
+// check notes a new reconnect (and kicks a renewal) and returns when the latest was seen.
+func (g *planeGate) check() time.Time {
+	n := g.nc.Stats().Reconnects
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if n != g.seen {
+		g.seen, g.since = n, time.Now()
+		select {
+		case g.kick <- struct{}{}:
+		default:
+		}
+	}
+	return g.since
+}
+
+// open is callout.Config.Gate.
+func (g *planeGate) open() bool {
+	if !g.nc.IsConnected() {
+		return false
+	}
+	since := g.check()
+	return since.IsZero() || g.plane.LastWritten().After(since)
+}
+
+// kicked is what keepPlane waits on besides its timer: a reconnect asks for a renewal now.
+func (g *planeGate) kicked() <-chan struct{} {
+	if g == nil {
+		return nil
+	}
+	return g.kick
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/cotalgo/cotal/authd/internal/config"
 	"github.com/cotalgo/cotal/authd/service"
 	"github.com/cotalgo/cotal/pkg/lease"
@@ -274,5 +276,61 @@ func TestInstanceIdentity(t *testing.T) {
 	s = start(t, cfg)
 	if s.InstanceID() != id {
 		t.Fatalf("id after the refusals %q, want %q", s.InstanceID(), id)
+	}
+}
+
+// TestPlaneReconnect: the broker drops the holder's plane connection; it reconnects, and the
+// holder proves its claim again at once (a renewal well before its renew interval) before its
+// callout answers again, so a successor that swept while it was away and took the claim would
+// find it silent (planeGate).
+func TestPlaneReconnect(t *testing.T) {
+	e := newEnv(t)
+	h := newHumanEnv(t, e, true, func(c *config.Config) *config.Config { c.PlaneTTL = yamlx.Duration(reclaimTTL); return c })
+	c := h.client(t, 0)
+	if _, err := h.connect(t, c); err != nil {
+		t.Fatalf("connect before the drop: %v", err)
+	}
+	_, kv, _ := e.planeConn(t)
+	before, err := kv.Get(ctxT(t), "plane")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row, _ := e.planeRow(t)
+	cz, err := e.ns.Connz(&server.ConnzOptions{User: row["user"].(string)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cid uint64
+	for _, ci := range cz.Conns {
+		if ci.Name == "authd-plane" {
+			cid = ci.Cid
+		}
+	}
+	if cid == 0 {
+		t.Fatalf("no authd-plane connection of the row's user key among %d", len(cz.Conns))
+	}
+	dropped := time.Now()
+	if err := e.ns.DisconnectClientByID(cid); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, reclaimTTL/4, func() error {
+		now, err := kv.Get(ctxT(t), "plane")
+		if err != nil {
+			return err
+		}
+		if now.Revision() == before.Revision() {
+			return errors.New("plane row not rewritten since the drop")
+		}
+		return nil
+	})
+	t.Logf("claim re-proven %v after the drop (renew interval %v)", time.Since(dropped).Round(time.Millisecond), reclaimTTL/2)
+	testkit.Eventually(t, 10*time.Second, func() error {
+		_, err := h.connect(t, c)
+		return err
+	})
+	select {
+	case <-h.s.Done():
+		t.Fatalf("authd stopped: %v", h.s.Err())
+	default:
 	}
 }

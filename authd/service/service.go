@@ -104,6 +104,7 @@ type Service struct {
 	planeRail *signerclient.Rail
 	dataNC    *nats.Conn
 	plane     *lease.Lease
+	gate      *planeGate // closes the callout while the claim is unproven (reclaim.go)
 	callout   calloutPart
 	ln        net.Listener
 	http      *http.Server
@@ -230,6 +231,7 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 		return fail(CodePlane, "plane claim failed", err)
 	}
 	s.logReclaim()
+	s.gate = newPlaneGate(s.dataNC, s.plane)
 
 	if s.callout, err = startCallout(ctx, runCtx, s, in, led); err != nil {
 		if ctx.Err() != nil {
@@ -354,6 +356,7 @@ func (s *Service) keepPlane(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-s.gate.kicked(): // a reconnect: prove the claim again before the callout answers
 		}
 		next := s.plane.RenewInterval()
 		st, err := s.plane.Renew(ctx)
