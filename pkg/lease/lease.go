@@ -146,12 +146,14 @@ func (e *HeldError) Details() map[string]string {
 }
 
 func (e *HeldError) Error() string {
-	msg := fmt.Sprintf("lease: %s/%s is held by %q (incarnation %s, since %s); a live claim already exists, so this instance does not start: stop that one, or wait for its claim to expire",
+	held := fmt.Sprintf("lease: %s/%s is held by %q (incarnation %s, since %s)",
 		e.Bucket, e.Key, e.Row.Holder, e.Row.Incarnation, e.Row.Since.UTC().Format(time.RFC3339))
 	if e.Reclaim != nil {
-		msg += "; not reclaimed: " + e.Reclaim.Error()
+		// The refusal says what to do: an inconclusive check must not send the operator after a
+		// holder that may be gone.
+		return held + "; not reclaimed: " + e.Reclaim.Error()
 	}
-	return msg
+	return held + "; a live claim already exists, so this instance does not start: stop that one, or wait for its claim to expire"
 }
 
 // Unwrap returns the reclaim refusal, if any.
