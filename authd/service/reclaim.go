@@ -33,13 +33,17 @@ package service
 //     so a holder that renewed meanwhile keeps its claim; a replaced holder finds its row Taken at
 //     its next renewal and stops (ErrPlaneTaken).
 //
-// What the count cannot see: a cluster whose servers do not advertise client URLs
-// (no_advertise) and whose configured brokers name fewer servers than it has; list every server
-// in brokers there. URLs that name one server twice (a host name and its address) overcount,
-// which only makes sweeps inconclusive. A holder connected through a leaf node whose server does
-// not answer, and a holder whose connection the broker has dropped while the holder has not
-// noticed yet (a partition shorter than its ping interval), are not covered: the holder still
-// stops answering callouts at its fence (the TTL less the margin) at the latest.
+// What the expected set cannot see. The advertised URLs follow the cluster's routes: a server
+// that is down or cut off from the others is withdrawn from them, while configured brokers
+// stay. A server that is down holds no connection, so that loss is harmless; a server that is up
+// but partitioned from the rest, holding the holder's connection, is missed unless it is a peer
+// of the auth bucket's stream (at three replicas on three servers, every server is) or is named
+// in brokers. So on a cluster larger than the bucket's replica count, list every server in
+// brokers. Servers that do not advertise (no_advertise) are seen only through brokers too. URLs
+// that name one server twice (a host name and its address) overcount, which only makes sweeps
+// inconclusive. A holder connected through a leaf node whose server does not answer is not
+// covered. In each of these cases the holder still stops answering callouts at its fence (the
+// TTL less the margin) at the latest, and at once when its plane connection drops (planeGate).
 
 import (
 	"context"
@@ -295,7 +299,7 @@ func planeHeld(cfg *config.Config, instance string, he *lease.HeldError, err err
 	case errors.Is(err, ErrHolderLive):
 		reason = "another authd serves space " + sp + ": " + who + " holds its plane claim and its broker connection is live; stop it first"
 	case errors.Is(err, ErrSweepInconclusive):
-		reason = "the plane claim of space " + sp + " is held by " + who + ", and the connection-liveness sweep could not prove that holder gone; this refusal is fail-safe: retry, or wait for its claim to expire (" + cfg.PlaneTTL.D().String() + " after its last renewal); do not delete the row by hand"
+		reason = "the plane claim of space " + sp + " is held by " + who + ", and the connection-liveness sweep could not prove that holder gone; this refusal is fail-safe: retry, or wait for its claim to expire (the holder's plane_ttl after its last renewal); do not delete the row by hand"
 	default:
 		reason = "another authd serves space " + sp + ": " + who + " holds its plane claim; stop it, or wait for its claim to expire"
 	}
