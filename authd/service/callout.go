@@ -82,6 +82,7 @@ func startCallout(ctx, runCtx context.Context, s *Service, in Inputs, led *ledge
 		Space: s.cfg.Space, Signer: s.signer, Ledger: led, JWKS: jwks,
 		AllowedServers: s.cfg.AllowedServers, MaxInFlight: s.cfg.MaxInFlight, Now: in.Now, Logger: s.log,
 		OpenRate: s.cfg.CalloutOpens.Callout(), RefusalRate: s.cfg.CalloutRefusals.Callout(),
+		Gate: s.gate.open,
 	}); err != nil {
 		return c, &StartError{Code: CodeConfig, Reason: "callout responder refused", Err: err}
 	}
