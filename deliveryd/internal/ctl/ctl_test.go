@@ -494,7 +494,7 @@ func runReader(t *testing.T, f *fixture) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	go func() { done <- r.Run(ctx, nil) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -655,7 +655,7 @@ func TestJoinThenFanout(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	go func() { done <- w.Run(ctx, nil) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
