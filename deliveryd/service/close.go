@@ -160,9 +160,10 @@ func (s *Service) teardown(fatal bool) error {
 }
 
 // release deletes this instance's row by CAS (pkg/lease Release: only if a fresh read shows it is
-// still its own). With the connection down it waits up to the broker-gone window from the drop
-// for it (not after a fatal stop), and a failed release is retried once after the same wait. A
-// foreign row found at the key is reported and left alone.
+// still its own). With the connection down, or dropping while an attempt is in flight, it waits
+// up to the broker-gone window from the drop for it to come back (not after a fatal stop) and
+// makes one more attempt before it decides. A foreign row found at the key is reported and left
+// alone.
 func (s *Service) release(fatal bool) error {
 	if s.nc == nil {
 		return nil
@@ -174,9 +175,31 @@ func (s *Service) release(fatal bool) error {
 		}
 		s.waitConnected()
 	}
-	holder, rerr := s.foreignRow()
+	err := s.releaseOnce()
+	var re *ReleaseError
+	if errors.As(err, &re) && re.Holder == "" && !fatal {
+		s.warn(CodeLease, "delivery lease release failed; waiting for the broker and trying once more", err)
+		s.waitConnected()
+		err = s.releaseOnce()
+	}
+	switch {
+	case errors.As(err, &re) && re.Holder != "":
+		s.log.Warn("delivery lease not released: another instance's row is there", "holder", re.Holder)
+	case err != nil:
+		s.log.Warn("delivery lease not released; it expires with its TTL", "err", err, "ttl", s.lease.TTL())
+	default:
+		s.log.Info("delivery lease released")
+	}
+	return err
+}
+
+// releaseOnce is one release attempt, cut short if the connection drops (or Close's ctx ends)
+// while it is in flight.
+func (s *Service) releaseOnce() error {
+	ctx, cancel := s.connectedCtx()
+	defer cancel()
+	holder, rerr := s.foreignRow(ctx)
 	if holder != "" {
-		s.log.Warn("delivery lease not released: another instance's row is there", "holder", holder)
 		return &ReleaseError{Holder: holder}
 	}
 	if s.leaseTaken.Load() {
@@ -185,26 +208,42 @@ func (s *Service) release(fatal bool) error {
 		}
 		return nil // the other instance's row is gone too: nothing of this one is left
 	}
-	ctx := context.Background()
-	err := s.lease.Release(ctx)
-	if err != nil && !fatal {
-		s.warn(CodeLease, "delivery lease release failed; waiting for the broker and trying once more", err)
-		s.waitConnected()
-		err = s.lease.Release(ctx)
-	}
-	if err != nil {
-		s.log.Warn("delivery lease not released; it expires with its TTL", "err", err, "ttl", s.lease.TTL())
+	if err := s.lease.Release(ctx); err != nil {
 		return &ReleaseError{Err: err}
 	}
-	s.log.Info("delivery lease released")
 	return nil
+}
+
+// connectedCtx is a context canceled as soon as the connection is down (polled every 50 ms) or
+// Close's ctx ended.
+func (s *Service) connectedCtx() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.abort:
+				cancel()
+				return
+			case <-t.C:
+				if !s.nc.IsConnected() {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return ctx, cancel
 }
 
 // foreignRow reads lease.0: the holder of a row there that is not this instance's (holder
 // "(unreadable row)" for one that does not decode), "" when the key holds this instance's row or
 // none, and the read's error when the broker did not answer.
-func (s *Service) foreignRow() (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+func (s *Service) foreignRow(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	e, err := s.kv.Get(ctx, space.DeliveryLeaseKey)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
