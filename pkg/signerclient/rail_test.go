@@ -126,9 +126,15 @@ func TestRailRenewalFailure(t *testing.T) {
 	t.Run("ok/renewal-failure-keeps-current", func(t *testing.T) {
 		e := startEnv(t, shortPolicy("5s", "own"))
 		var logs logBuffer
+		var failures atomic.Int32
 		r := newRail(t, e, func(c *RailConfig) {
 			c.Logger = newLogger(&logs)
 			c.RetryInterval = 100 * time.Millisecond
+			c.OnRenewFailed = func(err error, retryIn time.Duration) {
+				if err != nil && retryIn > 0 {
+					failures.Add(1)
+				}
+			}
 		})
 		if err := r.Start(ctxT(t)); err != nil {
 			t.Fatalf("Start: %v", err)
@@ -159,6 +165,9 @@ func TestRailRenewalFailure(t *testing.T) {
 		testkit.Eventually(t, 10*time.Second, func() error {
 			if n := logs.count(warning); n < 2 {
 				return fmt.Errorf("%d renewal warnings, want at least 2 (a failure and a retry)", n)
+			}
+			if n := failures.Load(); n < 2 {
+				return fmt.Errorf("OnRenewFailed called %d times, want at least 2", n)
 			}
 			return nil
 		})
