@@ -51,7 +51,9 @@
 // and StateUnavailable while the lease is not confirmed (its renewal failing, its row taken by
 // another), the connection is down, the supervisor credential has expired, or a shutdown runs;
 // it comes back to StateReady on its own. Unavailable is reported, not enforced: ManagerService
-// keeps answering (a spawn then fails at the step that needs the broker or signerd).
+// keeps answering and a spawn is not refused for it (no ManagerService reason names a lost lease
+// yet; one that needs the broker fails at that step), so a host routes around an unavailable
+// manager.
 //
 // # What it holds
 //

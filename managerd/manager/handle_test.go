@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -13,7 +14,9 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
+	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/managerclient"
+	"github.com/cotalgo/cotal/pkg/mtls"
 	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/pkg/trust"
@@ -271,4 +274,46 @@ func TestStateBrokerLoss(t *testing.T) {
 			t.Fatalf("after Close: state %s, Err %v", m.State(), m.Err())
 		}
 	})
+}
+
+// TestStateLeaseTaken: another row on the instance's lease key makes the manager unavailable
+// (with a LEASE warning) and is left alone; once it is gone the manager puts its row again and
+// is ready.
+func TestStateLeaseTaken(t *testing.T) {
+	e := plane3test.New(t)
+	var ev eventLog
+	m, err := startManager(t, testConfig(t, e), func(_ *Inputs, opts *RuntimeOptions) { opts.Events = ev.add })
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := e.Conn(t, mtls.KindManagerd, signerv1.Profile_PROFILE_SUPERVISOR, &signerv1.ProfileParams{Owner: "m1", Actor: "s4"})
+	kv, err := plane3test.JS(t, nc).KeyValue(plane3test.Ctx(t), "cotal_manager_"+e.N.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := LeaseRow{Holder: "m1.s4", InstanceID: instanceA, Runtime: "pty", Root: "/elsewhere", PID: 1, Since: time.Now().UnixMilli()}
+	b, err := json.Marshal(foreign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(plane3test.Ctx(t), "lease."+instanceA, b); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, m, StateUnavailable, 10*time.Second)
+	if !ev.has(EventWarning, CodeLease) {
+		t.Fatalf("no LEASE warning: %v", ev.all())
+	}
+	if row, ok := leaseRow(t, e, instanceA); !ok || row != foreign {
+		t.Fatalf("the foreign row was not left alone: %+v %v", row, ok)
+	}
+	if err := kv.Delete(plane3test.Ctx(t), "lease."+instanceA); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, m, StateReady, 10*time.Second)
+	if row, ok := leaseRow(t, e, instanceA); !ok || row.PID != os.Getpid() {
+		t.Fatalf("the manager's row was not put again: %+v %v", row, ok)
+	}
+	if err := m.Close(plane3test.Ctx(t)); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -235,7 +235,7 @@ func (m *Manager) start(ctx context.Context) (err error) {
 	opts := append(m.rail.NatsOptions(), nats.Name("cotal-managerd "+cfg.InstanceID), nats.MaxReconnects(-1))
 	opts = append(opts, m.opts.NatsOptions...)
 	opts = append(opts, nats.DisconnectErrHandler(m.onDisconnect), nats.ReconnectHandler(m.onReconnect))
-	m.av.brokerUp = true
+	m.update(func(a *availability) { a.brokerUp = true })
 	if m.nc, err = nats.Connect(strings.Join(cfg.Brokers, ","), opts...); err != nil {
 		return fail(CodeBroker, "broker connection refused", err)
 	}
@@ -245,7 +245,7 @@ func (m *Manager) start(ctx context.Context) (err error) {
 	if err != nil {
 		return fail(CodeConfig, "owner and actor refused", err)
 	}
-	m.av.lease = lease.Held
+	m.update(func(a *availability) { a.lease = lease.Held })
 	if m.lease, err = instlease.Acquire(ctx, instlease.Config{
 		Conn: m.nc, Names: m.n, InstanceID: cfg.InstanceID, Holder: holder, Runtime: "pty",
 		Root: cfg.Root, PID: m.pid, Now: m.opts.Now, Logger: m.log, OnChange: m.onLease,
@@ -276,9 +276,9 @@ func (m *Manager) start(ctx context.Context) (err error) {
 		return fail(CodeBind, "ManagerService socket", err)
 	}
 	m.gs = api.NewServer(m.Backend(), api.Options{AllowUIDs: cfg.API.AllowUIDs, Logger: m.log})
-	served := make(chan error, 1)
-	go func(gs *grpc.Server, ln net.Listener) { served <- gs.Serve(ln) }(m.gs, m.ln)
 
+	// The upkeep, then ready, then ManagerService answers (a Shutdown it serves finds every
+	// goroutine started).
 	m.wg.Add(2)
 	go func() {
 		defer m.wg.Done()
@@ -299,8 +299,10 @@ func (m *Manager) start(ctx context.Context) (err error) {
 			m.update(func(a *availability) { a.expired = err })
 		}
 	}()
-	go m.watch(ctx, served)
 	m.update(func(a *availability) { a.on = true })
+	served := make(chan error, 1)
+	go func(gs *grpc.Server, ln net.Listener) { served <- gs.Serve(ln) }(m.gs, m.ln)
+	go m.watch(ctx, served)
 	m.log.Info("managerd ready", "space", cfg.Space, "instance", cfg.InstanceID, "root", cfg.Root, "user", m.rail.PublicKey())
 	m.log.Info("ManagerService serving", "socket", cfg.API.Socket, "allow_uids", cfg.API.AllowUIDs)
 	return nil
@@ -347,7 +349,8 @@ func (m *Manager) Ready() bool { return m.State() == StateReady }
 func (m *Manager) abort() {
 	if m.gs != nil {
 		m.gs.Stop()
-	} else if m.ln != nil {
+	}
+	if m.ln != nil {
 		_ = m.ln.Close()
 	}
 	if m.lease != nil {

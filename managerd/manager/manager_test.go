@@ -346,10 +346,15 @@ func TestShutdownOnce(t *testing.T) {
 	if err != nil || again != resps[0] {
 		t.Fatalf("a later joining Shutdown: %v %p", err, again)
 	}
+	// Done follows once ManagerService has drained (the answer to a Shutdown it serves is sent
+	// before it stops).
 	select {
 	case <-m.Done():
-	default:
-		t.Fatal("Done not closed after Shutdown")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done not closed 10s after Shutdown")
+	}
+	if m.State() != StateStopped || m.Err() != nil {
+		t.Fatalf("after Shutdown: state %s, Err %v", m.State(), m.Err())
 	}
 	if _, ok := leaseRow(t, e, instanceA); ok {
 		t.Fatal("lease row still there after Shutdown")
