@@ -121,9 +121,9 @@ type RailConfig struct {
 	// OnRenew, if set, is called after each renewed credential is adopted (not for the first,
 	// which Start adopts), with its jti and expiry.
 	OnRenew func(jti string, expires time.Time)
-	// OnRenewFailed, if set, is called after each failed renewal of Run that is retried (the
-	// current credential stays in use), with the cause and the wait before the retry: what a
-	// daemon reports to its host as a warning.
+	// OnRenewFailed, if set, is called by Run after each failed renewal, with its error and the
+	// wait before the next attempt (the current credential stays): the nonfatal condition a
+	// host's warning event reports. It runs on Run's goroutine and must not block.
 	OnRenewFailed func(err error, retryIn time.Duration)
 	// UserSeed, if set, is the user seed the rail uses instead of generating one: for a key the
 	// broker must already know, such as authd's callout-service user registered in the AUTH

@@ -126,14 +126,16 @@ func TestRailRenewalFailure(t *testing.T) {
 	t.Run("ok/renewal-failure-keeps-current", func(t *testing.T) {
 		e := startEnv(t, shortPolicy("5s", "own"))
 		var logs logBuffer
-		var failures atomic.Int32
+		var hookMu sync.Mutex
+		var failed []error
+		var retries []time.Duration
 		r := newRail(t, e, func(c *RailConfig) {
 			c.Logger = newLogger(&logs)
 			c.RetryInterval = 100 * time.Millisecond
 			c.OnRenewFailed = func(err error, retryIn time.Duration) {
-				if err != nil && retryIn > 0 {
-					failures.Add(1)
-				}
+				hookMu.Lock()
+				defer hookMu.Unlock()
+				failed, retries = append(failed, err), append(retries, retryIn)
 			}
 		})
 		if err := r.Start(ctxT(t)); err != nil {
@@ -166,8 +168,14 @@ func TestRailRenewalFailure(t *testing.T) {
 			if n := logs.count(warning); n < 2 {
 				return fmt.Errorf("%d renewal warnings, want at least 2 (a failure and a retry)", n)
 			}
-			if n := failures.Load(); n < 2 {
-				return fmt.Errorf("OnRenewFailed called %d times, want at least 2", n)
+			return nil
+		})
+		// The host hears each failure too, with its reason and the wait before the retry.
+		testkit.Eventually(t, 10*time.Second, func() error {
+			hookMu.Lock()
+			defer hookMu.Unlock()
+			if len(failed) < 2 || ReasonOf(failed[0]) != signerv1.Reason_REASON_REMINT_NOT_ALLOWED || retries[0] <= 0 {
+				return fmt.Errorf("OnRenewFailed got %v %v, want at least 2 REMINT_NOT_ALLOWED failures with a positive retry", failed, retries)
 			}
 			return nil
 		})
