@@ -665,7 +665,7 @@ func (s *Service) keepLease(ctx context.Context) {
 				s.recover(ctx, "the lease fence fell")
 			}
 		case <-s.recheck:
-			st, err := s.renew(ctx)
+			st, err := s.renewAfterReconnect(ctx)
 			if st == lease.Held && err == nil {
 				s.log.Info("delivery lease renewed after the reconnect")
 				break
@@ -693,6 +693,40 @@ func (s *Service) keepLease(ctx context.Context) {
 			s.recover(ctx, "the lease watch saw a foreign row or a delete")
 		}
 		fence.Reset(time.Until(s.lease.Fence()))
+	}
+}
+
+// recheckAttempt bounds one renewal attempt after a reconnect, and recheckPause is the wait
+// before the next. After a node loss the bucket's stream may have no leader for seconds; the
+// broker drops the writes sent meanwhile unanswered, so one attempt with the lease's 5 s
+// operation timeout (two, with its re-read) would leave the fence down that much longer than
+// the election.
+const (
+	recheckAttempt = time.Second
+	recheckPause   = 100 * time.Millisecond
+)
+
+// renewAfterReconnect renews the lease on the new connection, trying again after an attempt
+// that got no answer (Unknown) for up to one RenewInterval and while the lease's fence stands.
+// The loops keep running meanwhile with MayAct false: they fetch nothing and hand back what they
+// had (plane3.AwaitFence, plane3.HandBack). Any other outcome is returned at once.
+func (s *Service) renewAfterReconnect(ctx context.Context) (lease.State, error) {
+	until := time.Now().Add(s.lease.RenewInterval())
+	for {
+		actx, cancel := context.WithTimeout(ctx, recheckAttempt)
+		st, err := s.renew(actx)
+		cancel()
+		if st != lease.Unknown || ctx.Err() != nil || s.lease.Fenced() || time.Now().After(until) {
+			return st, err
+		}
+		var pe *lease.PermissionError
+		if errors.As(err, &pe) {
+			return st, err
+		}
+		s.log.Debug("lease renewal after a reconnect got no answer; trying again", "err", err)
+		if !plane3.Pause(ctx, recheckPause) {
+			return st, err
+		}
 	}
 }
 

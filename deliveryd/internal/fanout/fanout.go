@@ -51,9 +51,10 @@ type Config struct {
 	Batch int
 	// NakDelay is the redelivery delay after a failed pass; zero means plane3.NakDelay.
 	NakDelay time.Duration
-	// MayAct is the lease fence: checked before every publish and ack, and a pass that finds it
-	// false stops without acking, so the messages redeliver to whoever holds the lease. Nil means
-	// always.
+	// MayAct is the lease fence: checked before every fetch, publish and ack. A pass that finds it
+	// false stops and hands its messages back (plane3.HandBack: nak'd, not acked), so they
+	// redeliver once it lifts or to whoever holds the lease; Run fetches nothing while it is
+	// false (plane3.AwaitFence). Nil means always.
 	MayAct func() bool
 	// Logger receives drops and failures (never a message body); nil discards.
 	Logger *slog.Logger
@@ -142,6 +143,13 @@ func (w *Writer) Run(ctx context.Context, drain <-chan struct{}) error {
 	var o plane3.Overlap
 	defer o.Close(ctx)
 	for ctx.Err() == nil && !plane3.Closed(drain) {
+		if !w.cfg.MayAct() {
+			_ = o.Settle(ctx) // fenced: the held pass is handed back
+			if !plane3.AwaitFence(ctx, func() bool { return w.cfg.MayAct() || plane3.Closed(drain) }) {
+				return nil
+			}
+			continue // the fence lifted, or a drain began: look again
+		}
 		batch, err := o.Next(ctx, w.consumer, w.cfg.Batch)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -173,13 +181,16 @@ func (w *Writer) Run(ctx context.Context, drain <-chan struct{}) error {
 	return nil
 }
 
-// failed naks every message of a pass that failed, for redelivery after NakDelay; the copies
-// that did land collapse with the redelivered ones on their Nats-Msg-Id.
+// failed naks every message of a pass that failed, for redelivery after NakDelay (with the fence
+// down they are handed back); the copies that did land collapse with the redelivered ones on
+// their Nats-Msg-Id.
 func (w *Writer) failed(batch []jetstream.Msg, err error) {
 	w.log.Warn("fan-out pass failed; its messages redeliver", "messages", len(batch), "err", err)
 	for _, m := range batch {
 		if w.cfg.MayAct() {
 			_ = m.NakWithDelay(w.cfg.NakDelay)
+		} else {
+			plane3.HandBack(m)
 		}
 	}
 }
@@ -217,7 +228,9 @@ type aclRow struct {
 // pass routes a batch: it publishes every message's inbox copies asynchronously, in order, and
 // returns the pass's settle, which acks each message once its own copies are stored and naks one
 // whose copy failed (it handles its failures itself and returns nil). A pass that fails returns
-// no settle; Run naks its messages.
+// no settle; Run naks its messages. With the fence down, the messages not yet routed are handed
+// back at once, and the settle hands back those not yet acked: their copies already stored
+// collapse with the redelivered ones on their Nats-Msg-Id.
 func (w *Writer) pass(ctx context.Context, batch []jetstream.Msg) (func(context.Context) error, error) {
 	v := &view{classes: map[string]string{}}
 	type routed struct {
@@ -227,7 +240,7 @@ func (w *Writer) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 	var done []routed
 	for _, m := range batch {
 		if !w.cfg.MayAct() {
-			break // quiesced: route no more
+			break // fenced: route no more
 		}
 		acks, err := w.route(ctx, v, m)
 		if errors.Is(err, errQuiesced) {
@@ -238,12 +251,21 @@ func (w *Writer) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 		}
 		done = append(done, routed{m, acks})
 	}
+	if rest := batch[len(done):]; len(rest) > 0 {
+		plane3.HandBack(rest...) // fenced: not routed, or partly
+	}
 	w.depart(ctx, v)
-	return func(ctx context.Context) error {
-		if !w.cfg.MayAct() {
-			return nil // quiesced: the messages redeliver to whoever holds the lease
+	handBack := func(rs []routed) {
+		for _, r := range rs {
+			plane3.HandBack(r.m)
 		}
+	}
+	return func(ctx context.Context) error {
 		for i, r := range done {
+			if !w.cfg.MayAct() {
+				handBack(done[i:]) // fenced: not acked; they redeliver
+				return nil
+			}
 			if err := wait(ctx, r.acks); err != nil {
 				if ctx.Err() != nil {
 					return nil // unacked: the messages redeliver after AckWait
@@ -251,10 +273,13 @@ func (w *Writer) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 				w.log.Warn("an inbox copy failed; the message redelivers", "err", err)
 				if w.cfg.MayAct() {
 					_ = r.m.NakWithDelay(w.cfg.NakDelay)
+				} else {
+					plane3.HandBack(r.m)
 				}
 				continue
 			}
 			if !w.cfg.MayAct() {
+				handBack(done[i:])
 				return nil
 			}
 			if err := r.m.Ack(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -286,46 +287,143 @@ func TestNeverCreatesAStreamOrBucket(t *testing.T) {
 	}
 }
 
-// TestFanoutFence: with the lease fence down the writer publishes and acks nothing; the chat
-// message stays pending for whoever holds the lease.
+// fence is a scripted lease fence: up until fall reports true (nil: down from the start), then
+// down until lifted. It counts the times it answered down.
+type fence struct {
+	fall   func() bool
+	fallen atomic.Bool
+	lifted atomic.Bool
+	downs  atomic.Int64
+}
+
+func (f *fence) mayAct() bool {
+	if f.lifted.Load() {
+		return true
+	}
+	if !f.fallen.Load() && f.fall != nil && !f.fall() {
+		return true
+	}
+	f.fallen.Store(true)
+	f.downs.Add(1)
+	return false
+}
+
+// TestFanoutFence: with the lease fence down the writer publishes and acks nothing, and a
+// message it fetched is handed back (nak'd at once) instead of waiting out the 60 s ack wait, so
+// it is fanned out as soon as the fence lifts.
 func TestFanoutFence(t *testing.T) {
-	e := plane3test.New(t)
-	dc := e.Delivery(t)
-	djs := plane3test.JS(t, dc)
-	pjs := e.Provisioner(t)
-	e.AddLifecycle(t, pjs, "a1", uid1, []string{"general"})
-	e.Join(t, djs, "general", "a1", uid1, 0, 1)
-	w, err := fanout.New(plane3test.Ctx(t), dc, fanout.Config{Names: e.N, MayAct: func() bool { return false }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx, nil) }()
-	defer func() { cancel(); <-done }()
-	e.Post(t, plane3test.JS(t, e.Agent(t, "a0", uid0)), "a0", "m01", "while quiesced")
-	cons, err := djs.Consumer(plane3test.Ctx(t), e.N.ChatStream(), "fanout")
-	if err != nil {
-		t.Fatal(err)
-	}
-	testkit.Eventually(t, 5*time.Second, func() error {
-		ci, err := cons.Info(plane3test.Ctx(t))
+	// setup runs the writer behind f; fall, if not nil, makes f's fall from the environment.
+	setup := func(t *testing.T, f *fence, fall func(*plane3test.Env, jetstream.JetStream) func() bool) (e *plane3test.Env, djs jetstream.JetStream, ajs jetstream.JetStream) {
+		e = plane3test.New(t)
+		dc := e.Delivery(t)
+		djs = plane3test.JS(t, dc)
+		pjs := e.Provisioner(t)
+		e.AddLifecycle(t, pjs, "a1", uid1, []string{"general"})
+		e.Join(t, djs, "general", "a1", uid1, 0, 1)
+		if fall != nil {
+			f.fall = fall(e, djs)
+		}
+		w, err := fanout.New(plane3test.Ctx(t), dc, fanout.Config{Names: e.N, MayAct: f.mayAct})
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
-		if ci.Delivered.Consumer == 0 {
-			return fmt.Errorf("not delivered to fanout yet")
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx, nil) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return e, djs, plane3test.JS(t, e.Agent(t, "a0", uid0))
+	}
+	fanoutState := func(t *testing.T, e *plane3test.Env, djs jetstream.JetStream) *jetstream.ConsumerInfo {
+		t.Helper()
+		c, err := djs.Consumer(plane3test.Ctx(t), e.N.ChatStream(), "fanout")
+		if err != nil {
+			t.Fatal(err)
 		}
-		if ci.AckFloor.Consumer != 0 {
-			return fmt.Errorf("a quiesced writer acked %d", ci.AckFloor.Consumer)
+		ci, err := c.Info(plane3test.Ctx(t))
+		if err != nil {
+			t.Fatal(err)
 		}
-		return nil
+		return ci
+	}
+	// acted waits for the message at seq to be acked with one inbox copy, in well under the
+	// ack wait (plane3.AckWait, 60 s): a message left unacked by a fenced pass would not be
+	// redelivered before it.
+	acted := func(t *testing.T, e *plane3test.Env, djs jetstream.JetStream, seq uint64) {
+		t.Helper()
+		testkit.Eventually(t, 10*time.Second, func() error {
+			if ci := fanoutState(t, e, djs); ci.AckFloor.Stream < seq {
+				return fmt.Errorf("ack floor %d, want %d", ci.AckFloor.Stream, seq)
+			}
+			return nil
+		})
+		if n := inboxCount(t, e, djs); n != 1 {
+			t.Fatalf("INBOX holds %d entries, want the one copy", n)
+		}
+	}
+
+	t.Run("ok/down-from-the-start-fetches-nothing", func(t *testing.T) {
+		f := &fence{}
+		e, djs, ajs := setup(t, f, nil)
+		seq := e.Post(t, ajs, "a0", "m01", "while fenced")
+		// The writer looks at its fence before every fetch: once it has looked several times
+		// after the post was stored, it has had the chance to fetch and must not have.
+		from := f.downs.Load()
+		testkit.Eventually(t, 5*time.Second, func() error {
+			if n := f.downs.Load() - from; n < 3 {
+				return fmt.Errorf("the fence was looked at %d times since the post", n)
+			}
+			return nil
+		})
+		if ci := fanoutState(t, e, djs); ci.Delivered.Consumer != 0 || ci.AckFloor.Consumer != 0 {
+			t.Fatalf("a fenced writer fetched %d and acked %d", ci.Delivered.Consumer, ci.AckFloor.Consumer)
+		}
+		if n := inboxCount(t, e, djs); n != 0 {
+			t.Fatalf("a fenced writer stored %d inbox entries", n)
+		}
+		f.lifted.Store(true)
+		acted(t, e, djs, seq)
 	})
-	inbox, err := djs.Stream(plane3test.Ctx(t), e.N.InboxStream())
+	t.Run("ok/fence-falling-mid-pass-hands-the-message-back", func(t *testing.T) {
+		// The fence falls once the message's inbox copy is stored, before its ack: the pass
+		// must hand it back rather than leave it to the ack wait; redelivered once the fence
+		// lifts, it is routed again and its copy collapses on its Nats-Msg-Id.
+		f := &fence{}
+		e, djs, ajs := setup(t, f, func(e *plane3test.Env, djs jetstream.JetStream) func() bool {
+			return func() bool { return inboxCountErr(e, djs) != 0 }
+		})
+		seq := e.Post(t, ajs, "a0", "m01", "the fence falls on it")
+		// Down three times: the pass that saw it fall has settled and the loop waits.
+		testkit.Eventually(t, 10*time.Second, func() error {
+			if n := f.downs.Load(); n < 3 {
+				return fmt.Errorf("the fence answered down %d times", n)
+			}
+			return nil
+		})
+		if ci := fanoutState(t, e, djs); ci.Delivered.Stream < seq || ci.AckFloor.Stream >= seq {
+			t.Fatalf("delivered up to %d, acked up to %d; want %d delivered and not acked", ci.Delivered.Stream, ci.AckFloor.Stream, seq)
+		}
+		f.lifted.Store(true)
+		acted(t, e, djs, seq)
+	})
+}
+
+// inboxCount is how many entries INBOX holds.
+func inboxCount(t *testing.T, e *plane3test.Env, djs jetstream.JetStream) uint64 {
+	t.Helper()
+	s, err := djs.Stream(plane3test.Ctx(t), e.N.InboxStream())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msgs := inbox.CachedInfo().State.Msgs; msgs != 0 {
-		t.Fatalf("a quiesced writer stored %d inbox entries", msgs)
+	return s.CachedInfo().State.Msgs
+}
+
+// inboxCountErr is inboxCount for a fence's goroutine: a failed read counts as nothing stored.
+func inboxCountErr(e *plane3test.Env, djs jetstream.JetStream) uint64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s, err := djs.Stream(ctx, e.N.InboxStream())
+	if err != nil {
+		return 0
 	}
+	return s.CachedInfo().State.Msgs
 }

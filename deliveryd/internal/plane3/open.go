@@ -86,6 +86,39 @@ func Closed(ch <-chan struct{}) bool {
 	}
 }
 
+// FencedNakDelay is the redelivery delay of a message a loop fetched and may not act on because
+// its lease fence is down (HandBack).
+const FencedNakDelay = 500 * time.Millisecond
+
+// FencePoll is how often a loop whose fence is down looks at it again before fetching
+// (AwaitFence).
+const FencePoll = 50 * time.Millisecond
+
+// HandBack naks each message for redelivery after FencedNakDelay: what a loop does with a message
+// it fetched and may not act on because its fence is down, instead of leaving it to wait out
+// AckWait. A nak is no effect of holding the lease (it stores and acks nothing; the message only
+// becomes deliverable again, to this instance once its fence lifts or to whoever holds the lease),
+// so it is sent with the fence down. One that fails (the connection is down, and keeps no
+// reconnect buffer) leaves the message to AckWait.
+func HandBack(msgs ...jetstream.Msg) {
+	for _, m := range msgs {
+		_ = m.NakWithDelay(FencedNakDelay)
+	}
+}
+
+// AwaitFence returns once mayAct holds (true) or ctx is done (false), looking every FencePoll. A
+// loop calls it before each fetch, so while its fence is down (after a reconnect, until the lease
+// is renewed on the new connection) it takes no message it would have to hand back, and a
+// message it handed back is not delivered to it again, and counted, until it may act on it.
+func AwaitFence(ctx context.Context, mayAct func() bool) bool {
+	for !mayAct() {
+		if !Pause(ctx, FencePoll) {
+			return false
+		}
+	}
+	return ctx.Err() == nil
+}
+
 // FetchWait bounds one wait for the first message of a pass, so a loop notices its ctx.
 const FetchWait = 200 * time.Millisecond
 

@@ -53,8 +53,10 @@ type Config struct {
 	MaxDeliveries uint64
 	// Batch is the most entries one pass handles; zero means DefaultBatch.
 	Batch int
-	// MayAct is the lease fence, checked before every publish and ack; an entry found while it is
-	// false is left unacked. Nil means always.
+	// MayAct is the lease fence, checked before every fetch, publish and ack; an entry found
+	// while it is false is handed back (plane3.HandBack: nak'd, not acked or terminated), so it
+	// redelivers once the fence lifts or to whoever holds the lease, and Run fetches nothing while
+	// it is false (plane3.AwaitFence). Nil means always.
 	MayAct func() bool
 	// Logger receives drops, deferrals and give-ups (never a message body); nil discards.
 	Logger *slog.Logger
@@ -133,6 +135,15 @@ func (r *Reader) Run(ctx context.Context, drain <-chan struct{}) error {
 	var o plane3.Overlap
 	defer o.Close(ctx)
 	for ctx.Err() == nil && !plane3.Closed(drain) {
+		if !r.cfg.MayAct() {
+			if err := o.Settle(ctx); err != nil { // fenced: the held pass is handed back
+				return err
+			}
+			if !plane3.AwaitFence(ctx, func() bool { return r.cfg.MayAct() || plane3.Closed(drain) }) {
+				return nil
+			}
+			continue // the fence lifted, or a drain began: look again
+		}
 		batch, err := o.Next(ctx, r.consumer, r.cfg.Batch)
 		var serr *plane3.SettleError
 		if errors.As(err, &serr) {
@@ -205,7 +216,7 @@ func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 		lc, ok := plane3.ParseDinbox(n, m.Subject())
 		if !ok {
 			r.log.Warn("dropped an entry on a subject that is not a lifecycle's inbox", "subject", m.Subject())
-			if err := r.settle(m.Ack); err != nil {
+			if err := r.settle(m, m.Ack); err != nil {
 				return nil, err
 			}
 			continue
@@ -213,7 +224,7 @@ func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 		entry, id, err := plane3.DecodeEntry(m.Data())
 		if err != nil {
 			r.log.Warn("dropped an entry that does not decode", "subject", m.Subject(), "err", err)
-			if err := r.settle(m.Ack); err != nil {
+			if err := r.settle(m, m.Ack); err != nil {
 				return nil, err
 			}
 			continue
@@ -249,7 +260,7 @@ func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 		ack jetstream.PubAckFuture
 	}
 	var inflight []sent
-	for _, it := range items {
+	for i, it := range items {
 		out, err := r.copyOf(it, acls[it.aclKey], members[it.memberKey])
 		if err != nil {
 			if err := r.retry(it.m, it.deliveries, it.lc, err); err != nil {
@@ -258,13 +269,16 @@ func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 			continue
 		}
 		if out == nil {
-			if err := r.settle(it.m.Ack); err != nil {
+			if err := r.settle(it.m, it.m.Ack); err != nil {
 				return nil, err
 			}
 			continue
 		}
 		if !r.cfg.MayAct() {
-			break // quiesced: publish no more; what was published settles below
+			for _, rest := range items[i:] { // fenced: publish no more; what was published settles below
+				plane3.HandBack(rest.m)
+			}
+			break
 		}
 		f, err := r.js.PublishMsgAsync(out)
 		if err != nil {
@@ -276,13 +290,16 @@ func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 		inflight = append(inflight, sent{it, f})
 	}
 	return func(ctx context.Context) error {
-		for _, s := range inflight {
+		for j, s := range inflight {
 			if !r.cfg.MayAct() {
-				return nil // quiesced: the entries redeliver to whoever holds the lease
+				for _, rest := range inflight[j:] { // fenced: not acked; their copies collapse on redelivery
+					plane3.HandBack(rest.it.m)
+				}
+				return nil
 			}
 			select {
 			case <-s.ack.Ok():
-				if err := r.settle(s.it.m.Ack); err != nil {
+				if err := r.settle(s.it.m, s.it.m.Ack); err != nil {
 					return err
 				}
 			case err := <-s.ack.Err():
@@ -369,17 +386,22 @@ func (r *Reader) copyOf(it item, aclRow, memberRow *row) (*nats.Msg, error) {
 // retry naks the entry for redelivery after NakDelay, or terminates it once it has been
 // delivered MaxDeliveries times (so one lifecycle cannot hold the shared reader for ever).
 func (r *Reader) retry(m jetstream.Msg, deliveries uint64, lc plane3.Lifecycle, cause error) error {
+	if !r.cfg.MayAct() {
+		plane3.HandBack(m) // fenced: neither deferred nor given up on
+		return nil
+	}
 	if deliveries >= r.cfg.MaxDeliveries {
 		r.log.Error("gave up on an entry", "lifecycle", lc.Principal()+"."+lc.UID, "deliveries", deliveries, "err", cause)
-		return r.settle(m.Term)
+		return r.settle(m, m.Term)
 	}
 	r.log.Debug("deferred an entry", "lifecycle", lc.Principal()+"."+lc.UID, "deliveries", deliveries, "err", cause)
-	return r.settle(func() error { return m.NakWithDelay(r.cfg.NakDelay) })
+	return r.settle(m, func() error { return m.NakWithDelay(r.cfg.NakDelay) })
 }
 
-// settle sends an ack verb unless the lease fence is down.
-func (r *Reader) settle(verb func() error) error {
+// settle sends m's ack verb while the lease fence is up; with it down m is handed back instead.
+func (r *Reader) settle(m jetstream.Msg, verb func() error) error {
 	if !r.cfg.MayAct() {
+		plane3.HandBack(m)
 		return nil
 	}
 	if err := verb(); err != nil {

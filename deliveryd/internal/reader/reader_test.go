@@ -61,10 +61,16 @@ type fixture struct {
 // start runs the reader alone (entries are published straight into INBOX) with a short nak delay.
 func start(t *testing.T, mayAct func() bool) *fixture {
 	t.Helper()
+	return startFenced(t, func(*fixture) func() bool { return mayAct })
+}
+
+// startFenced is start with the fence fence(f) makes from the fixture.
+func startFenced(t *testing.T, fence func(*fixture) func() bool) *fixture {
+	t.Helper()
 	e := plane3test.New(t)
 	dc := e.Delivery(t)
 	f := &fixture{e: e, djs: plane3test.JS(t, dc), pjs: e.Provisioner(t), log: &records{}}
-	r, err := reader.New(plane3test.Ctx(t), dc, reader.Config{Names: e.N, NakDelay: 20 * time.Millisecond, MayAct: mayAct, Logger: slog.New(f.log)})
+	r, err := reader.New(plane3test.Ctx(t), dc, reader.Config{Names: e.N, NakDelay: 20 * time.Millisecond, MayAct: fence(f), Logger: slog.New(f.log)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,22 +313,104 @@ func TestReaderGate(t *testing.T) {
 	}
 }
 
-// TestReaderFence: with the lease fence down the reader publishes and acks nothing; the entry
-// stays pending for whoever holds the lease.
-func TestReaderFence(t *testing.T) {
-	var may atomic.Bool
-	f := start(t, may.Load)
-	f.e.AddLifecycle(t, f.pjs, "a1", uid1, []string{"general"})
-	f.entry(t, f.dinbox(t), plane3.Entry{Msg: msg("m1"), Channel: "general", Seq: 1, Reason: plane3.ReasonMention})
-	testkit.Eventually(t, 5*time.Second, func() error {
-		if ci := f.readerState(t); ci.Delivered.Consumer == 0 {
-			return fmt.Errorf("not delivered to the reader yet")
-		}
-		return nil
-	})
-	if ci := f.readerState(t); ci.AckFloor.Consumer != 0 || f.dlvCount(t) != 0 {
-		t.Fatalf("quiesced reader acked %d, DLV holds %d", ci.AckFloor.Consumer, f.dlvCount(t))
+// fence is a scripted lease fence: up until fall reports true (nil: down from the start), then
+// down until lifted. It counts the times it answered down.
+type fence struct {
+	fall   func() bool
+	fallen atomic.Bool
+	lifted atomic.Bool
+	downs  atomic.Int64
+}
+
+func (f *fence) mayAct() bool {
+	if f.lifted.Load() {
+		return true
 	}
+	if !f.fallen.Load() && f.fall != nil && !f.fall() {
+		return true
+	}
+	f.fallen.Store(true)
+	f.downs.Add(1)
+	return false
+}
+
+// TestReaderFence: with the lease fence down the reader publishes and acks nothing, and an entry
+// it fetched is handed back (nak'd at once, not acked, deferred or terminated) instead of
+// waiting out the 60 s ack wait, so it is delivered as soon as the fence lifts.
+func TestReaderFence(t *testing.T) {
+	// acted waits for the entry to be acked with one DLV copy, in well under the ack wait
+	// (plane3.AckWait, 60 s): an entry left unacked by a fenced pass would not be redelivered
+	// before it.
+	acted := func(t *testing.T, f *fixture) {
+		t.Helper()
+		testkit.Eventually(t, 10*time.Second, func() error {
+			if ci := f.readerState(t); ci.AckFloor.Stream < 1 {
+				return fmt.Errorf("ack floor %d, want 1", ci.AckFloor.Stream)
+			}
+			return nil
+		})
+		wantDLV(t, f, 1)
+	}
+	t.Run("ok/down-from-the-start-fetches-nothing", func(t *testing.T) {
+		fc := &fence{}
+		f := start(t, fc.mayAct)
+		f.e.AddLifecycle(t, f.pjs, "a1", uid1, []string{"general"})
+		f.entry(t, f.dinbox(t), plane3.Entry{Msg: msg("m1"), Channel: "general", Seq: 1, Reason: plane3.ReasonMention})
+		// The reader looks at its fence before every fetch: once it has looked several times
+		// after the entry was stored, it has had the chance to fetch and must not have.
+		from := fc.downs.Load()
+		testkit.Eventually(t, 5*time.Second, func() error {
+			if n := fc.downs.Load() - from; n < 3 {
+				return fmt.Errorf("the fence was looked at %d times since the entry", n)
+			}
+			return nil
+		})
+		if ci := f.readerState(t); ci.Delivered.Consumer != 0 || ci.AckFloor.Consumer != 0 || f.dlvCount(t) != 0 {
+			t.Fatalf("a fenced reader fetched %d, acked %d, DLV holds %d", ci.Delivered.Consumer, ci.AckFloor.Consumer, f.dlvCount(t))
+		}
+		fc.lifted.Store(true)
+		acted(t, f)
+	})
+	t.Run("ok/fence-falling-mid-pass-hands-the-entry-back", func(t *testing.T) {
+		// The fence falls once the entry's DLV copy is stored, before its ack: the pass must
+		// hand it back rather than leave it to the ack wait; redelivered once the fence lifts,
+		// it is published again and its copy collapses on its Nats-Msg-Id.
+		fc := &fence{}
+		f := startFenced(t, func(f *fixture) func() bool {
+			fc.fall = func() bool { return f.dlvCountErr() != 0 }
+			return fc.mayAct
+		})
+		f.e.AddLifecycle(t, f.pjs, "a1", uid1, []string{"general"})
+		f.entry(t, f.dinbox(t), plane3.Entry{Msg: msg("m1"), Channel: "general", Seq: 1, Reason: plane3.ReasonMention})
+		// Down three times: the pass that saw it fall has settled and the loop waits.
+		testkit.Eventually(t, 10*time.Second, func() error {
+			if n := fc.downs.Load(); n < 3 {
+				return fmt.Errorf("the fence answered down %d times", n)
+			}
+			return nil
+		})
+		if ci := f.readerState(t); ci.Delivered.Stream < 1 || ci.AckFloor.Stream != 0 {
+			t.Fatalf("delivered up to %d, acked up to %d; want the entry delivered and not acked", ci.Delivered.Stream, ci.AckFloor.Stream)
+		}
+		fc.lifted.Store(true)
+		acted(t, f)
+	})
+}
+
+// dlvCountErr is dlvCount for a fence's goroutine: a failed read counts as nothing stored.
+func (f *fixture) dlvCountErr() uint64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	subj, _ := f.e.N.Dlv(plane3test.Owner, "a1", uid1)
+	s, err := f.djs.Stream(ctx, f.e.N.DLVStream())
+	if err != nil {
+		return 0
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		return 0
+	}
+	return info.State.Subjects[subj]
 }
 
 // depart closes local.<actor>.<uid>'s membership row on channel as the fan-out writer closes a
