@@ -121,6 +121,10 @@ type RailConfig struct {
 	// OnRenew, if set, is called after each renewed credential is adopted (not for the first,
 	// which Start adopts), with its jti and expiry.
 	OnRenew func(jti string, expires time.Time)
+	// OnRenewFailed, if set, is called after each failed renewal Run will retry, with the
+	// failure and the wait before the next attempt (a daemon reports it as a warning); the
+	// current credential stays in use. The error never carries a JWT or seed.
+	OnRenewFailed func(err error, retryIn time.Duration)
 	// UserSeed, if set, is the user seed the rail uses instead of generating one: for a key the
 	// broker must already know, such as authd's callout-service user registered in the AUTH
 	// account's auth_users (read it with creds.ReadSeedFile, which checks the file's mode and
@@ -527,6 +531,9 @@ func (r *Rail) Run(ctx context.Context) error {
 			next = now.Add(delay)
 			r.log.Warn("credential renewal failed; keeping the current credential",
 				"err", err, "jti", cur.jti, "expires", cur.expires, "retry_in", delay)
+			if r.cfg.OnRenewFailed != nil {
+				r.cfg.OnRenewFailed(err, delay)
+			}
 			continue
 		}
 		last = nil

@@ -126,12 +126,27 @@ func TestRailRenewalFailure(t *testing.T) {
 	t.Run("ok/renewal-failure-keeps-current", func(t *testing.T) {
 		e := startEnv(t, shortPolicy("5s", "own"))
 		var logs logBuffer
+		var failed atomic.Int32
+		var failedErr atomic.Value
 		r := newRail(t, e, func(c *RailConfig) {
 			c.Logger = newLogger(&logs)
 			c.RetryInterval = 100 * time.Millisecond
+			c.OnRenewFailed = func(err error, retryIn time.Duration) {
+				failedErr.Store(err)
+				if retryIn > 0 {
+					failed.Add(1)
+				}
+			}
 		})
+		if r.Account() != "" {
+			t.Fatalf("Account before Start = %q, want none", r.Account())
+		}
 		if err := r.Start(ctxT(t)); err != nil {
 			t.Fatalf("Start: %v", err)
+		}
+		_, spaces := e.s.Trust(t)
+		if got, want := r.Account(), spaces[0].DataAccountPublicKey(); got != want {
+			t.Fatalf("Account = %q, want the data account %q", got, want)
 		}
 		origJTI, origExp := r.Current()
 		origJWT := r.cur.Load().jwt
@@ -162,6 +177,9 @@ func TestRailRenewalFailure(t *testing.T) {
 			}
 			return nil
 		})
+		if n := failed.Load(); n < 1 || ReasonOf(failedErr.Load().(error)) != signerv1.Reason_REASON_REMINT_NOT_ALLOWED {
+			t.Fatalf("OnRenewFailed called %d times (last %v), want the refusal reported", n, failedErr.Load())
+		}
 		if jti, exp := r.Current(); jti != origJTI || !exp.Equal(origExp) {
 			t.Fatalf("Current = %s %v after failed renewals, want the original %s %v", jti, exp, origJTI, origExp)
 		}
