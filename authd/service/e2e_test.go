@@ -94,7 +94,7 @@ func newHumanEnv(t *testing.T, e *env, pin bool, load func(*config.Config) *conf
 	if err := h.led.Put(ledger.Interactive, h.row); err != nil {
 		t.Fatal(err)
 	}
-	h.s = startWith(t, service.Inputs{Config: cfg, NatsOptions: opts})
+	h.s = startWith(t, service.Inputs{Config: cfg}, service.RuntimeOptions{NatsOptions: opts})
 	b, err := os.ReadFile(daemon.DiscoveryPath(cfg.StateDir, service.FileName))
 	if err != nil {
 		t.Fatal(err)

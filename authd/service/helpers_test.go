@@ -97,18 +97,24 @@ func yamlOf(c *config.Config) string {
 
 func start(t *testing.T, cfg *config.Config) *service.Service {
 	t.Helper()
-	return startWith(t, service.Inputs{Config: cfg})
+	return startWith(t, service.Inputs{Config: cfg}, service.RuntimeOptions{})
 }
 
-// startWith is start with every input given.
-func startWith(t *testing.T, in service.Inputs) *service.Service {
+// startWith is start with every input and option given.
+func startWith(t *testing.T, in service.Inputs, opts service.RuntimeOptions) *service.Service {
 	t.Helper()
-	s, err := service.Start(ctxT(t), in)
+	s, err := service.Start(ctxT(t), in, opts)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	t.Cleanup(s.Close)
+	closeAtEnd(t, s)
 	return s
+}
+
+// closeAtEnd closes s when the test ends; a release the broker cannot confirm then (a test that
+// stopped it) is the test's to check, not the cleanup's.
+func closeAtEnd(t *testing.T, s *service.Service) {
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
 }
 
 // planeRow reads the plane row as an auth-plane credential of its own (authd's identity may
