@@ -84,13 +84,15 @@ func (s *Service) wantLocked() State {
 	return StateReady
 }
 
-// setLocked moves to st and makes the discovery file follow; before publish it does nothing (a
-// start reports starting, then ready or stopped). s.rmu must be held.
+// setLocked moves to st: the discovery file first, then the state and its event, so a host told
+// of a change finds the file already saying it. Before publish it does nothing (a start reports
+// starting, then ready or stopped). s.rmu must be held; every change of state holds it.
 func (s *Service) setLocked(st State, code, msg string, err error) {
-	if !s.published || !s.tr.Set(st, code, msg, err) {
+	if cur := s.tr.State(); !s.published || cur == st || cur == StateStopped {
 		return
 	}
 	s.writeLocked(st)
+	s.tr.Set(st, code, msg, err)
 }
 
 // writeLocked rewrites the discovery file with st (atomically, daemon.WriteDiscovery), unless
