@@ -53,8 +53,8 @@
 //
 //   - a broker connection (the data-account one or the callout one) has been down longer than
 //     the broker-gone window (RuntimeOptions.BrokerGone, DefaultBrokerGone: 5 s, which rides
-//     out a broker restart or a cluster failover and falls before the plane fence at the default
-//     plane_ttl); it is ready again once every connection is back;
+//     out a broker restart or a cluster failover and falls before the plane fence, at least 12 s
+//     after a loss at the default plane_ttl); it is ready again once every connection is back;
 //   - the plane claim is fenced (CodeFence): the service then stops with ErrPlaneLost;
 //   - a credential expired without renewal (CodeCredential): signerd renews no expired
 //     credential, so the service then stops with ErrCredentialExpired;
