@@ -49,7 +49,13 @@ func newEnv(t *testing.T) *env { return newEnvReplicas(t, 1) }
 // replica under signer.addresses.
 func newEnvReplicas(t *testing.T, n int) *env {
 	t.Helper()
-	sg := signerdtest.Start(t, signerdtest.Options{Spaces: []string{sp}, Replicas: n})
+	return newEnvWith(t, signerdtest.Options{Spaces: []string{sp}, Replicas: n})
+}
+
+// newEnvWith is newEnv with signerd started with opts (a policy of the test's, say).
+func newEnvWith(t *testing.T, opts signerdtest.Options) *env {
+	t.Helper()
+	sg := signerdtest.Start(t, opts)
 	ns := sg.StartBrokerServer(t)
 	url := ns.ClientURL()
 	mgr, err := signerclient.Dial(signerclient.Config{Addr: sg.Addr, TLS: sg.ClientFor(t, "managerd", sp)})

@@ -261,3 +261,34 @@ func TestCloseReportsUnconfirmedRelease(t *testing.T) {
 		t.Fatalf("plane row after an unconfirmed release: %v (present %v), want this instance's", row, ok)
 	}
 }
+
+// TestCredentialExpiry (issue 22 row 4): signerd mints authd's auth-plane credential for 4 s and
+// refuses to renew it. The host hears each retried renewal (RENEWAL warnings), then authd is
+// unavailable once the credential has expired, and stops (ErrCredentialExpired): signerd renews
+// no expired credential.
+func TestCredentialExpiry(t *testing.T) {
+	policy := strings.Replace(signerdtest.DefaultPolicy, "auth-plane: {ttl_max: 24h}", "auth-plane: {ttl_max: 4s, remint: none}", 1)
+	if policy == signerdtest.DefaultPolicy {
+		t.Fatal("the default policy no longer has the auth-plane line this test shortens")
+	}
+	e := newEnvWith(t, signerdtest.Options{Spaces: []string{sp}, Policy: policy})
+	cfg := e.config(t)
+	cfg.PlaneTTL = yamlx.Duration(30 * time.Second) // the fence stays out of it
+	var ev events
+	s := startWith(t, service.Inputs{Config: cfg}, service.RuntimeOptions{Events: ev.on})
+	select {
+	case <-s.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("authd still serving on an expired credential")
+	}
+	if !errors.Is(s.Err(), service.ErrCredentialExpired) {
+		t.Fatalf("Err = %v, want ErrCredentialExpired", s.Err())
+	}
+	if !ev.warned(service.CodeRenewal) {
+		t.Fatal("no RENEWAL warning for the refused renewals")
+	}
+	ev.waitStates(t, 0, "ready/READY", "unavailable/CREDENTIAL", "stopped/CREDENTIAL")
+	if st := fileState(t, cfg.StateDir); st != "absent" {
+		t.Fatalf("auth-service.json after the stop says %s", st)
+	}
+}
