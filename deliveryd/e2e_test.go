@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/config"
+	"github.com/cotalgo/cotal/deliveryd/internal/watchdog"
 	"github.com/cotalgo/cotal/deliveryd/service"
 	"github.com/cotalgo/cotal/deliveryd/service/servicetest"
-	"github.com/cotalgo/cotal/deliveryd/internal/watchdog"
 	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
@@ -170,8 +170,8 @@ func TestFailover(t *testing.T) {
 	var succ *service.Service
 	var refusals int
 	eventually(t, 4*leaseTTL, func() error {
-		s, err := service.StartDeliveryService(plane3test.Ctx(t), service.Inputs{
-			Config: servicetest.Config(t, e, "deliveryd-successor"), Getenv: func(string) string { return "" }})
+		s, err := service.Start(plane3test.Ctx(t), service.Inputs{Config: servicetest.Config(t, e, "deliveryd-successor")},
+			service.RuntimeOptions{Getenv: func(string) string { return "" }})
 		var se *service.StartError
 		if errors.As(err, &se) && se.Code == service.CodeLeaseHeld {
 			if se.Details["holder"] != "deliveryd-first" {
@@ -186,7 +186,7 @@ func TestFailover(t *testing.T) {
 		succ = s
 		return nil
 	})
-	t.Cleanup(succ.Close)
+	t.Cleanup(func() { _ = succ.Close(context.Background()) })
 	if refusals == 0 {
 		t.Fatal("the successor started at once: the killed instance's lease did not hold")
 	}

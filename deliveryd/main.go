@@ -46,7 +46,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // serve is `deliveryd serve --config FILE`: start, then wait for SIGINT/SIGTERM or a fatal
-// condition (exit 1 with its message).
+// condition (exit 1 with its message). SIGINT/SIGTERM stop the service as Close does (the lease
+// released, exit 0). A fatal condition (a broker gone past its window, an expired credential, a
+// lost lease) exits 1 for the supervisor to restart deliveryd: the CLI path's answer to a stop
+// that a hosted instance reports through Done and Err without exiting its process.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := daemon.Flags("deliveryd serve", "deliveryd serve --config FILE", stdout, stderr)
 	cfgPath := fs.String("config", "", "deliveryd's YAML configuration (required; unknown keys are refused)")
@@ -65,7 +68,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return daemon.Serve(ctx, stderr, "deliveryd", cfg.LogLevel, func(ctx context.Context, log *slog.Logger) (daemon.Service, error) {
-		svc, err := service.StartDeliveryService(ctx, service.Inputs{Config: cfg, Logger: log})
+		svc, err := service.Start(ctx, service.Inputs{Config: cfg}, service.RuntimeOptions{Logger: log})
 		if err != nil {
 			return nil, err
 		}

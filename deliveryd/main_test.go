@@ -52,11 +52,12 @@ func TestHelp(t *testing.T) {
 // line that names the daemon once.
 func TestRefusedStartStderr(t *testing.T) {
 	e := plane3test.New(t)
-	first, err := service.StartDeliveryService(plane3test.Ctx(t), service.Inputs{Config: servicetest.Config(t, e, "deliveryd-first"), Getenv: func(string) string { return "" }})
+	first, err := service.Start(plane3test.Ctx(t), service.Inputs{Config: servicetest.Config(t, e, "deliveryd-first")},
+		service.RuntimeOptions{Getenv: func(string) string { return "" }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(first.Close)
+	t.Cleanup(func() { _ = first.Close(context.Background()) })
 	path := filepath.Join(t.TempDir(), "deliveryd.yaml")
 	if err := os.WriteFile(path, []byte(servicetest.YAML(servicetest.Config(t, e, "deliveryd-second"))), 0o600); err != nil {
 		t.Fatal(err)

@@ -2,15 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"time"
 
-	"google.golang.org/grpc"
-
-	"github.com/cotalgo/cotal/managerd/internal/api"
 	"github.com/cotalgo/cotal/managerd/manager"
 	"github.com/cotalgo/cotal/pkg/daemon"
 )
@@ -48,10 +43,6 @@ Configuration (strict YAML: an unknown key stops start-up, naming it):
   signer_seed_paths: [/var/lib/cotal/signerd/signer, /var/lib/cotal/signerd/operator]
   log_level: info`
 
-// drainTimeout bounds how long in-flight calls (the Shutdown answer among them) may finish once
-// the manager has stopped; Attach streams are cut after it.
-const drainTimeout = 2 * time.Second
-
 // runServe is `managerd serve --config FILE`.
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := daemon.Flags("managerd serve", serveSynopsis, stdout, stderr)
@@ -74,60 +65,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	})
 }
 
-// served is managerd serve: the manager and its API server.
-type served struct {
-	m    *manager.Manager
-	gs   *grpc.Server
-	done chan struct{}
-}
-
-func (s *served) Done() <-chan struct{} { return s.done }
-func (s *served) Err() error            { return s.m.Err() }
-
-func startServe(ctx context.Context, cfg *manager.Config, dev bool, log *slog.Logger) (*served, error) {
-	m, err := manager.New(manager.Inputs{Config: cfg, Logger: log, AllowReadableSeeds: dev})
+// startServe is managerd serve once the configuration is loaded: the manager (which serves
+// ManagerService itself), then what only a process does: sd_notify and the systemd watchdog.
+func startServe(ctx context.Context, cfg *manager.Config, dev bool, log *slog.Logger) (*manager.Manager, error) {
+	m, err := manager.Start(ctx, manager.Inputs{Config: cfg, AllowReadableSeeds: dev}, manager.RuntimeOptions{Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	if err := m.Start(ctx); err != nil {
-		return nil, err
-	}
-	ln, err := api.Listen(cfg.API.Socket, -1)
-	if err != nil {
-		_, _ = m.Shutdown(context.Background(), false)
-		return nil, err
-	}
-	s := &served{m: m, gs: api.NewServer(m.Backend(), api.Options{AllowUIDs: cfg.API.AllowUIDs, Logger: log}), done: make(chan struct{})}
-	served := make(chan error, 1)
-	go func() { served <- s.gs.Serve(ln) }()
-	go func() {
-		select {
-		case <-ctx.Done():
-			log.Info("signal: default shutdown (agents keep running)")
-			if _, err := m.Shutdown(context.Background(), false); err != nil {
-				log.Error("shutdown", "err", err)
-			}
-		case <-m.Done():
-		case err := <-served:
-			if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-				log.Error("ManagerService stopped serving; shutting down", "err", err)
-			}
-			_, _ = m.Shutdown(context.Background(), false)
-		}
-		<-m.Done()
-		stopped := make(chan struct{})
-		go func() { s.gs.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-time.After(drainTimeout):
-			s.gs.Stop()
-		}
-		close(s.done)
-	}()
 	if _, err := daemon.Notify("READY=1"); err != nil {
 		log.Warn("sd_notify", "err", err)
 	}
 	go daemon.Watchdog(ctx, m.Healthy, log)
-	log.Info("ManagerService serving", "socket", cfg.API.Socket, "allow_uids", cfg.API.AllowUIDs)
-	return s, nil
+	return m, nil
 }

@@ -81,7 +81,8 @@ func startCallout(ctx, runCtx context.Context, s *Service, in RuntimeOptions, le
 	if c.resp, err = callout.New(callout.Config{
 		Space: s.cfg.Space, Signer: s.signer, Ledger: led, JWKS: jwks,
 		AllowedServers: s.cfg.AllowedServers, MaxInFlight: s.cfg.MaxInFlight, Now: in.Now, Logger: s.log,
-		OpenRate: s.cfg.CalloutOpens.Callout(), RefusalRate: s.cfg.CalloutRefusals.Callout(), Warn: s.calloutWarn,
+		OpenRate: s.cfg.CalloutOpens.Callout(), RefusalRate: s.cfg.CalloutRefusals.Callout(),
+		Gate: s.gate.open, Warn: s.calloutWarn,
 	}); err != nil {
 		return c, &StartError{Code: CodeConfig, Reason: "callout responder refused", Err: err}
 	}

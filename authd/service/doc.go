@@ -80,6 +80,16 @@
 // ErrBrokerLost, ErrPlaneLost) without touching the host process. authd has no injected store:
 // its ledger and IdP pin live in Config.StateDir, so StoreIdentity is checked for form only.
 //
+// # Instance identity and early reclaim
+//
+// instance.json in Config.StateDir holds this instance's stable id (InstanceID; Config.InstanceID
+// pins it; a divergent record refuses with CodeIdentity and both are left intact), and the plane
+// row carries it with the holder's user key and connection name. A start that finds another
+// holder's live row reclaims it before its TTL only when a connection-liveness sweep over the
+// cluster is conclusive that the holder is gone; otherwise it refuses with CodePlaneHeld
+// (ErrHolderLive, ErrSweepInconclusive). A holder answers callouts only while its plane
+// connection is connected and its claim was written after its latest reconnect.
+//
 // # While serving
 //
 // The rails renew both credentials at 75% of their life and the claim is renewed every half

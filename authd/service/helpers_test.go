@@ -117,6 +117,10 @@ func startWith(t *testing.T, in service.Inputs, opts service.RuntimeOptions) *se
 	return s
 }
 
+// closeNow closes s where a test has no use for the release's verdict (the tests that check it
+// call Close themselves).
+func closeNow(s *service.Service) { _ = s.Close(context.Background()) }
+
 // closeAtEnd closes s when the test ends; a release the broker cannot confirm then (a test that
 // stopped it) is the test's to check, not the cleanup's.
 func closeAtEnd(t *testing.T, s *service.Service) {

@@ -62,15 +62,17 @@ var (
 
 // Service is a running authd. Its methods are safe for concurrent use.
 type Service struct {
-	cfg *config.Config
-	log *slog.Logger
-	pid int
+	cfg      *config.Config
+	log      *slog.Logger
+	pid      int
+	instance string // instance.json's id (instance.go)
 	readiness
 
 	signer    *signerclient.Client
 	planeRail *signerclient.Rail
 	dataNC    *nats.Conn
 	plane     *lease.Lease
+	gate      *planeGate // closes the callout while the claim is unproven (reclaim.go)
 	callout   calloutPart
 	ln        net.Listener
 	http      *http.Server
@@ -146,6 +148,9 @@ func (s *Service) start(ctx, runCtx context.Context, in RuntimeOptions) error {
 	if err != nil {
 		return fail(CodeConfig, "state directory refused", err)
 	}
+	if s.instance, err = loadInstance(cfg.StateDir, cfg.Space, cfg.InstanceID, in.Now); err != nil {
+		return fail(CodeIdentity, "instance identity refused", err)
+	}
 	// A bad idp.json shows at start; a missing one is read when the first human exchange comes
 	// (idp.Pinned), so `authd idp pin` takes effect without a restart.
 	if _, err := idp.Load(cfg.StateDir); err != nil && !errors.Is(err, idp.ErrNotPinned) {
@@ -177,7 +182,7 @@ func (s *Service) start(ctx, runCtx context.Context, in RuntimeOptions) error {
 	if err := s.checkAccount(); err != nil {
 		return err
 	}
-	s.dataNC, err = connect(cfg, s.planeRail, "authd-plane", s.connOptions("authd-plane", in.NatsOptions))
+	s.dataNC, err = connect(cfg, s.planeRail, planeConnName, s.connOptions(planeConnName, in.NatsOptions))
 	if err != nil {
 		return fail(CodeBroker, "data-account connection refused", err)
 	}
@@ -189,19 +194,21 @@ func (s *Service) start(ctx, runCtx context.Context, in RuntimeOptions) error {
 	s.plane, err = lease.Acquire(ctx, lease.Config{
 		Conn: s.dataNC, Bucket: bucket, Key: profiles.PlaneKey,
 		Holder: "authd " + host + " pid " + strconv.Itoa(s.pid), Now: in.Now, KeyTTL: cfg.PlaneTTL.D(),
+		Instance: s.instance, User: s.planeRail.PublicKey(), ConnName: planeConnName, Reclaim: newPlaneSweep(s.dataNC, bucket).reclaim,
 	})
 	if err != nil {
 		var he *lease.HeldError
 		var pe *lease.PermissionError
 		switch {
 		case errors.As(err, &he):
-			return &StartError{Code: CodePlaneHeld, Reason: "another authd serves space " + strconv.Quote(cfg.Space) + ": " + he.Row.Holder + " holds its plane claim; stop it, or wait for its claim to expire", Err: err,
-				Details: he.Details()}
+			return planeHeld(cfg, s.instance, he, err)
 		case errors.As(err, &pe):
 			return fail(CodePermission, "the broker refused the auth-plane credential a subject of the plane claim", err)
 		}
 		return fail(CodePlane, "plane claim failed", err)
 	}
+	s.logReclaim()
+	s.gate = newPlaneGate(s.dataNC, s.plane)
 
 	if s.callout, err = startCallout(ctx, runCtx, s, in, led); err != nil {
 		if ctx.Err() != nil {
@@ -331,6 +338,7 @@ func (s *Service) keepPlane(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-s.gate.kicked(): // a reconnect: prove the claim again before the callout answers
 		}
 		next := s.plane.RenewInterval()
 		st, err := s.plane.Renew(ctx)

@@ -126,8 +126,10 @@ func TestSecondAuthdRefuses(t *testing.T) {
 	}
 }
 
-// TestKill9: an authd child killed with SIGKILL leaves its claim until the TTL; Ready on its pid
-// ends at once; a successor refuses naming it, then starts once the claim expired.
+// TestKill9: an authd child killed with SIGKILL leaves its claim; Ready on its pid ends at once.
+// A successor whose sweep cannot be conclusive (a configured server does not answer) refuses
+// naming it, then starts once the claim expired: the TTL still frees a claim no sweep can prove
+// free. (A conclusive sweep reclaims it at once: TestPlaneReclaim.)
 func TestKill9(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.config(t)
@@ -146,13 +148,14 @@ func TestKill9(t *testing.T) {
 		t.Fatalf("Ready after kill -9 = %v, want exited", err)
 	}
 	succ := e.config(t)
+	succ.Brokers = []string{e.url, deadBroker(t)}
 	_, err := service.Start(ctxT(t), service.Inputs{Config: succ}, service.RuntimeOptions{})
 	var se *service.StartError
 	if !errors.As(err, &se) || se.Code != service.CodePlaneHeld || !strings.HasSuffix(se.Details["holder"], " pid "+strconv.Itoa(pid)) {
 		t.Fatalf("successor Start = %v, want PLANE_HELD naming pid %d", err, pid)
 	}
 	testkit.Eventually(t, 30*time.Second, func() error {
-		s, err := service.Start(ctxT(t), service.Inputs{Config: e.config(t)}, service.RuntimeOptions{})
+		s, err := service.Start(ctxT(t), service.Inputs{Config: succ}, service.RuntimeOptions{})
 		if err == nil {
 			closeAtEnd(t, s)
 		}

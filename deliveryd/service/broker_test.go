@@ -9,8 +9,9 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/cotalgo/cotal/deliveryd/service/servicetest"
 	"github.com/cotalgo/cotal/deliveryd/internal/watchdog"
+	"github.com/cotalgo/cotal/deliveryd/service"
+	"github.com/cotalgo/cotal/deliveryd/service/servicetest"
 	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/pkg/trust"
@@ -168,7 +169,13 @@ func TestRenewal(t *testing.T) {
 		e := plane3test.NewWith(t, signerdtest.Options{Policy: policy("8s")})
 		members(t, e)
 		var logs logBuffer
-		svc := start(t, servicetest.Config(t, e, "deliveryd-a"), &logs)
+		var ev events
+		svc, err := service.Start(ctx(t), service.Inputs{Config: servicetest.Config(t, e, "deliveryd-a")},
+			service.RuntimeOptions{Logger: logs.logger(), Getenv: noEnv, Events: ev.on})
+		if err != nil {
+			t.Fatal(err)
+		}
+		closeAtEnd(t, svc)
 		bob := plane3test.Receive(t, e, "bob", uidBob)
 		ajs := plane3test.JS(t, e.Agent(t, "alice", uidAlice))
 		e.S.Stop(t)
@@ -187,9 +194,16 @@ func TestRenewal(t *testing.T) {
 			e.Post(t, ajs, "alice", "two", "renewal missed, credential still live")
 		}
 		eventually(t, 5*time.Second, func() error { return servicetest.Exactly(bob.IDs(), []string{"one", "two"}) })
-		err := stopped(t, svc, 15*time.Second, &logs)
-		if !errors.Is(err, signerclient.ErrExpired) {
+		err = stopped(t, svc, 15*time.Second, &logs)
+		if !errors.Is(err, signerclient.ErrExpired) || !errors.Is(err, service.ErrCredentialExpired) {
 			t.Fatalf("Err = %v; want the credential's expiry\n%s", err, logs.String())
+		}
+		// Each retried renewal was a CREDENTIAL warning; the stop is reported as CREDENTIAL.
+		if w := strings.Count(strings.Join(ev.warnings(), " "), service.CodeCredential); w < 1 {
+			t.Fatalf("no CREDENTIAL warning; warnings %v", ev.warnings())
+		}
+		if st := ev.states(); len(st) == 0 || st[0] != "ready/READY" || st[len(st)-1] != "stopped/CREDENTIAL" {
+			t.Fatalf("states = %v; want ready ... stopped/CREDENTIAL", st)
 		}
 	})
 }

@@ -31,12 +31,20 @@ func (l *logBuffer) logger() *slog.Logger {
 // start runs deliveryd in process until the test ends.
 func start(t *testing.T, cfg *config.Config, logs *logBuffer) *service.Service {
 	t.Helper()
-	svc, err := service.StartDeliveryService(plane3test.Ctx(t), service.Inputs{Config: cfg, Logger: logs.logger(), Getenv: func(string) string { return "" }})
+	svc, err := service.Start(plane3test.Ctx(t), service.Inputs{Config: cfg}, service.RuntimeOptions{Logger: logs.logger(), Getenv: noEnv})
 	if err != nil {
-		t.Fatalf("StartDeliveryService: %v\n%s", err, logs)
+		t.Fatalf("Start: %v\n%s", err, logs)
 	}
-	t.Cleanup(svc.Close)
+	closeAtEnd(t, svc)
 	return svc
+}
+
+// noEnv is an empty environment: no COTAL_DELIVERY_* override from the machine running the tests.
+func noEnv(string) string { return "" }
+
+// closeAtEnd closes svc when the test ends (its outcome is the test's own business).
+func closeAtEnd(t *testing.T, svc *service.Service) {
+	t.Cleanup(func() { _ = svc.Close(context.Background()) })
 }
 
 // eventually polls f until it returns nil, failing the test at the deadline.

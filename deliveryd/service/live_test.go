@@ -81,7 +81,9 @@ func TestLiveness(t *testing.T) {
 		}
 	})
 	t.Run("fail/closed-has-no-responders", func(t *testing.T) {
-		svc.Close()
+		if err := svc.Close(ctx(t)); err != nil {
+			t.Fatalf("Close = %v", err)
+		}
 		_, err := nc.Request(subj, nil, 5*time.Second)
 		if !errors.Is(err, nats.ErrNoResponders) {
 			t.Fatalf("probe after Close = %v; want no responders", err)

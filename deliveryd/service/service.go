@@ -1,39 +1,3 @@
-// Package service is deliveryd as an embeddable service (STYLE.md §18): StartDeliveryService
-// returns only once deliveryd serves, Close withdraws serving and releases only this instance's
-// lease, Done and Err say why it stopped. `deliveryd serve` is a thin wrapper around it.
-//
-// Start-up follows reference/delivery.md §3: the delivery credential from signerd through the
-// pkg/signerclient rail (its own user nkey generated in memory; a credential without exp or for
-// another nkey is refused, renewed by Remint at 75%, prove-then-adopt); one connection to the
-// broker with it and one authenticated reachability probe; every stream and bucket the daemon
-// uses opened, never created (a missing one is named); the lease (key lease.0 of
-// cotal_delivery_<space>, created with ready false: a live lease refuses start naming its holder,
-// and a permission error is reported as such); the fan-out writer, the trusted reader and the
-// ctl responders bound; the mandatory watch on lease.0; the lease marked ready; then the
-// lease is renewed every RenewInterval.
-//
-// Every effect of the writer, the reader and the responders is fenced by MayAct: not quiesced,
-// the lease's fence not fallen (pkg/lease: the send time of the last write of the row the broker
-// stored, plus the TTL, less the margin, so nothing is done once the row could have expired), and
-// no reconnect since the lease was last renewed. The broker connection keeps no reconnect
-// buffer, so nothing published while it was down is sent when it comes back; a reconnect
-// prompts a renewal at once, and only a stored renewal on the new connection lifts the fence.
-// A failed renewal, a fallen fence, or a foreign row or a delete seen by the watch, quiesces the
-// daemon (loops and responders stopped), withdraws readiness (best effort), re-reads the key and
-// acts: held resumes;
-// gone creates the row again and resumes (failing to create it is fatal; a resume that fails to
-// bind stays quiesced and is retried for up to one lease TTL); taken is fatal and the row is
-// left alone; unknown stays quiesced and asks again. The broker-gone watchdog
-// (deliveryd/internal/watchdog) turns a connection down for too long into a fatal stop, as does
-// a credential that expired without renewal.
-//
-// deliveryd serves the delivery plane's liveness rail (upstream #1577): an empty request on
-// live.delivery.<owner>.<actor> with a reply subject under it (.reply.<nonce>) is answered
-// {"plane":"delivery","responder":"bound"|"unbound","instance":<token>}, in the queue group
-// live.delivery, from the first bind until Close. It is graded from this instance's own state:
-// bound while MayAct holds and the lease row is ready, unbound otherwise; instance is an opaque
-// token drawn at start, which tells two responders apart and names nothing else. A request
-// whose reply subject is not under its own subject is dropped.
 package service
 
 import (
@@ -67,35 +31,6 @@ import (
 	"github.com/cotalgo/cotal/pkg/space"
 )
 
-// FileName is the base name of the refusal file in the state directory:
-// delivery-service-refusal.json.
-const FileName = "delivery-service"
-
-// Refusal codes carried by *StartError and written to the refusal file.
-const (
-	CodeConfig     = daemon.CodeConfig   // the configuration or state directory is refused
-	CodeSigner     = "SIGNER"            // signerd refused or could not be reached for a credential
-	CodeBroker     = "BROKER"            // the broker refused the credential, the connection or the probe
-	CodeMissing    = "MISSING"           // a stream or bucket does not exist (provision the space)
-	CodeLeaseHeld  = "LEASE_HELD"        // another deliveryd holds the space's lease
-	CodePermission = "PERMISSION"        // the broker refused a subject the lease needs
-	CodeLease      = "LEASE"             // the lease failed otherwise
-	CodeBind       = "BIND"              // the writer, the reader or a responder could not bind
-	CodeWatch      = "WATCH"             // the mandatory lease watch could not be established
-	CodeCanceled   = daemon.CodeCanceled // ctx ended before the service was ready
-)
-
-// StartError is a refused start (daemon.StartError): code, reason, details and cause.
-type StartError = daemon.StartError
-
-// Stop causes reported by Err after Done.
-var (
-	// ErrLeaseTaken: another instance's row replaced this one's lease; it was left in place.
-	ErrLeaseTaken = errors.New("deliveryd: the delivery lease was taken by another instance")
-	// ErrLeaseLost: the lease was gone and could not be created again.
-	ErrLeaseLost = errors.New("deliveryd: the delivery lease was gone and could not be created again")
-)
-
 // Responders are request handlers the lease supervisor runs while this instance holds the
 // lease (deliveryd/internal/ctl's ctl.delivery and ctl.delivery-admin): Start binds them on nc
 // (subscribed and flushed when it returns) and is called on start and on every resume; Stop
@@ -124,19 +59,26 @@ type Hooks struct {
 	// Identity is the credential's user public key; SignerAddress is where it is renewed from
 	// (reloadStoreIdentity).
 	Identity, SignerAddress string
-	Logger                  *slog.Logger
+	// StoreIdentity is the hosted store's declared identity (Hosted.StoreIdentity), which
+	// reloadStoreIdentity answers instead of SignerAddress when set.
+	StoreIdentity string
+	// Started reports whether start-up has finished (the lease watch bound): reloadCreds is
+	// refused until it has.
+	Started func() bool
+	Logger  *slog.Logger
 }
 
 // CtlResponders is deliveryd's ctl.delivery and ctl.delivery-admin (deliveryd/internal/ctl),
-// wired to the hooks: the lease fence, the rail for reloadCreds and the signer address for
-// reloadStoreIdentity; membership rows carry the daemon's user public key as writer identity.
+// wired to the hooks: the lease fence, the rail for reloadCreds (refused until start-up has
+// finished) and the signer address or the hosted store's identity for reloadStoreIdentity;
+// membership rows carry the daemon's user public key as writer identity.
 func CtlResponders(h Hooks) (Responders, error) {
 	var rn ctl.Renewer
 	if h.Renewer != nil {
 		rn = ctlRenewer{h.Renewer, h.Identity}
 	}
 	return ctl.New(ctl.Config{Names: h.Names, WriterIdentity: h.Identity, MayAct: h.MayAct, Renewer: rn,
-		StoreIdentity: h.SignerAddress, Logger: h.Logger})
+		StoreIdentity: h.SignerAddress, InjectedStore: h.StoreIdentity, Started: h.Started, Logger: h.Logger})
 }
 
 // ctlRenewer answers ctl's reloadCreds with the rail's proven renewal.
@@ -153,22 +95,6 @@ func (c ctlRenewer) RenewNow(ctx context.Context) (ctl.Proven, error) {
 	return ctl.Proven{Identity: c.identity, IssuedAt: rn.Issued, Expires: rn.Expires}, nil
 }
 
-// Inputs is what StartDeliveryService needs. Config is required and is validated by it.
-type Inputs struct {
-	Config *config.Config
-	// Logger receives the service's lines (never a seed or JWT); nil discards.
-	Logger *slog.Logger
-	// PID names this process in the default holder and the refusal file; zero means os.Getpid().
-	PID int
-	// NatsOptions are added to the broker connection (TLS settings, say).
-	NatsOptions []nats.Option
-	// Responders builds the responders the lease supervisor starts and quiesces; nil means
-	// CtlResponders (ctl.delivery and ctl.delivery-admin).
-	Responders func(Hooks) (Responders, error)
-	// Getenv reads the watchdog's environment overrides; nil means os.Getenv.
-	Getenv func(string) string
-}
-
 // Service is a running deliveryd. Its methods are safe for concurrent use.
 type Service struct {
 	cfg    *config.Config
@@ -176,6 +102,16 @@ type Service struct {
 	pid    int
 	n      space.Names
 	holder string
+	hosted *Hosted // nil on the CLI path
+
+	tracker *daemon.Tracker
+	// stateFile: this instance holds the lease on the CLI path, so its states go to the state
+	// file.
+	stateFile atomic.Bool
+	// started: start-up has finished (the lease watch bound); reloadCreds may adopt.
+	started atomic.Bool
+	// closing: Close, Drain or a fatal stop began; the state only moves to stopped from here.
+	closing atomic.Bool
 
 	signer *signerclient.Client
 	rail   *signerclient.Rail
@@ -204,9 +140,13 @@ type Service struct {
 	// leaseTaken: another holder owns the row; Close must not touch it.
 	leaseTaken atomic.Bool
 
-	loopMu     sync.Mutex // guards loopCancel; held across a quiesce or resume
+	loopMu     sync.Mutex // guards loopCancel, drainCh and draining; held across a quiesce or resume
 	loopCancel context.CancelFunc
 	loopWG     sync.WaitGroup
+	// drainCh is closed to stop the running loops' intake (Drain); draining: no loop starts again.
+	drainCh   chan struct{}
+	draining  bool
+	drainOnce sync.Once
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -215,40 +155,62 @@ type Service struct {
 	done     chan struct{}
 	errMu    sync.Mutex
 	err      error // why it stopped; guarded by errMu
+	// releaseErr is the release's outcome, set before done is closed.
+	releaseErr error
+	// abort is closed when a Close or Drain ctx ended: the teardown waits no more for the broker.
+	abort     chan struct{}
+	abortOnce sync.Once
 }
 
-// StartDeliveryService runs deliveryd until ctx ends, Close is called or a fatal condition stops
-// it, and returns once it serves (see the package doc for the order). A refusal is a
-// *StartError, also written to the refusal file when the state directory can hold it.
-func StartDeliveryService(ctx context.Context, in Inputs) (*Service, error) {
-	if in.Config == nil {
-		return nil, &StartError{Daemon: "deliveryd", Code: CodeConfig, Reason: "no configuration"}
-	}
-	cfg := *in.Config
-	s := &Service{cfg: &cfg, log: in.Logger, pid: in.PID, done: make(chan struct{}), prompt: make(chan struct{}, 1), recheck: make(chan struct{}, 1)}
+// Start runs deliveryd until ctx ends, Close or Drain is called or a fatal condition stops it,
+// and returns once it serves (see the package doc). A refusal is a *StartError, also written to
+// the refusal file on the CLI path when the state directory can hold it.
+func Start(ctx context.Context, in Inputs, opts RuntimeOptions) (*Service, error) {
+	s := &Service{log: opts.Logger, pid: opts.PID, done: make(chan struct{}), abort: make(chan struct{}),
+		prompt: make(chan struct{}, 1), recheck: make(chan struct{}, 1)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	if s.pid == 0 {
 		s.pid = os.Getpid()
 	}
-	if in.Getenv == nil {
-		in.Getenv = os.Getenv
+	if opts.Getenv == nil {
+		opts.Getenv = os.Getenv
 	}
+	s.tracker = daemon.NewTracker("deliveryd", s.onEvent(opts.Events), nil)
 	s.quiesced.Store(true)
+	if in.Hosted != nil {
+		h := *in.Hosted
+		s.hosted = &h
+	}
+	if in.Config == nil {
+		return nil, s.refuse(&StartError{Code: CodeConfig, Reason: "no configuration"})
+	}
+	cfg := *in.Config
+	s.cfg = &cfg
+	if s.hosted != nil {
+		if err := s.hosted.validate(); err != nil {
+			return nil, s.refuse(&StartError{Code: CodeConfig, Reason: "hosted context refused", Err: err})
+		}
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, s.refuse(&StartError{Code: CodeConfig, Reason: "configuration refused", Err: err})
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	if err := s.start(ctx, runCtx, in); err != nil {
-		s.teardown(false)
+	if err := s.start(ctx, runCtx, opts); err != nil {
+		_ = s.teardown(false)
 		close(s.done)
 		return nil, s.refuse(err)
 	}
 	s.log.Info("deliveryd ready", "space", cfg.Space, "holder", s.holder, "user", s.rail.PublicKey(), "pid", s.pid)
-	if _, err := daemon.Notify("READY=1"); err != nil {
-		s.log.Warn("sd_notify READY failed", "err", err)
+	if !s.markReady() {
+		s.tracker.Set(StateUnavailable, CodeBroker, "started, but the connection or the lease dropped at once; waiting for it", nil)
+	}
+	if s.hosted == nil {
+		if _, err := daemon.Notify("READY=1"); err != nil {
+			s.log.Warn("sd_notify READY failed", "err", err)
+		}
 	}
 	go func() {
 		select {
@@ -262,7 +224,7 @@ func StartDeliveryService(ctx context.Context, in Inputs) (*Service, error) {
 
 // start brings every part up in order; a failure returns a *StartError and leaves teardown to
 // the caller.
-func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
+func (s *Service) start(ctx, runCtx context.Context, opts RuntimeOptions) error {
 	cfg := s.cfg
 	fail := func(code, reason string, err error) error {
 		if ctx.Err() != nil {
@@ -274,18 +236,25 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 	if s.n, err = space.NewNames(cfg.Space); err != nil {
 		return fail(CodeConfig, "space refused", err)
 	}
-	window, backstop, err := watchdog.Limits(cfg.BrokerGone.D(), cfg.BrokerGoneBackstop.D(), in.Getenv)
+	window, backstop, err := watchdog.Limits(cfg.BrokerGone.D(), cfg.BrokerGoneBackstop.D(), opts.Getenv)
 	if err != nil {
 		return fail(CodeConfig, "broker-gone limits refused", err)
 	}
 	s.wd = watchdog.New(window, backstop, nil)
-	if err := daemon.ClearFiles(cfg.StateDir, FileName); err != nil {
-		return fail(CodeConfig, "state directory refused", err)
+	if s.hosted == nil {
+		// The state file is left to the instance that holds the lease: this one rewrites it
+		// once it does.
+		if err := daemon.ClearRefusal(cfg.StateDir, FileName); err != nil {
+			return fail(CodeConfig, "state directory refused", err)
+		}
 	}
 	s.holder = cfg.Holder
 	if s.holder == "" {
 		host, _ := os.Hostname()
 		s.holder = "deliveryd " + host + " pid " + strconv.Itoa(s.pid)
+		if s.hosted != nil && s.hosted.LifecycleUID != "" {
+			s.holder += " lifecycle " + s.hosted.LifecycleUID
+		}
 	}
 
 	// 1. The credential: the rail's own nkey, minted by signerd and proven on the broker.
@@ -297,6 +266,9 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 	if s.rail, err = signerclient.NewRail(signerclient.RailConfig{
 		Client: s.signer, Space: cfg.Space, Profile: signerv1.Profile_PROFILE_DELIVERY,
 		TTL: cfg.CredentialTTL.D(), NatsURLs: cfg.Brokers, Logger: s.log, OnRenew: s.onRenew,
+		OnRenewFailed: func(err error, retryIn time.Duration) {
+			s.tracker.Warn(CodeCredential, "credential renewal failed; keeping the current credential, retrying in "+retryIn.Round(time.Second).String(), err)
+		},
 	}); err != nil {
 		return fail(CodeConfig, "delivery rail refused", err)
 	}
@@ -307,9 +279,16 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 		}
 		return fail(CodeSigner, "no delivery credential from signerd", err)
 	}
+	// A hosted instance serves only its assigned account: checked before anything connects.
+	if s.hosted != nil {
+		if got := s.rail.Account(); got != s.hosted.Account {
+			return &StartError{Code: CodeAccount, Details: map[string]string{"account": got, "assigned": s.hosted.Account},
+				Reason: "the delivery credential belongs to account " + quote(got) + ", not the assigned account " + quote(s.hosted.Account)}
+		}
+	}
 
 	// 2. The resident connection and one authenticated reachability probe.
-	nc, err := s.connect(in.NatsOptions)
+	nc, err := s.connect(opts.NatsOptions)
 	if err != nil {
 		return fail(CodeBroker, "broker connection refused", err)
 	}
@@ -361,6 +340,12 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 		return fail(CodeLease, "delivery lease failed", err)
 	}
 	s.checked.Store(epoch)
+	if s.hosted == nil {
+		s.stateFile.Store(true)
+		if err := daemon.WriteState(cfg.StateDir, FileName, s.pid, StateStarting); err != nil {
+			s.log.Warn("state file not written", "err", err)
+		}
+	}
 
 	// 5. The writer, the reader and the responders, bound.
 	if s.writer, err = fanout.New(ctx, s.nc, fanout.Config{Names: s.n, MayAct: s.MayAct, Logger: s.log, WriterIdentity: s.rail.PublicKey()}); err != nil {
@@ -369,11 +354,15 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 	if s.reader, err = reader.New(ctx, s.nc, reader.Config{Names: s.n, MayAct: s.MayAct, Logger: s.log}); err != nil {
 		return fail(bindCode(err), "trusted reader", err)
 	}
-	if in.Responders == nil {
-		in.Responders = CtlResponders
+	if opts.Responders == nil {
+		opts.Responders = CtlResponders
 	}
-	if s.resp, err = in.Responders(Hooks{Names: s.n, MayAct: s.MayAct, Renewer: s.rail,
-		Identity: s.rail.PublicKey(), SignerAddress: cfg.Signer.Endpoint(), Logger: s.log}); err != nil {
+	hooks := Hooks{Names: s.n, MayAct: s.MayAct, Renewer: s.rail, Started: s.started.Load,
+		Identity: s.rail.PublicKey(), SignerAddress: cfg.Signer.Endpoint(), Logger: s.log}
+	if s.hosted != nil {
+		hooks.StoreIdentity = s.hosted.StoreIdentity
+	}
+	if s.resp, err = opts.Responders(hooks); err != nil {
 		return fail(CodeBind, "responders", err)
 	}
 	if err := s.serve(runCtx); err != nil {
@@ -406,6 +395,7 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 		return fail(CodeLease, "delivery lease could not be marked ready", err)
 	}
 	s.runLoops(runCtx)
+	s.started.Store(true)
 	return nil
 }
 
@@ -442,9 +432,11 @@ func (s *Service) connect(extra []nats.Option) (*nats.Conn, error) {
 			}
 			if s.wd.Disconnected(err) {
 				s.log.Warn("broker connection lost: the credential expired; awaiting a proved renewal", "err", err)
+				s.unavailable(CodeCredential, "the broker closed the connection as the credential expired; awaiting a proved renewal", err)
 				return
 			}
 			s.log.Warn("broker connection lost; reconnecting", "err", err, "window", s.wd.Window())
+			s.unavailable(CodeBroker, "broker connection lost; reconnecting (the broker-gone window is "+s.wd.Window().String()+")", err)
 		}),
 		nats.ReconnectHandler(func(*nats.Conn) {
 			s.wd.Reconnected()
@@ -460,9 +452,9 @@ func (s *Service) connect(extra []nats.Option) (*nats.Conn, error) {
 			case watchdog.IsAuthExpired(err):
 				s.log.Debug("the broker closed the connection as its credential expired")
 			case sub != nil:
-				s.log.Warn("broker connection error", "subject", sub.Subject, "err", err)
+				s.warn(CodeBroker, "broker connection error", err, "subject", sub.Subject)
 			default:
-				s.log.Warn("broker connection error", "err", err)
+				s.warn(CodeBroker, "broker connection error", err)
 			}
 		}),
 	)
@@ -483,7 +475,7 @@ func (s *Service) onRenew(jti string, expires time.Time) {
 	time.AfterFunc(swapDelay, func() {
 		if nc := s.conn(); nc != nil && nc.IsConnected() {
 			if err := nc.ForceReconnect(); err != nil {
-				s.log.Warn("reconnect onto the renewed credential failed", "err", err)
+				s.warn(CodeCredential, "reconnect onto the renewed credential failed", err)
 			}
 		}
 	})
@@ -515,6 +507,7 @@ func (s *Service) renew(ctx context.Context) (lease.State, error) {
 	st, err := s.lease.Renew(ctx)
 	if st == lease.Held && err == nil {
 		s.checked.Store(epoch)
+		s.markReady()
 	}
 	return st, err
 }
@@ -568,6 +561,9 @@ func (s *Service) serve(ctx context.Context) error {
 	if s.loopCancel != nil {
 		return nil
 	}
+	if s.draining {
+		return errors.New("draining: no loop starts again")
+	}
 	lctx, cancel := context.WithCancel(ctx)
 	s.quiesced.Store(false)
 	if s.resp != nil {
@@ -579,14 +575,15 @@ func (s *Service) serve(ctx context.Context) error {
 		}
 	}
 	s.loopCancel = cancel
-	for name, run := range map[string]func(context.Context) error{"fan-out writer": s.writer.Run, "trusted reader": s.reader.Run} {
+	s.drainCh = make(chan struct{})
+	for name, run := range map[string]func(context.Context, <-chan struct{}) error{"fan-out writer": s.writer.Run, "trusted reader": s.reader.Run} {
 		s.loopWG.Add(1)
-		go func() {
+		go func(drain <-chan struct{}) {
 			defer s.loopWG.Done()
-			if err := run(lctx); err != nil && lctx.Err() == nil {
+			if err := run(lctx, drain); err != nil && lctx.Err() == nil {
 				s.stop(fmt.Errorf("deliveryd: %s stopped: %w", name, err))
 			}
-		}()
+		}(s.drainCh)
 	}
 	return nil
 }
@@ -595,6 +592,7 @@ func (s *Service) serve(ctx context.Context) error {
 // Unacked messages redeliver to whoever holds the lease.
 func (s *Service) quiesce() {
 	s.quiesced.Store(true)
+	s.unavailable(CodeLease, "quiesced: not serving while the lease is re-checked", nil)
 	s.loopMu.Lock()
 	defer s.loopMu.Unlock()
 	if s.loopCancel == nil {
@@ -663,7 +661,7 @@ func (s *Service) keepLease(ctx context.Context) {
 			return
 		case <-fence.C:
 			if s.lease.Fenced() {
-				s.log.Warn("delivery lease fenced: no renewal stored within its TTL less the margin", "last_written", s.lease.LastWritten(), "ttl", s.lease.TTL(), "margin", s.lease.Margin())
+				s.warn(CodeLease, "delivery lease fenced: no renewal stored within its TTL less the margin", nil, "last_written", s.lease.LastWritten(), "ttl", s.lease.TTL(), "margin", s.lease.Margin())
 				s.recover(ctx, "the lease fence fell")
 			}
 		case <-s.recheck:
@@ -675,7 +673,7 @@ func (s *Service) keepLease(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			s.log.Warn("delivery lease renewal after a reconnect failed", "state", st.String(), "err", err)
+			s.warn(CodeLease, "delivery lease renewal after a reconnect failed", err, "state", st.String())
 			s.recover(ctx, "lease renewal after a reconnect failed")
 		case <-t.C:
 			st, err := s.renew(ctx)
@@ -685,7 +683,7 @@ func (s *Service) keepLease(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			s.log.Warn("delivery lease renewal failed", "state", st.String(), "err", err)
+			s.warn(CodeLease, "delivery lease renewal failed", err, "state", st.String())
 			s.recover(ctx, "lease renewal failed")
 		case <-s.prompt:
 			if s.rowIsMine(ctx) {
@@ -732,7 +730,7 @@ func (s *Service) recover(ctx context.Context, why string) {
 			s.stop(fmt.Errorf("deliveryd: resume failed for %v: %w", s.lease.TTL(), err))
 			return false
 		}
-		s.log.Warn("resume failed; staying quiesced and trying again", "err", err, "retry_in", recoverRetry)
+		s.warn(CodeLease, "resume failed; staying quiesced and trying again", err, "retry_in", recoverRetry)
 		return plane3.Pause(ctx, recoverRetry)
 	}
 	for ctx.Err() == nil {
@@ -763,7 +761,7 @@ func (s *Service) recover(ctx context.Context, why string) {
 			s.stop(fmt.Errorf("%w: %v", ErrLeaseTaken, err))
 			return
 		default:
-			s.log.Warn("delivery lease state unknown; staying quiesced", "err", err, "retry_in", recoverRetry)
+			s.warn(CodeLease, "delivery lease state unknown; staying quiesced", err, "retry_in", recoverRetry)
 			if !plane3.Pause(ctx, recoverRetry) {
 				return
 			}
@@ -778,9 +776,10 @@ func (s *Service) resume(ctx context.Context, why string) error {
 		return fmt.Errorf("resume: %w", err)
 	}
 	if err := s.lease.SetReady(ctx, true); err != nil {
-		s.log.Warn("resumed, but the lease could not be marked ready; the next renewal decides", "err", err)
+		s.warn(CodeLease, "resumed, but the lease could not be marked ready; the next renewal decides", err)
 	}
 	s.log.Info("resumed", "why", why)
+	s.markReady()
 	return nil
 }
 
@@ -793,119 +792,18 @@ func (s *Service) Holder() string { return s.holder }
 // Row is this instance's lease row as last written.
 func (s *Service) Row() lease.Row { return s.lease.Row() }
 
-// Done is closed when the service has stopped; Err then says why.
-func (s *Service) Done() <-chan struct{} { return s.done }
-
-// Err is why the service stopped: daemon.ErrStopped after Close, context.Canceled when its ctx
-// ended, or the fatal condition (ErrLeaseTaken, ErrLeaseLost, a watchdog.ErrBrokerGone, an
-// expired credential, a loop that failed); nil while it runs.
-func (s *Service) Err() error {
-	s.errMu.Lock()
-	defer s.errMu.Unlock()
-	return s.err
-}
-
-// Close withdraws serving, releases this instance's lease (only if the row is still its own;
-// with the connection down it waits up to the broker-gone window, at most the shutdown timeout,
-// for it to come back, then retries once) and closes everything. It is idempotent and returns once everything is down.
-func (s *Service) Close() {
-	s.stop(daemon.ErrStopped)
-	<-s.done
-}
-
-// stop records why and tears down once.
-func (s *Service) stop(why error) {
-	s.stopOnce.Do(func() {
-		s.errMu.Lock()
-		s.err = why
-		s.errMu.Unlock()
-		fatal := !errors.Is(why, daemon.ErrStopped) && !errors.Is(why, context.Canceled)
-		if fatal {
-			s.log.Error("deliveryd stopping", "err", why)
-		}
-		if _, err := daemon.Notify("STOPPING=1"); err != nil {
-			s.log.Warn("sd_notify STOPPING failed", "err", err)
-		}
-		go func() {
-			s.teardown(fatal)
-			close(s.done)
-		}()
-	})
-}
-
-// teardown undoes whatever start did, in reverse; every part tolerates not having started. After
-// a fatal stop it does not wait for a dropped connection.
-func (s *Service) teardown(fatal bool) {
-	s.quiesced.Store(true)
-	if s.cancel != nil {
-		s.cancel()
-	}
-	s.wg.Wait()
-	s.quiesce()
-	if s.live != nil {
-		_ = s.live.Unsubscribe()
-	}
-	if s.watch != nil {
-		_ = s.watch.Unsubscribe()
-	}
-	if s.lease != nil && !s.leaseTaken.Load() {
-		s.release(fatal)
-	}
-	if s.nc != nil {
-		s.nc.Close()
-	}
-	if s.rail != nil {
-		s.rail.Close()
-	}
-	if s.signer != nil {
-		_ = s.signer.Close()
-	}
-}
-
-// release withdraws readiness and deletes this instance's row by CAS. With the connection down it
-// waits up to the broker-gone window for it (not after a fatal stop), and retries once.
-func (s *Service) release(fatal bool) {
-	if s.nc == nil {
-		return
-	}
-	ctx := context.Background()
-	if !s.nc.IsConnected() {
-		if fatal {
-			s.log.Warn("delivery lease not released: no broker connection; it expires with its TTL", "ttl", s.lease.TTL())
-			return
-		}
-		s.waitConnected()
-	}
-	err := s.lease.Release(ctx)
-	if err != nil && !fatal {
-		s.log.Warn("delivery lease release failed; waiting for the broker and trying once more", "err", err)
-		s.waitConnected()
-		err = s.lease.Release(ctx)
-	}
-	if err != nil {
-		s.log.Warn("delivery lease not released; it expires with its TTL", "err", err, "ttl", s.lease.TTL())
-		return
-	}
-	s.log.Info("delivery lease released")
-}
-
-// waitConnected polls the connection for up to the broker-gone window, cut short by the
-// shutdown timeout.
-func (s *Service) waitConnected() {
-	wait := min(s.wd.Window(), s.cfg.ShutdownTimeout.D())
-	if !s.nc.IsConnected() {
-		s.log.Info("waiting for the broker connection to release the delivery lease", "up_to", wait)
-	}
-	deadline := time.Now().Add(wait)
-	for !s.nc.IsConnected() && time.Now().Before(deadline) && !s.nc.IsClosed() {
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// refuse writes the refusal file for a failed start (daemon.RefuseStart) and returns err as a
+// refuse logs a refused start and, on the CLI path, writes the refusal file (daemon.RefuseStart;
+// it removes this process's state file), reports the stop to the host and returns err as a
 // *StartError.
 func (s *Service) refuse(err error) error {
-	return daemon.RefuseStart(s.log, s.cfg.StateDir, FileName, "deliveryd", s.pid, err)
+	s.stateFile.Store(false)
+	dir := ""
+	if s.cfg != nil && s.hosted == nil {
+		dir = s.cfg.StateDir
+	}
+	se := daemon.RefuseStart(s.log, dir, FileName, "deliveryd", s.pid, err)
+	s.tracker.Set(StateStopped, se.Code, se.Reason, se)
+	return se
 }
 
 // Healthy is deliveryd's proof of progress for systemd's watchdog: serving (not quiesced) and its

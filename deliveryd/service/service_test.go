@@ -69,7 +69,7 @@ func TestSecondInstanceRefused(t *testing.T) {
 	var logs logBuffer
 	first := start(t, servicetest.Config(t, e, "deliveryd-first"), &logs)
 	cfg := servicetest.Config(t, e, "deliveryd-second")
-	_, err := service.StartDeliveryService(ctx(t), service.Inputs{Config: cfg, Getenv: func(string) string { return "" }})
+	_, err := service.Start(ctx(t), service.Inputs{Config: cfg}, service.RuntimeOptions{Getenv: noEnv})
 	var se *service.StartError
 	if !errors.As(err, &se) || se.Code != service.CodeLeaseHeld || se.Details["holder"] != "deliveryd-first" || !strings.Contains(err.Error(), `"deliveryd-first"`) {
 		t.Fatalf("second start = %v; want LEASE_HELD naming deliveryd-first", err)
@@ -89,7 +89,9 @@ func TestSecondInstanceRefused(t *testing.T) {
 	default:
 	}
 	// Close releases the row.
-	first.Close()
+	if err := first.Close(ctx(t)); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
 	if _, _, err := servicetest.LeaseRow(ctx(t), kv); !errors.Is(err, servicetest.ErrNoRow) {
 		t.Fatalf("lease row after Close: %v; want none", err)
 	}

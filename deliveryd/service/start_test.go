@@ -23,7 +23,7 @@ import (
 func TestStartRefusals(t *testing.T) {
 	t.Run("fail/unprovisioned-space-names-the-stream", func(t *testing.T) {
 		e := plane3test.Unprovisioned(t)
-		_, err := service.StartDeliveryService(ctx(t), service.Inputs{Config: servicetest.Config(t, e, "d"), Getenv: func(string) string { return "" }})
+		_, err := service.Start(ctx(t), service.Inputs{Config: servicetest.Config(t, e, "d")}, service.RuntimeOptions{Getenv: noEnv})
 		var se *service.StartError
 		if !errors.As(err, &se) || se.Code != service.CodeMissing || !strings.Contains(err.Error(), "CHAT_"+e.N.Token()) {
 			t.Fatalf("start = %v; want MISSING naming CHAT_%s", err, e.N.Token())
@@ -34,7 +34,7 @@ func TestStartRefusals(t *testing.T) {
 		cfg := servicetest.Config(t, e, "d")
 		cf := e.S.Client(t, signerdtest.ID("somebody", plane3test.Space))
 		cfg.Signer.Cert, cfg.Signer.Key = cf.CertFile, cf.KeyFile
-		_, err := service.StartDeliveryService(ctx(t), service.Inputs{Config: cfg, Getenv: func(string) string { return "" }})
+		_, err := service.Start(ctx(t), service.Inputs{Config: cfg}, service.RuntimeOptions{Getenv: noEnv})
 		var se *service.StartError
 		if !errors.As(err, &se) || se.Code != service.CodeSigner {
 			t.Fatalf("start = %v; want SIGNER", err)
@@ -42,8 +42,8 @@ func TestStartRefusals(t *testing.T) {
 	})
 	t.Run("fail/bad-watchdog-env", func(t *testing.T) {
 		e := plane3test.New(t)
-		_, err := service.StartDeliveryService(ctx(t), service.Inputs{Config: servicetest.Config(t, e, "d"),
-			Getenv: func(k string) string {
+		_, err := service.Start(ctx(t), service.Inputs{Config: servicetest.Config(t, e, "d")},
+			service.RuntimeOptions{Getenv: func(k string) string {
 				if k == "COTAL_DELIVERY_BROKER_GONE_MS" {
 					return "soon"
 				}
@@ -96,14 +96,14 @@ func TestResponders(t *testing.T) {
 	e := plane3test.New(t)
 	rec := &recorder{}
 	var logs logBuffer
-	svc, err := service.StartDeliveryService(ctx(t), service.Inputs{
-		Config: servicetest.Config(t, e, "d"), Logger: logs.logger(), Getenv: func(string) string { return "" },
+	svc, err := service.Start(ctx(t), service.Inputs{Config: servicetest.Config(t, e, "d")}, service.RuntimeOptions{
+		Logger: logs.logger(), Getenv: noEnv,
 		Responders: func(h service.Hooks) (service.Responders, error) { rec.hooks = h; return rec, nil },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(svc.Close)
+	closeAtEnd(t, svc)
 	if s, st := rec.counts(); s != 1 || st != 0 || !rec.hooks.MayAct() || rec.hooks.Renewer == nil || rec.hooks.SignerAddress != e.S.Addr || rec.hooks.Identity == "" {
 		t.Fatalf("after start: starts %d stops %d hooks %+v", s, st, rec.hooks)
 	}
@@ -125,7 +125,9 @@ func TestResponders(t *testing.T) {
 		}
 		return nil
 	})
-	svc.Close()
+	if err := svc.Close(ctx(t)); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
 	if s, st := rec.counts(); s < 2 || st != s || rec.hooks.MayAct() {
 		t.Fatalf("after Close: starts %d stops %d mayAct %v", s, st, rec.hooks.MayAct())
 	}
@@ -137,14 +139,14 @@ func TestResumeRetries(t *testing.T) {
 	e := plane3test.New(t)
 	rec := &recorder{failResumes: 2}
 	var logs logBuffer
-	svc, err := service.StartDeliveryService(ctx(t), service.Inputs{
-		Config: servicetest.Config(t, e, "d"), Logger: logs.logger(), Getenv: func(string) string { return "" },
+	svc, err := service.Start(ctx(t), service.Inputs{Config: servicetest.Config(t, e, "d")}, service.RuntimeOptions{
+		Logger: logs.logger(), Getenv: noEnv,
 		Responders: func(h service.Hooks) (service.Responders, error) { rec.hooks = h; return rec, nil },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(svc.Close)
+	closeAtEnd(t, svc)
 	if err := servicetest.DeliveryKV(t, e).Delete(ctx(t), space.DeliveryLeaseKey); err != nil {
 		t.Fatal(err)
 	}
@@ -185,8 +187,9 @@ func TestCloseWaitsForBroker(t *testing.T) {
 		return nil
 	})
 	closed := make(chan struct{})
+	var closeErr error
 	go func() {
-		svc.Close()
+		closeErr = svc.Close(ctx(t))
 		close(closed)
 	}()
 	eventually(t, 10*time.Second, func() error {
@@ -206,8 +209,8 @@ func TestCloseWaitsForBroker(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("Close did not return:\n%s", logs.String())
 	}
-	if !logs.has("delivery lease released") {
-		t.Fatalf("lease not released:\n%s", logs.String())
+	if closeErr != nil || !logs.has("delivery lease released") {
+		t.Fatalf("Close = %v; lease not released:\n%s", closeErr, logs.String())
 	}
 	if _, _, err := servicetest.LeaseRow(ctx(t), servicetest.DeliveryKV(t, e)); !errors.Is(err, servicetest.ErrNoRow) {
 		t.Fatalf("lease row after Close: %v; want none", err)

@@ -26,11 +26,25 @@ import (
 	"github.com/cotalgo/cotal/pkg/space"
 )
 
-// Launcher is the launcher client managerd uses (a *launcher.Client in production).
+// Launcher is how the manager starts and signals agents: in production a client of the
+// uid-dropping launcher (`managerd launcher`, root) on Config.Launcher.Socket; a host may pass
+// its own in RuntimeOptions.Launcher. Whatever it is, it must keep the launcher's promises, for
+// they are what the manager's proofs rest on:
+//
+//   - Launch starts the agent in a session and process group of its own, as a uid that cannot
+//     read managerd's or signerd's files, writes req.Material (the agent's credential) 0600 as
+//     that uid and names only its path in COTAL_LAUNCH_MATERIAL, and returns the Child and its
+//     PTY master (the manager's to read, write and close). A refusal is a *LaunchRefusedError.
+//   - Signal sends SIGTERM to the child's process group, SIGKILL to all it started; signal 0 is
+//     a probe, nil while any process of the child may live, and a *LaunchRefusedError with reason
+//     LaunchChildUnknown once it has proven them all gone. The manager releases an agent's
+//     durables, and its lease at shutdown, only on that proof.
+//   - ReplaceMaterial replaces the material of a child it started, atomically (a renewed
+//     credential).
 type Launcher interface {
-	Launch(ctx context.Context, req launcher.Request) (launcher.Child, *os.File, error)
-	Signal(ctx context.Context, child launcher.Child, sig syscall.Signal) error
-	ReplaceMaterial(ctx context.Context, child launcher.Child, material []byte) error
+	Launch(ctx context.Context, req LaunchRequest) (Child, *os.File, error)
+	Signal(ctx context.Context, child Child, sig syscall.Signal) error
+	ReplaceMaterial(ctx context.Context, child Child, material []byte) error
 }
 
 // AgentSpec names an agent incarnation for its provisioning.
@@ -256,6 +270,7 @@ func (m *Manager) spawn(ctx context.Context, req *managerv1.SpawnRequest) (*mana
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 			if _, err := m.prov.Deprovision(dctx, m.cfg.AgentOwner, a.actor, a.uid); err != nil {
 				m.log.Error("spawn failed and its durables could not be removed", "agent", a.name, "uid", a.uid, "err", err)
+				m.tr.Warn(CodeDeprovision, fmt.Sprintf("spawn of %s failed and its durables and ACL row (lifecycle %s) could not be removed", a.name, a.uid), err)
 			}
 			cancel()
 		}
@@ -315,6 +330,8 @@ func (m *Manager) spawn(ctx context.Context, req *managerv1.SpawnRequest) (*mana
 		if errors.As(err, &re) {
 			return nil, api.Refuse(codes.FailedPrecondition, managerv1.Reason_REASON_LAUNCH_FAILED, "launcher refused: %s: %s", re.Reason, re.Message)
 		}
+		m.log.Warn("the launcher could not be reached", "agent", a.name, "err", err)
+		m.tr.Warn(CodeLauncher, fmt.Sprintf("spawn of %s: the launcher could not be reached", a.name), err)
 		return nil, api.Refuse(codes.Unavailable, managerv1.Reason_REASON_LAUNCH_FAILED, "launcher: %v", err)
 	}
 	t, err := newTerm(master)
@@ -352,6 +369,7 @@ func (m *Manager) killUnproven(child launcher.Child) {
 	defer cancel()
 	if _, err := launcher.Terminate(ctx, child, 0, m.lnch.Signal); err != nil {
 		m.log.Error("a half-started agent could not be killed", "pid", child.Pid, "err", err)
+		m.tr.Warn(CodeLauncher, fmt.Sprintf("a half-started agent (pid %d) could not be killed", child.Pid), err)
 	}
 }
 
@@ -468,10 +486,13 @@ func (m *Manager) renewLoop(ctx context.Context, a *agent) {
 			}
 			a.renew.due = time.Now().Add(retry)
 			m.log.Warn("agent credential renewal failed; the last good credential stays", "agent", a.name, "failures", a.renew.failures, "retry", retry, "err", err)
-		} else {
-			a.renew.failures, a.renew.lastErr = 0, ""
-			a.renew.due = renewDue(a.cred)
+			failures := a.renew.failures
+			m.mu.Unlock()
+			m.tr.Warn(CodeRenewal, fmt.Sprintf("agent %s: credential renewal failed (%d in a row); the last good credential stays, next attempt in %v", a.name, failures, retry.Round(time.Second)), err)
+			continue
 		}
+		a.renew.failures, a.renew.lastErr = 0, ""
+		a.renew.due = renewDue(a.cred)
 		m.mu.Unlock()
 	}
 }
@@ -599,8 +620,8 @@ func (m *Manager) seen(actor string, at time.Time) {
 		a.phases.connected = max(at.Sub(a.phases.admitted), time.Nanosecond)
 	}
 	m.mu.Unlock()
-	if first && m.in.OnFirstSeen != nil {
-		m.in.OnFirstSeen(a.name, at)
+	if first && m.opts.OnFirstSeen != nil {
+		m.opts.OnFirstSeen(a.name, at)
 	}
 }
 

@@ -11,8 +11,9 @@ import (
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
 )
 
-// Backend is the manager as ManagerService serves it.
-func (m *Manager) Backend() api.Backend { return backend{m} }
+// Backend is the manager as ManagerService serves it, for a host that drives it in process (no
+// peer-uid gate: the host is the caller). Its errors are *Refusal for a refused request.
+func (m *Manager) Backend() Backend { return backend{m} }
 
 type backend struct{ m *Manager }
 

@@ -63,6 +63,7 @@ func (m *Manager) record(a *agent) error {
 func (m *Manager) unrecord(a *agent) {
 	if err := os.Remove(m.custodyPath(a.name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		m.log.Error("custody record not removed", "agent", a.name, "err", err)
+		m.tr.Warn(CodeCustody, fmt.Sprintf("the custody record of %s could not be removed", a.name), err)
 	}
 }
 
@@ -102,6 +103,7 @@ func (m *Manager) reap(ctx context.Context) {
 	}
 	if err != nil {
 		m.log.Error("custody records unreadable; nothing reaped", "dir", dir, "err", err)
+		m.tr.Warn(CodeCustody, "the custody records are unreadable; no predecessor's agent was reaped", err)
 		return
 	}
 	for _, e := range entries {
@@ -112,11 +114,13 @@ func (m *Manager) reap(ctx context.Context) {
 		b, err := creds.ReadSecretFile(path)
 		if err != nil {
 			m.log.Error("custody record unreadable; left for the operator", "path", path, "err", err)
+			m.tr.Warn(CodeCustody, "a custody record is unreadable; it is left for the operator: "+path, err)
 			continue
 		}
 		c, err := decodeCustody(b)
 		if err != nil || e.Name() != c.Name+".json" {
 			m.log.Error("custody record malformed; left for the operator", "path", path, "err", err)
+			m.tr.Warn(CodeCustody, "a custody record is malformed; it is left for the operator: "+path, err)
 			continue
 		}
 		child := launcher.Child{Pid: c.Pid, StartTime: c.StartTime, Dir: c.Dir}
@@ -126,6 +130,7 @@ func (m *Manager) reap(ctx context.Context) {
 			cancel()
 			if gone, _ := child.Gone(); !gone {
 				m.log.Error("a predecessor's agent is still running and could not be stopped; its record and durables stay", "agent", c.Name, "pid", c.Pid, "err", terr)
+				m.tr.Warn(CodeLauncher, fmt.Sprintf("a predecessor's agent %s (pid %d) is still running and could not be stopped; its record and durables stay", c.Name, c.Pid), terr)
 				continue
 			}
 		}
@@ -134,10 +139,12 @@ func (m *Manager) reap(ctx context.Context) {
 		cancel()
 		if err != nil {
 			m.log.Error("a predecessor's agent could not be deprovisioned; its record stays for the next start", "agent", c.Name, "uid", c.LifecycleUID, "err", err)
+			m.tr.Warn(CodeDeprovision, fmt.Sprintf("a predecessor's agent %s (lifecycle %s) could not be deprovisioned; its record stays for the next start", c.Name, c.LifecycleUID), err)
 			continue
 		}
 		if err := os.Remove(path); err != nil {
 			m.log.Error("custody record not removed", "path", path, "err", err)
+			m.tr.Warn(CodeCustody, "a reaped agent's custody record could not be removed: "+path, err)
 		}
 		m.log.Info("reaped a predecessor's agent", "agent", c.Name, "uid", c.LifecycleUID, "pid", c.Pid, "instance", c.InstanceID, "deprovisioned", removed)
 	}

@@ -1,29 +1,3 @@
-// Package manager is managerd: the signerless agent supervisor of one space on one machine.
-//
-// Start, in order: the configuration is validated and the signer's key paths are proven
-// unreadable to this uid (upstream's "seed readable by the manager uid" refusal; only the
-// development flag lets a single-uid stack past it, with a loud warning); the supervisor
-// credential is minted by signerd for a key held only in memory and proven on the broker (a
-// signerd that cannot be reached stops the start); the instance lease lease.<instance_id> in
-// cotal_manager_<space> is acquired (instlease: a live holder refuses with *instlease.LeaseHeld, a
-// dead predecessor on this root is waited out); the manager liveness plane is served. Then Spawn
-// may run.
-//
-// A manager keeps a custody record of each running agent in its state directory; the next
-// manager on that directory reaps what a predecessor left (see custody.go).
-//
-// Spawn admits a request before any signer call (name, connector, capacity counting spawns in
-// progress, channels, environment), then per agent: a fresh user nkey and lifecycle uid, its
-// durables and ACL row through a one-shot provisioner credential, its credential minted by
-// signerd (agent profile), and its launch through the uid-dropping launcher, which writes the
-// launch material (credential included) 0600 as the agent's and starts it on a PTY. Each agent's
-// credential is reminted for the same nkey at 75% of its lifetime and its material replaced
-// through the launcher; a failed renewal keeps the last good credential and retries.
-//
-// Stop ends one agent (SIGTERM to its group, SIGKILL after the grace) and, once its process is
-// proven gone, deprovisions exactly its durables and ACL row with a one-shot deprovisioner
-// credential. Shutdown runs once; with agents it stops every agent and keeps the lease (and
-// fails) if any could not be proven gone.
 package manager
 
 import (
@@ -32,16 +6,20 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/cotalgo/cotal/managerd/internal/api"
 	"github.com/cotalgo/cotal/managerd/internal/instlease"
+	"github.com/cotalgo/cotal/pkg/daemon"
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/lease"
@@ -49,41 +27,68 @@ import (
 	"github.com/cotalgo/cotal/pkg/space"
 )
 
-// Inputs are what New needs besides the configuration.
+// Inputs are what the manager runs: its configuration and its start-up policy.
 type Inputs struct {
+	// Config is required. Start validates a copy of it (defaults applied); the caller's is not
+	// changed.
 	Config *Config
-	Logger *slog.Logger
 	// AllowReadableSeeds is the development flag: start even when a signer key is readable by
-	// this uid, logging a loud warning. The systemd units never set it.
+	// this uid, logging a loud warning and raising a READABLE_SEEDS warning event. A deployment
+	// never sets it.
 	AllowReadableSeeds bool
-	// Launcher starts and signals agents; nil means a client of Config.Launcher.
-	Launcher Launcher
-	// Provisioner provisions and deprovisions agents; nil means one-shot credentials from
-	// signerd (provision.RunProvisionAgent, provision.RunDeprovisionAgent).
-	Provisioner Provisioner
-	// NatsOptions are added to the manager's broker connection.
+}
+
+// RuntimeOptions are how the manager runs inside its host. Every field is optional.
+type RuntimeOptions struct {
+	// Logger receives the manager's lines (never a seed, JWT or token); nil discards them.
+	Logger *slog.Logger
+	// Events receives every state change and every nonfatal warning (Event), in order, on the
+	// goroutine that raised it: it must not block nor call back into the Manager.
+	Events func(Event)
+	// PID is this process's id in the lease row; zero means os.Getpid().
+	PID int
+	// Now stamps events and the lease row's since; nil means time.Now.
+	Now func() time.Time
+	// NatsOptions are added to the manager's broker connection and to its one-shot provisioning
+	// connections (TLS settings, say). The manager's own disconnect and reconnect handlers come
+	// after them: those move State.
 	NatsOptions []nats.Option
+	// Launcher starts and signals agents; nil means a client of Config.Launcher (the
+	// uid-dropping launcher the host runs as root, `managerd launcher`).
+	Launcher Launcher
+	// Provisioner provisions and deprovisions agents; nil means one-shot provisioner and
+	// deprovisioner credentials from signerd (pkg/provision).
+	Provisioner Provisioner
 	// OnFirstSeen, if set, is called when an agent first probes the manager's liveness plane,
 	// that is, once it holds a working broker connection (the spawn-to-connected benchmark).
 	OnFirstSeen func(name string, at time.Time)
-	// PID is this process's id in the lease row; zero means os.Getpid().
-	PID int
 }
+
+// drainTimeout bounds how long in-flight ManagerService calls (the Shutdown answer among them)
+// may finish once the manager has stopped; Attach streams are cut after it.
+const drainTimeout = 2 * time.Second
 
 // Manager is a running managerd. Its methods are safe for concurrent use.
 type Manager struct {
-	cfg  *Config
-	in   Inputs
-	log  *slog.Logger
-	n    space.Names
-	lnch Launcher
-	prov Provisioner
+	cfg        *Config
+	allowSeeds bool
+	opts       RuntimeOptions
+	pid        int
+	log        *slog.Logger
+	n          space.Names
+	lnch       Launcher
+	prov       Provisioner
+	tr         *daemon.Tracker
+	avMu       sync.Mutex // guards av; held while State moves
+	av         availability
 
 	signer *signerclient.Client
 	rail   *signerclient.Rail
 	nc     *nats.Conn
 	lease  *instlease.Lease
 	live   *nats.Subscription
+	ln     net.Listener
+	gs     *grpc.Server
 
 	sig signerState
 
@@ -92,6 +97,7 @@ type Manager struct {
 	byActor  map[string]*agent
 	shutting bool
 	shut     *shutdown
+	apiErr   error // why ManagerService stopped serving on its own
 
 	runCtx    context.Context
 	runCancel context.CancelFunc
@@ -108,38 +114,45 @@ type shutdown struct {
 	err        error
 }
 
-// New validates the configuration and builds a manager; Start runs it.
-func New(in Inputs) (*Manager, error) {
-	if in.Config == nil {
-		return nil, errors.New("manager: no configuration")
+// Start runs managerd (see the package doc for the order) and returns once it serves: its
+// instance lease held, its liveness plane and ManagerService bound. It runs until ctx ends (a
+// default shutdown: agents keep running), Close or Shutdown is called. A refusal is a
+// *StartError (errors.As), whose cause may be a *LeaseHeld or a *ReadableSeedError; it leaves
+// nothing running and nothing held.
+func Start(ctx context.Context, in Inputs, opts RuntimeOptions) (*Manager, error) {
+	m := newManager(in, opts)
+	if err := m.start(ctx); err != nil {
+		return nil, err
 	}
-	cfg := *in.Config
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("manager: configuration: %w", err)
-	}
-	n, err := space.NewNames(cfg.Space)
-	if err != nil {
-		return nil, fmt.Errorf("manager: %w", err)
-	}
-	m := &Manager{cfg: &cfg, in: in, log: in.Logger, n: n, agents: map[string]*agent{}, byActor: map[string]*agent{}, done: make(chan struct{})}
-	if m.log == nil {
-		m.log = slog.New(slog.DiscardHandler)
-	}
-	if m.in.PID == 0 {
-		m.in.PID = os.Getpid()
-	}
-	l := in.Launcher
-	if l == nil {
-		l = newLauncherClient(cfg.Launcher)
-	}
-	m.lnch = newLimited(l)
-	m.prov = in.Provisioner
 	return m, nil
 }
 
-// Start brings the manager up (see the package doc) and returns once it serves. A failure leaves
-// nothing running and nothing held.
-func (m *Manager) Start(ctx context.Context) (err error) {
+// newManager builds a manager that start runs; the configuration is checked by start.
+func newManager(in Inputs, opts RuntimeOptions) *Manager {
+	m := &Manager{allowSeeds: in.AllowReadableSeeds, opts: opts, pid: opts.PID, log: opts.Logger,
+		agents: map[string]*agent{}, byActor: map[string]*agent{}, done: make(chan struct{})}
+	if in.Config != nil {
+		cfg := *in.Config
+		m.cfg = &cfg
+	}
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	if m.pid == 0 {
+		m.pid = os.Getpid()
+	}
+	m.tr = daemon.NewTracker("managerd", opts.Events, opts.Now)
+	m.lnch = opts.Launcher
+	m.prov = opts.Provisioner
+	if m.prov == nil {
+		m.prov = &oneShot{m: m}
+	}
+	return m
+}
+
+// start brings the manager up; a failure leaves nothing running and nothing held, and returns a
+// *StartError.
+func (m *Manager) start(ctx context.Context) (err error) {
 	m.mu.Lock()
 	if m.started {
 		m.mu.Unlock()
@@ -148,68 +161,124 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	m.started = true
 	m.mu.Unlock()
 	defer func() {
-		if err != nil {
-			m.teardown()
-			close(m.done)
+		if err == nil {
+			return
 		}
+		var se *StartError
+		if !errors.As(err, &se) {
+			se = &StartError{Code: CodeConfig, Reason: "start failed", Err: err}
+		}
+		se.Daemon = "managerd"
+		err = se
+		m.abort()
+		m.tr.Set(StateStopped, se.Code, se.Reason, se.Err)
+		close(m.done)
 	}()
+	fail := func(code, reason string, err error) error {
+		if ctx.Err() != nil {
+			return &StartError{Code: CodeCanceled, Reason: "start canceled", Err: ctx.Err()}
+		}
+		return &StartError{Code: code, Reason: reason, Err: err}
+	}
+	if m.cfg == nil {
+		return &StartError{Code: CodeConfig, Reason: "no configuration"}
+	}
 	cfg := m.cfg
+	if err := cfg.Validate(); err != nil {
+		return fail(CodeConfig, "configuration refused", err)
+	}
+	if m.n, err = space.NewNames(cfg.Space); err != nil {
+		return fail(CodeConfig, "space refused", err)
+	}
+	if m.lnch == nil {
+		m.lnch = newLauncherClient(cfg.Launcher)
+	}
+	m.lnch = newLimited(m.lnch)
 	if err := CheckSeedsUnreadable(cfg.SignerSeedPaths); err != nil {
 		var rs *ReadableSeedError
-		if !errors.As(err, &rs) || !m.in.AllowReadableSeeds {
-			return err
+		switch {
+		case !errors.As(err, &rs):
+			return fail(CodeConfig, "signer_seed_paths refused", err)
+		case !m.allowSeeds:
+			return fail(CodeSeeds, "a signer key is readable by managerd's uid", err)
 		}
 		m.log.Warn("DEVELOPMENT MODE: a signer key is readable by managerd's uid; an agent escaping to this uid could read it. Never run a deployment like this.", "path", rs.Path)
+		m.tr.Warn(CodeSeeds, "development mode: a signer key is readable by managerd's uid; an agent escaping to this uid could read it", rs)
 	}
 	m.runCtx, m.runCancel = context.WithCancel(context.WithoutCancel(ctx))
 
+	// The supervisor credential: a key held only in memory, minted by signerd, proven on the broker.
 	sc := cfg.Signer.ClientConfig()
 	sc.Logger = m.log
 	sc.Interceptors = append(sc.Interceptors, signerTimer)
 	if m.signer, err = signerclient.Dial(sc); err != nil {
-		return fmt.Errorf("manager: signer client: %w", err)
-	}
-	if m.prov == nil {
-		m.prov = &oneShot{m: m}
+		return fail(CodeConfig, "signer client refused", err)
 	}
 	if m.rail, err = signerclient.NewRail(signerclient.RailConfig{
 		Client: m.signer, Space: cfg.Space, Profile: signerv1.Profile_PROFILE_SUPERVISOR,
 		Params: &signerv1.ProfileParams{Owner: cfg.Owner, Actor: cfg.Actor},
-		TTL:    cfg.CredentialTTL.D(), NatsURLs: cfg.Brokers, Logger: m.log,
+		TTL:    cfg.CredentialTTL.D(), NatsURLs: cfg.Brokers, Logger: m.log, OnRenewFailed: m.onRailRenewFailed,
 	}); err != nil {
-		return fmt.Errorf("manager: supervisor rail: %w", err)
+		return fail(CodeConfig, "supervisor rail refused", err)
 	}
 	if err := m.rail.Start(ctx); err != nil {
 		m.sig.record(err)
-		return fmt.Errorf("manager: no supervisor credential from signerd: %w", err)
+		var pe *signerclient.ProofError
+		if errors.As(err, &pe) {
+			return fail(CodeBroker, "the broker refused the supervisor credential", err)
+		}
+		return fail(CodeSigner, "no supervisor credential from signerd", err)
 	}
 	m.sig.record(nil)
 
+	// The broker connection; the host's options first, then the handlers that move State.
 	opts := append(m.rail.NatsOptions(), nats.Name("cotal-managerd "+cfg.InstanceID), nats.MaxReconnects(-1))
-	if m.nc, err = nats.Connect(strings.Join(cfg.Brokers, ","), append(opts, m.in.NatsOptions...)...); err != nil {
-		return fmt.Errorf("manager: broker: %w", err)
+	opts = append(opts, m.opts.NatsOptions...)
+	opts = append(opts, nats.DisconnectErrHandler(m.onDisconnect), nats.ReconnectHandler(m.onReconnect))
+	m.update(func(a *availability) { a.brokerUp = true })
+	if m.nc, err = nats.Connect(strings.Join(cfg.Brokers, ","), opts...); err != nil {
+		return fail(CodeBroker, "broker connection refused", err)
 	}
+
+	// The instance lease.
 	holder, err := space.PrincipalKey(cfg.Owner, cfg.Actor)
 	if err != nil {
-		return fmt.Errorf("manager: %w", err)
+		return fail(CodeConfig, "owner and actor refused", err)
 	}
+	m.update(func(a *availability) { a.lease = lease.Held })
 	if m.lease, err = instlease.Acquire(ctx, instlease.Config{
 		Conn: m.nc, Names: m.n, InstanceID: cfg.InstanceID, Holder: holder, Runtime: "pty",
-		Root: cfg.Root, PID: m.in.PID, Logger: m.log,
+		Root: cfg.Root, PID: m.pid, Now: m.opts.Now, Logger: m.log, OnChange: m.onLease,
 	}); err != nil {
-		return err
+		var held *LeaseHeld
+		if errors.As(err, &held) && ctx.Err() == nil {
+			return &StartError{Code: CodeLeaseHeld, Reason: err.Error(), Err: err, Details: map[string]string{
+				"instance_id": held.Row.InstanceID, "holder": held.Row.Holder, "root": held.Row.Root,
+				"pid": strconv.Itoa(held.Row.PID), "since": time.UnixMilli(held.Row.Since).UTC().Format(time.RFC3339),
+			}}
+		}
+		return fail(CodeLease, "instance lease failed", err)
 	}
 	// A predecessor's agents (it was killed, or spared them) are reaped before any new spawn.
 	m.reap(ctx)
+
+	// The liveness plane, then ManagerService.
 	if m.live, err = m.nc.QueueSubscribe(m.n.LiveManagerServe(), space.LiveQueue(space.LivePlaneManager), m.onProbe); err != nil {
-		return fmt.Errorf("manager: serve the liveness plane: %w", err)
+		return fail(CodeBind, "serve the liveness plane", err)
 	}
 	if err := m.nc.Flush(); err != nil {
-		return fmt.Errorf("manager: serve the liveness plane: %w", err)
+		return fail(CodeBind, "serve the liveness plane", err)
 	}
 	if err := m.nc.LastError(); err != nil {
-		return fmt.Errorf("manager: serve the liveness plane: %w", err)
+		return fail(CodeBind, "serve the liveness plane", err)
 	}
+	if m.ln, err = api.Listen(cfg.API.Socket, -1); err != nil {
+		return fail(CodeBind, "ManagerService socket", err)
+	}
+	m.gs = api.NewServer(m.Backend(), api.Options{AllowUIDs: cfg.API.AllowUIDs, Logger: m.log})
+
+	// The upkeep, then ready, then ManagerService answers (a Shutdown it serves finds every
+	// goroutine started).
 	m.wg.Add(2)
 	go func() {
 		defer m.wg.Done()
@@ -219,18 +288,83 @@ func (m *Manager) Start(ctx context.Context) (err error) {
 	}()
 	go func() {
 		defer m.wg.Done()
-		if err := m.rail.Run(m.runCtx); err != nil && m.runCtx.Err() == nil {
-			m.log.Error("supervisor credential renewal ended", "err", err)
+		err := m.rail.Run(m.runCtx)
+		if err == nil || m.runCtx.Err() != nil {
+			return
+		}
+		m.log.Error("supervisor credential renewal ended", "err", err)
+		var ee *signerclient.ExpiredError
+		if errors.As(err, &ee) {
+			m.tr.Warn(CodeCredential, "the supervisor credential expired without renewal; the broker will refuse this manager's connection", err)
+			m.update(func(a *availability) { a.expired = err })
 		}
 	}()
+	m.update(func(a *availability) { a.on = true })
+	served := make(chan error, 1)
+	go func(gs *grpc.Server, ln net.Listener) { served <- gs.Serve(ln) }(m.gs, m.ln)
+	go m.watch(ctx, served)
 	m.log.Info("managerd ready", "space", cfg.Space, "instance", cfg.InstanceID, "root", cfg.Root, "user", m.rail.PublicKey())
+	m.log.Info("ManagerService serving", "socket", cfg.API.Socket, "allow_uids", cfg.API.AllowUIDs)
 	return nil
 }
 
-// Done is closed once the manager has stopped (after Shutdown, or a failed Start).
+// watch stops the manager when ctx ends (a default shutdown) or ManagerService stops serving on
+// its own.
+func (m *Manager) watch(ctx context.Context, served <-chan error) {
+	select {
+	case <-ctx.Done():
+		m.log.Info("context ended: default shutdown (agents keep running)")
+		if err := m.Close(context.Background()); err != nil {
+			m.log.Error("shutdown", "err", err)
+		}
+	case err := <-served:
+		if err == nil || errors.Is(err, grpc.ErrServerStopped) || isClosed(m.done) {
+			return
+		}
+		m.mu.Lock()
+		if m.shut == nil {
+			m.apiErr = fmt.Errorf("%w: %v", ErrAPIStopped, err)
+		}
+		m.mu.Unlock()
+		m.log.Error("ManagerService stopped serving; shutting down", "err", err)
+		m.tr.Warn(CodeAPI, "ManagerService stopped serving; shutting down (agents keep running)", err)
+		_ = m.Close(context.Background())
+	case <-m.done:
+	}
+}
+
+// Done is closed once the manager has stopped (after Close or Shutdown, or a failed Start).
 func (m *Manager) Done() <-chan struct{} { return m.done }
 
-// teardown closes everything Start opened, without touching agents or the lease row.
+// State is the manager's readiness: StateReady while it holds its instance lease on a live
+// broker connection; StateUnavailable while its lease is not confirmed (lost, taken by another
+// row, or its renewal failing), its broker connection is down, its supervisor credential has
+// expired, or it is shutting down; StateStopped once Done is closed.
+func (m *Manager) State() State { return m.tr.State() }
+
+// Ready reports whether State is StateReady.
+func (m *Manager) Ready() bool { return m.State() == StateReady }
+
+// abort closes what a failed start opened, releasing the lease if it was acquired.
+func (m *Manager) abort() {
+	if m.gs != nil {
+		m.gs.Stop()
+	}
+	if m.ln != nil {
+		_ = m.ln.Close()
+	}
+	if m.lease != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := m.lease.Release(ctx); err != nil {
+			m.log.Warn("a refused start could not release its instance lease; it expires with its TTL", "err", err)
+		}
+		cancel()
+	}
+	m.teardown()
+}
+
+// teardown closes everything Start opened but ManagerService, without touching agents or the
+// lease row.
 func (m *Manager) teardown() {
 	if m.runCancel != nil {
 		m.runCancel()
@@ -247,6 +381,21 @@ func (m *Manager) teardown() {
 	}
 	if m.signer != nil {
 		_ = m.signer.Close()
+	}
+}
+
+// stopAPI stops ManagerService: in-flight calls may finish for drainTimeout, then are cut.
+func (m *Manager) stopAPI() {
+	if m.gs == nil {
+		return
+	}
+	stopped := make(chan struct{})
+	go func() { m.gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(drainTimeout):
+		m.gs.Stop()
+		<-stopped
 	}
 }
 
@@ -267,53 +416,72 @@ func (m *Manager) onProbe(msg *nats.Msg) {
 	_ = msg.Respond([]byte(`{"plane":"manager","responder":"` + m.cfg.InstanceID + `"}`))
 }
 
-// Stop is Shutdown for embedders: the manager stops, and its agents too when withAgents is set.
-func (m *Manager) Stop(ctx context.Context, withAgents bool) error {
-	_, err := m.Shutdown(ctx, withAgents)
-	return err
+// Close is a default shutdown (agents keep running, see Shutdown), or joins the shutdown
+// already running, and returns once the manager has stopped (Done), with Err: an error when an
+// agent was not proven gone or the lease release was not confirmed by the broker (the row then
+// expires with its TTL). It returns ctx's error if ctx ends first; the shutdown goes on.
+func (m *Manager) Close(ctx context.Context) error {
+	if _, started := m.begin(false); !started {
+		return errors.New("manager: not started")
+	}
+	select {
+	case <-m.done:
+		return m.Err()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Shutdown stops the manager once: a second call joins the first and gets its result, one asking
 // a different withAgents is refused with SHUTDOWN_CONFLICT. With agents, every agent is stopped
 // and deprovisioned, and the lease is released only if each was proven gone; otherwise the
-// lease stays (its row expires on its own) and the error names the agents.
+// lease stays (its row expires on its own) and the error names the agents. It is what
+// ManagerService.Shutdown calls; an embedder calls Close, or Shutdown(ctx, true) to stop the
+// agents too. It returns once the manager has shut down, before Done (in-flight ManagerService
+// calls are still draining).
 func (m *Manager) Shutdown(ctx context.Context, withAgents bool) (*managerv1.ShutdownResponse, error) {
-	m.mu.Lock()
-	if s := m.shut; s != nil {
-		m.mu.Unlock()
-		if s.withAgents != withAgents {
-			return nil, api.Refuse(codes.FailedPrecondition, managerv1.Reason_REASON_SHUTDOWN_CONFLICT,
-				"a shutdown with with_agents=%v is already running", s.withAgents)
-		}
-		select {
-		case <-s.done:
-			return s.resp, s.err
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	s := &shutdown{withAgents: withAgents, done: make(chan struct{})}
-	m.shut, m.shutting = s, true
-	started := m.started
-	m.mu.Unlock()
+	s, started := m.begin(withAgents)
 	if !started {
-		s.err = errors.New("manager: not started")
-		close(s.done)
-		return nil, s.err
+		return nil, errors.New("manager: not started")
 	}
-	go func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.ShutdownTimeout.D())
-		defer cancel()
-		s.resp, s.err = m.shutdown(sctx, withAgents)
-		close(s.done)
-		close(m.done)
-	}()
+	if s.withAgents != withAgents {
+		return nil, api.Refuse(codes.FailedPrecondition, managerv1.Reason_REASON_SHUTDOWN_CONFLICT,
+			"a shutdown with with_agents=%v is already running", s.withAgents)
+	}
 	select {
 	case <-s.done:
 		return s.resp, s.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// begin starts the one shutdown, asking withAgents, or returns the one already running.
+func (m *Manager) begin(withAgents bool) (*shutdown, bool) {
+	m.mu.Lock()
+	if s := m.shut; s != nil || !m.started {
+		m.mu.Unlock()
+		return s, m.started
+	}
+	s := &shutdown{withAgents: withAgents, done: make(chan struct{})}
+	m.shut, m.shutting = s, true
+	m.mu.Unlock()
+	m.update(func(a *availability) { a.shutting = true })
+	go func() {
+		sctx, cancel := context.WithTimeout(context.Background(), m.cfg.ShutdownTimeout.D())
+		defer cancel()
+		s.resp, s.err = m.shutdown(sctx, withAgents)
+		close(s.done)
+		m.stopAPI()
+		err := m.stopErr()
+		msg := "stopped"
+		if err != nil {
+			msg = "stopped with an error"
+		}
+		m.tr.Set(StateStopped, CodeShutdown, msg, err)
+		close(m.done)
+	}()
+	return s, true
 }
 
 func (m *Manager) shutdown(ctx context.Context, withAgents bool) (*managerv1.ShutdownResponse, error) {
@@ -362,8 +530,9 @@ func (m *Manager) shutdown(ctx context.Context, withAgents bool) (*managerv1.Shu
 	if len(unproven) > 0 {
 		err = api.Refuse(codes.Internal, managerv1.Reason_REASON_STOP_UNPROVEN,
 			"agents not proven gone, lease kept until it expires: %s", strings.Join(unproven, ", "))
+		m.tr.Warn(CodeStopUnproven, "agents not proven gone; the instance lease is kept until it expires", err)
 	} else if rerr := m.lease.Release(ctx); rerr != nil {
-		err = fmt.Errorf("manager: release the instance lease: %w", rerr)
+		err = fmt.Errorf("%w: %w", ErrReleaseUnconfirmed, rerr)
 	}
 	// A spared agent's terminal stays open in this process; when the process exits the kernel
 	// hangs it up (SIGHUP to the agent's session), as it would for any PTY whose master closes.
@@ -428,15 +597,27 @@ func leaseState(l *instlease.Lease, released bool) managerv1.LeaseState {
 	}
 }
 
-// Err is why the manager stopped: nil for a clean Shutdown (daemon.Service).
+// Err is why the manager stopped, once Done is closed: nil for a clean stop (Close, Shutdown,
+// or ctx ended); an error wrapping ErrReleaseUnconfirmed when the lease release was not
+// confirmed; a STOP_UNPROVEN *Refusal when agents were not proven gone; ErrAPIStopped when
+// ManagerService stopped serving on its own.
 func (m *Manager) Err() error {
-	m.mu.Lock()
-	s := m.shut
-	m.mu.Unlock()
-	if s == nil || !isClosed(s.done) {
+	if !isClosed(m.done) {
 		return nil
 	}
-	return s.err
+	return m.stopErr()
+}
+
+// stopErr is Err once the shutdown has finished.
+func (m *Manager) stopErr() error {
+	m.mu.Lock()
+	s, apiErr := m.shut, m.apiErr
+	m.mu.Unlock()
+	var err error
+	if s != nil && isClosed(s.done) {
+		err = s.err
+	}
+	return errors.Join(apiErr, err)
 }
 
 // Healthy is managerd's proof of progress for systemd's watchdog: running, and its instance

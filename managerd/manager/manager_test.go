@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -50,23 +51,28 @@ func testConfig(t *testing.T, e *plane3test.Env) *Config {
 	}
 }
 
-func startManager(t *testing.T, cfg *Config, mod func(*Inputs)) (*Manager, error) {
+// runCtx is a manager's lifetime in a test: it ends when the test does.
+func runCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func startManager(t *testing.T, cfg *Config, mod func(*Inputs, *RuntimeOptions)) (*Manager, error) {
 	t.Helper()
 	in := Inputs{Config: cfg}
+	var opts RuntimeOptions
 	if mod != nil {
-		mod(&in)
+		mod(&in, &opts)
 	}
-	m, err := New(in)
+	m, err := Start(runCtx(t), in, opts)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(plane3test.Ctx(t)); err != nil {
 		return nil, err
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		_, _ = m.Shutdown(ctx, false)
+		_ = m.Close(ctx)
 	})
 	return m, nil
 }
@@ -153,9 +159,13 @@ func TestStart(t *testing.T) {
 		cfg := testConfig(t, e)
 		mustStart(t, cfg)
 		_, err := startManager(t, cfg, nil)
-		var held *instlease.LeaseHeld
+		var held *LeaseHeld
 		if !errors.As(err, &held) || !held.SameRoot || held.Row.PID != os.Getpid() {
 			t.Fatalf("want LeaseHeld on the same root, got %v", err)
+		}
+		var se *StartError
+		if !errors.As(err, &se) || se.Code != CodeLeaseHeld || se.Details["pid"] != strconv.Itoa(os.Getpid()) || se.Details["root"] != cfg.Root {
+			t.Fatalf("want a LEASE_HELD StartError naming the holder, got %#v", se)
 		}
 	})
 
@@ -176,8 +186,9 @@ func TestStart(t *testing.T) {
 		cfg.SignerSeedPaths = []string{e.S.Dir}
 		_, err := startManager(t, cfg, nil)
 		var rs *ReadableSeedError
-		if !errors.As(err, &rs) || !filepath.IsAbs(rs.Path) {
-			t.Fatalf("want ReadableSeedError, got %v", err)
+		var se *StartError
+		if !errors.As(err, &rs) || !filepath.IsAbs(rs.Path) || !errors.As(err, &se) || se.Code != CodeSeeds {
+			t.Fatalf("want a READABLE_SEEDS StartError caused by ReadableSeedError, got %v", err)
 		}
 		if _, ok := leaseRow(t, e, instanceA); ok {
 			t.Fatal("a refused start left a lease row")
@@ -188,14 +199,22 @@ func TestStart(t *testing.T) {
 		cfg := testConfig(t, e)
 		cfg.SignerSeedPaths = []string{e.S.Dir}
 		var logged testkit.SyncBuffer
-		if _, err := startManager(t, cfg, func(in *Inputs) {
+		var ev eventLog
+		if _, err := startManager(t, cfg, func(in *Inputs, opts *RuntimeOptions) {
 			in.AllowReadableSeeds = true
-			in.Logger = slog.New(slog.NewTextHandler(&logged, nil))
+			opts.Logger = slog.New(slog.NewTextHandler(&logged, nil))
+			opts.Events = ev.add
 		}); err != nil {
 			t.Fatal(err)
 		}
 		if !strings.Contains(logged.String(), "DEVELOPMENT MODE") {
 			t.Fatalf("no loud warning in the log: %s", logged.String())
+		}
+		// The warning is raised while starting, then the manager is ready.
+		got := ev.all()
+		if len(got) != 2 || got[0].Kind != EventWarning || got[0].Code != CodeSeeds || got[0].State != StateStarting ||
+			got[1].Kind != EventState || got[1].State != StateReady {
+			t.Fatalf("events %v: want a READABLE_SEEDS warning while starting, then ready", got)
 		}
 	})
 
@@ -327,10 +346,15 @@ func TestShutdownOnce(t *testing.T) {
 	if err != nil || again != resps[0] {
 		t.Fatalf("a later joining Shutdown: %v %p", err, again)
 	}
+	// Done follows once ManagerService has drained (the answer to a Shutdown it serves is sent
+	// before it stops).
 	select {
 	case <-m.Done():
-	default:
-		t.Fatal("Done not closed after Shutdown")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done not closed 10s after Shutdown")
+	}
+	if m.State() != StateStopped || m.Err() != nil {
+		t.Fatalf("after Shutdown: state %s, Err %v", m.State(), m.Err())
 	}
 	if _, ok := leaseRow(t, e, instanceA); ok {
 		t.Fatal("lease row still there after Shutdown")
@@ -347,7 +371,11 @@ func TestShutdownOnce(t *testing.T) {
 // Shutdown begins it never is.
 func TestLeaseDeletedIsPutBack(t *testing.T) {
 	e := plane3test.New(t)
-	m := mustStart(t, testConfig(t, e))
+	var ev eventLog
+	m, err := startManager(t, testConfig(t, e), func(_ *Inputs, opts *RuntimeOptions) { opts.Events = ev.add })
+	if err != nil {
+		t.Fatal(err)
+	}
 	nc := e.Conn(t, mtls.KindManagerd, signerv1.Profile_PROFILE_SUPERVISOR, &signerv1.ProfileParams{Owner: "m1", Actor: "s3"})
 	kv, err := plane3test.JS(t, nc).KeyValue(plane3test.Ctx(t), "cotal_manager_"+e.N.Token())
 	if err != nil {
@@ -359,6 +387,9 @@ func TestLeaseDeletedIsPutBack(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, func() error {
 		if _, ok := leaseRow(t, e, instanceA); !ok {
 			return errors.New("lease row not put back yet")
+		}
+		if !ev.has(EventWarning, CodeLease) {
+			return errors.New("no LEASE warning yet")
 		}
 		return nil
 	})
@@ -392,20 +423,21 @@ func (r *recordingProv) Deprovision(ctx context.Context, owner, actor, uid strin
 // launched (no launcher runs here) undoes its provisioning: no consumer, no ACL row, no slot.
 func TestSpawnLaunchFails(t *testing.T) {
 	e := plane3test.New(t)
-	m, err := New(Inputs{Config: testConfig(t, e)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &recordingProv{inner: &oneShot{m: m}}
+	var ev eventLog
+	m := newManager(Inputs{Config: testConfig(t, e)}, RuntimeOptions{Events: ev.add})
+	rec := &recordingProv{inner: m.prov}
 	m.prov = rec
-	if err := m.Start(plane3test.Ctx(t)); err != nil {
+	if err := m.start(runCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = m.Shutdown(context.Background(), false) })
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	b := m.Backend()
 	before := streamCounts(t, e)
-	_, err = b.Spawn(plane3test.Ctx(t), &managerv1.SpawnRequest{Name: "a1", Connector: "echo"})
+	_, err := b.Spawn(plane3test.Ctx(t), &managerv1.SpawnRequest{Name: "a1", Connector: "echo"})
 	wantRefusal(t, err, codes.Unavailable, managerv1.Reason_REASON_LAUNCH_FAILED)
+	if !ev.has(EventWarning, CodeLauncher) {
+		t.Fatalf("no LAUNCHER warning for an unreachable launcher: %v", ev.all())
+	}
 	if len(rec.specs) != 1 {
 		t.Fatalf("provisioned %d times, want once before the launch", len(rec.specs))
 	}

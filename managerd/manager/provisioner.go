@@ -14,7 +14,7 @@ import (
 type oneShot struct{ m *Manager }
 
 func (o *oneShot) config() provision.Config {
-	return provision.Config{Signer: o.m.signer, Space: o.m.cfg.Space, NatsURL: strings.Join(o.m.cfg.Brokers, ","), NatsOptions: o.m.in.NatsOptions}
+	return provision.Config{Signer: o.m.signer, Space: o.m.cfg.Space, NatsURL: strings.Join(o.m.cfg.Brokers, ","), NatsOptions: o.m.opts.NatsOptions}
 }
 
 func (o *oneShot) Provision(ctx context.Context, a AgentSpec) ([]string, error) {

@@ -105,14 +105,18 @@ func WriteRefusal(dir, name string, r Refusal) error {
 }
 
 // RemoveDiscovery removes dir/name.json if it exists and still names pid, so a stopping daemon
-// never removes a successor's file. It is what a daemon does when it stops serving.
+// never removes a successor's file. It is what a daemon does when it stops serving. The file
+// may be a discovery file or a state file (StateFile): only its pid is read.
 func RemoveDiscovery(dir, name string, pid int) error {
 	p := DiscoveryPath(dir, name)
-	var d Discovery
-	if err := readJSON(p, &d); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
+	var d struct {
+		PID int `json:"pid"`
+	}
+	data, err := readBounded(p, maxFileBytes)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil || json.Unmarshal(data, &d) != nil {
 		return removeIfExists(p) // unreadable: not a successor's valid file either
 	}
 	if d.PID != pid {

@@ -14,6 +14,12 @@
 // is a question, not a verdict: Renew re-reads the key and says whether the claim is still held,
 // gone, taken by another, or unknown (the broker did not answer).
 //
+// Early reclaim. A claimant may take a live row before its TTL (Config.Reclaim) only when its
+// own check proves the holder gone; the row then names the holder (Row.Instance, Row.User,
+// Row.Conn) so the check can find the holder's connection. The take is a compare-and-set at the
+// revision read before the check, so a holder that renewed meanwhile keeps its claim, and a
+// holder that was replaced finds its row Taken at its next renewal and stops.
+//
 // Fencing. A holder that cannot renew must stop its effects before any successor can hold the
 // key, that is before the broker can expire its row. The broker expires a row TTL after it
 // stored it, measured on the broker's own clock; the holder cannot see that instant, but it
@@ -58,6 +64,12 @@ type Row struct {
 	Since time.Time `json:"since"`
 	// Ready says the holder serves (set by SetReady once everything is bound).
 	Ready bool `json:"ready"`
+	// Instance, User and Conn name the holder for a connection-liveness sweep (Config.Reclaim):
+	// its stable instance id, the public user nkey its claim connection authenticates with, and
+	// that connection's name. Empty for a claimant that gives none (deliveryd's lease).
+	Instance string `json:"instance,omitempty"`
+	User     string `json:"user,omitempty"`
+	Conn     string `json:"conn,omitempty"`
 }
 
 // maxRowBytes bounds a row read from the broker.
@@ -111,18 +123,41 @@ func (s State) String() string {
 type HeldError struct {
 	Bucket, Key string
 	Row         Row
+	// Reclaim is why Config.Reclaim refused to take the key (or why the take lost its
+	// compare-and-set); nil when no reclaim was asked. Unwrap returns it.
+	Reclaim error
 }
 
-// Details are the held claim's facts for a refusal file: holder, incarnation, since, bucket, key.
+// Details are the held claim's facts for a refusal file: holder, incarnation, since, bucket, key,
+// and the holder's instance and connection name and the reclaim refusal when there are any.
 func (e *HeldError) Details() map[string]string {
-	return map[string]string{"holder": e.Row.Holder, "incarnation": e.Row.Incarnation,
+	d := map[string]string{"holder": e.Row.Holder, "incarnation": e.Row.Incarnation,
 		"since": e.Row.Since.UTC().Format(time.RFC3339), "bucket": e.Bucket, "key": e.Key}
+	if e.Row.Instance != "" {
+		d["instance"] = e.Row.Instance
+	}
+	if e.Row.Conn != "" {
+		d["conn"] = e.Row.Conn
+	}
+	if e.Reclaim != nil {
+		d["reclaim"] = e.Reclaim.Error()
+	}
+	return d
 }
 
 func (e *HeldError) Error() string {
-	return fmt.Sprintf("lease: %s/%s is held by %q (incarnation %s, since %s); a live claim already exists, so this instance does not start: stop that one, or wait for its claim to expire",
+	held := fmt.Sprintf("lease: %s/%s is held by %q (incarnation %s, since %s)",
 		e.Bucket, e.Key, e.Row.Holder, e.Row.Incarnation, e.Row.Since.UTC().Format(time.RFC3339))
+	if e.Reclaim != nil {
+		// The refusal says what to do: an inconclusive check must not send the operator after a
+		// holder that may be gone.
+		return held + "; not reclaimed: " + e.Reclaim.Error()
+	}
+	return held + "; a live claim already exists, so this instance does not start: stop that one, or wait for its claim to expire"
 }
+
+// Unwrap returns the reclaim refusal, if any.
+func (e *HeldError) Unwrap() error { return e.Reclaim }
 
 // PermissionError: the broker refused this connection's credential a subject the claim needs.
 // It is never reported as another holder.
@@ -166,6 +201,18 @@ type Config struct {
 	// Clock is the monotonic clock the fence is measured on; nil means time.Now (whose readings
 	// carry Go's monotonic clock, so a wall-clock step does not move the fence).
 	Clock func() time.Time
+	// Instance, User and ConnName are written into the row (Row.Instance, Row.User, Row.Conn) so
+	// a successor can sweep for this holder's connection. Optional.
+	Instance, User, ConnName string
+	// Reclaim, when set, is asked about the live row of another holder (or incarnation) that
+	// Acquire finds on the key, and may let Acquire take it before its TTL: nil takes the key by
+	// writing this claim's row at the revision Acquire read before asking (a compare-and-set, never
+	// a blind write), so any write of the holder meanwhile voids the take and Acquire refuses with
+	// a *HeldError; an error refuses, and Acquire returns a *HeldError carrying it (Reclaim). It
+	// must answer nil only on conclusive proof that the holder is gone (authd: a complete
+	// connection-liveness sweep that lists none of the holder's connections). A row that cannot be
+	// decoded is never offered to it.
+	Reclaim func(ctx context.Context, held Row) error
 }
 
 // DefaultKeyTTL is the row lifetime on a per-key-TTL bucket (the delivery lease's 30 s).
@@ -197,6 +244,8 @@ type Lease struct {
 	// freed is set once a Release settled the row (deleted it, or found it gone or another's);
 	// until then a Release that failed may be called again.
 	freed bool
+	// reclaimed is the row Acquire replaced through Config.Reclaim.
+	reclaimed *Row
 }
 
 // Acquire binds the bucket and creates Key with a new row (ready false). It refuses with a
@@ -255,8 +304,9 @@ func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 	}
 	inc := make([]byte, 16)
 	_, _ = rand.Read(inc)
-	l.row = Row{Holder: cfg.Holder, Incarnation: hex.EncodeToString(inc), Since: cfg.Now().UTC().Truncate(time.Millisecond)}
-	if err := l.create(ctx); err != nil {
+	l.row = Row{Holder: cfg.Holder, Incarnation: hex.EncodeToString(inc), Since: cfg.Now().UTC().Truncate(time.Millisecond),
+		Instance: cfg.Instance, User: cfg.User, Conn: cfg.ConnName}
+	if err := l.create(ctx, true); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -311,8 +361,9 @@ func (l *Lease) Row() Row {
 	return l.row
 }
 
-// create is Acquire's and Reacquire's KV create.
-func (l *Lease) create(ctx context.Context) error {
+// create is Acquire's and Reacquire's KV create; only Acquire's may reclaim (a holder that found
+// its row gone and another's in its place has been replaced, and stops).
+func (l *Lease) create(ctx context.Context, mayReclaim bool) error {
 	l.mu.Lock()
 	row := l.row
 	l.mu.Unlock()
@@ -341,9 +392,47 @@ func (l *Lease) create(ctx context.Context) error {
 		if derr != nil {
 			return fmt.Errorf("lease: %s/%s holds a value that is not a claim row: %w", l.cfg.Bucket, l.cfg.Key, derr)
 		}
-		return &HeldError{Bucket: l.cfg.Bucket, Key: l.cfg.Key, Row: other}
+		if l.cfg.Reclaim == nil || !mayReclaim {
+			return &HeldError{Bucket: l.cfg.Bucket, Key: l.cfg.Key, Row: other}
+		}
+		return l.reclaim(ctx, other, e.Revision())
 	}
 	return l.classify(fmt.Errorf("lease: create %s/%s: %w", l.cfg.Bucket, l.cfg.Key, err))
+}
+
+// reclaim asks Config.Reclaim about the held row read at rev and, on its nil, writes this
+// claim's row at rev (CAS), keeping the TTL the bucket needs. A write of anyone else after rev
+// makes the CAS fail: the take is refused, never retried blind.
+func (l *Lease) reclaim(ctx context.Context, held Row, rev uint64) error {
+	if err := l.cfg.Reclaim(ctx, held); err != nil {
+		return &HeldError{Bucket: l.cfg.Bucket, Key: l.cfg.Key, Row: held, Reclaim: err}
+	}
+	l.mu.Lock()
+	l.rev = rev
+	l.mu.Unlock()
+	if err := l.update(ctx, l.Row()); err != nil {
+		if cerr := l.classify(err); errors.As(cerr, new(*PermissionError)) {
+			return cerr
+		}
+		return &HeldError{Bucket: l.cfg.Bucket, Key: l.cfg.Key, Row: held,
+			Reclaim: fmt.Errorf("the row changed while its holder was swept, so the compare-and-set at revision %d lost: %w", rev, err)}
+	}
+	l.mu.Lock()
+	l.reclaimed = &held
+	l.mu.Unlock()
+	return nil
+}
+
+// Reclaimed is the row this claim replaced through Config.Reclaim, or nil when Acquire created
+// the key.
+func (l *Lease) Reclaimed() *Row {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.reclaimed == nil {
+		return nil
+	}
+	r := *l.reclaimed
+	return &r
 }
 
 // classify is Classify for this claim.
@@ -486,7 +575,7 @@ func (l *Lease) Reacquire(ctx context.Context) error {
 	}
 	l.row.Ready = false
 	l.mu.Unlock()
-	return l.create(ctx)
+	return l.create(ctx, false)
 }
 
 // Release deletes the row if, on a fresh read, it is still ours, by CAS on the revision just

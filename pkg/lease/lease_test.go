@@ -399,3 +399,94 @@ func TestFence(t *testing.T) {
 		})
 	}
 }
+
+// TestReclaim: Config.Reclaim lets Acquire take a live row only on its nil, only by a
+// compare-and-set at the revision it read before asking, and with the row's TTL kept.
+func TestReclaim(t *testing.T) {
+	reclaimCfg := func(e env, holder string, ask func(context.Context, lease.Row) error) lease.Config {
+		return lease.Config{Conn: fullUser(t, e.b), Bucket: e.bucket, Key: "plane", Holder: holder, KeyTTL: time.Minute,
+			Instance: "inst-" + holder, User: "U-" + holder, ConnName: "conn-" + holder, Reclaim: ask}
+	}
+	t.Run("ok/taken-at-read-revision-keeping-the-ttl", func(t *testing.T) {
+		e := setupKeyTTL(t)
+		one, err := lease.Acquire(ctxT(t), reclaimCfg(e, "one", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var asked lease.Row
+		cfg := reclaimCfg(e, "two", func(_ context.Context, held lease.Row) error { asked = held; return nil })
+		cfg.KeyTTL = time.Second
+		two, err := lease.Acquire(ctxT(t), cfg)
+		if err != nil {
+			t.Fatalf("reclaim Acquire = %v", err)
+		}
+		if asked.Incarnation != one.Row().Incarnation || asked.Instance != "inst-one" || asked.User != "U-one" || asked.Conn != "conn-one" {
+			t.Fatalf("Reclaim was asked about %+v, want one's row with its instance, user and conn", asked)
+		}
+		if r := two.Reclaimed(); r == nil || r.Incarnation != one.Row().Incarnation {
+			t.Fatalf("Reclaimed = %v, want one's row", r)
+		}
+		if st, _ := one.Renew(ctxT(t)); st != lease.Taken {
+			t.Fatalf("the replaced holder's Renew = %v, want taken", st)
+		}
+		// The reclaiming write carried the TTL: left alone, it expires.
+		testkit.Eventually(t, 10*time.Second, func() error {
+			_, err := e.acquire(t, "three")
+			return err
+		})
+	})
+	t.Run("fail/refused-leaves-the-row", func(t *testing.T) {
+		e := setupKeyTTL(t)
+		one, err := lease.Acquire(ctxT(t), reclaimCfg(e, "one", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		why := errors.New("holder still connected")
+		_, err = lease.Acquire(ctxT(t), reclaimCfg(e, "two", func(context.Context, lease.Row) error { return why }))
+		var he *lease.HeldError
+		if !errors.As(err, &he) || !errors.Is(err, why) || he.Row.Incarnation != one.Row().Incarnation || he.Details()["reclaim"] != why.Error() || he.Details()["instance"] != "inst-one" {
+			t.Fatalf("Acquire = %v; want a HeldError carrying the refusal", err)
+		}
+		if st, err := one.Renew(ctxT(t)); st != lease.Held || err != nil {
+			t.Fatalf("holder's Renew = %v, %v; want held", st, err)
+		}
+	})
+	t.Run("fail/holder-wrote-during-the-sweep", func(t *testing.T) {
+		e := setupKeyTTL(t)
+		one, err := lease.Acquire(ctxT(t), reclaimCfg(e, "one", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = lease.Acquire(ctxT(t), reclaimCfg(e, "two", func(ctx context.Context, _ lease.Row) error {
+			if st, err := one.Renew(ctx); st != lease.Held {
+				t.Errorf("holder's Renew = %v, %v", st, err)
+			}
+			return nil // a sweep that wrongly concluded: the CAS must still lose
+		}))
+		var he *lease.HeldError
+		if !errors.As(err, &he) || he.Reclaim == nil || !strings.Contains(he.Reclaim.Error(), "compare-and-set") {
+			t.Fatalf("Acquire = %v; want a HeldError for the lost compare-and-set", err)
+		}
+		if st, err := one.Renew(ctxT(t)); st != lease.Held || err != nil {
+			t.Fatalf("holder's Renew = %v, %v; want held", st, err)
+		}
+	})
+	t.Run("ok/reacquire-never-reclaims", func(t *testing.T) {
+		e := setupKeyTTL(t)
+		asked := 0
+		one, err := lease.Acquire(ctxT(t), reclaimCfg(e, "one", func(context.Context, lease.Row) error { asked++; return nil }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.kv.Delete(ctxT(t), "plane"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lease.Acquire(ctxT(t), reclaimCfg(e, "two", nil)); err != nil {
+			t.Fatal(err)
+		}
+		var he *lease.HeldError
+		if err := one.Reacquire(ctxT(t)); !errors.As(err, &he) || he.Row.Holder != "two" || asked != 0 {
+			t.Fatalf("Reacquire = %v (asked %d); want a HeldError naming two, Reclaim never asked", err, asked)
+		}
+	})
+}

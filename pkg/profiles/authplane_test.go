@@ -2,6 +2,7 @@ package profiles_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -76,6 +77,42 @@ func TestAuthPlaneBroker(t *testing.T) {
 		}
 	})
 
+	t.Run("ok/account-connz-sweep", func(t *testing.T) {
+		// The plane-reclaim sweep: the account-scoped CONNZ, filtered on a user key, answered by
+		// the server with that user's data-account connections only.
+		tok, kp := b.Space(brokerSpace).MintUser(t, profiles.AuthPlane, none, 0)
+		nc, err := b.Connect(t, tok, kp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			user string
+			want int
+		}{{must(kp.PublicKey()), 1}, {"UDOESNOTEXISTAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", 0}} {
+			m, err := nc.Request(space.AccountConnzPing, []byte(`{"user":"`+tc.user+`"}`), 5*time.Second)
+			if err != nil {
+				t.Fatalf("CONNZ request: %v (broker errors %v)", err, b.AsyncErrors(nc))
+			}
+			var resp struct {
+				Server struct {
+					ID string `json:"id"`
+				} `json:"server"`
+				Data struct {
+					Conns []struct {
+						Account string `json:"account"`
+					} `json:"connections"`
+				} `json:"data"`
+				Error *struct{ Description string } `json:"error"`
+			}
+			if err := json.Unmarshal(m.Data, &resp); err != nil || resp.Error != nil || resp.Server.ID == "" || len(resp.Data.Conns) != tc.want {
+				t.Fatalf("CONNZ answer for %s = %s (%v), want %d connections", tc.user, m.Data, err, tc.want)
+			}
+		}
+		if errs := b.AsyncErrors(nc); len(errs) != 0 {
+			t.Fatalf("broker refused the CONNZ request: %v", errs)
+		}
+	})
+
 	authStream := must(n.BucketStream(space.Auth))
 	presenceStream := must(n.BucketStream(space.Presence))
 	for _, tc := range []struct {
@@ -94,6 +131,8 @@ func TestAuthPlaneBroker(t *testing.T) {
 		{"fail/purge-bucket", "$JS.API.STREAM.PURGE." + authStream, false},
 		{"fail/update-bucket", must(space.StreamUpdate(authStream)), false},
 		{"fail/chat", must(n.Chat("o1", "a1", "general")), false},
+		{"fail/server-ping-connz", "$SYS.REQ.SERVER.PING.CONNZ", false},
+		{"fail/account-direct-connz", "$SYS.REQ.ACCOUNT." + b.Space(brokerSpace).Trust.DataAccountPublicKey() + ".CONNZ", false},
 		{"fail/sub-other-key", must(n.KV(space.Auth, "other")), true},
 		{"fail/sub-whole-bucket", must(n.KVAll(space.Auth)), true},
 		{"fail/sub-chat", n.ChatAll(), true},

@@ -6,7 +6,10 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/cotalgo/cotal/pkg/space"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite pkg/profiles/testdata golden files")
@@ -90,6 +93,28 @@ func TestGolden(t *testing.T) {
 			}
 			if again := mxSpecJSON(t, &back); !bytes.Equal(again, want) {
 				t.Fatalf("golden does not round-trip:\n%s", again)
+			}
+		})
+	}
+}
+
+// TestAccountConnzOnlyAuthPlane: the account-scoped CONNZ request (authd's plane-reclaim sweep)
+// is granted to the auth-plane profile and to no other.
+func TestAccountConnzOnlyAuthPlane(t *testing.T) {
+	for _, name := range All() {
+		t.Run("ok/"+string(name), func(t *testing.T) {
+			s, err := Build(mxSpace, name, mxGoldenParams[name])
+			if err != nil {
+				t.Fatalf("Build: %v", err)
+			}
+			has := false
+			for _, subj := range s.Pub.Allow {
+				if subj == space.AccountConnzPing || strings.HasPrefix(subj, "$SYS.REQ.ACCOUNT") {
+					has = true
+				}
+			}
+			if has != (name == AuthPlane) {
+				t.Fatalf("%s grants the account CONNZ request: %v, want %v", name, has, name == AuthPlane)
 			}
 		})
 	}

@@ -447,12 +447,18 @@ func authCalloutPerms(b *builder) {
 //
 // Binding the bucket (KeyValue, Status) reads its stream info. Consumer verbs and acks are denied
 // as defence in depth.
+//
+// One row reaches outside the bucket: $SYS.REQ.ACCOUNT.PING.CONNZ, the account-scoped CONNZ a
+// successor authd sends to prove a plane holder's connection gone before it reclaims the claim
+// early (issue 22 row 6). The broker answers it only with the requester's own account's
+// connections (the data account), so it reads no other account; no other profile holds it.
 func authPlanePerms(b *builder) {
 	n := b.n
 	b.kvBind(space.Auth)
 	key, err := n.KV(space.Auth, PlaneKey)
 	b.pub(key, err)
 	b.pub(space.DirectGetSubject(b.bucketStream(space.Auth), key))
+	b.pub(space.AccountConnzPing, nil)
 	b.sub(key, err)
 	b.denyConsumers()
 }

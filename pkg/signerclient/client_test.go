@@ -46,6 +46,16 @@ func TestClientOK(t *testing.T) {
 		if resp.GetSpace() != testSpace || resp.GetAccountPublicKey() == "" {
 			t.Fatalf("GetSpace = %q account %q", resp.GetSpace(), resp.GetAccountPublicKey())
 		}
+		r := newRail(t, e, nil)
+		if got := r.Account(); got != "" {
+			t.Fatalf("Account before Start = %q", got)
+		}
+		if err := r.Start(ctxT(t)); err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		if got := r.Account(); got != resp.GetAccountPublicKey() {
+			t.Fatalf("rail Account = %q, want the space's %q", got, resp.GetAccountPublicKey())
+		}
 	})
 
 	t.Run("ok/remint", func(t *testing.T) {

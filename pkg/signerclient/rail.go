@@ -121,9 +121,9 @@ type RailConfig struct {
 	// OnRenew, if set, is called after each renewed credential is adopted (not for the first,
 	// which Start adopts), with its jti and expiry.
 	OnRenew func(jti string, expires time.Time)
-	// OnRenewFailed, if set, is called after each failed renewal Run will retry, with the
-	// failure and the wait before the next attempt (a daemon reports it as a warning); the
-	// current credential stays in use. The error never carries a JWT or seed.
+	// OnRenewFailed, if set, is called by Run after each failed renewal, with its error and the
+	// wait before the next attempt (the current credential stays): the nonfatal condition a
+	// host's warning event reports. It runs on Run's goroutine and must not block.
 	OnRenewFailed func(err error, retryIn time.Duration)
 	// UserSeed, if set, is the user seed the rail uses instead of generating one: for a key the
 	// broker must already know, such as authd's callout-service user registered in the AUTH
@@ -141,7 +141,8 @@ type RailConfig struct {
 type credential struct {
 	jwt      string
 	jti      string
-	account  string
+	account  string // issuer_account: empty when the account's identity key signed it
+	issuer   string
 	issued   time.Time
 	expires  time.Time
 	received time.Time
@@ -270,6 +271,20 @@ func (r *Rail) Current() (jti string, expires time.Time) {
 		return "", time.Time{}
 	}
 	return c.jti, c.expires
+}
+
+// Account returns the account the credential in use belongs to: its issuer_account, or its
+// issuer when the account's identity key signed it; "" before Start. A host that was assigned an
+// account checks it before it uses the credential.
+func (r *Rail) Account() string {
+	c := r.cur.Load()
+	if c == nil {
+		return ""
+	}
+	if c.account != "" {
+		return c.account
+	}
+	return c.issuer
 }
 
 // LogValue describes the rail without its key or JWT.
@@ -402,7 +417,7 @@ func (r *Rail) accept(ctx context.Context, cred *signerv1.Credential, account st
 		return nil, &ResponseError{Field: "issued_at", Want: "an issued-at", Got: "none"}
 	}
 	c := &credential{
-		jwt: cred.GetJwt(), jti: uc.ID, account: uc.IssuerAccount,
+		jwt: cred.GetJwt(), jti: uc.ID, account: uc.IssuerAccount, issuer: uc.Issuer,
 		issued: time.Unix(uc.IssuedAt, 0), expires: time.Unix(uc.Expires, 0), received: received,
 	}
 	if c.lifetime() <= 0 {

@@ -14,6 +14,11 @@ const (
 	JSFlowControl = "$JS.FC.>"
 	// AuthCalloutSubject is where the server sends auth-callout requests.
 	AuthCalloutSubject = "$SYS.REQ.USER.AUTH"
+	// AccountConnzPing is the account-scoped CONNZ request: the broker imports it into every
+	// account it tracks, maps it to $SYS.REQ.ACCOUNT.<account>.CONNZ, and every server of the
+	// cluster answers with the requester's own account's connections only (nats-server
+	// events.go, accPingReqSubj). authd's plane reclaim sweeps with it.
+	AccountConnzPing = "$SYS.REQ.ACCOUNT.PING.CONNZ"
 	// All matches every subject.
 	All = ">"
 	// JSConsumerAPI is every consumer verb of the JetStream API, on every stream.

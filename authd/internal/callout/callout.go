@@ -176,6 +176,10 @@ type Config struct {
 	// Now is the clock bearers are checked against; nil means time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
+	// Gate, when set, is asked before each request is served: false drops the request without
+	// a reply (the broker refuses that client at its callout timeout). authd closes it while its
+	// plane claim is not proven on its current broker connection.
+	Gate func() bool
 	// Warn, if set, is told of what the responder survives but its host should know: requests
 	// dropped past a local budget (WarnBudget) and signerd unreachable (WarnSigner). Each code
 	// reaches it at most once a second (warnEvery), with the count since its last report; it
@@ -199,6 +203,7 @@ type Responder struct {
 	now      func() time.Time
 	opens    *rate.Limiter
 	refusals *rate.Limiter
+	gate     func() bool
 
 	warn                    func(code, msg string, err error)
 	budgetWarn, signerWarn  rate.Sometimes
@@ -276,6 +281,7 @@ func New(cfg Config) (*Responder, error) {
 		timeout: cfg.RequestTimeout, log: log, sem: make(chan struct{}, cfg.MaxInFlight), now: now,
 		opens:    rate.NewLimiter(rate.Limit(cfg.OpenRate.PerSecond), cfg.OpenRate.Burst),
 		refusals: rate.NewLimiter(rate.Limit(cfg.RefusalRate.PerSecond), cfg.RefusalRate.Burst),
+		gate:     cfg.Gate,
 		warn:     cfg.Warn, budgetWarn: rate.Sometimes{Interval: warnEvery}, signerWarn: rate.Sometimes{Interval: warnEvery},
 	}, nil
 }
@@ -376,6 +382,10 @@ func (r *Responder) Close() {
 // dispatch runs on the subscription's goroutine: it waits for a slot, then serves m on its own
 // goroutine, so up to MaxInFlight requests are in flight while the queue keeps order of arrival.
 func (r *Responder) dispatch(ctx context.Context, m *nats.Msg) {
+	if r.gate != nil && !r.gate() {
+		r.log.Debug("callout: request dropped without reply", "outcome", "gate closed")
+		return
+	}
 	select {
 	case r.sem <- struct{}{}:
 	case <-ctx.Done():

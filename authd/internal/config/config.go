@@ -71,6 +71,11 @@ type Config struct {
 	CalloutRefusals Rate `yaml:"callout_refusals"`
 	// PlaneTTL is how long the plane claim outlives a crashed authd. Default DefaultPlaneTTL.
 	PlaneTTL yamlx.Duration `yaml:"plane_ttl"`
+	// InstanceID, if set, pins this authd's instance identity (32 lowercase hex digits): the
+	// first start writes it to instance.json in the state directory, and a start whose
+	// instance.json holds another id is refused, both left as they are. Unset, the id is the one
+	// instance.json holds, made at random on the first start.
+	InstanceID string `yaml:"instance_id"`
 	// ShutdownTimeout bounds a graceful stop. Default DefaultShutdownTimeout.
 	ShutdownTimeout yamlx.Duration `yaml:"shutdown_timeout"`
 	// LogLevel is debug, info (default), warn or error.
@@ -190,6 +195,11 @@ func (c *Config) Validate() error {
 		c.PlaneTTL = yamlx.Duration(DefaultPlaneTTL)
 	case c.PlaneTTL.D() < 2*time.Second || c.PlaneTTL.D() > 10*time.Minute:
 		return fmt.Errorf("plane_ttl %v: want 2s to 10m", c.PlaneTTL.D())
+	}
+	if c.InstanceID != "" {
+		if err := CheckInstanceID(c.InstanceID); err != nil {
+			return fmt.Errorf("instance_id: %w", err)
+		}
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = yamlx.Duration(DefaultShutdownTimeout)

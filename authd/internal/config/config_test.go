@@ -72,12 +72,12 @@ func TestLoad(t *testing.T) {
 		f := newFixture(t)
 		kp, _ := nkeys.CreateServer()
 		id, _ := kp.PublicKey()
-		c, _, err := f.load(t, f.yaml("listen: '[::1]:8088'\nallowed_servers: ["+id+"]\nmax_in_flight: 8\nplane_ttl: 10s\nshutdown_timeout: 3s\nlog_level: debug\n"+
+		c, _, err := f.load(t, f.yaml("listen: '[::1]:8088'\nallowed_servers: ["+id+"]\nmax_in_flight: 8\nplane_ttl: 10s\nshutdown_timeout: 3s\nlog_level: debug\ninstance_id: 0123456789abcdef0123456789abcdef\n"+
 			"callout_opens: {per_second: 50.5, burst: 60}\ncallout_refusals: {per_second: 5, burst: 10}\n"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.Listen != "[::1]:8088" || len(c.AllowedServers) != 1 || c.MaxInFlight != 8 || c.PlaneTTL.D() != 10*time.Second {
+		if c.Listen != "[::1]:8088" || len(c.AllowedServers) != 1 || c.MaxInFlight != 8 || c.PlaneTTL.D() != 10*time.Second || c.InstanceID != "0123456789abcdef0123456789abcdef" {
 			t.Fatalf("%+v", c)
 		}
 		if c.CalloutOpens != (Rate{PerSecond: 50.5, Burst: 60}) || c.CalloutRefusals != (Rate{PerSecond: 5, Burst: 10}) {
@@ -95,6 +95,8 @@ func TestLoad(t *testing.T) {
 		{name: "fail/listener-without-port", extra: "listen: 127.0.0.1\n", want: "listen"},
 		{name: "fail/bad-server-id", extra: "allowed_servers: [nope]\n", want: "allowed_servers"},
 		{name: "fail/plane-ttl-too-short", extra: "plane_ttl: 1s\n", want: "plane_ttl"},
+		{name: "fail/instance-id-not-hex", extra: "instance_id: 0123456789ABCDEF0123456789ABCDEF\n", want: "instance_id"},
+		{name: "fail/instance-id-short", extra: "instance_id: abcd\n", want: "instance_id"},
 		{name: "fail/max-in-flight", extra: "max_in_flight: -1\n", want: "max_in_flight"},
 		{name: "fail/log-level", extra: "log_level: loud\n", want: "log_level"},
 		{name: "fail/callout-opens-no-burst", extra: "callout_opens: {per_second: 10}\n", want: "callout_opens.burst"},

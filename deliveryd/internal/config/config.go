@@ -60,7 +60,7 @@ type Config struct {
 }
 
 // Decode reads path strictly (daemon.LoadConfig: bounded, plain YAML, unknown keys refused, no
-// secret in the file) without validating the values; service.StartDeliveryService validates.
+// secret in the file) without validating the values; service.Start validates.
 func Decode(path string) (*Config, error) {
 	var c Config
 	if err := daemon.LoadConfig(path, &c); err != nil {

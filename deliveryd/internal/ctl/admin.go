@@ -36,11 +36,16 @@ type ReloadResult struct {
 }
 
 // StoreIdentity is reloadStoreIdentity's data: where the daemon's credential comes from (upstream
-// names a secret store; ours is the signer).
+// names a secret store; ours is the signer): {kind:"signer", endpoint}, or, in a hosted context
+// that declared its store, {kind:"injected", identity}.
 type StoreIdentity struct {
 	Kind     string `json:"kind"`
-	Endpoint string `json:"endpoint"`
+	Endpoint string `json:"endpoint,omitempty"`
+	Identity string `json:"identity,omitempty"`
 }
+
+// ErrNotStarted is reloadCreds' refusal before the daemon has finished starting.
+const ErrNotStarted = "this daemon has not finished starting"
 
 // admin dispatches one ctl.delivery-admin request. The broker lets only a supervisor credential
 // publish here, for its own principal; the envelope checks have run.
@@ -49,6 +54,9 @@ func (r *Responders) admin(ctx context.Context, _ Caller, req Request) Reply {
 	case OpReloadCreds:
 		return r.reloadCreds(ctx)
 	case OpReloadStoreIdentity:
+		if r.cfg.InjectedStore != "" {
+			return okReply(StoreIdentity{Kind: "injected", Identity: r.cfg.InjectedStore})
+		}
 		if r.cfg.StoreIdentity == "" {
 			return refuse("reloadStoreIdentity: no signer endpoint wired")
 		}
@@ -62,8 +70,12 @@ func (r *Responders) admin(ctx context.Context, _ Caller, req Request) Reply {
 
 // reloadCreds renews the delivery credential now (upstream proves the delivery and membership
 // components; here membership is skipped). Any failure is a top-level ok:false carrying the
-// component results.
+// component results. Before the daemon has finished starting it is refused and adopts nothing
+// (upstream: the lease can be ready before the watch binds; the next renewal pass adopts).
 func (r *Responders) reloadCreds(ctx context.Context) Reply {
+	if r.cfg.Started != nil && !r.cfg.Started() {
+		return refuse("reloadCreds: %s", ErrNotStarted)
+	}
 	if r.cfg.Renewer == nil {
 		return refuse("reloadCreds: no renewer wired")
 	}

@@ -22,9 +22,11 @@
 // ctl.delivery-admin serves the manager on cotal.<t>.ctl.delivery-admin.*.* in queue group
 // "delivery-admin"; only the supervisor profile may publish there (the broker enforces it,
 // pkg/profiles broker tests prove it). reloadCreds calls the daemon's Renewer and answers
-// {delivery:{ok, brokerAccepted:{identity, iat, exp}}, membership:{ok:true, skipped:true}};
-// reloadStoreIdentity answers {kind:"signer", endpoint}; evictPrincipal, principalLiveness and
-// planeConnLiveness answer a loud "no executor wired" refusal.
+// {delivery:{ok, brokerAccepted:{identity, iat, exp}}, membership:{ok:true, skipped:true}}, and
+// is refused ("this daemon has not finished starting", nothing adopted) until Config.Started;
+// reloadStoreIdentity answers {kind:"signer", endpoint}, or {kind:"injected", identity} for a
+// hosted store; evictPrincipal, principalLiveness and planeConnLiveness answer a loud "no
+// executor wired" refusal.
 //
 // Both share upstream's envelope: a request {op, args, from}, a reply {ok, data?, error?}. A
 // request is answered only on <request-subject>.reply.<nonce>; one with any other reply target is
@@ -48,8 +50,9 @@
 //
 // Use: New(Config) once; Start(ctx, nc) binds both responders on a delivery-credential connection
 // (opening, never creating, CHAT, INBOX and the members and ACL buckets) and returns once the
-// broker holds the subscriptions; Stop unbinds them, cancels and waits for requests in flight. A
-// quiescing daemon calls Stop, a resumed one Start again (on the same or a new connection).
+// broker holds the subscriptions; Stop unbinds them, cancels and waits for requests in flight;
+// Drain unbinds them and lets the requests in flight finish first. A quiescing daemon calls Stop,
+// a resumed one Start again (on the same or a new connection), a draining one Drain.
 package ctl
 
 import (
@@ -113,6 +116,12 @@ type Config struct {
 	// StoreIdentity is the signer endpoint the daemon renews from, answered by
 	// reloadStoreIdentity; empty refuses it.
 	StoreIdentity string
+	// InjectedStore, when set, is the store identity a hosting platform declared (seed 000's
+	// storeIdentity): reloadStoreIdentity answers it instead of the signer endpoint.
+	InjectedStore string
+	// Started reports whether the daemon has finished starting (its lease watch bound); until
+	// it does, reloadCreds is refused and adopts nothing. Nil means started.
+	Started func() bool
 	// MaxRequestBytes bounds a request body; zero means DefaultMaxRequestBytes. It is never
 	// above the connection's max_payload.
 	MaxRequestBytes int
@@ -134,9 +143,11 @@ type Responders struct {
 
 	mu      sync.Mutex
 	running bool
-	subs    []*nats.Subscription
-	cancel  func()
-	wg      sync.WaitGroup
+	// draining: Drain has unbound the responders; a request already dispatched is dropped.
+	draining bool
+	subs     []*nats.Subscription
+	cancel   func()
+	wg       sync.WaitGroup
 	// inflight counts each request subject's (each caller's) requests being handled; mu guards it.
 	inflight map[string]int
 	// idxDone is closed when the members index's watch has ended (Stop waits for it).
@@ -236,7 +247,7 @@ func (r *Responders) Start(ctx context.Context, nc *nats.Conn) error {
 	cancel := func() { unhook(); cancelH(); _ = w.Stop() }
 	// Running before the first subscription: a request arriving while Start still holds mu
 	// waits for it, then is served.
-	r.running = true
+	r.running, r.draining = true, false
 	fail := func(subs []*nats.Subscription, err error) error {
 		for _, s := range subs {
 			_ = s.Unsubscribe()
@@ -257,7 +268,7 @@ func (r *Responders) Start(ctx context.Context, nc *nats.Conn) error {
 		sem := make(chan struct{}, maxInFlight)
 		sub, err := nc.QueueSubscribe(s.subject, s.service, func(m *nats.Msg) {
 			r.mu.Lock()
-			if !r.running {
+			if !r.running || r.draining {
 				r.mu.Unlock()
 				return
 			}
@@ -290,6 +301,31 @@ func (r *Responders) Start(ctx context.Context, nc *nats.Conn) error {
 	}
 	r.subs, r.cancel = subs, cancel
 	return nil
+}
+
+// Drain unbinds both responders, so no new request is taken, and lets the requests in flight
+// finish and reply until ctx ends; then it stops as Stop does (cancelling what is left). It is
+// what a draining daemon calls instead of Stop.
+func (r *Responders) Drain(ctx context.Context) {
+	r.mu.Lock()
+	if !r.running || r.draining {
+		r.mu.Unlock()
+		r.Stop()
+		return
+	}
+	r.draining = true
+	for _, s := range r.subs {
+		_ = s.Unsubscribe()
+	}
+	r.subs = nil
+	r.mu.Unlock()
+	finished := make(chan struct{})
+	go func() { r.wg.Wait(); close(finished) }() // no Add after draining is set
+	select {
+	case <-finished:
+	case <-ctx.Done():
+	}
+	r.Stop()
 }
 
 // Stop unbinds both responders, cancels the requests in flight and waits for them; none replies

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -493,7 +494,7 @@ func runReader(t *testing.T, f *fixture) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	go func() { done <- r.Run(ctx, nil) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -654,7 +655,7 @@ func TestJoinThenFanout(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	go func() { done <- w.Run(ctx, nil) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -713,5 +714,57 @@ func TestJoinThenFanout(t *testing.T) {
 	})
 	if g := strings.Join(in.IDs(), ","); g != "m01,m02,m03,m04,m05" {
 		t.Fatalf("after the leave a1 has %q", g)
+	}
+}
+
+// TestDrain: Drain takes no new request (the responders are unbound: the broker answers no
+// responders), lets the one in flight finish and reply, and returns once it has.
+func TestDrain(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	f := setup(t, nil, func(_ *fixture, r *ctl.Responders) {
+		ctl.SetAfterCommit(r, func() {
+			once.Do(func() { close(entered); <-release })
+		})
+	})
+	a1 := f.e.Agent(t, "a1", uid1)
+	joined := make(chan reply, 1)
+	go func() {
+		r, _ := send(t, a1, space.CtlServiceDelivery, "a1", body(t, ctl.OpDurableJoin, map[string]any{"channel": "general"}, "local.a1"), "", 20*time.Second)
+		joined <- r
+	}()
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the join never reached its commit")
+	}
+	drained := make(chan struct{})
+	go func() { f.r.Drain(plane3test.Ctx(t)); close(drained) }()
+	a2 := f.e.Agent(t, "a2", uid2)
+	testkit.Eventually(t, 10*time.Second, func() error {
+		_, err := a2.Request("cotal."+plane3test.Space+".ctl."+space.CtlServiceDelivery+".local.a2", body(t, ctl.OpListMemberships, map[string]any{"lifecycleUid": uid2}, "local.a2"), quiet)
+		if !errors.Is(err, nats.ErrNoResponders) {
+			return fmt.Errorf("a new request while draining: %v, want no responders", err)
+		}
+		return nil
+	})
+	select {
+	case <-drained:
+		t.Fatal("Drain returned with a request in flight")
+	default:
+	}
+	close(release)
+	select {
+	case r := <-joined:
+		if got := data[ctl.JoinResult](t, r); !got.Durable || got.Generation != 1 {
+			t.Fatalf("the join in flight = %+v, want durable at generation 1", got)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the join in flight never replied")
+	}
+	select {
+	case <-drained:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Drain did not return after the request in flight finished")
 	}
 }

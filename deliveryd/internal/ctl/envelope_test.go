@@ -213,9 +213,11 @@ type signerRenewer struct {
 	c      *signerclient.Client
 	url    string
 	refuse atomic.Bool
+	calls  atomic.Int32
 }
 
 func (s *signerRenewer) RenewNow(ctx context.Context) (ctl.Proven, error) {
+	s.calls.Add(1)
 	kp, err := nkeys.CreateUser()
 	if err != nil {
 		return ctl.Proven{}, err
@@ -246,7 +248,9 @@ func (s *signerRenewer) RenewNow(ctx context.Context) (ctl.Proven, error) {
 // agent that publishes there.
 func TestAdmin(t *testing.T) {
 	ren := &signerRenewer{}
-	f := setup(t, func(c *ctl.Config) { c.Renewer = ren }, func(f *fixture, _ *ctl.Responders) {
+	var started atomic.Bool
+	started.Store(true)
+	f := setup(t, func(c *ctl.Config) { c.Renewer, c.Started = ren, started.Load }, func(f *fixture, _ *ctl.Responders) {
 		c, err := signerclient.Dial(signerclient.Config{Addr: f.e.S.Addr, TLS: f.e.S.ClientFor(t, mtls.KindDeliveryd, plane3test.Space)})
 		if err != nil {
 			t.Fatal(err)
@@ -276,6 +280,16 @@ func TestAdmin(t *testing.T) {
 		}
 		if !got.Membership.OK || !got.Membership.Skipped {
 			t.Fatalf("membership = %+v, want skipped", got.Membership)
+		}
+	})
+	t.Run("fail/reloadCreds before start-up finished is refused and renews nothing", func(t *testing.T) {
+		started.Store(false)
+		defer started.Store(true)
+		before := ren.calls.Load()
+		r := admin(t, ctl.OpReloadCreds, "local.manager")
+		wantRefusal(t, r, "reloadCreds: "+ctl.ErrNotStarted)
+		if n := ren.calls.Load(); n != before {
+			t.Fatalf("the renewer was called %d times before start-up finished", n-before)
 		}
 	})
 	t.Run("fail/reloadCreds reports a refused renewal as ok:false", func(t *testing.T) {

@@ -136,10 +136,12 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Writer, error) {
 
 // Run fans out until ctx is done (nil) or the consumer fails. Passes overlap by one
 // (plane3.Overlap): a pass's messages are acked after the next pass, if one is waiting, is routed.
-func (w *Writer) Run(ctx context.Context) error {
+// Once drain is closed it takes no new pass, settles the one it holds (its messages acked) and
+// returns nil: a draining daemon's intake stop. A nil drain never closes.
+func (w *Writer) Run(ctx context.Context, drain <-chan struct{}) error {
 	var o plane3.Overlap
 	defer o.Close(ctx)
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && !plane3.Closed(drain) {
 		batch, err := o.Next(ctx, w.consumer, w.cfg.Batch)
 		if err != nil {
 			if ctx.Err() != nil {

@@ -46,11 +46,11 @@ func startLoopsWith(t testing.TB, dc *nats.Conn, wc fanout.Config, rc reader.Con
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for _, run := range []func(context.Context) error{w.Run, r.Run} {
+	for _, run := range []func(context.Context, <-chan struct{}) error{w.Run, r.Run} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := run(ctx); err != nil {
+			if err := run(ctx, nil); err != nil {
 				t.Errorf("loop: %v", err)
 			}
 		}()
@@ -301,7 +301,7 @@ func TestFanoutFence(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	go func() { done <- w.Run(ctx, nil) }()
 	defer func() { cancel(); <-done }()
 	e.Post(t, plane3test.JS(t, e.Agent(t, "a0", uid0)), "a0", "m01", "while quiesced")
 	cons, err := djs.Consumer(plane3test.Ctx(t), e.N.ChatStream(), "fanout")

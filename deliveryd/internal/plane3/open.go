@@ -76,6 +76,16 @@ func Pause(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// Closed reports whether ch is closed; a nil ch never is. The loops' drain signal.
+func Closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
 // FetchWait bounds one wait for the first message of a pass, so a loop notices its ctx.
 const FetchWait = 200 * time.Millisecond
 

@@ -127,11 +127,12 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Reader, error) {
 }
 
 // Run reads entries until ctx is done (nil) or the consumer fails. Passes overlap by one
-// (plane3.Overlap), as the fan-out writer's do.
-func (r *Reader) Run(ctx context.Context) error {
+// (plane3.Overlap), as the fan-out writer's do, and drain stops its intake as it stops the
+// writer's.
+func (r *Reader) Run(ctx context.Context, drain <-chan struct{}) error {
 	var o plane3.Overlap
 	defer o.Close(ctx)
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && !plane3.Closed(drain) {
 		batch, err := o.Next(ctx, r.consumer, r.cfg.Batch)
 		var serr *plane3.SettleError
 		if errors.As(err, &serr) {

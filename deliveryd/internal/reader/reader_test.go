@@ -70,7 +70,7 @@ func start(t *testing.T, mayAct func() bool) *fixture {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	go func() { done <- r.Run(ctx, nil) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

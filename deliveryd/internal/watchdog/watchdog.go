@@ -177,6 +177,14 @@ func (w *Watchdog) Renewed() {
 	w.origin = w.now()
 }
 
+// Down is when the connection went down, zero while it is up: where a stop that waits for the
+// broker (the lease release of Close) starts its broker-gone window.
+func (w *Watchdog) Down() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.down
+}
+
 // Check is the verdict now: nil, or a *GoneError.
 func (w *Watchdog) Check() error {
 	w.mu.Lock()

@@ -68,11 +68,22 @@ func TestWatchdog(t *testing.T) {
 	t.Run("ok/second-disconnect-keeps-first-time", func(t *testing.T) {
 		c := newClock()
 		w := New(win, back, c.now)
+		if !w.Down().IsZero() {
+			t.Fatal("Down is set while connected")
+		}
 		w.Disconnected(io.EOF)
+		first := c.now()
 		c.add(10 * time.Second)
 		w.Disconnected(io.EOF)
+		if !w.Down().Equal(first) {
+			t.Fatalf("Down = %v, want the first disconnect %v", w.Down(), first)
+		}
 		c.add(5 * time.Second)
 		gone(t, w)
+		w.Reconnected()
+		if !w.Down().IsZero() {
+			t.Fatal("Down is still set after the reconnect")
+		}
 	})
 	t.Run("ok/expired-credential-waits-until-backstop", func(t *testing.T) {
 		c := newClock()

@@ -110,6 +110,11 @@ type Config struct {
 	WaitMargin time.Duration
 	// Logger receives the wait and the renew loop's state changes; nil discards them.
 	Logger *slog.Logger
+	// OnChange, if set, is called by Run on its own goroutine after a renewal whose outcome
+	// differs from the previous one's (from Held to Unknown, say), with that renewal's error, and
+	// after a renewal that found the row gone and put it again (from Gone to Held): the lease was
+	// lost for a while. It must not block.
+	OnChange func(from, to lease.State, err error)
 }
 
 // Lease is an instance lease this process holds. It is safe for concurrent use.
@@ -123,14 +128,16 @@ type Lease struct {
 
 	// renewMu makes renewals single-flight; Release takes it to await one in flight.
 	renewMu sync.Mutex
-	mu      sync.Mutex // guards rev, renewed, state, stopping, freed
+	mu      sync.Mutex // guards rev, renewed, state, stopping, freed, reput
 	rev     uint64
 	renewed time.Time
 	state   lease.State
 	// stopping is set by Release; nothing is written after it.
 	stopping bool
 	// freed is set once Release settled the row.
-	freed   bool
+	freed bool
+	// reput is set by a renewal that put the row again; Run reports and clears it.
+	reput   bool
 	stopped chan struct{} // closed when stopping is set
 }
 
@@ -422,6 +429,9 @@ func (l *Lease) Renew(ctx context.Context) (lease.State, error) {
 			return lease.Unknown, l.classify(fmt.Errorf("instlease: re-put %s/%s: %w", l.bucket, l.key, cerr))
 		}
 		l.set(nrev, lease.Held)
+		l.mu.Lock()
+		l.reput = true
+		l.mu.Unlock()
 		l.cfg.Logger.Warn("manager lease: the key was gone; put again", "bucket", l.bucket, "key", l.key)
 		return lease.Held, nil
 	case other == l.row:
@@ -438,8 +448,9 @@ func (l *Lease) Renew(ctx context.Context) (lease.State, error) {
 	return lease.Taken, &LeaseHeld{Bucket: l.bucket, Key: l.key, Row: other, SameRoot: other.Root == l.row.Root}
 }
 
-// Run renews every RenewInterval until ctx ends or Release begins; it logs each change of state
-// and returns nil (losing the key does not end it: the next renew puts it again).
+// Run renews every RenewInterval until ctx ends or Release begins; it logs each change of state,
+// reports it to Config.OnChange, and returns nil (losing the key does not end it: the next renew
+// puts it again).
 func (l *Lease) Run(ctx context.Context) error {
 	t := time.NewTicker(l.RenewInterval())
 	defer t.Stop()
@@ -456,9 +467,18 @@ func (l *Lease) Run(ctx context.Context) error {
 		if errors.Is(err, ErrStopping) {
 			return nil
 		}
+		l.mu.Lock()
+		reput := l.reput
+		l.reput = false
+		l.mu.Unlock()
 		if st != last {
 			l.cfg.Logger.Warn("manager lease: state changed", "bucket", l.bucket, "key", l.key, "from", last.String(), "to", st.String(), "err", err)
+			if l.cfg.OnChange != nil {
+				l.cfg.OnChange(last, st, err)
+			}
 			last = st
+		} else if reput && l.cfg.OnChange != nil {
+			l.cfg.OnChange(lease.Gone, st, nil)
 		}
 	}
 }

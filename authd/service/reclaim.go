@@ -1,0 +1,377 @@
+package service
+
+// Early reclaim of a held plane claim (issue 22 row 6; seed 000 "Claim recovery order").
+//
+// The plane row names its holder: its instance id, the public user nkey of its data-account
+// connection (the auth-plane rail's key, random per process and never shared) and that
+// connection's name. A start that finds another incarnation's live row does not wait out the
+// row's TTL when a connection-liveness sweep proves the holder gone:
+//
+//   - The sweep is one account-scoped CONNZ request, $SYS.REQ.ACCOUNT.PING.CONNZ, filtered on the
+//     holder's user key (open connections only). The broker imports that subject into every
+//     account and every server of the cluster answers it with the requester's own account's
+//     connections (nats-server events.go: accPingReqSubj, mapped to
+//     $SYS.REQ.ACCOUNT.<account>.CONNZ), so the data-account auth-plane credential reads only
+//     the data account; upstream asks deliveryd's $SYS-holding admin rail instead (its oracle),
+//     and authd holds no $SYS credential either way.
+//   - The holder is live when any answer lists a connection of its user key (whatever its
+//     name: the rail's proof connection counts too): the start refuses with PLANE_HELD and
+//     ErrHolderLive.
+//   - The holder is gone only when the sweep is conclusive: every server expected answered,
+//     without error, and none listed it. authd expects (1) the server its own connection is on
+//     (the INFO's server id), (2) every server of the auth bucket stream's peer group (leader
+//     and replicas from the stream info, by server name), and (3) as many distinct servers as
+//     the connection knows URLs: the configured brokers plus the client URLs the cluster
+//     advertises in INFO (nc.Servers). A server answering twice counts once. Answers are
+//     collected for at most sweepWindow, and for sweepSettle more once the expected set is
+//     complete, so a late answer that lists the holder still refuses.
+//   - Anything else is inconclusive and refuses (PLANE_HELD, ErrSweepInconclusive): a row that
+//     names no user key (an older authd), a request the broker refused (no answer at all), a
+//     server that answered with an error or malformed bytes, a missing expected server. The
+//     refusal is fail-safe, not a verdict on the holder: retry, or wait for the row's TTL.
+//   - The take is a compare-and-set at the revision read before the sweep (lease.Config.Reclaim),
+//     so a holder that renewed meanwhile keeps its claim; a replaced holder finds its row Taken at
+//     its next renewal and stops (ErrPlaneTaken).
+//
+// What the expected set cannot see. The advertised URLs follow the cluster's routes: a server
+// that is down or cut off from the others is withdrawn from them, while configured brokers
+// stay. A server that is down holds no connection, so that loss is harmless; a server that is up
+// but partitioned from the rest, holding the holder's connection, is missed unless it is a peer
+// of the auth bucket's stream (at three replicas on three servers, every server is) or is named
+// in brokers. So on a cluster larger than the bucket's replica count, list every server in
+// brokers. Servers that do not advertise (no_advertise) are seen only through brokers too. URLs
+// that name one server twice (a host name and its address) overcount, which only makes sweeps
+// inconclusive. A holder connected through a leaf node whose server does not answer is not
+// covered. In each of these cases the holder still stops answering callouts at its fence (the
+// TTL less the margin) at the latest, and at once when its plane connection drops (planeGate).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/cotalgo/cotal/authd/internal/config"
+	"github.com/cotalgo/cotal/pkg/lease"
+	"github.com/cotalgo/cotal/pkg/space"
+)
+
+// planeConnName names authd's data-account connection; the plane row carries it.
+const planeConnName = "authd-plane"
+
+// Why a held plane claim was not reclaimed; a PLANE_HELD *StartError wraps one of them when a
+// sweep ran.
+var (
+	// ErrHolderLive: a server lists a connection of the holder's user key. Stop that authd.
+	ErrHolderLive = errors.New("the holder's broker connection is live")
+	// ErrSweepInconclusive: the sweep could not prove the holder gone (a server missing, an
+	// error or malformed answer, a row naming no connection). Retry, or wait for the TTL.
+	ErrSweepInconclusive = errors.New("the connection-liveness sweep was inconclusive")
+)
+
+// Sweep timing.
+const (
+	// sweepWindow bounds how long a sweep waits for every expected server's answer.
+	sweepWindow = 2 * time.Second
+	// sweepSettle is how long a sweep still listens once every expected server answered.
+	sweepSettle = 200 * time.Millisecond
+	// maxSweepAnswer bounds one server's answer (the broker's max payload bounds it too).
+	maxSweepAnswer = 1 << 20
+)
+
+// planeSweep is the liveness sweep over authd's data-account connection.
+type planeSweep struct {
+	nc     *nats.Conn
+	stream string // the auth bucket's stream, KV_cotal_auth_<t>
+	window time.Duration
+	settle time.Duration
+}
+
+func newPlaneSweep(nc *nats.Conn, bucket string) planeSweep {
+	return planeSweep{nc: nc, stream: "KV_" + bucket, window: sweepWindow, settle: sweepSettle}
+}
+
+// reclaim is lease.Config.Reclaim: nil only on a conclusive sweep that lists no connection of
+// the holder.
+func (p planeSweep) reclaim(ctx context.Context, held lease.Row) error {
+	return p.sweep(ctx, held.User)
+}
+
+// connzAnswer is one server's answer to the account CONNZ request (nats-server
+// ServerAPIResponse around a Connz); only what the sweep reads.
+type connzAnswer struct {
+	Server struct {
+		Name string `json:"name"`
+		ID   string `json:"id"`
+	} `json:"server"`
+	Data *struct {
+		ID       string `json:"server_id"`
+		NumConns int    `json:"num_connections"`
+		Conns    []struct {
+			Cid  uint64 `json:"cid"`
+			Name string `json:"name"`
+		} `json:"connections"`
+	} `json:"data"`
+	Error *struct {
+		Code        int    `json:"code"`
+		Description string `json:"description"`
+	} `json:"error"`
+}
+
+// sweepExpect is the server set a conclusive sweep must hear from.
+type sweepExpect struct {
+	connected string   // the server id of this connection
+	count     int      // distinct server URLs this connection knows
+	peers     []string // server names of the auth bucket stream's peer group
+}
+
+// expected reads the server set from this connection and the auth bucket's stream info.
+func (p planeSweep) expected(ctx context.Context) (sweepExpect, error) {
+	var e sweepExpect
+	if e.connected = p.nc.ConnectedServerId(); e.connected == "" {
+		return e, errors.New("this connection is not connected")
+	}
+	hosts := map[string]bool{}
+	for _, s := range p.nc.Servers() {
+		if u, err := url.Parse(s); err == nil && u.Host != "" {
+			hosts[strings.ToLower(u.Host)] = true
+		}
+	}
+	e.count = max(1, len(hosts))
+	js, err := jetstream.New(p.nc)
+	if err != nil {
+		return e, err
+	}
+	octx, cancel := context.WithTimeout(ctx, p.window)
+	defer cancel()
+	st, err := js.Stream(octx, p.stream)
+	if err != nil {
+		return e, fmt.Errorf("stream info of %s: %w", p.stream, err)
+	}
+	if ci := st.CachedInfo().Cluster; ci != nil {
+		if ci.Leader != "" {
+			e.peers = append(e.peers, ci.Leader)
+		}
+		for _, r := range ci.Replicas {
+			if r != nil && r.Name != "" {
+				e.peers = append(e.peers, r.Name)
+			}
+		}
+	}
+	return e, nil
+}
+
+// missing says which expected servers did not answer ("" when none): answered maps server id
+// to server name.
+func (e sweepExpect) missing(answered map[string]string) string {
+	var why []string
+	if _, ok := answered[e.connected]; !ok {
+		why = append(why, "the server this connection is on ("+e.connected+") did not answer")
+	}
+	names := map[string]bool{}
+	for _, n := range answered {
+		names[n] = true
+	}
+	var peers []string
+	for _, p := range e.peers {
+		if !names[p] {
+			peers = append(peers, p)
+		}
+	}
+	if len(peers) > 0 {
+		why = append(why, "the auth bucket's stream peers "+strings.Join(peers, ", ")+" did not answer")
+	}
+	if len(answered) < e.count {
+		why = append(why, fmt.Sprintf("%d of the %d servers this connection knows answered", len(answered), e.count))
+	}
+	return strings.Join(why, "; ")
+}
+
+// sweep asks every server for the open connections of user and grades the answers (see the file
+// comment): nil when conclusively none, an ErrHolderLive or ErrSweepInconclusive error otherwise.
+func (p planeSweep) sweep(ctx context.Context, user string) error {
+	inconclusive := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrSweepInconclusive}, a...)...)
+	}
+	if !nkeys.IsValidPublicUserKey(user) {
+		return inconclusive("the row names no holder connection (no user key: written by an authd without an instance identity?)")
+	}
+	expect, err := p.expected(ctx)
+	if err != nil {
+		return inconclusive("the server set is unknown: %v", err)
+	}
+	inbox := p.nc.NewInbox()
+	sub, err := p.nc.SubscribeSync(inbox)
+	if err != nil {
+		return inconclusive("reply subscription: %v", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	body, _ := json.Marshal(struct {
+		User string `json:"user"`
+	}{user}) // state 0: open connections only; auth false: no JWT in the answer
+	if err := p.nc.PublishRequest(space.AccountConnzPing, inbox, body); err != nil {
+		return inconclusive("CONNZ request: %v", err)
+	}
+	start := time.Now()
+	deadline := start.Add(p.window)
+	answered := map[string]string{}
+	var complete time.Time
+	for {
+		until := deadline
+		if settled := complete.Add(p.settle); !complete.IsZero() && settled.Before(until) {
+			until = settled
+		}
+		wait := time.Until(until)
+		if wait <= 0 {
+			break
+		}
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		m, err := sub.NextMsgWithContext(wctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return inconclusive("%v", ctx.Err())
+			}
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+				break
+			}
+			return inconclusive("reading answers: %v", err)
+		}
+		var a connzAnswer
+		if len(m.Data) > maxSweepAnswer {
+			return inconclusive("an answer of %d bytes", len(m.Data))
+		}
+		if err := json.Unmarshal(m.Data, &a); err != nil || a.Server.ID == "" {
+			return inconclusive("a malformed answer (%v)", err)
+		}
+		if a.Error != nil {
+			return inconclusive("server %s answered an error: %d %.200s", a.Server.Name, a.Error.Code, a.Error.Description)
+		}
+		if a.Data == nil || (a.Data.ID != "" && a.Data.ID != a.Server.ID) {
+			return inconclusive("server %s answered no connection list of its own", a.Server.Name)
+		}
+		if len(a.Data.Conns) > 0 || a.Data.NumConns > 0 {
+			names := make([]string, 0, len(a.Data.Conns))
+			for _, c := range a.Data.Conns {
+				names = append(names, strconv.Quote(c.Name)+" (cid "+strconv.FormatUint(c.Cid, 10)+")")
+			}
+			sort.Strings(names)
+			return fmt.Errorf("%w: server %s lists %d connection(s) of its user key: %s", ErrHolderLive, a.Server.Name, max(a.Data.NumConns, len(names)), strings.Join(names, ", "))
+		}
+		answered[a.Server.ID] = a.Server.Name
+		if complete.IsZero() && expect.missing(answered) == "" {
+			complete = time.Now()
+		}
+	}
+	if why := expect.missing(answered); why != "" {
+		if last := p.nc.LastError(); last != nil && errors.Is(last, nats.ErrPermissionViolation) && strings.Contains(last.Error(), "CONNZ") {
+			return inconclusive("the broker refused the CONNZ request (%v); %s", last, why)
+		}
+		return inconclusive("%s within %v", why, p.window)
+	}
+	return nil
+}
+
+// planeHeld is the PLANE_HELD refusal for a held claim, in three operator faces: a live holder
+// (stop it), this instance's own identity held by a live process (a shared or copied state
+// directory), and an inconclusive sweep (fail-safe: retry or wait for the TTL, never "stop the
+// other one").
+func planeHeld(cfg *config.Config, instance string, he *lease.HeldError, err error) *StartError {
+	who := he.Row.Holder
+	if he.Row.Instance != "" {
+		who += " (instance " + he.Row.Instance + ")"
+	}
+	sp := strconv.Quote(cfg.Space)
+	var reason string
+	switch {
+	case errors.Is(err, ErrHolderLive) && he.Row.Instance == instance:
+		reason = "this state directory's instance " + instance + " already serves space " + sp + " in another process, " + who + ", whose broker connection is live: two processes share one instance identity (a state directory shared or copied); stop the other one"
+	case errors.Is(err, ErrHolderLive):
+		reason = "another authd serves space " + sp + ": " + who + " holds its plane claim and its broker connection is live; stop it first"
+	case errors.Is(err, ErrSweepInconclusive):
+		reason = "the plane claim of space " + sp + " is held by " + who + ", and the connection-liveness sweep could not prove that holder gone; this refusal is fail-safe: retry, or wait for its claim to expire (the holder's plane_ttl after its last renewal); do not delete the row by hand"
+	default:
+		reason = "another authd serves space " + sp + ": " + who + " holds its plane claim; stop it, or wait for its claim to expire"
+	}
+	return &StartError{Code: CodePlaneHeld, Reason: reason, Err: err, Details: he.Details()}
+}
+
+// logReclaim logs the row this start replaced, if it reclaimed one.
+func (s *Service) logReclaim() {
+	if r := s.plane.Reclaimed(); r != nil {
+		s.log.Warn("plane claim reclaimed before its TTL: the sweep found the holder's connection on no server",
+			"holder", r.Holder, "instance", r.Instance, "incarnation", r.Incarnation, "conn", r.Conn, "since", r.Since)
+	}
+}
+
+// planeGate is the holder's side of early reclaim. A successor may take the claim as soon as a
+// sweep finds this holder's plane connection on no server, and that is also the case while the
+// connection is between two servers (reconnecting). So the callout answers only while the plane
+// connection is connected and the claim was written (renewed, re-created or marked ready) after
+// the connection's latest reconnect: a reconnect closes the gate and asks keepPlane for an
+// immediate renewal (kick), whose stored write opens it again and whose Taken stops the service.
+// A holder replaced during a reconnect therefore answers no callout after it.
+type planeGate struct {
+	nc    *nats.Conn
+	plane *lease.Lease
+	kick  chan struct{}
+
+	mu    sync.Mutex
+	seen  uint64    // the connection's reconnect count last seen
+	since time.Time // when that count was first seen; zero before any reconnect
+}
+
+// newPlaneGate watches nc's reconnects (its reconnect handler is kept and called first).
+func newPlaneGate(nc *nats.Conn, plane *lease.Lease) *planeGate {
+	g := &planeGate{nc: nc, plane: plane, kick: make(chan struct{}, 1), seen: nc.Stats().Reconnects}
+	prev := nc.ReconnectHandler()
+	nc.SetReconnectHandler(func(c *nats.Conn) {
+		if prev != nil {
+			prev(c)
+		}
+		g.check()
+	})
+	return g
+}
+
+// check notes a new reconnect (and kicks a renewal) and returns when the latest was seen.
+func (g *planeGate) check() time.Time {
+	n := g.nc.Stats().Reconnects
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if n != g.seen {
+		g.seen, g.since = n, time.Now()
+		select {
+		case g.kick <- struct{}{}:
+		default:
+		}
+	}
+	return g.since
+}
+
+// open is callout.Config.Gate.
+func (g *planeGate) open() bool {
+	if !g.nc.IsConnected() {
+		return false
+	}
+	since := g.check()
+	return since.IsZero() || g.plane.LastWritten().After(since)
+}
+
+// kicked is what keepPlane waits on besides its timer: a reconnect asks for a renewal now.
+func (g *planeGate) kicked() <-chan struct{} {
+	if g == nil {
+		return nil
+	}
+	return g.kick
+}
