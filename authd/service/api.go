@@ -55,9 +55,8 @@ const (
 // (CodeBroker, CodePlane, CodeSigner, CodeDiscovery).
 const (
 	CodeReady         = "READY"            // state: Start finished, authd serves
-	CodeRenewal       = "RENEWAL"          // warning: a credential renewal failed; the rail retries
 	CodeFence         = "FENCE"            // state: the plane claim is fenced; authd stops
-	CodeCredential    = "CREDENTIAL"       // state: a credential expired without renewal; authd stops
+	CodeCredential    = "CREDENTIAL"       // warning: a renewal failed, retried; state: expired, authd stops
 	CodeCalloutBudget = callout.WarnBudget // warning: callout requests dropped past a local budget
 	CodeStopping      = "STOPPING"         // state: authd is stopping
 	CodeClosed        = "CLOSED"           // state: stopped by Close
@@ -69,8 +68,8 @@ const (
 var (
 	// ErrStopped: Close stopped the service.
 	ErrStopped = daemon.ErrStopped
-	// ErrBrokerLost: a hosted context's broker connection stayed down past the broker-gone window.
-	ErrBrokerLost = errors.New("authd: broker connection down past the broker-gone window")
+	// ErrBrokerGone: a hosted context's broker connection stayed down past the broker-gone window.
+	ErrBrokerGone = errors.New("authd: broker connection down past the broker-gone window")
 	// ErrCredentialExpired: a credential expired while its renewals kept failing.
 	ErrCredentialExpired = signerclient.ErrExpired
 	// ErrReleaseUnconfirmed: Close could not confirm that the plane claim was released (the

@@ -61,7 +61,7 @@
 //   - it is stopping (CodeStopping), between the decision to stop and StateStopped.
 //
 // Warnings (EventWarning) are what authd survives and a host may want to know: a credential
-// renewal that failed and will be retried (CodeRenewal), a plane renewal unanswered or a plane
+// renewal that failed and will be retried (CodeCredential), a plane renewal unanswered or a plane
 // row found gone and claimed again (CodePlane), a broker connection lost and being retried
 // (CodeBroker), callout requests dropped past a local budget (CodeCalloutBudget) or denied by
 // silence because signerd is unreachable (CodeSigner, both at most once a second), a discovery
@@ -70,14 +70,14 @@
 // # Hosted contexts
 //
 // Inputs.Hosted makes the start a hosted auth context (seed 000 "Hosted auth context"). Its
-// Account must be a data account public key (A...), LifecycleUID and StoreIdentity 1 to 128
-// printable ASCII bytes without spaces. The first credential authd gets from signerd, the
+// Account must be a data account public key (A...), LifecycleUID a lifecycle UID (26 to 32
+// characters of [a-z0-9]), StoreIdentity one line of 1 to 256 bytes of printable UTF-8. The first credential authd gets from signerd, the
 // auth-plane credential on the signer rail, must belong to Account (its issuer_account, or its
 // issuer when the account key signed it itself), or Start refuses with CodeAccount before it
 // opens a broker connection or claims the plane. A hosted context writes no discovery file and
 // no refusal file, does not speak to systemd, and when a broker connection stays down past the
 // broker-gone window or the plane is fenced it becomes unavailable and closes itself (Err:
-// ErrBrokerLost, ErrPlaneLost) without touching the host process. authd has no injected store:
+// ErrBrokerGone, ErrPlaneLost) without touching the host process. authd has no injected store:
 // its ledger and IdP pin live in Config.StateDir, so StoreIdentity is checked for form only.
 //
 // # Instance identity and early reclaim

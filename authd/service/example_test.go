@@ -58,7 +58,7 @@ func ExampleStart_hosted() {
 	states := make(chan service.State, 16)
 	svc, err := service.Start(ctx, service.Inputs{Config: cfg, Hosted: &service.Hosted{
 		Account:       "AAZ564WSXLQ5ESL6E23CQPX7R2WJCSAY64RBM5XLZ6IB6UFNTTADXDEN", // the assigned data account
-		LifecycleUID:  "lc-0001",
+		LifecycleUID:  "01j9q3v6x8k2m4n5p7r9s1t3v5",
 		StoreIdentity: "store:alpha/1",
 	}}, service.RuntimeOptions{
 		Events: func(e service.Event) {
@@ -77,7 +77,7 @@ func ExampleStart_hosted() {
 	route(svc.URL(), svc.Cap())
 	for st := range states {
 		if st == service.StateStopped {
-			log.Printf("hosted authd closed: %v", svc.Err()) // service.ErrBrokerLost, service.ErrPlaneLost, ...
+			log.Printf("hosted authd closed: %v", svc.Err()) // service.ErrBrokerGone, service.ErrPlaneLost, ...
 			return
 		}
 		log.Printf("hosted authd %s", st)

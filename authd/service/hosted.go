@@ -1,43 +1,53 @@
 package service
 
 import (
-	"errors"
 	"fmt"
+	"strconv"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/nats-io/nkeys"
+
+	"github.com/cotalgo/cotal/pkg/space"
 )
 
-// maxHostedID bounds LifecycleUID and StoreIdentity.
-const maxHostedID = 128
+// maxStoreIdentity bounds Hosted.StoreIdentity (deliveryd's bound).
+const maxStoreIdentity = 256
 
-// check refuses a hosted assignment whose Account is not an account public key (A...), or whose
-// LifecycleUID or StoreIdentity is not 1 to maxHostedID printable ASCII bytes without spaces.
-// A nil h (the CLI path) passes.
+// check refuses a hosted assignment whose Account is not an account public key (A...), whose
+// LifecycleUID is not a lifecycle UID (space.ValidateUID: 26 to 32 characters of [a-z0-9]), or
+// whose StoreIdentity is not one line of 1 to maxStoreIdentity bytes of printable UTF-8. A nil h
+// (the CLI path) passes.
 func (h *Hosted) check() error {
 	if h == nil {
 		return nil
 	}
 	if !nkeys.IsValidPublicAccountKey(h.Account) {
-		return fmt.Errorf("hosted account %.64q is not an account public key (A...)", h.Account)
+		return fmt.Errorf("hosted account %s is not an account public key (A...)", quoteInput(h.Account))
 	}
-	for _, f := range []struct{ name, v string }{{"lifecycle uid", h.LifecycleUID}, {"store identity", h.StoreIdentity}} {
-		if err := checkHostedID(f.v); err != nil {
-			return fmt.Errorf("hosted %s: %w", f.name, err)
+	if err := space.ValidateUID(h.LifecycleUID); err != nil {
+		return fmt.Errorf("hosted lifecycle uid: %w", err)
+	}
+	if h.StoreIdentity == "" || len(h.StoreIdentity) > maxStoreIdentity {
+		return fmt.Errorf("hosted store identity: %d bytes, want 1 to %d", len(h.StoreIdentity), maxStoreIdentity)
+	}
+	if !utf8.ValidString(h.StoreIdentity) {
+		return fmt.Errorf("hosted store identity %s: not UTF-8", quoteInput(h.StoreIdentity))
+	}
+	for _, r := range h.StoreIdentity {
+		if !unicode.IsPrint(r) {
+			return fmt.Errorf("hosted store identity %s: not one printable line", quoteInput(h.StoreIdentity))
 		}
 	}
 	return nil
 }
 
-func checkHostedID(v string) error {
-	if v == "" || len(v) > maxHostedID {
-		return fmt.Errorf("%d bytes; want 1 to %d", len(v), maxHostedID)
+// quoteInput quotes a host's input for an error, at most 80 bytes of it.
+func quoteInput(s string) string {
+	if len(s) > 80 {
+		s = s[:80] + "..."
 	}
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c <= ' ' || c > '~' {
-			return errors.New("want printable ASCII without spaces")
-		}
-	}
-	return nil
+	return strconv.Quote(s)
 }
 
 // checkAccount refuses a hosted start whose auth-plane credential (the first credential authd

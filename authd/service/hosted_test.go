@@ -15,12 +15,15 @@ import (
 	"github.com/cotalgo/cotal/pkg/daemon"
 )
 
+// uid is a lifecycle UID (26 to 32 characters of [a-z0-9]).
+const uid = "01j9q3v6x8k2m4n5p7r9s1t3v5"
+
 // hosted is a hosted assignment of e's space: its data account, a lifecycle uid and a store
 // identity.
 func (e *env) hosted(t *testing.T) *service.Hosted {
 	t.Helper()
 	_, spaces := e.sg.Trust(t)
-	return &service.Hosted{Account: spaces[0].DataAccountPublicKey(), LifecycleUID: "lc-0001", StoreIdentity: "store:alpha/1"}
+	return &service.Hosted{Account: spaces[0].DataAccountPublicKey(), LifecycleUID: uid, StoreIdentity: "store:alpha/1"}
 }
 
 // stateDirFiles lists what a start left in dir (none when dir does not exist).
@@ -98,12 +101,14 @@ func TestHostedAccount(t *testing.T) {
 		h    service.Hosted
 		want string
 	}{
-		{"fail/account-not-an-account-key", service.Hosted{Account: userPub, LifecycleUID: "lc", StoreIdentity: "st"}, "account"},
-		{"fail/account-empty", service.Hosted{LifecycleUID: "lc", StoreIdentity: "st"}, "account"},
+		{"fail/account-not-an-account-key", service.Hosted{Account: userPub, LifecycleUID: uid, StoreIdentity: "st"}, "account"},
+		{"fail/account-empty", service.Hosted{LifecycleUID: uid, StoreIdentity: "st"}, "account"},
 		{"fail/lifecycle-empty", service.Hosted{Account: acctPub, StoreIdentity: "st"}, "lifecycle uid"},
-		{"fail/lifecycle-space", service.Hosted{Account: acctPub, LifecycleUID: "lc 1", StoreIdentity: "st"}, "lifecycle uid"},
-		{"fail/store-control-byte", service.Hosted{Account: acctPub, LifecycleUID: "lc", StoreIdentity: "st\n"}, "store identity"},
-		{"fail/store-too-long", service.Hosted{Account: acctPub, LifecycleUID: "lc", StoreIdentity: strings.Repeat("s", 129)}, "store identity"},
+		{"fail/lifecycle-not-a-uid", service.Hosted{Account: acctPub, LifecycleUID: "lc-0001", StoreIdentity: "st"}, "lifecycle uid"},
+		{"fail/store-empty", service.Hosted{Account: acctPub, LifecycleUID: uid}, "store identity"},
+		{"fail/store-not-utf8", service.Hosted{Account: acctPub, LifecycleUID: uid, StoreIdentity: "st\xff"}, "store identity"},
+		{"fail/store-control-byte", service.Hosted{Account: acctPub, LifecycleUID: uid, StoreIdentity: "st\n"}, "store identity"},
+		{"fail/store-too-long", service.Hosted{Account: acctPub, LifecycleUID: uid, StoreIdentity: strings.Repeat("s", 257)}, "store identity"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := e.config(t)

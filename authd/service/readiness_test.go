@@ -224,8 +224,8 @@ func TestReadinessStates(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatal("the hosted context did not close after losing its broker")
 		}
-		if !errors.Is(s.Err(), service.ErrBrokerLost) || s.State() != service.StateStopped {
-			t.Fatalf("Err = %v, state %s; want ErrBrokerLost, stopped", s.Err(), s.State())
+		if !errors.Is(s.Err(), service.ErrBrokerGone) || s.State() != service.StateStopped {
+			t.Fatalf("Err = %v, state %s; want ErrBrokerGone, stopped", s.Err(), s.State())
 		}
 		ev.waitStates(t, time.Second, "ready/READY", "unavailable/BROKER", "stopped/BROKER")
 		if st := fileState(t, cfg.StateDir); st != "absent" {
@@ -263,7 +263,7 @@ func TestCloseReportsUnconfirmedRelease(t *testing.T) {
 }
 
 // TestCredentialExpiry (issue 22 row 4): signerd mints authd's auth-plane credential for 4 s and
-// refuses to renew it. The host hears each retried renewal (RENEWAL warnings), then authd is
+// refuses to renew it. The host hears each retried renewal (CREDENTIAL warnings), then authd is
 // unavailable once the credential has expired, and stops (ErrCredentialExpired): signerd renews
 // no expired credential.
 func TestCredentialExpiry(t *testing.T) {
@@ -284,8 +284,8 @@ func TestCredentialExpiry(t *testing.T) {
 	if !errors.Is(s.Err(), service.ErrCredentialExpired) {
 		t.Fatalf("Err = %v, want ErrCredentialExpired", s.Err())
 	}
-	if !ev.warned(service.CodeRenewal) {
-		t.Fatal("no RENEWAL warning for the refused renewals")
+	if !ev.warned(service.CodeCredential) {
+		t.Fatal("no CREDENTIAL warning for the refused renewals")
 	}
 	ev.waitStates(t, 0, "ready/READY", "unavailable/CREDENTIAL", "stopped/CREDENTIAL")
 	if st := fileState(t, cfg.StateDir); st != "absent" {

@@ -72,7 +72,7 @@ func (s *Service) calloutWarn(code, msg string, err error) {
 // renewFailed is a rail's OnRenewFailed: the rail logged the failure; the host hears of it.
 func (s *Service) renewFailed(profile string) func(error, time.Duration) {
 	return func(err error, retryIn time.Duration) {
-		s.warn(CodeRenewal, fmt.Sprintf("%s credential renewal failed; keeping the current one, retrying in %v", profile, retryIn.Round(time.Millisecond)), err)
+		s.warn(CodeCredential, fmt.Sprintf("%s credential renewal failed; keeping the current one, retrying in %v", profile, retryIn.Round(time.Millisecond)), err)
 	}
 }
 
@@ -165,7 +165,7 @@ func (s *Service) stopped(why error) {
 		code = CodeFence
 	case errors.Is(why, ErrPlaneTaken):
 		code = CodePlaneTaken
-	case errors.Is(why, ErrBrokerLost):
+	case errors.Is(why, ErrBrokerGone):
 		code = CodeBroker
 	case errors.Is(why, signerclient.ErrExpired):
 		code = CodeCredential
@@ -231,7 +231,7 @@ func (s *Service) connGone(name string, g uint64) {
 	hosted := s.hosted != nil
 	s.rmu.Unlock()
 	if hosted {
-		s.stop(fmt.Errorf("%w: %s", ErrBrokerLost, msg))
+		s.stop(fmt.Errorf("%w: %s", ErrBrokerGone, msg))
 	}
 }
 
