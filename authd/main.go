@@ -94,7 +94,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return daemon.Serve(ctx, stderr, "authd", cfg.LogLevel, func(ctx context.Context, log *slog.Logger) (daemon.Service, error) {
-		svc, err := service.Start(ctx, service.Inputs{Config: cfg, Logger: log})
+		svc, err := service.Start(ctx, service.Inputs{Config: cfg}, service.RuntimeOptions{Logger: log})
 		if err != nil {
 			return nil, err
 		}

@@ -51,7 +51,7 @@ func (c calloutPart) close() {
 // at the first connect) and starts the responder, which returns once its subscription is
 // flushed. The seed is wiped once the rail has decoded its key. The responder lives until runCtx
 // ends or close.
-func startCallout(ctx, runCtx context.Context, s *Service, in Inputs, led *ledger.Ledger) (calloutPart, error) {
+func startCallout(ctx, runCtx context.Context, s *Service, in RuntimeOptions, led *ledger.Ledger) (calloutPart, error) {
 	var c calloutPart
 	seed, err := creds.ReadSeedFile(s.cfg.CalloutSeed)
 	if err != nil {
@@ -59,7 +59,7 @@ func startCallout(ctx, runCtx context.Context, s *Service, in Inputs, led *ledge
 	}
 	c.r, err = signerclient.NewRail(signerclient.RailConfig{
 		Client: s.signer, Space: s.cfg.Space, Profile: signerv1.Profile_PROFILE_AUTH_CALLOUT,
-		NatsURLs: s.cfg.Brokers, Logger: s.log, Now: in.Now, UserSeed: seed,
+		NatsURLs: s.cfg.Brokers, Logger: s.log, Now: in.Now, UserSeed: seed, OnRenewFailed: s.renewFailed("auth-callout"),
 	})
 	seed.Wipe()
 	if err != nil {
@@ -68,7 +68,7 @@ func startCallout(ctx, runCtx context.Context, s *Service, in Inputs, led *ledge
 	if err := c.r.Start(ctx); err != nil {
 		return c, &StartError{Code: railCode(err), Reason: "no auth-callout credential for the registered callout user", Err: err}
 	}
-	if c.nc, err = connect(s.cfg, c.r, "authd-callout", in.NatsOptions); err != nil {
+	if c.nc, err = connect(s.cfg, c.r, "authd-callout", s.connOptions("authd-callout", in.NatsOptions)); err != nil {
 		return c, &StartError{Code: CodeBroker, Reason: "callout connection refused", Err: err}
 	}
 	jwks, err := bearer.NewCache(bearer.CacheConfig{Space: s.cfg.Space, Signer: s.signer.API(), Now: in.Now, Logger: s.log})
@@ -82,7 +82,7 @@ func startCallout(ctx, runCtx context.Context, s *Service, in Inputs, led *ledge
 		Space: s.cfg.Space, Signer: s.signer, Ledger: led, JWKS: jwks,
 		AllowedServers: s.cfg.AllowedServers, MaxInFlight: s.cfg.MaxInFlight, Now: in.Now, Logger: s.log,
 		OpenRate: s.cfg.CalloutOpens.Callout(), RefusalRate: s.cfg.CalloutRefusals.Callout(),
-		Gate: s.gate.open,
+		Gate: s.gate.open, Warn: s.calloutWarn,
 	}); err != nil {
 		return c, &StartError{Code: CodeConfig, Reason: "callout responder refused", Err: err}
 	}

@@ -43,7 +43,7 @@ func TestPlaneReclaimCluster(t *testing.T) {
 	t.Run("fail/holder-live-on-another-node", func(t *testing.T) {
 		cfg := e.config(t)
 		cfg.PlaneTTL = yamlx.Duration(reclaimTTL)
-		_, err := service.Start(ctxT(t), service.Inputs{Config: cfg})
+		_, err := service.Start(ctxT(t), service.Inputs{Config: cfg}, service.RuntimeOptions{})
 		planeHeld(t, err, service.ErrHolderLive)
 		t.Logf("refusal: %v", err)
 		if !strings.Contains(err.Error(), "server n3") {
@@ -66,9 +66,9 @@ func TestPlaneReclaimCluster(t *testing.T) {
 		var err error
 		testkit.Eventually(t, 20*time.Second, func() error {
 			var s *service.Service
-			s, err = service.Start(ctxT(t), service.Inputs{Config: cfg})
+			s, err = service.Start(ctxT(t), service.Inputs{Config: cfg}, service.RuntimeOptions{})
 			if err == nil {
-				s.Close()
+				closeNow(s)
 				t.Fatal("reclaimed while a node was down")
 			}
 			if errors.Is(err, service.ErrSweepInconclusive) && strings.Contains(err.Error(), "n2") {
@@ -94,10 +94,10 @@ func TestPlaneReclaimCluster(t *testing.T) {
 		var s *service.Service
 		testkit.Eventually(t, reclaimTTL/2, func() error {
 			var err error
-			s, err = service.Start(ctxT(t), service.Inputs{Config: cfg})
+			s, err = service.Start(ctxT(t), service.Inputs{Config: cfg}, service.RuntimeOptions{})
 			return err
 		})
-		t.Cleanup(s.Close)
+		closeAtEnd(t, s)
 		took := time.Since(killed)
 		t.Logf("reclaimed %v after the holder was killed (TTL %v)", took.Round(time.Millisecond), reclaimTTL)
 		if took >= reclaimTTL/2 {

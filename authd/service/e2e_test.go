@@ -42,6 +42,7 @@ type human struct {
 	led    *ledger.Ledger
 	row    ledger.Row
 	sentin string
+	ev     events // what the service told its host
 }
 
 const idpSub = "alice-subject"
@@ -94,7 +95,7 @@ func newHumanEnv(t *testing.T, e *env, pin bool, load func(*config.Config) *conf
 	if err := h.led.Put(ledger.Interactive, h.row); err != nil {
 		t.Fatal(err)
 	}
-	h.s = startWith(t, service.Inputs{Config: cfg, NatsOptions: opts})
+	h.s = startWith(t, service.Inputs{Config: cfg}, service.RuntimeOptions{NatsOptions: opts, Events: h.ev.on})
 	b, err := os.ReadFile(daemon.DiscoveryPath(cfg.StateDir, service.FileName))
 	if err != nil {
 		t.Fatal(err)

@@ -132,4 +132,7 @@ func TestPlaneFence(t *testing.T) {
 	if !errors.Is(h.s.Err(), service.ErrPlaneLost) {
 		t.Fatalf("Err = %v, want ErrPlaneLost", h.s.Err())
 	}
+	// The host heard of it: unavailable at the fence, then stopped. (The renewal in flight hangs
+	// on the cut connection past the fence, so no retry warning need come first.)
+	h.ev.waitStates(t, 0, "ready/READY", "unavailable/FENCE", "stopped/FENCE")
 }

@@ -49,7 +49,13 @@ func newEnv(t *testing.T) *env { return newEnvReplicas(t, 1) }
 // replica under signer.addresses.
 func newEnvReplicas(t *testing.T, n int) *env {
 	t.Helper()
-	sg := signerdtest.Start(t, signerdtest.Options{Spaces: []string{sp}, Replicas: n})
+	return newEnvWith(t, signerdtest.Options{Spaces: []string{sp}, Replicas: n})
+}
+
+// newEnvWith is newEnv with signerd started with opts (a policy of the test's, say).
+func newEnvWith(t *testing.T, opts signerdtest.Options) *env {
+	t.Helper()
+	sg := signerdtest.Start(t, opts)
 	ns := sg.StartBrokerServer(t)
 	url := ns.ClientURL()
 	mgr, err := signerclient.Dial(signerclient.Config{Addr: sg.Addr, TLS: sg.ClientFor(t, "managerd", sp)})
@@ -97,18 +103,28 @@ func yamlOf(c *config.Config) string {
 
 func start(t *testing.T, cfg *config.Config) *service.Service {
 	t.Helper()
-	return startWith(t, service.Inputs{Config: cfg})
+	return startWith(t, service.Inputs{Config: cfg}, service.RuntimeOptions{})
 }
 
-// startWith is start with every input given.
-func startWith(t *testing.T, in service.Inputs) *service.Service {
+// startWith is start with every input and option given.
+func startWith(t *testing.T, in service.Inputs, opts service.RuntimeOptions) *service.Service {
 	t.Helper()
-	s, err := service.Start(ctxT(t), in)
+	s, err := service.Start(ctxT(t), in, opts)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	t.Cleanup(s.Close)
+	closeAtEnd(t, s)
 	return s
+}
+
+// closeNow closes s where a test has no use for the release's verdict (the tests that check it
+// call Close themselves).
+func closeNow(s *service.Service) { _ = s.Close(context.Background()) }
+
+// closeAtEnd closes s when the test ends; a release the broker cannot confirm then (a test that
+// stopped it) is the test's to check, not the cleanup's.
+func closeAtEnd(t *testing.T, s *service.Service) {
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
 }
 
 // planeRow reads the plane row as an auth-plane credential of its own (authd's identity may

@@ -55,7 +55,8 @@ func (e *env) planeConn(t *testing.T) (*nats.Conn, jetstream.KeyValue, string) {
 func TestPlaneTaken(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.config(t)
-	s := start(t, cfg)
+	var ev events
+	s := startWith(t, service.Inputs{Config: cfg}, service.RuntimeOptions{Events: ev.on})
 	nc, kv, bucket := e.planeConn(t)
 	if err := kv.Delete(ctxT(t), "plane"); err != nil {
 		t.Fatal(err)
@@ -72,6 +73,7 @@ func TestPlaneTaken(t *testing.T) {
 	if !errors.Is(s.Err(), service.ErrPlaneTaken) {
 		t.Fatalf("Err = %v, want ErrPlaneTaken", s.Err())
 	}
+	ev.waitStates(t, 0, "ready/READY", "unavailable/STOPPING", "stopped/PLANE_TAKEN")
 	if _, err := os.Stat(daemon.DiscoveryPath(cfg.StateDir, service.FileName)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("discovery file after losing the claim: %v", err)
 	}
@@ -85,7 +87,8 @@ func TestPlaneTaken(t *testing.T) {
 func TestPlaneGone(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.config(t)
-	s := start(t, cfg)
+	var ev events
+	s := startWith(t, service.Inputs{Config: cfg}, service.RuntimeOptions{Events: ev.on})
 	before, _ := e.planeRow(t)
 	_, kv, _ := e.planeConn(t)
 	if err := kv.Delete(ctxT(t), "plane"); err != nil {
@@ -98,6 +101,9 @@ func TestPlaneGone(t *testing.T) {
 		}
 		return nil
 	})
+	if !ev.warned(service.CodePlane) || s.State() != service.StateReady {
+		t.Fatalf("PLANE warning %v, state %s; want the warning, still ready", ev.warned(service.CodePlane), s.State())
+	}
 	select {
 	case <-s.Done():
 		t.Fatalf("authd stopped: %v", s.Err())

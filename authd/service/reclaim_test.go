@@ -93,7 +93,7 @@ func TestPlaneReclaim(t *testing.T) {
 
 	t.Run("fail/holder-still-connected", func(t *testing.T) {
 		cfg := second()
-		_, err := service.Start(ctxT(t), service.Inputs{Config: cfg})
+		_, err := service.Start(ctxT(t), service.Inputs{Config: cfg}, service.RuntimeOptions{})
 		se := planeHeld(t, err, service.ErrHolderLive)
 		if se.Details["instance"] != held["instance"] || !strings.Contains(se.Reason, "stop it first") || !strings.Contains(err.Error(), `"authd-plane"`) {
 			t.Fatalf("refusal %q (details %v): want the live holder named", err, se.Details)
@@ -119,9 +119,9 @@ func TestPlaneReclaim(t *testing.T) {
 		var err error
 		testkit.Eventually(t, 20*time.Second, func() error {
 			var s *service.Service
-			s, err = service.Start(ctxT(t), service.Inputs{Config: cfg})
+			s, err = service.Start(ctxT(t), service.Inputs{Config: cfg}, service.RuntimeOptions{})
 			if err == nil {
-				s.Close()
+				closeNow(s)
 				t.Fatal("reclaimed on an inconclusive sweep")
 			}
 			if errors.Is(err, service.ErrSweepInconclusive) {
@@ -141,10 +141,10 @@ func TestPlaneReclaim(t *testing.T) {
 		var s *service.Service
 		testkit.Eventually(t, reclaimTTL/2, func() error {
 			var err error
-			s, err = service.Start(ctxT(t), service.Inputs{Config: cfg})
+			s, err = service.Start(ctxT(t), service.Inputs{Config: cfg}, service.RuntimeOptions{})
 			return err
 		})
-		t.Cleanup(s.Close)
+		closeAtEnd(t, s)
 		took := time.Since(killed)
 		t.Logf("reclaimed %v after the holder was killed (TTL %v)", took.Round(time.Millisecond), reclaimTTL)
 		if took >= reclaimTTL/2 {
@@ -157,7 +157,7 @@ func TestPlaneReclaim(t *testing.T) {
 		if _, err := service.Ready(readyCtx(t), cfg.StateDir, os.Getpid()); err != nil {
 			t.Fatalf("successor not ready: %v", err)
 		}
-		s.Close()
+		closeNow(s)
 	})
 
 	t.Run("fail/row-names-no-connection", func(t *testing.T) {
@@ -167,7 +167,7 @@ func TestPlaneReclaim(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = service.Start(ctxT(t), service.Inputs{Config: second()})
+		_, err = service.Start(ctxT(t), service.Inputs{Config: second()}, service.RuntimeOptions{})
 		planeHeld(t, err, service.ErrSweepInconclusive)
 		if row, ok := e.planeRow(t); !ok || row["incarnation"] != old.Row().Incarnation {
 			t.Fatalf("the old row was touched: %v", row)
@@ -184,12 +184,12 @@ func TestInstanceIdentity(t *testing.T) {
 	path := filepath.Join(cfg.StateDir, service.InstanceFileName)
 	s := start(t, cfg)
 	id := s.InstanceID()
-	s.Close()
+	closeNow(s)
 	refused := func(t *testing.T, c *config.Config, want ...string) {
 		t.Helper()
 		before, _ := os.ReadFile(path)
 		beforeFI, _ := os.Stat(path)
-		_, err := service.Start(ctxT(t), service.Inputs{Config: c})
+		_, err := service.Start(ctxT(t), service.Inputs{Config: c}, service.RuntimeOptions{})
 		var se *service.StartError
 		if !errors.As(err, &se) || se.Code != service.CodeIdentity || !strings.Contains(err.Error(), path) {
 			t.Fatalf("Start = %v; want IDENTITY naming %s", err, path)
@@ -218,12 +218,12 @@ func TestInstanceIdentity(t *testing.T) {
 		if row, ok := e.planeRow(t); !ok || row["instance"] != id {
 			t.Fatalf("row %v: want instance %s", row, id)
 		}
-		s.Close()
+		closeNow(s)
 		other := start(t, e.config(t))
 		if other.InstanceID() == id {
 			t.Fatal("another state directory has the same instance id")
 		}
-		other.Close()
+		closeNow(other)
 	})
 	t.Run("ok/pinned-id-on-first-start", func(t *testing.T) {
 		c := e.config(t)
@@ -232,7 +232,7 @@ func TestInstanceIdentity(t *testing.T) {
 		if s.InstanceID() != c.InstanceID || instanceOf(t, c.StateDir) != c.InstanceID {
 			t.Fatalf("pinned id %s, got %s", c.InstanceID, s.InstanceID())
 		}
-		s.Close()
+		closeNow(s)
 	})
 	t.Run("fail/divergent-pinned-id", func(t *testing.T) {
 		c := *cfg

@@ -1,22 +1,3 @@
-// Package service is authd as an embeddable service (STYLE.md §18): Start returns only once authd
-// serves, Close withdraws serving and releases only what this instance holds, Done says why it
-// stopped. `authd serve` is a thin wrapper around it.
-//
-// Start, in order: the signerd client; the data-account connection on an auth-plane credential
-// from the signer rail; the plane claim (key "plane" of cotal_auth_<space>: one authd per space);
-// the callout connection on the auth-callout credential for authd's registered callout user key
-// and the responder subscribed and flushed; the exchange listener bound; the claim marked ready;
-// and last the discovery file auth-service.json {ver, url, pid, cap}, whose existence is the
-// readiness signal. A refused start writes auth-service-refusal.json {ver, pid, code, reason,
-// details} instead (a second authd names the holder of the claim) and undoes what it began.
-//
-// While serving, the rails renew both credentials at 75% of their life and the claim is renewed
-// every half TTL, and every second after a renewal failed. A claim found taken by another
-// instance stops the service (Done reports it); a claim found gone is created again. The claim is
-// fenced (pkg/lease): once the last write of the row the broker stored is older than the TTL
-// less the lease's margin, the callout responder is closed at once (no callout is answered from
-// then on) and the service stops with ErrPlaneLost, so it has stopped answering before the row
-// can expire and a successor acquire it.
 package service
 
 import (
@@ -64,6 +45,7 @@ const (
 	CodeListen     = "LISTEN"            // the exchange listener could not bind
 	CodeDiscovery  = "DISCOVERY"         // the discovery file could not be written
 	CodeCanceled   = daemon.CodeCanceled // ctx ended before the service was ready
+	CodeAccount    = "ACCOUNT"           // a hosted start's first credential is not of the assigned account
 )
 
 // StartError is a refused start (daemon.StartError): code, reason, details and cause.
@@ -78,27 +60,13 @@ var (
 	ErrPlaneLost = errors.New("authd: the plane claim was not renewed before its fence")
 )
 
-// Inputs is what Start needs. Config is required and is validated by Start.
-type Inputs struct {
-	Config *config.Config
-	// Logger receives the service's lines (never a seed, JWT, bearer or cap); nil discards.
-	Logger *slog.Logger
-	// PID is written to the discovery and refusal files; zero means os.Getpid().
-	PID int
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
-	// IdPClient fetches the pinned IdP's JWKS; nil means idp's default client.
-	IdPClient *http.Client
-	// NatsOptions are added to both broker connections (TLS settings, say).
-	NatsOptions []nats.Option
-}
-
 // Service is a running authd. Its methods are safe for concurrent use.
 type Service struct {
 	cfg      *config.Config
 	log      *slog.Logger
 	pid      int
 	instance string // instance.json's id (instance.go)
+	readiness
 
 	signer    *signerclient.Client
 	planeRail *signerclient.Rail
@@ -121,34 +89,40 @@ type Service struct {
 
 // Start runs authd until ctx ends or Close is called, and returns once it is ready (see the
 // package doc for the order). A refusal is a *StartError, also written to the refusal file when
-// the state directory can hold it.
-func Start(ctx context.Context, in Inputs) (*Service, error) {
+// the state directory can hold it (CLI path).
+func Start(ctx context.Context, in Inputs, opts RuntimeOptions) (*Service, error) {
 	if in.Config == nil {
 		return nil, &StartError{Daemon: "authd", Code: CodeConfig, Reason: "no configuration"}
 	}
 	cfg := *in.Config
-	s := &Service{cfg: &cfg, log: in.Logger, pid: in.PID, done: make(chan struct{})}
+	s := &Service{cfg: &cfg, log: opts.Logger, pid: opts.PID, done: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	if s.pid == 0 {
 		s.pid = os.Getpid()
 	}
-	if in.Now == nil {
-		in.Now = time.Now
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
+	s.readiness = newReadiness(in.Hosted, opts)
 	if err := cfg.Validate(); err != nil {
 		return nil, s.refuse(&StartError{Code: CodeConfig, Reason: "configuration refused", Err: err})
 	}
+	if err := s.hosted.check(); err != nil {
+		return nil, s.refuse(&StartError{Code: CodeConfig, Reason: "hosted inputs refused", Err: err})
+	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	if err := s.start(ctx, runCtx, in); err != nil {
+	if err := s.start(ctx, runCtx, opts); err != nil {
 		s.teardown(context.Background())
 		return nil, s.refuse(err)
 	}
-	s.log.Info("authd ready", "space", cfg.Space, "url", s.url, "pid", s.pid)
-	if _, err := daemon.Notify("READY=1"); err != nil {
-		s.log.Warn("sd_notify READY failed", "err", err)
+	s.log.Info("authd ready", "space", cfg.Space, "url", s.url, "pid", s.pid, "hosted", s.hosted != nil)
+	if s.hosted == nil { // a hosted context is not the host process's unit
+		if _, err := daemon.Notify("READY=1"); err != nil {
+			s.log.Warn("sd_notify READY failed", "err", err)
+		}
 	}
 	go func() {
 		select {
@@ -161,8 +135,8 @@ func Start(ctx context.Context, in Inputs) (*Service, error) {
 }
 
 // start brings every part up in order; a failure returns a *StartError and leaves teardown to
-// the caller.
-func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
+// the caller. in is the normalized RuntimeOptions (Now set).
+func (s *Service) start(ctx, runCtx context.Context, in RuntimeOptions) error {
 	cfg := s.cfg
 	fail := func(code, reason string, err error) error {
 		if ctx.Err() != nil {
@@ -198,14 +172,17 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 	}
 	if s.planeRail, err = signerclient.NewRail(signerclient.RailConfig{
 		Client: s.signer, Space: cfg.Space, Profile: signerv1.Profile_PROFILE_AUTH_PLANE,
-		NatsURLs: cfg.Brokers, Logger: s.log, Now: in.Now,
+		NatsURLs: cfg.Brokers, Logger: s.log, Now: in.Now, OnRenewFailed: s.renewFailed("auth-plane"),
 	}); err != nil {
 		return fail(CodeConfig, "plane rail refused", err)
 	}
 	if err := s.planeRail.Start(ctx); err != nil {
 		return fail(railCode(err), "no auth-plane credential", err)
 	}
-	s.dataNC, err = connect(cfg, s.planeRail, planeConnName, in.NatsOptions)
+	if err := s.checkAccount(); err != nil {
+		return err
+	}
+	s.dataNC, err = connect(cfg, s.planeRail, planeConnName, s.connOptions(planeConnName, in.NatsOptions))
 	if err != nil {
 		return fail(CodeBroker, "data-account connection refused", err)
 	}
@@ -246,6 +223,7 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 	}
 	capHex := hex.EncodeToString(capBytes)
 	clear(capBytes)
+	s.capHex = capHex
 	h, err := exchange.New(exchange.Config{Space: cfg.Space, Signer: s.signer, Ledger: led, IdP: idpv, Cap: capHex, Now: in.Now, Logger: s.log})
 	if err != nil {
 		return fail(CodeConfig, "exchange refused", err)
@@ -268,7 +246,7 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 		return fail(CodePlane, "plane claim could not be marked ready", err)
 	}
 	s.runLoops(runCtx)
-	if err := daemon.WriteDiscovery(cfg.StateDir, FileName, daemon.Discovery{URL: s.url, PID: s.pid, Cap: capHex}); err != nil {
+	if err := s.publish(); err != nil {
 		return fail(CodeDiscovery, "discovery file", err)
 	}
 	return nil
@@ -302,6 +280,9 @@ func (s *Service) runLoops(ctx context.Context) {
 		go func() {
 			defer s.wg.Done()
 			if err := r.Run(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, signerclient.ErrClosed) {
+				if errors.Is(err, signerclient.ErrExpired) {
+					s.unavailable(CodeCredential, "a credential expired without renewal", err)
+				}
 				s.stop(fmt.Errorf("authd: credential renewal: %w", err))
 			}
 		}()
@@ -341,6 +322,7 @@ func (s *Service) fencePlane(ctx context.Context) {
 		}
 		s.callout.closeResponder()
 		s.log.Error("plane claim fenced: the callout no longer answers", "last_written", s.plane.LastWritten(), "ttl", s.plane.TTL(), "margin", s.plane.Margin())
+		s.unavailable(CodeFence, "plane claim fenced: the callout no longer answers", nil)
 		s.stop(fmt.Errorf("%w: last stored write %v ago", ErrPlaneLost, time.Since(s.plane.LastWritten()).Round(time.Millisecond)))
 		return
 	}
@@ -364,12 +346,14 @@ func (s *Service) keepPlane(ctx context.Context) {
 		case lease.Held:
 		case lease.Gone:
 			s.log.Warn("plane claim gone; claiming it again", "err", err)
+			s.warn(CodePlane, "plane claim gone; claiming it again", err)
 			if rerr := s.plane.Reacquire(ctx); rerr != nil {
 				s.stop(fmt.Errorf("%w: %v", ErrPlaneTaken, rerr))
 				return
 			}
 			if rerr := s.plane.SetReady(ctx, true); rerr != nil {
 				s.log.Warn("plane claim re-created but not marked ready", "err", rerr)
+				s.warn(CodePlane, "plane claim re-created but not marked ready", rerr)
 			}
 		case lease.Taken:
 			s.callout.closeResponder()
@@ -380,6 +364,7 @@ func (s *Service) keepPlane(ctx context.Context) {
 				return
 			}
 			s.log.Warn("plane claim renewal unanswered; retrying before the fence", "err", err, "fence_in", time.Until(s.plane.Fence()).Round(time.Millisecond), "retry_in", planeRetry)
+			s.warn(CodePlane, "plane claim renewal unanswered; retrying before the fence", err)
 			next = min(next, planeRetry)
 		}
 		t.Reset(next)
@@ -408,10 +393,18 @@ func (s *Service) Err() error {
 
 // Close withdraws serving (discovery file, listener, callout subscription), releases this
 // instance's plane claim (only if the row is still its own) and closes every connection. It is
-// idempotent and returns once everything is down.
-func (s *Service) Close() {
+// idempotent and returns once everything is down, or with ctx's error when ctx ends first (the
+// teardown goes on, bounded by shutdown_timeout). Its error wraps ErrReleaseUnconfirmed when the
+// broker did not confirm the release (the claim then expires with its TTL); every call, and a
+// Close after the service stopped on its own, returns the same verdict.
+func (s *Service) Close(ctx context.Context) error {
 	s.stop(daemon.ErrStopped)
-	<-s.done
+	select {
+	case <-s.done:
+		return s.releaseErr
+	case <-ctx.Done():
+		return fmt.Errorf("authd: close: %w", ctx.Err())
+	}
 }
 
 // stop records why and tears down once.
@@ -423,13 +416,17 @@ func (s *Service) stop(why error) {
 		if !errors.Is(why, daemon.ErrStopped) && !errors.Is(why, context.Canceled) {
 			s.log.Error("authd stopping", "err", why)
 		}
-		if _, err := daemon.Notify("STOPPING=1"); err != nil {
-			s.log.Warn("sd_notify STOPPING failed", "err", err)
+		s.stopping(why)
+		if s.hosted == nil {
+			if _, err := daemon.Notify("STOPPING=1"); err != nil {
+				s.log.Warn("sd_notify STOPPING failed", "err", err)
+			}
 		}
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout.D())
 			defer cancel()
 			s.teardown(ctx)
+			s.stopped(why)
 			close(s.done)
 		}()
 	})
@@ -438,9 +435,7 @@ func (s *Service) stop(why error) {
 // teardown undoes whatever start did, in reverse; every part tolerates not having started.
 // Readiness goes first, so no caller is sent to a service that is going away.
 func (s *Service) teardown(ctx context.Context) {
-	if err := daemon.RemoveDiscovery(s.cfg.StateDir, FileName, s.pid); err != nil {
-		s.log.Warn("discovery file not removed", "err", err)
-	}
+	s.withdraw()
 	// The callout goes before the exchange: its answers are what the plane claim fences, and the
 	// exchange's shutdown waits for requests in flight.
 	s.callout.close()
@@ -457,6 +452,7 @@ func (s *Service) teardown(ctx context.Context) {
 	if s.plane != nil {
 		if err := s.plane.Release(ctx); err != nil {
 			s.log.Warn("plane claim not released; it expires with its TTL", "err", err)
+			s.releaseErr = fmt.Errorf("%w: %w", ErrReleaseUnconfirmed, err)
 		}
 	}
 	if s.dataNC != nil {
@@ -471,10 +467,16 @@ func (s *Service) teardown(ctx context.Context) {
 	}
 }
 
-// refuse writes the refusal file for a failed start (daemon.RefuseStart) and returns err as a
-// *StartError.
+// refuse writes the refusal file for a failed start (daemon.RefuseStart; a hosted context writes
+// none), reports the state stopped and returns err as a *StartError.
 func (s *Service) refuse(err error) error {
-	return daemon.RefuseStart(s.log, s.cfg.StateDir, FileName, "authd", s.pid, err)
+	dir := s.cfg.StateDir
+	if s.hosted != nil {
+		dir = ""
+	}
+	se := daemon.RefuseStart(s.log, dir, FileName, "authd", s.pid, err)
+	s.stopped(se)
+	return se
 }
 
 // Healthy is authd's proof of progress for systemd's watchdog: its plane claim written within

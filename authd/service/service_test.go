@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -50,8 +51,14 @@ func TestStartReadyClose(t *testing.T) {
 	if err := json.Unmarshal(b, &d); err != nil {
 		t.Fatal(err)
 	}
-	if capb, err := hex.DecodeString(d.Cap); d.Ver != 1 || d.PID != os.Getpid() || d.URL != s.URL() || err != nil || len(capb) != 32 {
+	if capb, err := hex.DecodeString(d.Cap); d.Ver != 1 || d.PID != os.Getpid() || d.URL != s.URL() || err != nil || len(capb) != 32 || d.State != service.StateReady {
 		t.Fatalf("discovery file %+v (cap ok: %v)", d, err == nil)
+	}
+	if s.Cap() != d.Cap || s.State() != service.StateReady || !s.Ready() || s.PublicURL() != "" {
+		t.Fatalf("handle: cap matches the file %v, state %s, ready %v, public url %q", s.Cap() == d.Cap, s.State(), s.Ready(), s.PublicURL())
+	}
+	if str := fmt.Sprintf("%v %+v %s", s, s, s); strings.Contains(str, d.Cap) {
+		t.Fatal("the service's printed form holds its cap")
 	}
 	info, err := daemon.Ready(readyCtx(t), cfg.StateDir, service.FileName, os.Getpid())
 	if err != nil || info.URL != s.URL() {
@@ -66,11 +73,14 @@ func TestStartReadyClose(t *testing.T) {
 	if !ok || row["ready"] != true || !strings.HasSuffix(row["holder"].(string), " pid "+strconv.Itoa(os.Getpid())) {
 		t.Fatalf("plane row %v", row)
 	}
-	s.Close()
-	s.Close()
+	for i := range 2 { // idempotent: the second Close has the first's verdict
+		if err := s.Close(ctxT(t)); err != nil {
+			t.Fatalf("Close #%d = %v", i+1, err)
+		}
+	}
 	<-s.Done()
-	if !errors.Is(s.Err(), daemon.ErrStopped) {
-		t.Fatalf("Err = %v", s.Err())
+	if !errors.Is(s.Err(), daemon.ErrStopped) || s.State() != service.StateStopped || s.Ready() {
+		t.Fatalf("Err = %v, state %s", s.Err(), s.State())
 	}
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("discovery file after Close: %v", err)
@@ -139,15 +149,15 @@ func TestKill9(t *testing.T) {
 	}
 	succ := e.config(t)
 	succ.Brokers = []string{e.url, deadBroker(t)}
-	_, err := service.Start(ctxT(t), service.Inputs{Config: succ})
+	_, err := service.Start(ctxT(t), service.Inputs{Config: succ}, service.RuntimeOptions{})
 	var se *service.StartError
 	if !errors.As(err, &se) || se.Code != service.CodePlaneHeld || !strings.HasSuffix(se.Details["holder"], " pid "+strconv.Itoa(pid)) {
 		t.Fatalf("successor Start = %v, want PLANE_HELD naming pid %d", err, pid)
 	}
 	testkit.Eventually(t, 30*time.Second, func() error {
-		s, err := service.Start(ctxT(t), service.Inputs{Config: succ})
+		s, err := service.Start(ctxT(t), service.Inputs{Config: succ}, service.RuntimeOptions{})
 		if err == nil {
-			t.Cleanup(s.Close)
+			closeAtEnd(t, s)
 		}
 		return err
 	})
@@ -219,7 +229,7 @@ func TestStartRefusals(t *testing.T) {
 		if err := os.WriteFile(p, seed, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		_, err := service.Start(ctxT(t), service.Inputs{Config: cfg})
+		_, err := service.Start(ctxT(t), service.Inputs{Config: cfg}, service.RuntimeOptions{})
 		var se *service.StartError
 		if !errors.As(err, &se) || se.Code != service.CodeConfig || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "account seed") {
 			t.Fatalf("Start = %v", err)
@@ -232,7 +242,7 @@ func TestStartRefusals(t *testing.T) {
 		cfg := e.config(t)
 		other := e.sg.ClientFor(t, "deliveryd", sp) // not allowed auth-plane
 		cfg.Signer.Cert, cfg.Signer.Key = other.CertFile, other.KeyFile
-		_, err := service.Start(ctxT(t), service.Inputs{Config: cfg})
+		_, err := service.Start(ctxT(t), service.Inputs{Config: cfg}, service.RuntimeOptions{})
 		var se *service.StartError
 		if !errors.As(err, &se) || se.Code != service.CodeSigner {
 			t.Fatalf("Start = %v, want SIGNER", err)
@@ -242,7 +252,7 @@ func TestStartRefusals(t *testing.T) {
 		cfg := e.config(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		_, err := service.Start(ctx, service.Inputs{Config: cfg})
+		_, err := service.Start(ctx, service.Inputs{Config: cfg}, service.RuntimeOptions{})
 		var se *service.StartError
 		if !errors.As(err, &se) || se.Code != service.CodeCanceled {
 			t.Fatalf("Start(canceled) = %v, want CANCELED", err)
@@ -265,7 +275,7 @@ func TestStartRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg.CalloutSeed = p
-		_, err = service.Start(ctxT(t), service.Inputs{Config: cfg})
+		_, err = service.Start(ctxT(t), service.Inputs{Config: cfg}, service.RuntimeOptions{})
 		if err == nil || !strings.Contains(err.Error(), p) {
 			t.Fatalf("Start = %v, want a refusal naming %s", err, p)
 		}

@@ -248,6 +248,30 @@ func TestDiscoveryAndReady(t *testing.T) {
 			t.Fatalf("Ready = %v, want not ready with status 503", err)
 		}
 	})
+	t.Run("ok/unavailable-waited-on-until-ready", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "run")
+		url := healthServer(t, 200)
+		if err := WriteDiscovery(dir, "svc", Discovery{URL: url, PID: pid, State: StateUnavailable}); err != nil {
+			t.Fatal(err)
+		}
+		var nr *NotReadyError
+		if _, err := Ready(ctx(t, 300*time.Millisecond), dir, "svc", pid); !errors.As(err, &nr) || !strings.Contains(nr.Last, "unavailable") {
+			t.Fatalf("Ready = %v, want not ready naming the unavailable state", err)
+		}
+		if err := WriteDiscovery(dir, "svc", Discovery{URL: url, PID: pid, State: StateReady}); err != nil {
+			t.Fatal(err)
+		}
+		if info, err := Ready(ctx(t, 10*time.Second), dir, "svc", pid); err != nil || info.URL != url {
+			t.Fatalf("Ready = %+v, %v after the state went ready", info, err)
+		}
+	})
+	t.Run("fail/state-not-a-file-state", func(t *testing.T) {
+		for _, st := range []State{StateStarting, StateStopped, "serving"} {
+			if err := WriteDiscovery(t.TempDir(), "svc", Discovery{URL: "http://127.0.0.1:1", PID: pid, State: st}); err == nil {
+				t.Fatalf("WriteDiscovery accepted state %q", st)
+			}
+		}
+	})
 	t.Run("fail/other-pid-file-ignored", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "run")
 		if err := WriteDiscovery(dir, "svc", Discovery{URL: healthServer(t, 200), PID: pid + 1}); err != nil {

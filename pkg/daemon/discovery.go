@@ -14,14 +14,17 @@ import (
 // FileVersion is the ver field of the discovery and refusal files.
 const FileVersion = 1
 
-// Discovery is the readiness file a daemon writes once it serves (auth-service.json for authd):
-// its existence is the signal. Cap is the capability a local caller presents to the daemon; it
-// is why the file is 0600 and why Ready never returns it.
+// Discovery is the readiness file a daemon writes once it serves (auth-service.json for authd)
+// and removes when it stops. State is the daemon's State while the file exists: StateReady, or
+// StateUnavailable while it is alive but may not serve; the daemon rewrites the file atomically
+// at each change, and a file without it (an older daemon's) means ready. Cap is the capability a
+// local caller presents to the daemon; it is why the file is 0600 and why Ready never returns it.
 type Discovery struct {
-	Ver int    `json:"ver"`
-	URL string `json:"url"`
-	PID int    `json:"pid"`
-	Cap string `json:"cap,omitempty"`
+	Ver   int    `json:"ver"`
+	URL   string `json:"url"`
+	PID   int    `json:"pid"`
+	Cap   string `json:"cap,omitempty"`
+	State State  `json:"state,omitempty"`
 }
 
 // Refusal is the file a daemon writes when it refuses to start (auth-service-refusal.json): a
@@ -51,16 +54,22 @@ func checkName(name string) error {
 	return nil
 }
 
-// WriteDiscovery writes d as dir/name.json, 0600 and atomically, creating dir with mode 0700 if
-// missing, and removes a stale refusal file of the same name. It refuses a dir looser than 0700
-// or owned by another uid (pkg/creds), a d without a URL or pid, and a name that is not one
-// path element.
+// WriteDiscovery writes d as dir/name.json, 0600 and atomically (a reader sees the old file or
+// the new one, never a mix), creating dir with mode 0700 if missing, and removes a stale refusal
+// file of the same name. It refuses a dir looser than 0700 or owned by another uid (pkg/creds), a
+// d without a URL or pid, a State other than ready, unavailable or none, and a name that is not
+// one path element.
 func WriteDiscovery(dir, name string, d Discovery) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
 	if d.URL == "" || d.PID <= 0 {
 		return errors.New("daemon: a discovery file needs a url and a pid")
+	}
+	switch d.State {
+	case "", StateReady, StateUnavailable:
+	default:
+		return fmt.Errorf("daemon: a discovery file's state is ready or unavailable, not %q", d.State)
 	}
 	d.Ver = FileVersion
 	b, err := json.Marshal(d)

@@ -59,8 +59,10 @@ const (
 	healthBudget = 2 * time.Second
 )
 
-// Ready waits until the daemon called name, running as pid, is ready: dir/name.json exists and
-// names pid, pid is proven alive, and GET <url>/health answers 2xx within two seconds. It
+// Ready waits until the daemon called name, running as pid, is ready: dir/name.json exists,
+// names pid and says state ready (or says no state: an older daemon's file), pid is proven
+// alive, and GET <url>/health answers 2xx within two seconds. A file saying unavailable is
+// waited on like a missing one. It
 // returns at once with a *RefusedError when dir/name-refusal.json appears naming pid, with an
 // *ExitedError as soon as pid is no longer alive, and with a *NotReadyError (saying what was
 // missing) when ctx ends; the caller bounds the wait with ctx. A file naming another pid is a
@@ -97,6 +99,8 @@ func Ready(ctx context.Context, dir, name string, pid int) (ReadyInfo, error) {
 				last = "discovery file unreadable: " + err.Error()
 			case d.PID != pid:
 				last = fmt.Sprintf("discovery file names pid %d", d.PID)
+			case d.State != "" && d.State != StateReady:
+				last = fmt.Sprintf("discovery file says %.32q", string(d.State))
 			default:
 				u, err := loopbackURL(d.URL)
 				if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,15 @@ import (
 type counting struct {
 	Signer
 	opens, grants, refusals, limited atomic.Int64
+
+	mu       sync.Mutex
+	warnings []string // Config.Warn's reports, "code: message"
+}
+
+func (c *counting) warned() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.warnings)
 }
 
 func (c *counting) OpenCalloutRequest(ctx context.Context, in *signerv1.OpenCalloutRequestRequest, opts ...grpc.CallOption) (*signerv1.OpenCalloutRequestResponse, error) {
@@ -52,16 +62,21 @@ func (c *counting) SignCalloutResponse(ctx context.Context, in *signerv1.SignCal
 }
 
 // budgetResponder starts a responder on e's callout connection with the given budgets and clock,
-// its signerd calls counted.
+// its signerd calls counted and its warnings recorded.
 func budgetResponder(t *testing.T, e *env, open, refusal Rate, now func() time.Time) *counting {
 	t.Helper()
 	c := &counting{Signer: e.authd.API()}
+	warn := func(code, msg string, _ error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.warnings = append(c.warnings, code+": "+msg)
+	}
 	cache, err := bearer.NewCache(bearer.CacheConfig{Space: testSpace, Signer: e.authd.API()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r, err := New(Config{Space: testSpace, Signer: e.authd, Ledger: e.ledger, JWKS: cache, OpenRate: open, RefusalRate: refusal,
-		Now: now, Logger: testLogger(t), signer: c})
+		Now: now, Logger: testLogger(t), signer: c, Warn: warn})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,6 +174,11 @@ func TestCalloutLocalBudgets(t *testing.T) {
 		}
 		if l := logOf(top); !strings.Contains(l, outcomeOpenBudget) {
 			t.Fatalf("the responder log does not say %q", outcomeOpenBudget)
+		}
+		// The first refusal dropped was reported at once; the drops after it within the second
+		// wait for the next report.
+		if w := c.warned(); len(w) == 0 || !strings.HasPrefix(w[0], WarnBudget+": ") || !strings.Contains(w[0], "1 past callout_refusals") {
+			t.Fatalf("warnings %q, want the first a %s report of one refusal dropped", w, WarnBudget)
 		}
 	})
 }

@@ -59,6 +59,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -114,6 +115,19 @@ func (r Rate) valid() bool {
 	return r.PerSecond > 0 && !math.IsInf(r.PerSecond, 0) && r.Burst >= 1
 }
 
+// Warning codes Config.Warn receives.
+const (
+	// WarnBudget: requests were dropped without reply past a local budget (OpenRate or
+	// RefusalRate); the broker refuses those clients at its callout timeout.
+	WarnBudget = "CALLOUT_BUDGET"
+	// WarnSigner: signerd could not be reached, so requests were denied by silence.
+	WarnSigner = "SIGNER"
+)
+
+// warnEvery bounds how often each warning code reaches Config.Warn: a flood is one warning a
+// second, with its count, not one per request.
+const warnEvery = time.Second
+
 // Outcomes of a request dropped by a local budget (answer's outcome).
 const (
 	outcomeOpenBudget    = "past the open budget: not sent to signerd"
@@ -166,6 +180,11 @@ type Config struct {
 	// a reply (the broker refuses that client at its callout timeout). authd closes it while its
 	// plane claim is not proven on its current broker connection.
 	Gate func() bool
+	// Warn, if set, is told of what the responder survives but its host should know: requests
+	// dropped past a local budget (WarnBudget) and signerd unreachable (WarnSigner). Each code
+	// reaches it at most once a second (warnEvery), with the count since its last report; it
+	// never carries request content. It must not block.
+	Warn func(code, msg string, err error)
 
 	// signer replaces Signer.API() in tests.
 	signer Signer
@@ -185,6 +204,11 @@ type Responder struct {
 	opens    *rate.Limiter
 	refusals *rate.Limiter
 	gate     func() bool
+
+	warn                    func(code, msg string, err error)
+	budgetWarn, signerWarn  rate.Sometimes
+	openDrops, refusalDrops atomic.Int64 // dropped past a budget since the last WarnBudget
+	unreached               atomic.Int64 // requests signerd did not answer since the last WarnSigner
 
 	mu     sync.Mutex
 	sub    *nats.Subscription
@@ -258,7 +282,33 @@ func New(cfg Config) (*Responder, error) {
 		opens:    rate.NewLimiter(rate.Limit(cfg.OpenRate.PerSecond), cfg.OpenRate.Burst),
 		refusals: rate.NewLimiter(rate.Limit(cfg.RefusalRate.PerSecond), cfg.RefusalRate.Burst),
 		gate:     cfg.Gate,
+		warn:     cfg.Warn, budgetWarn: rate.Sometimes{Interval: warnEvery}, signerWarn: rate.Sometimes{Interval: warnEvery},
 	}, nil
+}
+
+// dropped counts a request dropped past a budget and reports the drops at most once a second.
+func (r *Responder) dropped(counter *atomic.Int64) {
+	counter.Add(1)
+	if r.warn == nil {
+		return
+	}
+	r.budgetWarn.Do(func() {
+		opens, refusals := r.openDrops.Swap(0), r.refusalDrops.Swap(0)
+		r.warn(WarnBudget, fmt.Sprintf("callout requests dropped without reply past the local budgets since the last warning: %d past callout_opens, %d past callout_refusals", opens, refusals), nil)
+	})
+}
+
+// signerUnreachable logs a signerd call that could not be made and reports such calls at most
+// once a second.
+func (r *Responder) signerUnreachable(err error) {
+	r.log.Warn("callout: signerd unreachable; denying by silence", "err", err)
+	r.unreached.Add(1)
+	if r.warn == nil {
+		return
+	}
+	r.signerWarn.Do(func() {
+		r.warn(WarnSigner, fmt.Sprintf("signerd unreachable: %d callout requests denied by silence since the last warning", r.unreached.Swap(0)), err)
+	})
 }
 
 // Start subscribes on nc (the callout-service user's connection) and returns once the broker has
@@ -373,12 +423,13 @@ func (r *Responder) answer(ctx context.Context, xkey string, sealed []byte) (rep
 		return nil, "no " + XKeyHeader + " header"
 	}
 	if !r.opens.AllowN(r.now(), 1) {
+		r.dropped(&r.openDrops)
 		return nil, outcomeOpenBudget
 	}
 	opened, err := r.signer.OpenCalloutRequest(ctx, &signerv1.OpenCalloutRequestRequest{Space: r.space, SealedRequest: sealed, ServerXkey: xkey})
 	if err != nil {
 		if unreachable(err) {
-			r.log.Warn("callout: signerd unreachable; denying by silence", "err", err)
+			r.signerUnreachable(err)
 		}
 		return nil, "request not opened: " + statusMessage(err)
 	}
@@ -398,7 +449,7 @@ func (r *Responder) answer(ctx context.Context, xkey string, sealed []byte) (rep
 			return resp.GetSealedResponse(), "granted"
 		}
 		if unreachable(err) {
-			r.log.Warn("callout: signerd unreachable; denying by silence", "err", err)
+			r.signerUnreachable(err)
 			return nil, "grant not signed: " + statusMessage(err)
 		}
 		r.log.Warn("callout: signerd refused the grant", "owner", grant.GetParams().GetOwner(), "actor", grant.GetParams().GetActor(), "err", err)
@@ -406,6 +457,7 @@ func (r *Responder) answer(ctx context.Context, xkey string, sealed []byte) (rep
 	}
 	if !r.refusals.AllowN(r.now(), 1) {
 		r.log.Debug("callout: refusal not signed: past the refusal budget", "user", opened.GetUserNkey(), "reason", refusal)
+		r.dropped(&r.refusalDrops)
 		return nil, outcomeRefusalBudget
 	}
 	req := cloneReq(base)

@@ -1,0 +1,102 @@
+// Package service is authd, Cotal's auth service for one space (the NATS auth-callout responder,
+// the loopback token exchange and the actor ledger), as a library a host embeds. `authd serve`
+// is a thin wrapper around it (STYLE.md §18); a hosted platform runs the same code inside its
+// own process, beside deliveryd's and managerd's runners.
+//
+// # Starting
+//
+//	cfg, err := service.LoadConfig("/etc/cotal/authd.yaml") // or build a service.Config
+//	if err != nil { ... }
+//	svc, err := service.Start(ctx, service.Inputs{Config: cfg}, service.RuntimeOptions{
+//		Logger: log,
+//		Events: func(e service.Event) { ... }, // must not block
+//	})
+//	var se *service.StartError
+//	if errors.As(err, &se) { ... se.Code ... }
+//	defer svc.Close(context.Background())
+//
+// Inputs is what to run: the Config (required; Start validates it and applies its defaults, so a
+// host may fill in only the required fields) and, for a hosted context, Hosted. RuntimeOptions
+// is how: the logger, the event callback, the clock, the pid the files name, the IdP's HTTP
+// client, extra broker options and the broker-gone window. Config's nested types are aliased
+// here (Signer, Rate, Duration), so a host outside this module can name everything it builds.
+//
+// Start returns only once authd serves, and nothing it began survives a refusal. In order: the
+// signerd client; the data-account connection on an auth-plane credential from the signer rail;
+// the plane claim (key "plane" of cotal_auth_<space>: one authd per space); the callout
+// connection on the auth-callout credential for authd's registered callout user key and the
+// responder subscribed and flushed; the exchange listener bound; the claim marked ready; and
+// last the discovery file auth-service.json {ver, url, pid, cap, state} (the CLI path only). A
+// refused start is a *StartError (errors.As) with a stable Code (CodeConfig, CodeSigner,
+// CodePlaneHeld, CodeAccount, ...); on the CLI path it is also written to
+// auth-service-refusal.json {ver, pid, code, reason, details} (a second authd names the holder
+// of the claim). A start whose ctx ends first is CodeCanceled and writes nothing.
+//
+// # The handle
+//
+// URL is the loopback exchange face. Cap is the per-start capability that authorizes the
+// loopback host actions (auth-service.json's cap); it is never logged, and a host keeps it in
+// the authority process. PublicURL is "" (authd has no public face yet). State and Ready say
+// whether to route to this instance; Done is closed once it has stopped and Err says why. Close
+// withdraws serving, releases the plane claim if it is still this instance's, closes every
+// connection, and reports whether the release was confirmed (ErrReleaseUnconfirmed when the
+// broker could not confirm it: the claim then expires with its TTL). Close is idempotent and
+// returns the same answer to every caller, also after a stop the service decided itself.
+//
+// # Readiness and events
+//
+// The state moves StateStarting -> StateReady -> StateUnavailable -> StateReady ... ->
+// StateStopped, reported through State, through an EventState event, and (CLI path) through
+// auth-service.json's state, which is rewritten atomically at each change and removed at stop;
+// daemon.Ready (and Ready here) treats a file saying unavailable as not ready. authd is
+// unavailable while:
+//
+//   - a broker connection (the data-account one or the callout one) has been down longer than
+//     the broker-gone window (RuntimeOptions.BrokerGone, DefaultBrokerGone: 5 s, which rides
+//     out a broker restart or a cluster failover and falls before the plane fence, at least 12 s
+//     after a loss at the default plane_ttl); it is ready again once every connection is back;
+//   - the plane claim is fenced (CodeFence): the service then stops with ErrPlaneLost;
+//   - a credential expired without renewal (CodeCredential): signerd renews no expired
+//     credential, so the service then stops with ErrCredentialExpired;
+//   - it is stopping (CodeStopping), between the decision to stop and StateStopped.
+//
+// Warnings (EventWarning) are what authd survives and a host may want to know: a credential
+// renewal that failed and will be retried (CodeCredential), a plane renewal unanswered or a plane
+// row found gone and claimed again (CodePlane), a broker connection lost and being retried
+// (CodeBroker), callout requests dropped past a local budget (CodeCalloutBudget) or denied by
+// silence because signerd is unreachable (CodeSigner, both at most once a second), a discovery
+// file that could not be rewritten (CodeDiscovery). No event carries a seed, JWT, bearer or cap.
+//
+// # Hosted contexts
+//
+// Inputs.Hosted makes the start a hosted auth context (seed 000 "Hosted auth context"). Its
+// Account must be a data account public key (A...), LifecycleUID a lifecycle UID (26 to 32
+// characters of [a-z0-9]), StoreIdentity one line of 1 to 256 bytes of printable UTF-8. The first credential authd gets from signerd, the
+// auth-plane credential on the signer rail, must belong to Account (its issuer_account, or its
+// issuer when the account key signed it itself), or Start refuses with CodeAccount before it
+// opens a broker connection or claims the plane. A hosted context writes no discovery file and
+// no refusal file, does not speak to systemd, and when a broker connection stays down past the
+// broker-gone window or the plane is fenced it becomes unavailable and closes itself (Err:
+// ErrBrokerGone, ErrPlaneLost) without touching the host process. authd has no injected store:
+// its ledger and IdP pin live in Config.StateDir, so StoreIdentity is checked for form only.
+//
+// # Instance identity and early reclaim
+//
+// instance.json in Config.StateDir holds this instance's stable id (InstanceID; Config.InstanceID
+// pins it; a divergent record refuses with CodeIdentity and both are left intact), and the plane
+// row carries it with the holder's user key and connection name. A start that finds another
+// holder's live row reclaims it before its TTL only when a connection-liveness sweep over the
+// cluster is conclusive that the holder is gone; otherwise it refuses with CodePlaneHeld
+// (ErrHolderLive, ErrSweepInconclusive). A holder answers callouts only while its plane
+// connection is connected and its claim was written after its latest reconnect.
+//
+// # While serving
+//
+// The rails renew both credentials at 75% of their life and the claim is renewed every half
+// TTL, and every second after a renewal failed. A claim found taken by another instance stops
+// the service (ErrPlaneTaken); a claim found gone is created again. The claim is fenced
+// (pkg/lease): once the last write of the row the broker stored is older than the TTL less the
+// lease's margin, the callout responder is closed at once (no callout is answered from then on)
+// and the service stops with ErrPlaneLost, so it has stopped answering before the row can expire
+// and a successor acquire it.
+package service
