@@ -14,6 +14,8 @@ var updateGolden = flag.Bool("update", false, "rewrite pkg/profiles/testdata gol
 const (
 	mxSpace = "demo space"
 	mxUID   = "abcdefghijklmnopqrstuvwxyz"
+	// mxDataAccount is the data account the system-account goldens name.
+	mxDataAccount = "AAT6LL2VLE3SZW5AIYXT5MZHX2I7BRWM5T4HBYVAKRQZSWH7JBFP3V7E"
 )
 
 // mxGoldenParams are the representative parameters each golden file is built from.
@@ -37,6 +39,9 @@ var mxGoldenParams = map[Name]Params{
 	Sentinel:      {},
 	AuthPlane:     {},
 	MembershipRW:  {},
+
+	MembershipObserver: {DataAccount: mxDataAccount},
+	ConnectionEvictor:  {DataAccount: mxDataAccount},
 }
 
 // mxSpecJSON renders a spec the way golden files hold it: indented, '>' unescaped.
