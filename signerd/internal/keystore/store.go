@@ -50,6 +50,9 @@ type Space struct {
 	// observer, connection evictor); nil when the signer directory holds no system-signing.nk.
 	// Each space holds its own copy, so wiping one space never touches another's.
 	SystemSigning *SigningKey
+	// SystemAccount is the broker's system account public key, the issuer account of the users
+	// SystemSigning signs.
+	SystemAccount string
 
 	// closed is set by wipe before any key is zeroed; every key operation checks it first. It is
 	// a pointer so the value-receiver redaction methods can copy a Space.
@@ -153,7 +156,7 @@ func openSpace(cfg Config, broker *trust.Broker, name string) (_ *Space, err err
 
 	// sp is a local, not the named result, for the same reason as store in Open: the cleanup
 	// must see it.
-	sp := &Space{Name: name, Trust: ts, Public: ps, closed: new(atomic.Bool)}
+	sp := &Space{Name: name, Trust: ts, Public: ps, SystemAccount: broker.SystemAccountPublicKey(), closed: new(atomic.Bool)}
 	defer func() {
 		if err != nil {
 			sp.wipe()
