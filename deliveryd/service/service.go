@@ -125,6 +125,8 @@ type Hooks struct {
 	// (reloadStoreIdentity).
 	Identity, SignerAddress string
 	Logger                  *slog.Logger
+	// exec runs the $SYS verbs of ctl.delivery-admin; nil when live eviction is off.
+	exec ctl.Executor
 }
 
 // CtlResponders is deliveryd's ctl.delivery and ctl.delivery-admin (deliveryd/internal/ctl),
@@ -136,7 +138,7 @@ func CtlResponders(h Hooks) (Responders, error) {
 		rn = ctlRenewer{h.Renewer, h.Identity}
 	}
 	return ctl.New(ctl.Config{Names: h.Names, WriterIdentity: h.Identity, MayAct: h.MayAct, Renewer: rn,
-		StoreIdentity: h.SignerAddress, Logger: h.Logger})
+		StoreIdentity: h.SignerAddress, Logger: h.Logger, Executor: h.exec})
 }
 
 // ctlRenewer answers ctl's reloadCreds with the rail's proven renewal.
@@ -185,6 +187,7 @@ type Service struct {
 	writer *fanout.Writer
 	reader *reader.Reader
 	resp   Responders
+	sys    sysParts // membership feed and $SYS executor (membership.go)
 	wd     *watchdog.Watchdog
 	watch  *nats.Subscription
 	live   *nats.Subscription
@@ -373,7 +376,8 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 		in.Responders = CtlResponders
 	}
 	if s.resp, err = in.Responders(Hooks{Names: s.n, MayAct: s.MayAct, Renewer: s.rail,
-		Identity: s.rail.PublicKey(), SignerAddress: cfg.Signer.Endpoint(), Logger: s.log}); err != nil {
+		Identity: s.rail.PublicKey(), SignerAddress: cfg.Signer.Endpoint(), Logger: s.log,
+		exec: s.startExecutor(ctx, in.NatsOptions)}); err != nil {
 		return fail(CodeBind, "responders", err)
 	}
 	if err := s.serve(runCtx); err != nil {
@@ -405,6 +409,7 @@ func (s *Service) start(ctx, runCtx context.Context, in Inputs) error {
 	if err := s.lease.SetReady(ctx, true); err != nil {
 		return fail(CodeLease, "delivery lease could not be marked ready", err)
 	}
+	s.startFeed(ctx, in.NatsOptions)
 	s.runLoops(runCtx)
 	return nil
 }
@@ -842,6 +847,7 @@ func (s *Service) teardown(fatal bool) {
 	}
 	s.wg.Wait()
 	s.quiesce()
+	s.closeSys()
 	if s.live != nil {
 		_ = s.live.Unsubscribe()
 	}

@@ -259,6 +259,15 @@ func railKey(seed *creds.Seed) (nkeys.KeyPair, error) {
 // PublicKey returns the rail's user public key, the subject of every credential it holds.
 func (r *Rail) PublicKey() string { return r.pub }
 
+// Account returns the issuer account of the adopted credential (the space's data account for a
+// data-account profile), or "" before Start.
+func (r *Rail) Account() string {
+	if c := r.cur.Load(); c != nil {
+		return c.account
+	}
+	return ""
+}
+
 // Current returns the jti and expiry of the credential in use; zero values before Start.
 func (r *Rail) Current() (jti string, expires time.Time) {
 	c := r.cur.Load()
