@@ -38,8 +38,9 @@ type ComponentResult struct {
 	Error          string          `json:"error,omitempty"`
 }
 
-// ReloadResult is reloadCreds' data. The membership component is always skipped: this daemon
-// runs no membership feed.
+// ReloadResult is reloadCreds' data. The membership component is always skipped: the membership
+// feed's membership-rw credential renews itself on its own signerd rail (deliveryd/internal/
+// membership), so the manager has nothing to hand it.
 type ReloadResult struct {
 	Delivery   ComponentResult `json:"delivery"`
 	Membership ComponentResult `json:"membership"`
@@ -71,7 +72,7 @@ func (r *Responders) admin(ctx context.Context, _ Caller, req Request) Reply {
 }
 
 // reloadCreds renews the delivery credential now (upstream proves the delivery and membership
-// components; here membership is skipped). Any failure is a top-level ok:false carrying the
+// components; here membership is skipped, see ReloadResult). Any failure is a top-level ok:false carrying the
 // component results.
 func (r *Responders) reloadCreds(ctx context.Context) Reply {
 	if r.cfg.Renewer == nil {
@@ -95,6 +96,10 @@ func (r *Responders) reloadCreds(ctx context.Context) Reply {
 func (r *Responders) sys(ctx context.Context, req Request) Reply {
 	if r.cfg.Executor == nil {
 		return refuse("%s: %v", req.Op, evict.ErrNotWired)
+	}
+	// A fenced daemon kicks nothing and reads nothing for anyone.
+	if !r.mayAct() {
+		return refuse("%s: %v", req.Op, ErrQuiesced)
 	}
 	var (
 		data any
