@@ -6,11 +6,17 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/cotalgo/cotal/deliveryd/internal/config"
 	"github.com/cotalgo/cotal/deliveryd/internal/ctl"
 	"github.com/cotalgo/cotal/deliveryd/internal/evict"
 	"github.com/cotalgo/cotal/deliveryd/internal/membership"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 )
+
+// Membership is the configuration's membership section (Config.Membership): Feed runs the
+// membership feed, LiveEviction wires ctl.delivery-admin's $SYS verbs. Both need signerd to
+// mint deliveryd's membership-rw and $SYS credentials; without them delivery runs as before.
+type Membership = config.Membership
 
 // Warning codes of the membership side (daemon.Event codes).
 const (

@@ -17,6 +17,7 @@ import (
 	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
+	"github.com/cotalgo/cotal/pkg/yamlx"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
 
@@ -284,6 +285,48 @@ func TestMembershipFeed(t *testing.T) {
 			}
 			return nil
 		})
+	})
+	t.Run("ok/the observer renews before its credential expires", func(t *testing.T) {
+		pol := strings.Replace(signerdtest.DefaultPolicy, "membership-observer: {ttl_max: 24h", "membership-observer: {ttl_max: 3s", 1)
+		if pol == signerdtest.DefaultPolicy {
+			t.Fatal("no observer row to shorten")
+		}
+		e := plane3test.NewWith(t, signerdtest.Options{Policy: pol})
+		cfg := servicetest.Config(t, e, "deliveryd-feed-renew")
+		cfg.Membership.Feed = true
+		cfg.Membership.PollInterval = yamlx.Duration(500 * time.Millisecond)
+		var logs logBuffer
+		start(t, cfg, &logs)
+		bucket, _ := e.N.Bucket(space.Membership)
+		kv, err := plane3test.JS(t, e.Conn(t, mtls.KindDeliveryd, signerv1.Profile_PROFILE_MEMBERSHIP_RW, nil)).KeyValue(ctx(t), bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The heartbeat is stamped only after a successful CONNZ on the observer's credential:
+		// one stamped two observer lifetimes after start proves the feed renewed it.
+		past := time.Now().Add(7 * time.Second)
+		eventually(t, 15*time.Second, func() error {
+			hb, err := kv.Get(ctx(t), space.MembershipFeedKey)
+			if err != nil {
+				return err
+			}
+			var v struct {
+				UpdatedAt time.Time `json:"updatedAt"`
+				Complete  bool      `json:"complete"`
+			}
+			if err := json.Unmarshal(hb.Value(), &v); err != nil || !v.Complete || v.UpdatedAt.Before(past) {
+				return fmt.Errorf("heartbeat %s not yet past %v", hb.Value(), past)
+			}
+			return nil
+		})
+		agentConn(t, e, "frank", uidAlice)
+		eventually(t, 10*time.Second, func() error {
+			_, err := kv.Get(ctx(t), "local.frank")
+			return err
+		})
+		if logs.has("was not renewed") || logs.has("poll failed") {
+			t.Fatalf("renewal trouble:\n%s", logs.String())
+		}
 	})
 	for _, missing := range []string{"membership-rw", "membership-observer"} {
 		t.Run("fail/degrades without "+missing, func(t *testing.T) {

@@ -37,6 +37,9 @@ import (
 	"github.com/cotalgo/cotal/pkg/space"
 )
 
+// renewFloor is the shortest wait before another observer renewal attempt.
+const renewFloor = time.Second
+
 // Config is what the feed needs.
 type Config struct {
 	// Space is the space name; Names its wire names.
@@ -189,17 +192,28 @@ func (f *Feed) swap() {
 func (f *Feed) loop(ctx context.Context) {
 	t := time.NewTicker(f.cfg.Poll)
 	defer t.Stop()
-	failing := false
+	failing, renewFailing := false, false
 	for {
+		renew := time.NewTimer(max(time.Until(f.obs.RenewAt()), renewFloor))
 		select {
 		case <-ctx.Done():
+			renew.Stop()
 			return
 		case <-t.C:
 		case <-f.poke:
+		case <-renew.C:
 		}
-		if f.cfg.Now().After(f.obs.RenewAt()) {
+		renew.Stop()
+		if !f.cfg.Now().Before(f.obs.RenewAt()) {
+			// Mint again for the same key and move the connection onto it; a failure is retried
+			// on the next pass (at least renewFloor later) while the old one lasts.
 			if err := f.obs.Renew(ctx); err != nil && ctx.Err() == nil {
-				f.cfg.Warn("membership feed: the membership-observer credential was not renewed", err)
+				if !renewFailing {
+					f.cfg.Warn("membership feed: the membership-observer credential was not renewed", err)
+				}
+				renewFailing = true
+			} else {
+				renewFailing = false
 			}
 		}
 		if err := f.poll(ctx); err != nil && ctx.Err() == nil {
