@@ -48,16 +48,25 @@ func (s *Service) warn(code, msg string, err error) {
 }
 
 // startExecutor wires the $SYS executor when the configuration asks for it: one membership-observer
-// is minted and connected at start (the tenancy check), so a policy that refuses it is reported
-// now, and the verbs then refuse instead of failing per call.
+// and one connection-evictor are minted and connected at start (the observer must name the
+// daemon's own account: the tenancy check), so a policy that refuses either is reported now, and
+// the verbs then refuse instead of failing per call.
 func (s *Service) startExecutor(ctx context.Context, extra []nats.Option) ctl.Executor {
 	if !s.cfg.Membership.LiveEviction {
 		return nil
 	}
 	d := s.dialer(extra)
-	probe, err := d.Dial(ctx, signerv1.Profile_PROFILE_MEMBERSHIP_OBSERVER, "deliveryd-evict-check", false)
-	if err == nil {
+	// Both halves, or neither: a torn pair (an observer without an evictor) would scan and
+	// never kick.
+	var err error
+	for _, p := range []signerv1.Profile{signerv1.Profile_PROFILE_MEMBERSHIP_OBSERVER, signerv1.Profile_PROFILE_CONNECTION_EVICTOR} {
+		var probe *evict.Conn
+		if probe, err = d.Dial(ctx, p, "deliveryd-evict-check", false); err != nil {
+			break
+		}
 		probe.Close()
+	}
+	if err == nil {
 		s.sys.exec, err = evict.New(d, s.log)
 	}
 	if err != nil {

@@ -213,6 +213,7 @@ func TestEvictRefusedWithoutExecutor(t *testing.T) {
 	}{
 		{"fail/eviction off", "", false},
 		{"fail/policy refuses the observer", "membership-observer", true},
+		{"fail/policy refuses the evictor (torn pair)", "connection-evictor", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := signerdtest.Options{}
