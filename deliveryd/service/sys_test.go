@@ -14,8 +14,10 @@ import (
 	"github.com/cotalgo/cotal/deliveryd/service/servicetest"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
+	"github.com/cotalgo/cotal/pkg/provision"
 	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/pkg/testkit/cluster"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/pkg/yamlx"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
@@ -54,6 +56,16 @@ func agentConn(t *testing.T, e *plane3test.Env, actor, uid string) *liveAgent {
 	}
 	t.Cleanup(a.nc.Close)
 	return a
+}
+
+// waitClosed waits for the server to close the agent's connection.
+func (a *liveAgent) waitClosed(t *testing.T) {
+	t.Helper()
+	select {
+	case <-a.closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the agent's connection was not closed by the server")
+	}
 }
 
 // policyWithout is signerd's default policy without the named profile rows of deliveryd.
@@ -120,11 +132,7 @@ func TestEvictPrincipal(t *testing.T) {
 		if !r.OK || d.Kicked != 1 || d.Remaining != 0 || !d.VerifiedGone || !d.ScanComplete || d.Principal != "local.bob" {
 			t.Fatalf("evictPrincipal = %+v %+v", r, d)
 		}
-		select {
-		case <-bob.closed:
-		case <-time.After(5 * time.Second):
-			t.Fatal("bob's connection was not closed by the server")
-		}
+		bob.waitClosed(t)
 		if !carol.nc.IsConnected() {
 			t.Fatal("carol was evicted with bob")
 		}
@@ -350,4 +358,63 @@ func TestMembershipFeed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEvictCluster: on a 3-node cluster the account scan fans out to every node: with all three
+// answering, an absent principal reads gone and an eviction is verified; with a node down the scan
+// is incomplete, so an absent principal reads unknown (never gone) and an eviction kicks what it
+// found but is not reported verified.
+func TestEvictCluster(t *testing.T) {
+	s := signerdtest.Start(t, signerdtest.Options{Spaces: []string{plane3test.Space}})
+	c := cluster.Start(t, s, 3)
+	e := plane3test.OnWith(t, s, c.URLList(), provision.Options{Replicas: 3})
+	cfg := servicetest.Config(t, e, "deliveryd-cluster-evict")
+	cfg.Brokers = c.URLs()
+	cfg.Membership.LiveEviction = true
+	var logs logBuffer
+	start(t, cfg, &logs)
+	sup := supervisor(t, e)
+	admin := space.CtlServiceDeliveryAdmin
+
+	r := ctlCall(t, sup, admin, "manager", "principalLiveness", map[string]string{"principal": "local.nobody"})
+	if d := decodeEvict(t, r); !r.OK || d.Verdict != "gone" || !d.ScanComplete {
+		t.Fatalf("principalLiveness(absent), every node up = %+v %+v", r, d)
+	}
+	bob := agentConn(t, e, "bob", uidBob)
+	r = ctlCall(t, sup, admin, "manager", "evictPrincipal", map[string]string{"principal": "local.bob"})
+	if d := decodeEvict(t, r); !r.OK || d.Kicked != 1 || !d.VerifiedGone {
+		t.Fatalf("evictPrincipal, every node up = %+v %+v", r, d)
+	}
+	bob.waitClosed(t)
+
+	// Down a node neither deliveryd nor the supervisor is on.
+	dn, err := c.NodeOf("deliveryd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	carol := agentConn(t, e, "carol", uidCarol)
+	down := -1
+	for i := 0; i < c.N(); i++ {
+		if i != dn && c.URL(i) != sup.ConnectedUrl() && c.URL(i) != carol.nc.ConnectedUrl() {
+			down = i
+		}
+	}
+	if down < 0 {
+		t.Skip("every node holds one of the test's connections")
+	}
+	if err := c.Kill(down); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, func() error {
+		r := ctlCall(t, sup, admin, "manager", "principalLiveness", map[string]string{"principal": "local.nobody"})
+		if d := decodeEvict(t, r); !r.OK || d.Verdict != "unknown" || d.ScanComplete {
+			return fmt.Errorf("principalLiveness(absent), a node down = %+v %+v", r, d)
+		}
+		return nil
+	})
+	r = ctlCall(t, sup, admin, "manager", "evictPrincipal", map[string]string{"principal": "local.carol"})
+	if d := decodeEvict(t, r); r.OK || d.Kicked != 1 || d.VerifiedGone || d.ScanComplete {
+		t.Fatalf("evictPrincipal, a node down = %+v %+v", r, d)
+	}
+	carol.waitClosed(t)
 }

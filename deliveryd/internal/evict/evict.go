@@ -10,11 +10,14 @@
 // to the daemon's own credential account, and the observer's credential must name it.
 //
 // Semantics, stated in every result rather than inferred: a KICK has no per-connection ack, so an
-// eviction succeeds only when a re-scan finds the principal gone (VerifiedGone). A scan is
-// complete only when every answer arrived, none was truncated or in error, and the observer's
-// connection knows of no other server (a cluster may hold connections a lone answer does not
-// list), so in a cluster the verdicts are "unknown" and callers must fail closed. A principal
-// with no live connection is an idempotent success.
+// eviction succeeds only when a re-scan finds the principal gone (VerifiedGone). The account
+// CONNZ request fans out to every server of a cluster, each answering for its own connections; a
+// scan is complete only when every answer is whole (not truncated, not in error) and at least as
+// many distinct servers answered as the observer's connection knows of (its configured URLs and
+// the ones the cluster advertised). A server down or silent makes the verdicts "unknown", never
+// "gone", and callers must fail closed. (A cluster member the client was never told of cannot be
+// counted: deployments that turn off advertising must list every node.) A principal with no live
+// connection is an idempotent success.
 package evict
 
 import (
@@ -79,9 +82,10 @@ type Connection struct {
 // Scan is one read of the account's connections.
 type Scan struct {
 	Connections []Connection
-	// Complete: every answer arrived whole and no other server may hold connections.
+	// Complete: every answer arrived whole, from at least as many servers as the connection
+	// knows of.
 	Complete bool
-	// Servers answered.
+	// Servers is how many distinct servers answered.
 	Servers int
 }
 
@@ -318,6 +322,7 @@ func ScanAccount(ctx context.Context, nc *nats.Conn, account string) (Scan, erro
 		deadline = d
 	}
 	scan := Scan{Complete: true}
+	answered := map[string]bool{}
 	wait := time.Until(deadline)
 	for {
 		m, err := sub.NextMsg(wait)
@@ -327,11 +332,11 @@ func ScanAccount(ctx context.Context, nc *nats.Conn, account string) (Scan, erro
 			}
 			return Scan{}, err
 		}
-		scan.Servers++
 		var a connzAnswer
-		if err := json.Unmarshal(m.Data, &a); err != nil || a.Data == nil || a.Error != nil {
+		if err := json.Unmarshal(m.Data, &a); err != nil || a.Data == nil || a.Error != nil || a.Server.ID == "" {
 			scan.Complete = false
 		} else {
+			answered[a.Server.ID] = true
 			if a.Data.Total > len(a.Data.Connections) {
 				scan.Complete = false
 			}
@@ -349,12 +354,13 @@ func ScanAccount(ctx context.Context, nc *nats.Conn, account string) (Scan, erro
 			break
 		}
 	}
+	scan.Servers = len(answered)
 	if scan.Servers == 0 {
 		return Scan{}, errors.New("no server answered the connection scan")
 	}
-	// A lone answer proves nothing of a server this connection has heard of but that did not
-	// answer: fail closed.
-	if len(nc.DiscoveredServers()) > 0 || len(nc.Servers()) > scan.Servers {
+	// The answers prove nothing of a server this connection knows of (configured or discovered)
+	// that did not answer: fewer answering servers than known ones is incomplete.
+	if len(nc.Servers()) > scan.Servers {
 		scan.Complete = false
 	}
 	return scan, nil
