@@ -913,6 +913,10 @@ func TestInstall(t *testing.T) {
 				n++
 			}
 		}
+		if line := "LoadCredential=system-signing.nk:/var/lib/cotal/signerd/signer/system-signing.nk\n"; !bytes.Contains(creds, []byte(line)) {
+			t.Errorf("credentials.conf lacks %q", line)
+		}
+		n++
 		if got := bytes.Count(creds, []byte("LoadCredential=")); got != n {
 			t.Errorf("credentials.conf has %d LoadCredential= lines, want %d", got, n)
 		}

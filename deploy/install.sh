@@ -72,6 +72,7 @@
 # /var/lib/cotal/signerd/signer                                 cotal-signer:cotal-signer      0700  signerd's key directory (key_dir)
 # /var/lib/cotal/signerd/signer/<seg>                           cotal-signer:cotal-signer      0700
 # /var/lib/cotal/signerd/signer/<seg>/*                         cotal-signer:cotal-signer      0600  data-signing.nk, auth-signing.nk, xkey.nk, issuer.key, owner-secret, mac.key
+# /var/lib/cotal/signerd/signer/system-signing.nk                cotal-signer:cotal-signer      0600  the system account's signing seed (deliveryd's $SYS users)
 # /var/lib/cotal/signerd/public                                 cotal-signer:cotal-signer      0755  public_dir
 # /var/lib/cotal/signerd/public/*.json                          cotal-signer:cotal-signer      0644  broker.json, <seg>.json: JWTs and public keys
 # /var/lib/cotal/signerd/broker                                 cotal-signer:cotal-signer      0755
@@ -408,6 +409,11 @@ done
 			echo "LoadCredential=$seg.$f:/var/lib/cotal/signerd/signer/$seg/$f"
 		done
 	done
+	# The system account's signing seed (deliveryd's $SYS users), one per broker; a broker
+	# initialised before it existed has none and signerd then mints no $SYS user.
+	if [ -f "$SDIR/signer/system-signing.nk" ]; then
+		echo "LoadCredential=system-signing.nk:/var/lib/cotal/signerd/signer/system-signing.nk"
+	fi
 } >"$TMP/credentials.conf"
 dir "$R/etc/systemd/system/cotal-signerd.service.d" 0755 0 0
 put "$TMP/credentials.conf" "$R/etc/systemd/system/cotal-signerd.service.d/credentials.conf" 0644 0 0

@@ -137,6 +137,7 @@ func (s *Service) teardown(fatal bool) error {
 	}
 	s.wg.Wait()
 	s.quiesce()
+	s.closeSys()
 	if s.live != nil {
 		_ = s.live.Unsubscribe()
 	}

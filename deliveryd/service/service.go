@@ -66,6 +66,8 @@ type Hooks struct {
 	// refused until it has.
 	Started func() bool
 	Logger  *slog.Logger
+	// exec runs the $SYS verbs of ctl.delivery-admin; nil when live eviction is off.
+	exec ctl.Executor
 }
 
 // CtlResponders is deliveryd's ctl.delivery and ctl.delivery-admin (deliveryd/internal/ctl),
@@ -78,7 +80,8 @@ func CtlResponders(h Hooks) (Responders, error) {
 		rn = ctlRenewer{h.Renewer, h.Identity}
 	}
 	return ctl.New(ctl.Config{Names: h.Names, WriterIdentity: h.Identity, MayAct: h.MayAct, Renewer: rn,
-		StoreIdentity: h.SignerAddress, InjectedStore: h.StoreIdentity, Started: h.Started, Logger: h.Logger})
+		StoreIdentity: h.SignerAddress, InjectedStore: h.StoreIdentity, Started: h.Started, Logger: h.Logger,
+		Executor: h.exec})
 }
 
 // ctlRenewer answers ctl's reloadCreds with the rail's proven renewal.
@@ -121,6 +124,7 @@ type Service struct {
 	writer *fanout.Writer
 	reader *reader.Reader
 	resp   Responders
+	sys    sysParts // membership feed and $SYS executor (membership.go)
 	wd     *watchdog.Watchdog
 	watch  *nats.Subscription
 	live   *nats.Subscription
@@ -362,6 +366,7 @@ func (s *Service) start(ctx, runCtx context.Context, opts RuntimeOptions) error 
 	if s.hosted != nil {
 		hooks.StoreIdentity = s.hosted.StoreIdentity
 	}
+	hooks.exec = s.startExecutor(ctx, opts.NatsOptions)
 	if s.resp, err = opts.Responders(hooks); err != nil {
 		return fail(CodeBind, "responders", err)
 	}
@@ -394,6 +399,7 @@ func (s *Service) start(ctx, runCtx context.Context, opts RuntimeOptions) error 
 	if err := s.lease.SetReady(ctx, true); err != nil {
 		return fail(CodeLease, "delivery lease could not be marked ready", err)
 	}
+	s.startFeed(ctx, opts.NatsOptions)
 	s.runLoops(runCtx)
 	s.started.Store(true)
 	return nil

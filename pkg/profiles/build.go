@@ -127,6 +127,7 @@ func set(p Params) field {
 	add(fAllowPublish, len(p.AllowPublish) > 0)
 	add(fCapabilities, len(p.Capabilities) > 0)
 	add(fInboxNonce, p.InboxNonce != "")
+	add(fDataAccount, p.DataAccount != "")
 	return f
 }
 
@@ -166,6 +167,11 @@ func normalize(name Name, r rule, p Params) (Params, error) {
 			return Params{}, paramErr(name, c.field, err)
 		}
 	}
+	if p.DataAccount != "" {
+		if err := nkey.CheckAccount(p.DataAccount); err != nil {
+			return Params{}, refuse(name, "DataAccount", "%.64q is not an account public nkey (%v)", p.DataAccount, err)
+		}
+	}
 	// A client-chosen inbox must be bound to the principal the credential names (pkg/space
 	// inbox.go): never a user nkey, never another principal's nonce.
 	if p.InboxNonce != "" {
@@ -178,7 +184,7 @@ func normalize(name Name, r rule, p Params) (Params, error) {
 	}
 	out := Params{
 		Owner: p.Owner, Actor: p.Actor, LifecycleUID: p.LifecycleUID, Role: p.Role,
-		InboxNonce: p.InboxNonce,
+		InboxNonce: p.InboxNonce, DataAccount: p.DataAccount,
 	}
 	var err error
 	if out.Subscribe, err = channels(name, "Subscribe", p.Subscribe); err != nil {
@@ -269,8 +275,8 @@ func (b *builder) sub(s string, err error)  { b.add(&b.subAllow, s, err) }
 // sign), the spec's name, permissions and tags, bearer flag, iat = now and exp = now+ttl.
 //
 // ttl must be at least one second and at most Lifetime.Max; for the NoExpiry profile (the
-// sentinel) it must be zero and the claims carry no exp. Data-account profiles also get their
-// reply inbox, _INBOX_<InboxNonce or userPub>.>, first in the subscribe allow list. Claims refuses
+// sentinel) it must be zero and the claims carry no exp. Data- and system-account profiles also
+// get their reply inbox, _INBOX_<InboxNonce or userPub>.>, first in the subscribe allow list. Claims refuses
 // a spec whose profile, account, lifetime or bearer flag disagree with the matrix, and one whose
 // publish or subscribe permission would be empty (which the broker reads as allow-all).
 //
@@ -307,7 +313,7 @@ func (s *Spec) Claims(userPub, issuerAccount string, now time.Time, ttl time.Dur
 	uc.IssuerAccount = issuerAccount
 	uc.Pub = jwt.Permission{Allow: clone(s.Pub.Allow), Deny: clone(s.Pub.Deny)}
 	uc.Sub = jwt.Permission{Allow: clone(s.Sub.Allow), Deny: clone(s.Sub.Deny)}
-	if s.Account == AccountData {
+	if s.Account == AccountData || s.Account == AccountSystem {
 		tok := s.InboxNonce
 		if tok == "" {
 			tok = userPub

@@ -12,7 +12,7 @@ import (
 )
 
 func TestParseAndAll(t *testing.T) {
-	want := []Name{Admin, Agent, AuthCallout, AuthPlane, Delivery, Deprovisioner, MembershipRW, Observer, Operator, Probe, Provisioner, Sentinel, Supervisor}
+	want := []Name{Admin, Agent, AuthCallout, AuthPlane, ConnectionEvictor, Delivery, Deprovisioner, MembershipObserver, MembershipRW, Observer, Operator, Probe, Provisioner, Sentinel, Supervisor}
 	if got := All(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("All() = %v, want %v", got, want)
 	}
@@ -22,7 +22,7 @@ func TestParseAndAll(t *testing.T) {
 			t.Fatalf("Parse(%q) = %q, %v", n, got, err)
 		}
 	}
-	for _, bad := range []string{"", "Agent", " agent", "manager", "membership-observer"} {
+	for _, bad := range []string{"", "Agent", " agent", "manager", "membership_observer", "system"} {
 		_, err := Parse(bad)
 		var ue *UnknownProfileError
 		if !errors.As(err, &ue) || ue.Name != bad {
@@ -52,6 +52,8 @@ func TestMatrixClasses(t *testing.T) {
 		{AuthCallout, AccountAuth, d24},
 		{AuthPlane, AccountData, d24},
 		{Sentinel, AccountAuth, Lifetime{NoExpiry: true}},
+		{MembershipObserver, AccountSystem, d24},
+		{ConnectionEvictor, AccountSystem, m5},
 	}
 	if len(tests) != len(All()) {
 		t.Fatalf("table covers %d profiles, matrix has %d", len(tests), len(All()))

@@ -77,14 +77,14 @@ func TestClaimsEveryProfile(t *testing.T) {
 			} else if uc.Expires != mxNow.Add(ttl).Unix() {
 				t.Fatalf("exp = %d, want %d", uc.Expires, mxNow.Add(ttl).Unix())
 			}
-			// Data-account users get exactly one private inbox row, first; AUTH users none.
+			// Data- and system-account users get exactly one private inbox row, first; AUTH users none.
 			var inboxes []string
 			for _, sub := range uc.Sub.Allow {
 				if strings.HasPrefix(sub, "_INBOX") {
 					inboxes = append(inboxes, sub)
 				}
 			}
-			if name.Account() == AccountData {
+			if name.Account() != AccountAuth {
 				tok := s.InboxNonce
 				if tok == "" {
 					tok = k.userPub

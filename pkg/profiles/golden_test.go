@@ -17,6 +17,8 @@ var updateGolden = flag.Bool("update", false, "rewrite pkg/profiles/testdata gol
 const (
 	mxSpace = "demo space"
 	mxUID   = "abcdefghijklmnopqrstuvwxyz"
+	// mxDataAccount is the data account the system-account goldens name.
+	mxDataAccount = "AAT6LL2VLE3SZW5AIYXT5MZHX2I7BRWM5T4HBYVAKRQZSWH7JBFP3V7E"
 )
 
 // mxGoldenParams are the representative parameters each golden file is built from.
@@ -40,6 +42,9 @@ var mxGoldenParams = map[Name]Params{
 	Sentinel:      {},
 	AuthPlane:     {},
 	MembershipRW:  {},
+
+	MembershipObserver: {DataAccount: mxDataAccount},
+	ConnectionEvictor:  {DataAccount: mxDataAccount},
 }
 
 // mxSpecJSON renders a spec the way golden files hold it: indented, '>' unescaped.

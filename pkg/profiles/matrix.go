@@ -1,6 +1,7 @@
 package profiles
 
 import (
+	"github.com/cotalgo/cotal/pkg/nkey"
 	"github.com/cotalgo/cotal/pkg/space"
 )
 
@@ -471,4 +472,29 @@ const PlaneKey = "plane"
 func sentinelPerms(b *builder) {
 	b.deny(space.All, nil)
 	b.add(&b.subDeny, space.All, nil)
+}
+
+// membershipObserverPerms is upstream's membership-observer: a system-account user that requests
+// the connection list of the space's data account ($SYS.REQ.ACCOUNT.<acct>.CONNZ; the request
+// fans out to every server, each answering for its own connections) and hears that account's
+// CONNECT and DISCONNECT events, pinned to the one account, never $SYS.ACCOUNT.*. Its answers come
+// to its private inbox, which Claims adds. Nothing else: no other account, no server-wide CONNZ,
+// no KICK.
+func membershipObserverPerms(b *builder) {
+	acct := b.p.DataAccount
+	b.pub(space.SysAccountConnz(acct))
+	b.sub(space.SysAccountConnect(acct))
+	b.sub(space.SysAccountDisconnect(acct))
+}
+
+// connectionEvictorPerms is upstream's connection-evictor: KICK by connection id on any server and
+// nothing else, not even a scan; the ids come from the observer's scan of the data account named
+// by DataAccount (which the credential records in no row, since KICK has no account token: it is
+// required so a mint names the space it serves). Its KICK answers come to its private inbox.
+func connectionEvictorPerms(b *builder) {
+	if err := nkey.CheckAccount(b.p.DataAccount); err != nil {
+		b.err = err
+		return
+	}
+	b.pub(space.SysKickAny, nil)
 }

@@ -99,8 +99,16 @@
 // Deferred, and said so where each row would go: the v0.4 endpoint (ep.*) rows and everything that
 // hangs off them (the agent's baseline and capability rows, its ep reply rail and goal-progress
 // rows, the delivery daemon's timer writer on ept.*, the provisioner's endpoint-plane streams and
-// object store, issued-authority rows) and the $SYS-account kinds (membership-observer,
-// connection-evictor), which live in the system account and are not profiles here.
+// object store, issued-authority rows).
+//
+// The delivery daemon's two $SYS users (membership-observer, connection-evictor) are profiles of
+// the system account (AccountSystem), signed by its signing key, which signerd holds. Their rows
+// name the space's data account (Params.DataAccount, which signerd fills from the space, never
+// from a caller): the observer may request that account's CONNZ and hear its CONNECT and
+// DISCONNECT events; the evictor may only ask a server to KICK a connection id. The KICK row
+// carries no account (the server's API has none), so the evictor's reach is every connection of
+// the broker: it is minted per eviction, for minutes, and only to deliveryd, which kicks only
+// connection ids its observer found in its own data account.
 //
 // Plane liveness (upstream #1577, SPEC §6.1): each plane's own credential serves live.<plane>.*.*
 // and replies only on its .reply.> leaves (delivery for the delivery plane, supervisor for the
@@ -142,6 +150,7 @@ const (
 	fAllowPublish
 	fCapabilities
 	fInboxNonce
+	fDataAccount
 )
 
 // fieldNames maps each field bit to its Params field name, in declaration order.
@@ -158,6 +167,7 @@ var fieldNames = []struct {
 	{fAllowPublish, "AllowPublish"},
 	{fCapabilities, "Capabilities"},
 	{fInboxNonce, "InboxNonce"},
+	{fDataAccount, "DataAccount"},
 }
 
 const (
@@ -252,6 +262,20 @@ var matrix = map[Name]rule{
 	AuthPlane: {
 		account: AccountData, lifetime: lt(standing),
 		perms: authPlanePerms,
+	},
+	// The delivery daemon's two $SYS users (upstream's membership-observer and
+	// connection-evictor, static 30-day credentials there). Ours are short: deliveryd mints the
+	// observer for its feed connection and renews it by minting again, and mints the evictor per
+	// eviction. Neither takes a principal; both name the space's data account.
+	MembershipObserver: {
+		account: AccountSystem, lifetime: lt(standing),
+		requires: fDataAccount, accepts: fDataAccount,
+		perms: membershipObserverPerms,
+	},
+	ConnectionEvictor: {
+		account: AccountSystem, lifetime: lt(oneShot),
+		requires: fDataAccount, accepts: fDataAccount,
+		perms: connectionEvictorPerms,
 	},
 	// The sentinel is public and powerless (deny everything), so it is the one credential
 	// without exp: clients ship it next to their bearer token.

@@ -30,6 +30,15 @@ const (
 	AuthPlane Name = "auth-plane"
 	// MembershipRW is the delivery daemon's membership-feed writer (upstream membership-rw).
 	MembershipRW Name = "membership-rw"
+	// MembershipObserver is the delivery daemon's $SYS reader: it asks the broker for the
+	// connections of the space's data account (CONNZ) and hears their CONNECT and DISCONNECT
+	// events, and nothing else. It lives in the system account.
+	MembershipObserver Name = "membership-observer"
+	// ConnectionEvictor is the delivery daemon's $SYS kick: it may ask a server to close one
+	// connection by id ($SYS.REQ.SERVER.<id>.KICK), and nothing else. The connection ids it kicks
+	// come from the observer's scan of the daemon's own data account. It lives in the system
+	// account.
+	ConnectionEvictor Name = "connection-evictor"
 )
 
 // AccountKind says which of a space's two accounts a profile's users live in.
@@ -40,12 +49,15 @@ const (
 	AccountData AccountKind = iota + 1
 	// AccountAuth is the space's quarantined callout account AUTH_<token>.
 	AccountAuth
+	// AccountSystem is the broker's system account SYS; users are signed by its signing key and
+	// their rows name the space's data account (Params.DataAccount).
+	AccountSystem
 )
 
 // MarshalText renders the kind as "data" or "auth" so specs and golden files read plainly.
 func (k AccountKind) MarshalText() ([]byte, error) {
 	switch k {
-	case AccountData, AccountAuth:
+	case AccountData, AccountAuth, AccountSystem:
 		return []byte(k.String()), nil
 	default:
 		return nil, fmt.Errorf("profiles: cannot marshal %v", k)
@@ -59,6 +71,8 @@ func (k *AccountKind) UnmarshalText(b []byte) error {
 		*k = AccountData
 	case "auth":
 		*k = AccountAuth
+	case "system":
+		*k = AccountSystem
 	default:
 		return fmt.Errorf("profiles: unknown account kind %q", b)
 	}
@@ -71,6 +85,8 @@ func (k AccountKind) String() string {
 		return "data"
 	case AccountAuth:
 		return "auth"
+	case AccountSystem:
+		return "system"
 	default:
 		return fmt.Sprintf("AccountKind(%d)", int(k))
 	}
@@ -101,6 +117,10 @@ type Params struct {
 	// it. Empty means the static path: the inbox is keyed on the credential's own user nkey. A
 	// nonce also names the JWT <owner>-<actor>, as upstream callout mints do.
 	InboxNonce string
+	// DataAccount is the public key (A…) of the space's data account, which the system-account
+	// profiles' rows name. It is never taken from a caller: signerd fills it from the space's
+	// verified facts, and only the system-account profiles accept it (and require it).
+	DataAccount string
 }
 
 // Lifetime is a profile's lifetime class.

@@ -209,3 +209,56 @@ func InboxFilter(token string) (string, error) {
 	}
 	return p + ".>", nil
 }
+
+// System-account ($SYS) subjects of the delivery daemon's membership observer and connection
+// evictor. Each builder takes the space's data account public key and refuses anything else, so
+// an account can never add a token or a wildcard.
+
+// SysKickAny is the kick request of every server: $SYS.REQ.SERVER.*.KICK. The server's API names
+// a server, never an account.
+const SysKickAny = "$SYS.REQ.SERVER.*.KICK"
+
+// SysKick is the kick request of one server: $SYS.REQ.SERVER.<id>.KICK. A server id is a server
+// public nkey (N…); anything else is refused.
+func SysKick(serverID string) (string, error) {
+	if !validSysToken(serverID) || !strings.HasPrefix(serverID, "N") {
+		return "", &NameError{Kind: "server id", Value: serverID, Reason: "is not a server public key"}
+	}
+	return "$SYS.REQ.SERVER." + serverID + ".KICK", nil
+}
+
+// SysAccountConnz is the account-scoped connection list request: $SYS.REQ.ACCOUNT.<acct>.CONNZ.
+func SysAccountConnz(account string) (string, error) {
+	return sysAccount("$SYS.REQ.ACCOUNT.", account, ".CONNZ")
+}
+
+// SysAccountConnect is the account's connect event subject: $SYS.ACCOUNT.<acct>.CONNECT.
+func SysAccountConnect(account string) (string, error) {
+	return sysAccount("$SYS.ACCOUNT.", account, ".CONNECT")
+}
+
+// SysAccountDisconnect is the account's disconnect event subject: $SYS.ACCOUNT.<acct>.DISCONNECT.
+func SysAccountDisconnect(account string) (string, error) {
+	return sysAccount("$SYS.ACCOUNT.", account, ".DISCONNECT")
+}
+
+func sysAccount(prefix, account, suffix string) (string, error) {
+	if !validSysToken(account) || !strings.HasPrefix(account, "A") || len(account) != 56 {
+		return "", &NameError{Kind: "account", Value: account, Reason: "is not an account public key"}
+	}
+	return prefix + account + suffix, nil
+}
+
+// validSysToken accepts the base32 alphabet of an nkey public key and nothing else.
+func validSysToken(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'A' && c <= 'Z' || c >= '2' && c <= '7') {
+			return false
+		}
+	}
+	return true
+}

@@ -15,7 +15,8 @@ import (
 )
 
 // MintUser builds a user of profile in s with profiles.Build(...).Claims(...) and signs it with
-// the data signing key, or the callout signing key for AUTH-account profiles. ttl zero asks for
+// the data signing key, the callout signing key for AUTH-account profiles, or the system
+// account's signing key for the $SYS profiles (which get the space's data account). ttl zero asks for
 // the profile's default lifetime (none for the sentinel). The user key is fresh, except for
 // profiles.AuthCallout, which gets s.Callout: only a registered auth user bypasses the callout.
 //
@@ -41,6 +42,10 @@ func (s *Space) MintUserKey(t testing.TB, profile profiles.Name, p profiles.Para
 	if err != nil {
 		t.Fatalf("testkit: %v", err)
 	}
+	if profile.Account() == profiles.AccountSystem && p.DataAccount == "" {
+		// As signerd does: a $SYS user names the space's data account, never a caller's choice.
+		p.DataAccount = s.Trust.DataAccountPublicKey()
+	}
 	spec, err := profiles.Build(s.Name, profile, p)
 	if err != nil {
 		t.Fatalf("testkit: build %s: %v", profile, err)
@@ -55,6 +60,8 @@ func (s *Space) MintUserKey(t testing.TB, profile profiles.Name, p profiles.Para
 	case profiles.AccountData:
 	case profiles.AccountAuth:
 		issuer, signer = s.Trust.AuthAccountPublicKey(), s.Signing.AuthSigning
+	case profiles.AccountSystem:
+		issuer, signer = s.broker.Trust.SystemAccountPublicKey(), s.broker.Operator.SystemSigning
 	default:
 		t.Fatalf("testkit: profile %s has no account", profile)
 	}

@@ -45,6 +45,11 @@ type OperatorIdentity struct {
 	OperatorSigning *creds.Seed
 	// SystemAccount is the identity seed (SA…) of the system account SYS.
 	SystemAccount *creds.Seed
+	// SystemSigning is the signing seed (SA…) of SYS, set only by NewBroker: it is the one seed
+	// of this set that goes to signerd (setup writes it into the signer directory), where it
+	// signs the delivery daemon's two $SYS users (membership observer, connection evictor).
+	// LoadBroker's callers leave it nil; Verify checks it only when set.
+	SystemSigning *creds.Seed
 }
 
 // NewBroker creates an operator named OperatorNamePrefix+space.Token(name) with one signing key,
@@ -70,6 +75,11 @@ func NewBroker(name string) (*Broker, *OperatorIdentity, error) {
 		return nil, nil, err
 	}
 	defer sysKP.Wipe()
+	sysSKP, sysSPub, err := newKey(nkeys.CreateAccount)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer sysSKP.Wipe()
 
 	oc := jwt.NewOperatorClaims(opPub)
 	oc.Name = OperatorNamePrefix + space.Token(name)
@@ -83,6 +93,7 @@ func NewBroker(name string) (*Broker, *OperatorIdentity, error) {
 
 	sc := jwt.NewAccountClaims(sysPub)
 	sc.Name = SystemAccountName
+	sc.SigningKeys.Add(sysSPub)
 	// NewAccountClaims leaves JetStream disabled (zero storage limits); SYS must not have it.
 	sysJWT, err := sc.Encode(opSKP)
 	if err != nil {
@@ -102,6 +113,10 @@ func NewBroker(name string) (*Broker, *OperatorIdentity, error) {
 		return nil, nil, err
 	}
 	if id.SystemAccount, err = creds.SeedFromKeyPair(sysKP); err != nil {
+		id.Wipe()
+		return nil, nil, err
+	}
+	if id.SystemSigning, err = creds.SeedFromKeyPair(sysSKP); err != nil {
 		id.Wipe()
 		return nil, nil, err
 	}
@@ -190,6 +205,14 @@ func (b *Broker) OperatorJWT() string { return b.operatorJWT }
 // SystemAccountPublicKey returns the public key (A…) of the system account SYS.
 func (b *Broker) SystemAccountPublicKey() string { return b.sys.Subject }
 
+// SystemSigningKeys returns the system account's signing public keys, sorted; empty for a broker
+// created before SYS had one (its $SYS users cannot be minted by signerd).
+func (b *Broker) SystemSigningKeys() []string {
+	ks := b.sys.SigningKeys.Keys()
+	slices.Sort(ks)
+	return ks
+}
+
 // SystemAccountJWT returns the system account JWT.
 func (b *Broker) SystemAccountJWT() string { return b.sysJWT }
 
@@ -206,7 +229,13 @@ func (o *OperatorIdentity) Verify(b *Broker) error {
 	if err := checkSeed("operator signing", o.OperatorSigning, nkeys.PrefixByteOperator, b.OperatorSigningKeys()...); err != nil {
 		return err
 	}
-	return checkSeed("system account identity", o.SystemAccount, nkeys.PrefixByteAccount, b.SystemAccountPublicKey())
+	if err := checkSeed("system account identity", o.SystemAccount, nkeys.PrefixByteAccount, b.SystemAccountPublicKey()); err != nil {
+		return err
+	}
+	if o.SystemSigning != nil {
+		return checkSeed("system account signing", o.SystemSigning, nkeys.PrefixByteAccount, b.SystemSigningKeys()...)
+	}
+	return nil
 }
 
 // Wipe zeroes every seed.
@@ -217,6 +246,7 @@ func (o *OperatorIdentity) Wipe() {
 	o.Operator.Wipe()
 	o.OperatorSigning.Wipe()
 	o.SystemAccount.Wipe()
+	o.SystemSigning.Wipe()
 }
 
 // checkSeed refuses a seed that is missing, of the wrong kind, or not one of want. It decodes

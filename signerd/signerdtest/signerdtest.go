@@ -34,7 +34,8 @@ import (
 const TrustDomain = "cotal.local"
 
 // DefaultPolicy lets each daemon act on its own space only: managerd mints agents, its supervisor
-// and the one-shot provisioner and deprovisioner, deliveryd its delivery and membership-rw credentials, authd its
+// and the one-shot provisioner and deprovisioner, deliveryd its delivery and membership-rw credentials and its two $SYS users (membership observer,
+// connection evictor), authd its
 // callout user and plane credential, the callout answers (agents and observers), bearers, owner
 // ids and registration MACs.
 const DefaultPolicy = `version: 1
@@ -61,6 +62,8 @@ callers:
     profiles:
       delivery: {ttl_max: 24h, any_owner: true}
       membership-rw: {ttl_max: 24h, any_owner: true}
+      membership-observer: {ttl_max: 24h, remint: none}
+      connection-evictor: {ttl_max: 5m, remint: none}
   - id: spiffe://cotal.local/authd/{space}
     rpcs: [Mint, Remint, GetSpace, OpenCalloutRequest, SignCalloutResponse, SignBearer, GetJWKS, DeriveOwner, Mac]
     spaces: ["{space}"]

@@ -57,7 +57,29 @@ type Config struct {
 	ShutdownTimeout yamlx.Duration `yaml:"shutdown_timeout"`
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel string `yaml:"log_level"`
+	// Membership turns on the parts that need signerd to mint deliveryd's membership-rw and $SYS
+	// credentials (reference/delivery.md §4). Both are off by default; on, a credential signerd
+	// refuses degrades the part with a warning and never stops delivery.
+	Membership Membership `yaml:"membership"`
 }
+
+// Membership configures the membership feed and live eviction.
+type Membership struct {
+	// Feed runs the membership feed: a membership-observer connection watching the data
+	// account's connections and a membership-rw connection writing cotal_membership_<space>.
+	// Without its credentials it degrades to traffic-only, with a warning.
+	Feed bool `yaml:"feed"`
+	// LiveEviction wires evictPrincipal, principalLiveness and planeConnLiveness of
+	// ctl.delivery-admin to per-call membership-observer and connection-evictor connections.
+	// Off, or when signerd refuses the observer at start, they refuse ("no executor wired").
+	LiveEviction bool `yaml:"live_eviction"`
+	// PollInterval is the feed's CONNZ poll period; zero means DefaultMembershipPoll.
+	PollInterval yamlx.Duration `yaml:"poll_interval"`
+}
+
+// DefaultMembershipPoll is the membership feed's poll period (the CONNECT and DISCONNECT events
+// shorten it).
+const DefaultMembershipPoll = 5 * time.Second
 
 // Decode reads path strictly (daemon.LoadConfig: bounded, plain YAML, unknown keys refused, no
 // secret in the file) without validating the values; service.Start validates.
@@ -121,6 +143,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = yamlx.Duration(DefaultShutdownTimeout)
+	}
+	switch p := c.Membership.PollInterval.D(); {
+	case p == 0:
+		c.Membership.PollInterval = yamlx.Duration(DefaultMembershipPoll)
+	case p < 100*time.Millisecond || p > 10*time.Minute:
+		return fmt.Errorf("membership.poll_interval %v: want 100ms to 10m", p)
 	}
 	if err := daemon.CheckLogLevel(c.LogLevel); err != nil {
 		return err

@@ -113,6 +113,9 @@ type Config struct {
 	MayAct func() bool
 	// Renewer answers reloadCreds; nil refuses it ("no renewer wired").
 	Renewer Renewer
+	// Executor runs evictPrincipal, principalLiveness and planeConnLiveness; nil refuses them
+	// ("no executor wired").
+	Executor Executor
 	// StoreIdentity is the signer endpoint the daemon renews from, answered by
 	// reloadStoreIdentity; empty refuses it.
 	StoreIdentity string

@@ -30,7 +30,7 @@ type options struct {
 // devPolicy lets each daemon act on its own space only: managerd mints its supervisor, agents of
 // owner local (managerd's agents: deliveryd serves no other plain owner) or demo (the examples in
 // docs/connecting.md) on a few channels, and the one-shot provisioner and deprovisioner; deliveryd its
-// delivery and membership-rw credentials; authd its callout and plane credentials, the callout
+// delivery and membership-rw credentials and its two $SYS users; authd its callout and plane credentials, the callout
 // answers (agents and observers of any derived owner: the ledger decides who), bearers, owner ids
 // and MACs. Anything else is denied.
 const devPolicy = `version: 1
@@ -52,6 +52,8 @@ callers:
     profiles:
       delivery: {ttl_max: 24h, any_owner: true}
       membership-rw: {ttl_max: 24h, any_owner: true}
+      membership-observer: {ttl_max: 24h, remint: none}
+      connection-evictor: {ttl_max: 5m, remint: none}
   - id: spiffe://cotal.local/authd/{space}
     rpcs: [Mint, Remint, GetSpace, OpenCalloutRequest, SignCalloutResponse, SignBearer, GetJWKS, DeriveOwner, Mac]
     spaces: ["{space}"]

@@ -498,7 +498,15 @@ func runPolicyExplain(args []string, stdout, stderr io.Writer) int {
 		}
 		req.Profile = name
 		if req.RPC.TakesProfile() && req.RPC != policy.RPCRemint {
-			if spec, err = profiles.Build(*spaceName, name, p); err != nil {
+			bp := p
+			if name.Account() == profiles.AccountSystem {
+				// signerd fills a $SYS profile's data account from the space; a throwaway key
+				// stands for it here, as for the issuer account below.
+				dkp, _ := nkeys.CreateAccount()
+				bp.DataAccount, _ = dkp.PublicKey()
+				dkp.Wipe()
+			}
+			if spec, err = profiles.Build(*spaceName, name, bp); err != nil {
 				fmt.Fprintf(stdout, "decision: denied\nreason:   invalid-argument\ndetail:   %v\n", err)
 				return 1
 			}

@@ -21,6 +21,10 @@ const (
 	FileMACKey      = "mac.key"
 )
 
+// FileSystemSigning is the system account's signing seed, one per broker, at the root of the
+// signer directory (flat or not). It is optional: without it signerd mints no $SYS user.
+const FileSystemSigning = "system-signing.nk"
+
 // SecretFiles lists every secret file of a space, in load order.
 var SecretFiles = []string{FileDataSigning, FileAuthSigning, FileXKey, FileIssuer, FileOwnerSecret, FileMACKey}
 

@@ -7,7 +7,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -44,6 +46,13 @@ type Space struct {
 	// authorization responses.
 	DataSigning *SigningKey
 	AuthSigning *SigningKey
+	// SystemSigning signs the system-account users of this space's delivery daemon (membership
+	// observer, connection evictor); nil when the signer directory holds no system-signing.nk.
+	// Each space holds its own copy, so wiping one space never touches another's.
+	SystemSigning *SigningKey
+	// SystemAccount is the broker's system account public key, the issuer account of the users
+	// SystemSigning signs.
+	SystemAccount string
 
 	// closed is set by wipe before any key is zeroed; every key operation checks it first. It is
 	// a pointer so the value-receiver redaction methods can copy a Space.
@@ -147,7 +156,7 @@ func openSpace(cfg Config, broker *trust.Broker, name string) (_ *Space, err err
 
 	// sp is a local, not the named result, for the same reason as store in Open: the cleanup
 	// must see it.
-	sp := &Space{Name: name, Trust: ts, Public: ps, closed: new(atomic.Bool)}
+	sp := &Space{Name: name, Trust: ts, Public: ps, SystemAccount: broker.SystemAccountPublicKey(), closed: new(atomic.Bool)}
 	defer func() {
 		if err != nil {
 			sp.wipe()
@@ -186,6 +195,9 @@ func openSpace(cfg Config, broker *trust.Broker, name string) (_ *Space, err err
 	}
 	if err := ts.VerifySigningKeys(sp.DataSigning.Public(), sp.AuthSigning.Public(), sp.xkey.Public()); err != nil {
 		return nil, fmt.Errorf("keystore: keys in %s do not belong to space %q: %w", filepath.Dir(path(FileDataSigning)), name, err)
+	}
+	if err := sp.loadSystemSigning(cfg, broker); err != nil {
+		return nil, err
 	}
 	if sp.issuer, err = readIssuer(path(FileIssuer)); err != nil {
 		return nil, err
@@ -360,6 +372,29 @@ func (s *Store) Close() {
 	}
 }
 
+// loadSystemSigning reads the optional broker-level system signing seed. A missing file leaves
+// SystemSigning nil (no $SYS user can be minted); a present one must be a signing key the system
+// account JWT lists, or the store is refused.
+func (sp *Space) loadSystemSigning(cfg Config, broker *trust.Broker) error {
+	p := filepath.Join(cfg.KeyDir, FileSystemSigning)
+	if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	err := creds.UseSeedFile(p, func(kind nkeys.PrefixByte, raw []byte) (err error) {
+		if sp.SystemSigning, err = newSigningKey(kind, raw); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("keystore: %w", err)
+	}
+	if !slices.Contains(broker.SystemSigningKeys(), sp.SystemSigning.Public()) {
+		return fmt.Errorf("keystore: %s is not a signing key of the system account in %s", p, BrokerFile)
+	}
+	return nil
+}
+
 func (sp *Space) wipe() {
 	if sp.closed == nil { // a Space not built by Open (tests)
 		sp.closed = new(atomic.Bool)
@@ -370,6 +405,9 @@ func (sp *Space) wipe() {
 	}
 	if sp.AuthSigning != nil {
 		sp.AuthSigning.Wipe()
+	}
+	if sp.SystemSigning != nil {
+		sp.SystemSigning.Wipe()
 	}
 	if sp.xkey != nil {
 		sp.xkey.Wipe()

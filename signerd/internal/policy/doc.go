@@ -44,6 +44,8 @@
 //	    profiles:
 //	      delivery: {ttl_max: 1h}
 //	      membership-rw: {ttl_max: 1h}
+//	      membership-observer: {ttl_max: 1h, remint: none}
+//	      connection-evictor: {ttl_max: 5m, remint: none}
 //	  - id: spiffe://cotal.local/authd/{space}
 //	    rpcs: [Mint, Remint, GetSpace, OpenCalloutRequest, SignCalloutResponse, SignBearer, GetJWKS, DeriveOwner, Mac]
 //	    spaces: ["{space}"]

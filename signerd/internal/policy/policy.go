@@ -708,11 +708,21 @@ func (c *compiler) compileCaller(i int, fc *fileCaller) (*rule, error) {
 		if err != nil {
 			return nil, err
 		}
+		// The $SYS profiles reach past the space (a KICK names no account): only the delivery
+		// daemon, whose executor kicks only connections it found in its own data account, may
+		// hold them.
+		if profiles.Name(key).Account() == profiles.AccountSystem && (len(sid.segments) == 0 || sid.segments[0] != SystemProfileHolder) {
+			return nil, c.callerErr(i, id, "profiles."+key, []any{"profiles", key}, "a system-account profile may be granted only to a %s identity (spiffe://<domain>/%s/...)", SystemProfileHolder, SystemProfileHolder)
+		}
 		r.profiles[profiles.Name(key)] = pr
 		r.Profiles[profiles.Name(key)] = pr.ProfileRule
 	}
 	return r, nil
 }
+
+// SystemProfileHolder is the first SPIFFE path segment of the only callers a system-account
+// profile (membership-observer, connection-evictor) may be granted to: the delivery daemon.
+const SystemProfileHolder = "deliveryd"
 
 func (c *compiler) compileProfile(i int, id, key string, fp *fileProfile) (*profileRule, error) {
 	field := "profiles." + key

@@ -26,6 +26,7 @@ const (
 	reasonStaleProof         policy.Reason = "stale-proof"
 	reasonRequestIDConflict  policy.Reason = "request-id-conflict"
 	reasonMacDomainForbidden policy.Reason = "mac-domain-not-allowed"
+	reasonSystemKeyMissing   policy.Reason = "system-key-missing"
 	// reasonUnauthenticated is audited for a caller whose verified certificate carries no usable
 	// identity; the caller sees UNAUTHENTICATED without details.
 	reasonUnauthenticated policy.Reason = "unauthenticated"

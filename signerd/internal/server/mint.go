@@ -68,6 +68,14 @@ func parseMint(req *signerv1.MintRequest) (*mintInput, error) {
 		return nil, err
 	}
 	in.params = paramsOf(req.GetParams())
+	if name.Account() == profiles.AccountSystem {
+		// A $SYS profile takes no caller parameter; its one value, the space's data account,
+		// comes from the space's verified facts once the space is loaded (systemSpec).
+		if setParams(in.params) {
+			return nil, invalid(fmt.Sprintf("profile %s takes no parameters", name))
+		}
+		return in, nil
+	}
 	// Build before the policy is asked: the policy judges values known to fit the grammars. A
 	// channel pattern ("team.>") fits them; the policy then grants it only where one of the
 	// caller's channel patterns covers it and it reaches no excluded channel.
@@ -91,6 +99,11 @@ func (s *Service) mint(c *call, req *signerv1.MintRequest) (*signerv1.MintRespon
 	sp, err := s.space(c.space)
 	if err != nil {
 		return nil, err
+	}
+	if in.spec == nil {
+		if in.spec, in.params, err = systemSpec(sp, in.profile, in.params); err != nil {
+			return nil, err
+		}
 	}
 	// The callout-service profile means something only for a key the AUTH account lists in
 	// auth_users; any other key would be sent through the callout itself. Refuse it here
@@ -200,9 +213,35 @@ func (s *Service) accountKey(sp *keystore.Space, kind profiles.AccountKind) (*ke
 		return sp.DataSigning, sp.Trust.DataAccountPublicKey()
 	case profiles.AccountAuth:
 		return sp.AuthSigning, sp.Trust.AuthAccountPublicKey()
+	case profiles.AccountSystem:
+		if sp.SystemSigning == nil {
+			return nil, ""
+		}
+		return sp.SystemSigning, sp.SystemAccount
 	default:
 		return nil, ""
 	}
+}
+
+// systemSpec builds a $SYS profile for sp: its rows name sp's data account, from the space's
+// verified facts. A signer without the system account's signing key refuses it.
+func systemSpec(sp *keystore.Space, name profiles.Name, p profiles.Params) (*profiles.Spec, profiles.Params, error) {
+	if sp.SystemSigning == nil {
+		return nil, p, refuse(codes.FailedPrecondition, reasonSystemKeyMissing,
+			"this signer holds no system-account signing key ("+keystore.FileSystemSigning+"), so it mints no "+string(name))
+	}
+	p.DataAccount = sp.Trust.DataAccountPublicKey()
+	spec, err := profiles.Build(sp.Name, name, p)
+	if err != nil {
+		return nil, p, invalid(err.Error())
+	}
+	return spec, p, nil
+}
+
+// setParams reports whether any caller parameter is set.
+func setParams(p profiles.Params) bool {
+	return p.Owner != "" || p.Actor != "" || p.LifecycleUID != "" || p.Role != "" || p.InboxNonce != "" ||
+		len(p.Subscribe) > 0 || len(p.AllowSubscribe) > 0 || len(p.AllowPublish) > 0 || len(p.Capabilities) > 0
 }
 
 func paramsOf(p *signerv1.ProfileParams) profiles.Params {

@@ -87,6 +87,11 @@ func (s *Service) remint(c *call, req *signerv1.RemintRequest) (*signerv1.Remint
 		return nil, refuse(codes.PermissionDenied, reasonForeignCredential, "credential was not issued by this signer for this space")
 	}
 	c.profile = string(name)
+	if name.Account() == profiles.AccountSystem {
+		// A $SYS credential is short and minted anew (deliveryd mints its observer again and its
+		// evictor per eviction); it is never renewed in place.
+		return nil, invalid("a " + string(name) + " credential is not renewable; mint a new one")
+	}
 	key, account := s.accountKey(sp, name.Account())
 	signers := sp.Trust.DataSigningKeys()
 	if name.Account() == profiles.AccountAuth {

@@ -3,6 +3,7 @@
 // every secret lands only where it is used:
 //
 //	DIR/operator/                 0700  operator and account identity seeds (init and rotation only)
+//	DIR/signer/system-signing.nk  0600  the system account's signing seed ($SYS users of deliveryd)
 //	DIR/signer/space.<hex>/       0700  signing seeds, xkey, bearer issuer key, owner secret, MAC key
 //	DIR/authd/space.<hex>/        0700  callout.nk: authd's own callout-service user seed
 //	DIR/broker/nats.conf          0644  operator JWT, system account, MEMORY resolver preload; no seed
@@ -237,8 +238,10 @@ func (d layout) refuseOperator() error {
 			return &ExistsError{Path: p}
 		}
 	}
-	if p := filepath.Join(d.public, keystore.BrokerFile); exists(p) {
-		return &ExistsError{Path: p}
+	for _, p := range []string{filepath.Join(d.signer, keystore.FileSystemSigning), filepath.Join(d.public, keystore.BrokerFile)} {
+		if exists(p) {
+			return &ExistsError{Path: p}
+		}
 	}
 	return nil
 }
@@ -276,6 +279,13 @@ func (d layout) createOperator() (*trust.Broker, *trust.OperatorIdentity, error)
 			op.Wipe()
 			return nil, nil, fmt.Errorf("setup: %w", err)
 		}
+	}
+	// The system account's signing seed is the one broker-level seed signerd holds: it signs the
+	// delivery daemon's $SYS users (membership observer, connection evictor), which only
+	// deliveryd's policy may mint.
+	if err := creds.WriteSeedFile(filepath.Join(d.signer, keystore.FileSystemSigning), op.SystemSigning); err != nil {
+		op.Wipe()
+		return nil, nil, fmt.Errorf("setup: %w", err)
 	}
 	pb := keystore.PublicBroker{Ver: 1, OperatorJWT: broker.OperatorJWT(), SystemAccountJWT: broker.SystemAccountJWT()}
 	if err := keystore.WriteJSON(filepath.Join(d.public, keystore.BrokerFile), pb, 0o644); err != nil {

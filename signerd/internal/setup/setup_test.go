@@ -423,7 +423,8 @@ func checkTwoSpaces(t *testing.T, dir string, res *setup.Result, _ map[string][]
 	want := map[string]fs.FileMode{
 		"operator/": 0o700, "signer/": 0o700, "authd/": 0o700,
 		"operator/operator.nk": 0o600, "operator/operator-signing.nk": 0o600, "operator/system-account.nk": 0o600,
-		"broker/nats.conf": 0o644, "public/broker.json": 0o644,
+		"signer/system-signing.nk": 0o600,
+		"broker/nats.conf":         0o644, "public/broker.json": 0o644,
 	}
 	for i, name := range names {
 		s := seg(name)
@@ -476,6 +477,7 @@ func checkTwoSpaces(t *testing.T, dir string, res *setup.Result, _ map[string][]
 	}
 	checkSeed(t, filepath.Join(dir, "operator/operator.nk"), nkeys.PrefixByteOperator, broker.OperatorPublicKey())
 	checkSeed(t, filepath.Join(dir, "operator/operator-signing.nk"), nkeys.PrefixByteOperator, broker.OperatorSigningKeys()...)
+	checkSeed(t, filepath.Join(dir, "signer/system-signing.nk"), nkeys.PrefixByteAccount, broker.SystemSigningKeys()...)
 	checkSeed(t, filepath.Join(dir, "operator/system-account.nk"), nkeys.PrefixByteAccount, broker.SystemAccountPublicKey())
 	var perSpace [][]byte
 	for i, name := range names {

@@ -61,6 +61,13 @@ const (
 	// authd's data-account connection: the plane claim, key "plane" of cotal_auth_<space>, and
 	// nothing else.
 	Profile_PROFILE_AUTH_PLANE Profile = 13
+	// The delivery daemon's $SYS reader, a system-account user: the connection list (CONNZ) of the
+	// space's data account and its CONNECT and DISCONNECT events, nothing else. Its rows name the
+	// space's data account, which signerd fills in; it takes no parameter.
+	Profile_PROFILE_MEMBERSHIP_OBSERVER Profile = 14
+	// The delivery daemon's $SYS kick, a system-account user: $SYS.REQ.SERVER.*.KICK and nothing
+	// else, minted per eviction. It takes no parameter.
+	Profile_PROFILE_CONNECTION_EVICTOR Profile = 15
 )
 
 // Enum value maps for Profile.
@@ -80,22 +87,26 @@ var (
 		11: "PROFILE_SENTINEL",
 		12: "PROFILE_MEMBERSHIP_RW",
 		13: "PROFILE_AUTH_PLANE",
+		14: "PROFILE_MEMBERSHIP_OBSERVER",
+		15: "PROFILE_CONNECTION_EVICTOR",
 	}
 	Profile_value = map[string]int32{
-		"PROFILE_UNSPECIFIED":   0,
-		"PROFILE_AGENT":         1,
-		"PROFILE_SUPERVISOR":    2,
-		"PROFILE_PROVISIONER":   3,
-		"PROFILE_DEPROVISIONER": 4,
-		"PROFILE_DELIVERY":      5,
-		"PROFILE_OBSERVER":      6,
-		"PROFILE_ADMIN":         7,
-		"PROFILE_OPERATOR":      8,
-		"PROFILE_PROBE":         9,
-		"PROFILE_AUTH_CALLOUT":  10,
-		"PROFILE_SENTINEL":      11,
-		"PROFILE_MEMBERSHIP_RW": 12,
-		"PROFILE_AUTH_PLANE":    13,
+		"PROFILE_UNSPECIFIED":         0,
+		"PROFILE_AGENT":               1,
+		"PROFILE_SUPERVISOR":          2,
+		"PROFILE_PROVISIONER":         3,
+		"PROFILE_DEPROVISIONER":       4,
+		"PROFILE_DELIVERY":            5,
+		"PROFILE_OBSERVER":            6,
+		"PROFILE_ADMIN":               7,
+		"PROFILE_OPERATOR":            8,
+		"PROFILE_PROBE":               9,
+		"PROFILE_AUTH_CALLOUT":        10,
+		"PROFILE_SENTINEL":            11,
+		"PROFILE_MEMBERSHIP_RW":       12,
+		"PROFILE_AUTH_PLANE":          13,
+		"PROFILE_MEMBERSHIP_OBSERVER": 14,
+		"PROFILE_CONNECTION_EVICTOR":  15,
 	}
 )
 
@@ -173,6 +184,8 @@ const (
 	Reason_REASON_REQUEST_ID_CONFLICT Reason = 19
 	// The MAC domain is not one of the frozen domains.
 	Reason_REASON_MAC_DOMAIN_NOT_ALLOWED Reason = 20
+	// signerd holds no system-account signing key, so it mints no $SYS profile (FAILED_PRECONDITION).
+	Reason_REASON_SYSTEM_KEY_MISSING Reason = 21
 )
 
 // Enum value maps for Reason.
@@ -199,6 +212,7 @@ var (
 		18: "REASON_STALE_PROOF",
 		19: "REASON_REQUEST_ID_CONFLICT",
 		20: "REASON_MAC_DOMAIN_NOT_ALLOWED",
+		21: "REASON_SYSTEM_KEY_MISSING",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":            0,
@@ -222,6 +236,7 @@ var (
 		"REASON_STALE_PROOF":            18,
 		"REASON_REQUEST_ID_CONFLICT":    19,
 		"REASON_MAC_DOMAIN_NOT_ALLOWED": 20,
+		"REASON_SYSTEM_KEY_MISSING":     21,
 	}
 )
 
@@ -2126,7 +2141,7 @@ const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\x06domain\x18\x02 \x01(\x0e2\x1a.cotal.signer.v1.MacDomainR\x06domain\x12\x18\n" +
 	"\apayload\x18\x03 \x01(\fR\apayload\"\x1f\n" +
 	"\vMacResponse\x12\x10\n" +
-	"\x03mac\x18\x01 \x01(\tR\x03mac*\xcc\x02\n" +
+	"\x03mac\x18\x01 \x01(\tR\x03mac*\x8d\x03\n" +
 	"\aProfile\x12\x17\n" +
 	"\x13PROFILE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rPROFILE_AGENT\x10\x01\x12\x16\n" +
@@ -2142,7 +2157,9 @@ const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\x12\x14\n" +
 	"\x10PROFILE_SENTINEL\x10\v\x12\x19\n" +
 	"\x15PROFILE_MEMBERSHIP_RW\x10\f\x12\x16\n" +
-	"\x12PROFILE_AUTH_PLANE\x10\r*\xeb\x04\n" +
+	"\x12PROFILE_AUTH_PLANE\x10\r\x12\x1f\n" +
+	"\x1bPROFILE_MEMBERSHIP_OBSERVER\x10\x0e\x12\x1e\n" +
+	"\x1aPROFILE_CONNECTION_EVICTOR\x10\x0f*\x8a\x05\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15REASON_CALLER_UNKNOWN\x10\x01\x12\x1a\n" +
@@ -2165,7 +2182,8 @@ const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\x10REASON_BAD_PROOF\x10\x11\x12\x16\n" +
 	"\x12REASON_STALE_PROOF\x10\x12\x12\x1e\n" +
 	"\x1aREASON_REQUEST_ID_CONFLICT\x10\x13\x12!\n" +
-	"\x1dREASON_MAC_DOMAIN_NOT_ALLOWED\x10\x14*T\n" +
+	"\x1dREASON_MAC_DOMAIN_NOT_ALLOWED\x10\x14\x12\x1d\n" +
+	"\x19REASON_SYSTEM_KEY_MISSING\x10\x15*T\n" +
 	"\tMacDomain\x12\x1a\n" +
 	"\x16MAC_DOMAIN_UNSPECIFIED\x10\x00\x12+\n" +
 	"'MAC_DOMAIN_MANAGER_CURRENT_REGISTRATION\x10\x012\x92\x06\n" +
