@@ -78,10 +78,9 @@ var (
 )
 
 // Hosted is a hosted auth context's assignment (seed 000): the data account it must serve, the
-// lifecycle uid and the identity of the host's store. See the package doc for the checks.
-type Hosted struct {
-	Account, LifecycleUID, StoreIdentity string
-}
+// lifecycle uid and the identity of the host's store, all required; deliveryd takes the same
+// value. See the package doc for the checks.
+type Hosted = daemon.Hosted
 
 // Inputs is what Start runs.
 type Inputs struct {

@@ -109,7 +109,7 @@ func Start(ctx context.Context, in Inputs, opts RuntimeOptions) (*Service, error
 	if err := cfg.Validate(); err != nil {
 		return nil, s.refuse(&StartError{Code: CodeConfig, Reason: "configuration refused", Err: err})
 	}
-	if err := s.hosted.check(); err != nil {
+	if err := checkHosted(s.hosted); err != nil {
 		return nil, s.refuse(&StartError{Code: CodeConfig, Reason: "hosted inputs refused", Err: err})
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -6,16 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"unicode"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nkeys"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/config"
 	"github.com/cotalgo/cotal/deliveryd/internal/watchdog"
 	"github.com/cotalgo/cotal/pkg/daemon"
 	"github.com/cotalgo/cotal/pkg/signerclient"
-	"github.com/cotalgo/cotal/pkg/space"
 )
 
 // Config is deliveryd's configuration, the YAML file `deliveryd serve --config` reads; a host
@@ -27,41 +24,10 @@ type Config = config.Config
 func LoadConfig(path string) (*Config, error) { return config.Load(path) }
 
 // Hosted is the context a hosting platform assigned this instance (seed 000, hosted delivery
-// context); see the package doc. The same type, with the same fields, is authd's.
-type Hosted struct {
-	// Account is the data account public key (A…) the delivery credential must belong to.
-	// Required.
-	Account string
-	// LifecycleUID is the instance's lifecycle uid (26 to 32 of [a-z0-9]); optional.
-	LifecycleUID string
-	// StoreIdentity is the identity of the store the platform renews credentials through,
-	// answered by reloadStoreIdentity; optional, one printable line of at most 256 bytes.
-	StoreIdentity string
-}
-
-// maxStoreIdentity bounds Hosted.StoreIdentity.
-const maxStoreIdentity = 256
-
-// validate checks the context; its errors quote the refused values, bounded.
-func (h *Hosted) validate() error {
-	if !nkeys.IsValidPublicAccountKey(h.Account) {
-		return fmt.Errorf("hosted account %s is not an account public key (A…)", quote(h.Account))
-	}
-	if h.LifecycleUID != "" {
-		if err := space.ValidateUID(h.LifecycleUID); err != nil {
-			return fmt.Errorf("hosted lifecycle uid: %w", err)
-		}
-	}
-	if len(h.StoreIdentity) > maxStoreIdentity {
-		return fmt.Errorf("hosted store identity: %d bytes, at most %d", len(h.StoreIdentity), maxStoreIdentity)
-	}
-	for _, r := range h.StoreIdentity {
-		if !unicode.IsPrint(r) {
-			return fmt.Errorf("hosted store identity %s: not one printable line", quote(h.StoreIdentity))
-		}
-	}
-	return nil
-}
+// context): the data account the delivery credential must belong to, the lifecycle uid and the
+// store identity reloadStoreIdentity answers, all required; authd takes the same value. See the
+// package doc.
+type Hosted = daemon.Hosted
 
 // quote quotes s for an error, cut to 80 bytes.
 func quote(s string) string {

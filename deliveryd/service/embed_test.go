@@ -151,7 +151,7 @@ func TestHostedAccount(t *testing.T) {
 		otherPub, _ := other.PublicKey()
 		var ev events
 		cfg := servicetest.Config(t, e, "hosted-wrong")
-		_, err = service.Start(ctx(t), service.Inputs{Config: cfg, Hosted: &service.Hosted{Account: otherPub}},
+		_, err = service.Start(ctx(t), service.Inputs{Config: cfg, Hosted: &service.Hosted{Account: otherPub, LifecycleUID: hostedUID, StoreIdentity: "vault://platform/alpha"}},
 			service.RuntimeOptions{Getenv: noEnv, Events: ev.on})
 		var se *service.StartError
 		if !errors.As(err, &se) || se.Code != service.CodeAccount || se.Details["assigned"] != otherPub || se.Details["account"] != account {
@@ -177,8 +177,10 @@ func TestHostedAccount(t *testing.T) {
 		for name, h := range map[string]service.Hosted{
 			"no account":          {},
 			"a user key":          {Account: "UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4"},
-			"a bad lifecycle uid": {Account: account, LifecycleUID: "UPPER"},
-			"a two-line store":    {Account: account, StoreIdentity: "a\nb"},
+			"a bad lifecycle uid": {Account: account, LifecycleUID: "UPPER", StoreIdentity: "st"},
+			"no lifecycle uid":    {Account: account, StoreIdentity: "st"},
+			"a two-line store":    {Account: account, LifecycleUID: hostedUID, StoreIdentity: "a\nb"},
+			"no store":            {Account: account, LifecycleUID: hostedUID},
 		} {
 			cfg := servicetest.Config(t, e, "hosted-bad")
 			_, err := service.Start(ctx(t), service.Inputs{Config: cfg, Hosted: &h}, service.RuntimeOptions{Getenv: noEnv})
@@ -417,7 +419,7 @@ func TestReadinessStates(t *testing.T) {
 		var ev events
 		cfg := servicetest.Config(t, e, "deliveryd-a")
 		cfg.BrokerGone = yamlx.Duration(time.Second)
-		svc, err := service.Start(ctx(t), service.Inputs{Config: cfg, Hosted: &service.Hosted{Account: dataAccount(t, s)}},
+		svc, err := service.Start(ctx(t), service.Inputs{Config: cfg, Hosted: &service.Hosted{Account: dataAccount(t, s), LifecycleUID: hostedUID, StoreIdentity: "vault://platform/alpha"}},
 			service.RuntimeOptions{Logger: logs.logger(), Getenv: noEnv, Events: ev.on})
 		if err != nil {
 			t.Fatal(err)

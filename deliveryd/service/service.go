@@ -193,7 +193,7 @@ func Start(ctx context.Context, in Inputs, opts RuntimeOptions) (*Service, error
 	cfg := *in.Config
 	s.cfg = &cfg
 	if s.hosted != nil {
-		if err := s.hosted.validate(); err != nil {
+		if err := s.hosted.Validate(); err != nil {
 			return nil, s.refuse(&StartError{Code: CodeConfig, Reason: "hosted context refused", Err: err})
 		}
 	}

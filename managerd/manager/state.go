@@ -88,9 +88,10 @@ func (m *Manager) shuttingDown() bool {
 	return m.av.shutting
 }
 
-// onDisconnect is the broker connection's disconnect handler.
-func (m *Manager) onDisconnect(_ *nats.Conn, err error) {
-	if m.shuttingDown() {
+// onDisconnect is the broker connection's disconnect handler. A connection this process closed
+// (a shutdown, or a refused start undoing itself) is no loss to warn of.
+func (m *Manager) onDisconnect(nc *nats.Conn, err error) {
+	if m.shuttingDown() || (nc != nil && nc.IsClosed()) {
 		return
 	}
 	m.log.Warn("broker connection lost; reconnecting", "err", err)
