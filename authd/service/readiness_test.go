@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"slices"
 	"strings"
@@ -13,64 +12,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-
 	"github.com/cotalgo/cotal/authd/service"
 	"github.com/cotalgo/cotal/pkg/daemon"
 	"github.com/cotalgo/cotal/pkg/provision"
 	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/pkg/testkit"
-	"github.com/cotalgo/cotal/pkg/trust"
 	"github.com/cotalgo/cotal/pkg/yamlx"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
 
-// broker is an embedded broker the test stops and starts again on the same port and store, so
-// authd's connections reconnect to it and the plane row survives the restart.
-type broker struct {
-	t     *testing.T
-	sg    *signerdtest.Signer
-	store string
-	port  int
-	ns    *server.Server
-}
-
-func (b *broker) start() {
-	b.t.Helper()
-	tb, spaces := b.sg.Trust(b.t)
-	opts, err := trust.ServerOptions(trust.ServerConfig{Host: "127.0.0.1", Port: b.port, StoreDir: b.store, Broker: tb, Spaces: spaces})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	opts.NoLog, opts.NoSigs = true, true
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		b.t.Fatal("broker not ready")
-	}
-	b.ns = ns
-	b.port = ns.Addr().(*net.TCPAddr).Port
-}
-
-func (b *broker) stop() {
-	if b.ns != nil {
-		b.ns.Shutdown()
-		b.ns.WaitForShutdown()
-		b.ns = nil
-	}
-}
-
 // newEnvRestartable is newEnv on a broker the test can stop and start again.
-func newEnvRestartable(t *testing.T) (*env, *broker) {
+func newEnvRestartable(t *testing.T) (*env, *signerdtest.Broker) {
 	t.Helper()
 	sg := signerdtest.Start(t, signerdtest.Options{Spaces: []string{sp}})
-	b := &broker{t: t, sg: sg, store: t.TempDir(), port: -1}
-	b.start()
-	t.Cleanup(b.stop)
-	url := b.ns.ClientURL()
+	b := sg.StartRestartableBroker(t)
+	url := b.NS.ClientURL()
 	mgr, err := signerclient.Dial(signerclient.Config{Addr: sg.Addr, TLS: sg.ClientFor(t, "managerd", sp)})
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +35,7 @@ func newEnvRestartable(t *testing.T) (*env, *broker) {
 	if _, err := provision.Run(ctxT(t), provision.Config{Signer: mgr, Space: sp, NatsURL: url}); err != nil {
 		t.Fatalf("provision: %v", err)
 	}
-	return &env{sg: sg, ns: b.ns, url: url}, b
+	return &env{sg: sg, ns: b.NS, url: url}, b
 }
 
 // events records what a service tells its host.
@@ -171,7 +127,7 @@ func TestReadinessStates(t *testing.T) {
 		}
 		ev.waitStates(t, time.Second, "ready/READY")
 
-		b.stop()
+		b.Stop()
 		ev.waitStates(t, 20*time.Second, "ready/READY", "unavailable/BROKER")
 		if s.Ready() || !ev.warned(service.CodeBroker) {
 			t.Fatalf("ready %v, broker warning %v", s.Ready(), ev.warned(service.CodeBroker))
@@ -186,7 +142,7 @@ func TestReadinessStates(t *testing.T) {
 			t.Fatalf("Ready while unavailable = %v, want not ready naming the state", err)
 		}
 
-		b.start()
+		b.Start()
 		ev.waitStates(t, 20*time.Second, "ready/READY", "unavailable/BROKER", "ready/BROKER")
 		if st := fileState(t, cfg.StateDir); st != "ready" || !s.Ready() {
 			t.Fatalf("after the broker came back: file %s, ready %v", st, s.Ready())
@@ -218,7 +174,7 @@ func TestReadinessStates(t *testing.T) {
 		cfg.ShutdownTimeout = yamlx.Duration(time.Second) // the release cannot be confirmed: do not wait 10 s for it
 		var ev events
 		s := startWith(t, service.Inputs{Config: cfg, Hosted: e.hosted(t)}, service.RuntimeOptions{Events: ev.on, BrokerGone: window})
-		b.stop()
+		b.Stop()
 		select {
 		case <-s.Done():
 		case <-time.After(20 * time.Second):
@@ -247,7 +203,7 @@ func TestCloseReportsUnconfirmedRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	closeAtEnd(t, s)
-	b.stop()
+	b.Stop()
 	err = s.Close(ctxT(t))
 	if !errors.Is(err, service.ErrReleaseUnconfirmed) {
 		t.Fatalf("Close with the broker stopped = %v, want ErrReleaseUnconfirmed", err)
@@ -255,8 +211,8 @@ func TestCloseReportsUnconfirmedRelease(t *testing.T) {
 	if again := s.Close(ctxT(t)); !errors.Is(again, service.ErrReleaseUnconfirmed) {
 		t.Fatalf("second Close = %v, want the same verdict", again)
 	}
-	b.start()
-	e.ns, e.url = b.ns, b.ns.ClientURL()
+	b.Start()
+	e.ns, e.url = b.NS, b.NS.ClientURL()
 	if row, ok := e.planeRow(t); !ok || !strings.HasSuffix(row["holder"].(string), fmt.Sprintf(" pid %d", os.Getpid())) {
 		t.Fatalf("plane row after an unconfirmed release: %v (present %v), want this instance's", row, ok)
 	}

@@ -2,65 +2,22 @@ package service_test
 
 import (
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/watchdog"
 	"github.com/cotalgo/cotal/deliveryd/service"
 	"github.com/cotalgo/cotal/deliveryd/service/servicetest"
 	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
-	"github.com/cotalgo/cotal/pkg/trust"
 	"github.com/cotalgo/cotal/pkg/yamlx"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
 
-// broker is an embedded broker the test stops and starts again on the same port and store.
-type broker struct {
-	t     *testing.T
-	s     *signerdtest.Signer
-	store string
-	port  int
-	ns    *server.Server
-}
-
-func startBroker(t *testing.T, s *signerdtest.Signer) *broker {
-	b := &broker{t: t, s: s, store: t.TempDir(), port: -1}
-	b.start()
-	b.port = b.ns.Addr().(*net.TCPAddr).Port
-	t.Cleanup(func() { b.stop() })
-	return b
-}
-
-func (b *broker) start() {
-	b.t.Helper()
-	tb, spaces := b.s.Trust(b.t)
-	opts, err := trust.ServerOptions(trust.ServerConfig{Host: "127.0.0.1", Port: b.port, StoreDir: b.store, Broker: tb, Spaces: spaces})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	opts.NoLog, opts.NoSigs = true, true
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		b.t.Fatal("broker not ready")
-	}
-	b.ns = ns
-}
-
-func (b *broker) stop() {
-	if b.ns != nil {
-		b.ns.Shutdown()
-		b.ns.WaitForShutdown()
-		b.ns = nil
-	}
+// startBroker is a broker the test stops and starts again (signerdtest.Broker).
+func startBroker(t *testing.T, s *signerdtest.Signer) *signerdtest.Broker {
+	return s.StartRestartableBroker(t)
 }
 
 // TestBrokerGone (e): the watchdog on the resident connection's own events.
@@ -68,12 +25,12 @@ func TestBrokerGone(t *testing.T) {
 	t.Run("fail/broker-stopped-fatal-after-window", func(t *testing.T) {
 		s := signerdtest.Start(t, signerdtest.Options{Spaces: []string{plane3test.Space}})
 		b := startBroker(t, s)
-		e := plane3test.On(t, s, b.ns.ClientURL())
+		e := plane3test.On(t, s, b.NS.ClientURL())
 		var logs logBuffer
 		cfg := servicetest.Config(t, e, "deliveryd-a")
 		cfg.BrokerGone = yamlx.Duration(time.Second)
 		svc := start(t, cfg, &logs)
-		b.stop()
+		b.Stop()
 		err := stopped(t, svc, 15*time.Second, &logs)
 		var ge *watchdog.GoneError
 		if !errors.As(err, &ge) || ge.Limit != "window" || ge.Max != time.Second || ge.Down < time.Second {
@@ -86,7 +43,7 @@ func TestBrokerGone(t *testing.T) {
 	t.Run("ok/broker-restart-within-window", func(t *testing.T) {
 		s := signerdtest.Start(t, signerdtest.Options{Spaces: []string{plane3test.Space}})
 		b := startBroker(t, s)
-		e := plane3test.On(t, s, b.ns.ClientURL())
+		e := plane3test.On(t, s, b.NS.ClientURL())
 		members(t, e)
 		var logs logBuffer
 		cfg := servicetest.Config(t, e, "deliveryd-a")
@@ -99,8 +56,8 @@ func TestBrokerGone(t *testing.T) {
 		eventually(t, 10*time.Second, func() error { return servicetest.Exactly(bob.IDs(), []string{"before"}) })
 
 		down := time.Now()
-		b.stop()
-		b.start()
+		b.Stop()
+		b.Start()
 		eventually(t, 10*time.Second, func() error {
 			if !logs.has("broker connection restored") {
 				return errors.New("not reconnected yet")

@@ -204,7 +204,7 @@ func TestHostedAccount(t *testing.T) {
 func TestCloseUnconfirmedRelease(t *testing.T) {
 	s := signerdtest.Start(t, signerdtest.Options{Spaces: []string{plane3test.Space}})
 	b := startBroker(t, s)
-	e := plane3test.On(t, s, b.ns.ClientURL())
+	e := plane3test.On(t, s, b.NS.ClientURL())
 	var logs logBuffer
 	var ev events
 	cfg := servicetest.Config(t, e, "deliveryd-a")
@@ -215,7 +215,7 @@ func TestCloseUnconfirmedRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	inc := svc.Row().Incarnation
-	b.stop()
+	b.Stop()
 	began := time.Now()
 	err = svc.Close(ctx(t))
 	took := time.Since(began)
@@ -236,7 +236,7 @@ func TestCloseUnconfirmedRelease(t *testing.T) {
 	if !strings.Contains(strings.Join(ev.warnings(), " "), service.CodeBroker) {
 		t.Fatalf("no BROKER warning for the wait; warnings %v", ev.warnings())
 	}
-	b.start()
+	b.Start()
 	eventually(t, 15*time.Second, func() error {
 		row, _, err := servicetest.LeaseRow(ctx(t), servicetest.DeliveryKV(t, e))
 		if err != nil {
@@ -362,7 +362,7 @@ func TestReadinessStates(t *testing.T) {
 	t.Run("ok/broker-loss-and-return", func(t *testing.T) {
 		s := signerdtest.Start(t, signerdtest.Options{Spaces: []string{plane3test.Space}})
 		b := startBroker(t, s)
-		e := plane3test.On(t, s, b.ns.ClientURL())
+		e := plane3test.On(t, s, b.NS.ClientURL())
 		var logs logBuffer
 		var ev events
 		cfg := servicetest.Config(t, e, "deliveryd-a")
@@ -395,12 +395,12 @@ func TestReadinessStates(t *testing.T) {
 		}
 		eventually(t, time.Second, state(service.StateReady))
 
-		b.stop()
+		b.Stop()
 		eventually(t, 10*time.Second, state(service.StateUnavailable))
 		if svc.Ready() {
 			t.Fatal("Ready while the broker is gone")
 		}
-		b.start()
+		b.Start()
 		eventually(t, 15*time.Second, state(service.StateReady))
 
 		if err := svc.Close(ctx(t)); err != nil {
@@ -414,7 +414,7 @@ func TestReadinessStates(t *testing.T) {
 	t.Run("fail/broker-gone-past-window-stops-hosted", func(t *testing.T) {
 		s := signerdtest.Start(t, signerdtest.Options{Spaces: []string{plane3test.Space}})
 		b := startBroker(t, s)
-		e := plane3test.On(t, s, b.ns.ClientURL())
+		e := plane3test.On(t, s, b.NS.ClientURL())
 		var logs logBuffer
 		var ev events
 		cfg := servicetest.Config(t, e, "deliveryd-a")
@@ -424,7 +424,7 @@ func TestReadinessStates(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b.stop()
+		b.Stop()
 		err = stopped(t, svc, 15*time.Second, &logs)
 		var ge *service.BrokerGoneError
 		if !errors.Is(err, service.ErrBrokerGone) || !errors.As(err, &ge) || ge.Max != time.Second {

@@ -174,12 +174,12 @@ func TestResumeRetries(t *testing.T) {
 func TestCloseWaitsForBroker(t *testing.T) {
 	s := signerdtest.Start(t, signerdtest.Options{Spaces: []string{plane3test.Space}})
 	b := startBroker(t, s)
-	e := plane3test.On(t, s, b.ns.ClientURL())
+	e := plane3test.On(t, s, b.NS.ClientURL())
 	var logs logBuffer
 	cfg := servicetest.Config(t, e, "deliveryd-a")
 	cfg.BrokerGone = yamlx.Duration(10 * time.Second)
 	svc := start(t, cfg, &logs)
-	b.stop()
+	b.Stop()
 	eventually(t, 5*time.Second, func() error {
 		if !logs.has("broker connection lost") {
 			return errors.New("not disconnected yet")
@@ -203,7 +203,7 @@ func TestCloseWaitsForBroker(t *testing.T) {
 		t.Fatal("Close returned without the broker")
 	default:
 	}
-	b.start()
+	b.Start()
 	select {
 	case <-closed:
 	case <-time.After(20 * time.Second):

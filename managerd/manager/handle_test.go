@@ -5,13 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
 
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
@@ -19,7 +16,6 @@ import (
 	"github.com/cotalgo/cotal/pkg/mtls"
 	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
-	"github.com/cotalgo/cotal/pkg/trust"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
 
@@ -182,57 +178,13 @@ func TestStartHandle(t *testing.T) {
 	}
 }
 
-// restartable is an embedded broker the test stops and starts again on the same port and store.
-type restartable struct {
-	t     *testing.T
-	s     *signerdtest.Signer
-	store string
-	port  int
-	ns    *server.Server
-}
-
-func startRestartable(t *testing.T, s *signerdtest.Signer) *restartable {
-	b := &restartable{t: t, s: s, store: t.TempDir(), port: -1}
-	b.start()
-	b.port = b.ns.Addr().(*net.TCPAddr).Port
-	t.Cleanup(b.stop)
-	return b
-}
-
-func (b *restartable) start() {
-	b.t.Helper()
-	tb, spaces := b.s.Trust(b.t)
-	opts, err := trust.ServerOptions(trust.ServerConfig{Host: "127.0.0.1", Port: b.port, StoreDir: b.store, Broker: tb, Spaces: spaces})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	opts.NoLog, opts.NoSigs = true, true
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		b.t.Fatal("broker not ready")
-	}
-	b.ns = ns
-}
-
-func (b *restartable) stop() {
-	if b.ns != nil {
-		b.ns.Shutdown()
-		b.ns.WaitForShutdown()
-		b.ns = nil
-	}
-}
-
 // TestStateBrokerLoss: a stopped broker makes the manager unavailable (with a BROKER warning),
 // its return makes it ready again on its own; Close with the broker stopped reports the
 // unconfirmed lease release.
 func TestStateBrokerLoss(t *testing.T) {
 	s := signerdtest.Start(t, signerdtest.Options{Spaces: []string{plane3test.Space}})
-	b := startRestartable(t, s)
-	e := plane3test.On(t, s, b.ns.ClientURL())
+	b := s.StartRestartableBroker(t)
+	e := plane3test.On(t, s, b.NS.ClientURL())
 	var ev eventLog
 	m, err := Start(runCtx(t), Inputs{Config: testConfig(t, e)}, RuntimeOptions{Events: ev.add})
 	if err != nil {
@@ -242,7 +194,7 @@ func TestStateBrokerLoss(t *testing.T) {
 	waitState(t, m, StateReady, time.Second)
 
 	t.Run("ok/broker stopped is unavailable", func(t *testing.T) {
-		b.stop()
+		b.Stop()
 		waitState(t, m, StateUnavailable, 10*time.Second)
 		if !ev.has(EventWarning, CodeBroker) {
 			t.Fatalf("no BROKER warning: %v", ev.all())
@@ -254,7 +206,7 @@ func TestStateBrokerLoss(t *testing.T) {
 		}
 	})
 	t.Run("ok/broker back is ready", func(t *testing.T) {
-		b.start()
+		b.Start()
 		waitState(t, m, StateReady, 20*time.Second)
 		if got, want := fmt.Sprint(ev.states()), fmt.Sprint([]State{StateReady, StateUnavailable, StateReady}); got != want {
 			t.Fatalf("states %s, want %s", got, want)
@@ -264,7 +216,7 @@ func TestStateBrokerLoss(t *testing.T) {
 		}
 	})
 	t.Run("fail/close with the broker stopped reports an unconfirmed release", func(t *testing.T) {
-		b.stop()
+		b.Stop()
 		waitState(t, m, StateUnavailable, 10*time.Second)
 		err := m.Close(plane3test.Ctx(t))
 		if !errors.Is(err, ErrReleaseUnconfirmed) {

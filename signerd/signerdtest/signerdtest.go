@@ -10,6 +10,8 @@ package signerdtest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -456,5 +458,59 @@ func mustWrite(t testing.TB, path string, data []byte, mode os.FileMode) {
 	}
 	if err := os.Chmod(path, mode); err != nil {
 		t.Fatalf("signerdtest: %v", err)
+	}
+}
+
+// Broker is an embedded broker trusting signerd that a test stops and starts again on the same
+// port and JetStream store: a broker loss the daemons must ride out, and its return.
+type Broker struct {
+	t     testing.TB
+	s     *Signer
+	store string
+	port  int
+	// NS is the running server; nil while stopped.
+	NS *server.Server
+}
+
+// StartRestartableBroker starts a Broker (random port, JetStream in a temp dir), stopped at
+// cleanup.
+func (s *Signer) StartRestartableBroker(t testing.TB) *Broker {
+	t.Helper()
+	b := &Broker{t: t, s: s, store: t.TempDir(), port: -1}
+	b.Start()
+	t.Cleanup(b.Stop)
+	return b
+}
+
+// URL is the broker's client URL; the same after a restart.
+func (b *Broker) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", b.port) }
+
+// Start starts the broker again, on its port and store; it must be stopped.
+func (b *Broker) Start() {
+	b.t.Helper()
+	tb, spaces := b.s.Trust(b.t)
+	opts, err := trust.ServerOptions(trust.ServerConfig{Host: "127.0.0.1", Port: b.port, StoreDir: b.store, Broker: tb, Spaces: spaces})
+	if err != nil {
+		b.t.Fatalf("signerdtest: broker options: %v", err)
+	}
+	opts.NoLog, opts.NoSigs = true, true
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		b.t.Fatalf("signerdtest: broker: %v", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		b.t.Fatal("signerdtest: broker not ready")
+	}
+	b.NS = ns
+	b.port = ns.Addr().(*net.TCPAddr).Port
+}
+
+// Stop shuts the broker down and waits for it; stopping a stopped broker does nothing.
+func (b *Broker) Stop() {
+	if b.NS != nil {
+		b.NS.Shutdown()
+		b.NS.WaitForShutdown()
+		b.NS = nil
 	}
 }
