@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -287,33 +286,12 @@ func TestNeverCreatesAStreamOrBucket(t *testing.T) {
 	}
 }
 
-// fence is a scripted lease fence: up until fall reports true (nil: down from the start), then
-// down until lifted. It counts the times it answered down.
-type fence struct {
-	fall   func() bool
-	fallen atomic.Bool
-	lifted atomic.Bool
-	downs  atomic.Int64
-}
-
-func (f *fence) mayAct() bool {
-	if f.lifted.Load() {
-		return true
-	}
-	if !f.fallen.Load() && f.fall != nil && !f.fall() {
-		return true
-	}
-	f.fallen.Store(true)
-	f.downs.Add(1)
-	return false
-}
-
 // TestFanoutFence: with the lease fence down the writer publishes and acks nothing, and a
 // message it fetched is handed back (nak'd at once) instead of waiting out the 60 s ack wait, so
 // it is fanned out as soon as the fence lifts.
 func TestFanoutFence(t *testing.T) {
 	// setup runs the writer behind f; fall, if not nil, makes f's fall from the environment.
-	setup := func(t *testing.T, f *fence, fall func(*plane3test.Env, jetstream.JetStream) func() bool) (e *plane3test.Env, djs jetstream.JetStream, ajs jetstream.JetStream) {
+	setup := func(t *testing.T, f *plane3test.Fence, fall func(*plane3test.Env, jetstream.JetStream) func() bool) (e *plane3test.Env, djs jetstream.JetStream, ajs jetstream.JetStream) {
 		e = plane3test.New(t)
 		dc := e.Delivery(t)
 		djs = plane3test.JS(t, dc)
@@ -321,9 +299,9 @@ func TestFanoutFence(t *testing.T) {
 		e.AddLifecycle(t, pjs, "a1", uid1, []string{"general"})
 		e.Join(t, djs, "general", "a1", uid1, 0, 1)
 		if fall != nil {
-			f.fall = fall(e, djs)
+			f.Fall = fall(e, djs)
 		}
-		w, err := fanout.New(plane3test.Ctx(t), dc, fanout.Config{Names: e.N, MayAct: f.mayAct})
+		w, err := fanout.New(plane3test.Ctx(t), dc, fanout.Config{Names: e.N, MayAct: f.MayAct})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -362,14 +340,14 @@ func TestFanoutFence(t *testing.T) {
 	}
 
 	t.Run("ok/down-from-the-start-fetches-nothing", func(t *testing.T) {
-		f := &fence{}
+		f := &plane3test.Fence{}
 		e, djs, ajs := setup(t, f, nil)
 		seq := e.Post(t, ajs, "a0", "m01", "while fenced")
 		// The writer looks at its fence before every fetch: once it has looked several times
 		// after the post was stored, it has had the chance to fetch and must not have.
-		from := f.downs.Load()
+		from := f.Downs.Load()
 		testkit.Eventually(t, 5*time.Second, func() error {
-			if n := f.downs.Load() - from; n < 3 {
+			if n := f.Downs.Load() - from; n < 3 {
 				return fmt.Errorf("the fence was looked at %d times since the post", n)
 			}
 			return nil
@@ -380,21 +358,21 @@ func TestFanoutFence(t *testing.T) {
 		if n := inboxCount(t, e, djs); n != 0 {
 			t.Fatalf("a fenced writer stored %d inbox entries", n)
 		}
-		f.lifted.Store(true)
+		f.Lifted.Store(true)
 		acted(t, e, djs, seq)
 	})
 	t.Run("ok/fence-falling-mid-pass-hands-the-message-back", func(t *testing.T) {
 		// The fence falls once the message's inbox copy is stored, before its ack: the pass
 		// must hand it back rather than leave it to the ack wait; redelivered once the fence
 		// lifts, it is routed again and its copy collapses on its Nats-Msg-Id.
-		f := &fence{}
+		f := &plane3test.Fence{}
 		e, djs, ajs := setup(t, f, func(e *plane3test.Env, djs jetstream.JetStream) func() bool {
 			return func() bool { return inboxCountErr(e, djs) != 0 }
 		})
 		seq := e.Post(t, ajs, "a0", "m01", "the fence falls on it")
 		// Down three times: the pass that saw it fall has settled and the loop waits.
 		testkit.Eventually(t, 10*time.Second, func() error {
-			if n := f.downs.Load(); n < 3 {
+			if n := f.Downs.Load(); n < 3 {
 				return fmt.Errorf("the fence answered down %d times", n)
 			}
 			return nil
@@ -402,7 +380,7 @@ func TestFanoutFence(t *testing.T) {
 		if ci := fanoutState(t, e, djs); ci.Delivered.Stream < seq || ci.AckFloor.Stream >= seq {
 			t.Fatalf("delivered up to %d, acked up to %d; want %d delivered and not acked", ci.Delivered.Stream, ci.AckFloor.Stream, seq)
 		}
-		f.lifted.Store(true)
+		f.Lifted.Store(true)
 		acted(t, e, djs, seq)
 	})
 }

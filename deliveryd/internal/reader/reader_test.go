@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -313,27 +312,6 @@ func TestReaderGate(t *testing.T) {
 	}
 }
 
-// fence is a scripted lease fence: up until fall reports true (nil: down from the start), then
-// down until lifted. It counts the times it answered down.
-type fence struct {
-	fall   func() bool
-	fallen atomic.Bool
-	lifted atomic.Bool
-	downs  atomic.Int64
-}
-
-func (f *fence) mayAct() bool {
-	if f.lifted.Load() {
-		return true
-	}
-	if !f.fallen.Load() && f.fall != nil && !f.fall() {
-		return true
-	}
-	f.fallen.Store(true)
-	f.downs.Add(1)
-	return false
-}
-
 // TestReaderFence: with the lease fence down the reader publishes and acks nothing, and an entry
 // it fetched is handed back (nak'd at once, not acked, deferred or terminated) instead of
 // waiting out the 60 s ack wait, so it is delivered as soon as the fence lifts.
@@ -352,15 +330,15 @@ func TestReaderFence(t *testing.T) {
 		wantDLV(t, f, 1)
 	}
 	t.Run("ok/down-from-the-start-fetches-nothing", func(t *testing.T) {
-		fc := &fence{}
-		f := start(t, fc.mayAct)
+		fc := &plane3test.Fence{}
+		f := start(t, fc.MayAct)
 		f.e.AddLifecycle(t, f.pjs, "a1", uid1, []string{"general"})
 		f.entry(t, f.dinbox(t), plane3.Entry{Msg: msg("m1"), Channel: "general", Seq: 1, Reason: plane3.ReasonMention})
 		// The reader looks at its fence before every fetch: once it has looked several times
 		// after the entry was stored, it has had the chance to fetch and must not have.
-		from := fc.downs.Load()
+		from := fc.Downs.Load()
 		testkit.Eventually(t, 5*time.Second, func() error {
-			if n := fc.downs.Load() - from; n < 3 {
+			if n := fc.Downs.Load() - from; n < 3 {
 				return fmt.Errorf("the fence was looked at %d times since the entry", n)
 			}
 			return nil
@@ -368,23 +346,23 @@ func TestReaderFence(t *testing.T) {
 		if ci := f.readerState(t); ci.Delivered.Consumer != 0 || ci.AckFloor.Consumer != 0 || f.dlvCount(t) != 0 {
 			t.Fatalf("a fenced reader fetched %d, acked %d, DLV holds %d", ci.Delivered.Consumer, ci.AckFloor.Consumer, f.dlvCount(t))
 		}
-		fc.lifted.Store(true)
+		fc.Lifted.Store(true)
 		acted(t, f)
 	})
 	t.Run("ok/fence-falling-mid-pass-hands-the-entry-back", func(t *testing.T) {
 		// The fence falls once the entry's DLV copy is stored, before its ack: the pass must
 		// hand it back rather than leave it to the ack wait; redelivered once the fence lifts,
 		// it is published again and its copy collapses on its Nats-Msg-Id.
-		fc := &fence{}
+		fc := &plane3test.Fence{}
 		f := startFenced(t, func(f *fixture) func() bool {
-			fc.fall = func() bool { return f.dlvCountErr() != 0 }
-			return fc.mayAct
+			fc.Fall = func() bool { return f.dlvCountErr() != 0 }
+			return fc.MayAct
 		})
 		f.e.AddLifecycle(t, f.pjs, "a1", uid1, []string{"general"})
 		f.entry(t, f.dinbox(t), plane3.Entry{Msg: msg("m1"), Channel: "general", Seq: 1, Reason: plane3.ReasonMention})
 		// Down three times: the pass that saw it fall has settled and the loop waits.
 		testkit.Eventually(t, 10*time.Second, func() error {
-			if n := fc.downs.Load(); n < 3 {
+			if n := fc.Downs.Load(); n < 3 {
 				return fmt.Errorf("the fence answered down %d times", n)
 			}
 			return nil
@@ -392,7 +370,7 @@ func TestReaderFence(t *testing.T) {
 		if ci := f.readerState(t); ci.Delivered.Stream < 1 || ci.AckFloor.Stream != 0 {
 			t.Fatalf("delivered up to %d, acked up to %d; want the entry delivered and not acked", ci.Delivered.Stream, ci.AckFloor.Stream)
 		}
-		fc.lifted.Store(true)
+		fc.Lifted.Store(true)
 		acted(t, f)
 	})
 }
