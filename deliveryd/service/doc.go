@@ -33,12 +33,12 @@
 //
 // # Hosted context
 //
-// Hosted carries what a platform assigned this instance: Account, the data account public key
-// (A…, required) its delivery credential must belong to; LifecycleUID, the instance's lifecycle
-// uid (optional; it names the instance in the lease row when the configuration names no holder);
-// StoreIdentity, the identity of the store the platform renews credentials through (optional;
-// when set, ctl.delivery-admin's reloadStoreIdentity answers it, {kind:"injected", identity},
-// instead of the signer endpoint). Start refuses a malformed context with CodeConfig, and a first
+// Hosted (daemon.Hosted, the same value authd takes) carries what a platform assigned this
+// instance, every field required: Account, the data account public key (A…) its delivery
+// credential must belong to; LifecycleUID, the instance's lifecycle uid (it names the instance in
+// the lease row when the configuration names no holder); StoreIdentity, the identity of the store
+// the platform renews credentials through (ctl.delivery-admin's reloadStoreIdentity answers it,
+// {kind:"injected", identity}, instead of the signer endpoint). Start refuses a malformed context with CodeConfig, and a first
 // credential of another account (its issuer_account, or its issuer when the account key signed
 // it) with CodeAccount, before it connects: no lease row, no connection and no file is left. A
 // hosted Start writes no file at all (no state file, no refusal file) and never notifies systemd;
