@@ -297,6 +297,77 @@ type connzAnswer struct {
 	} `json:"error"`
 }
 
+// maxAnswer bounds one server's CONNZ answer: 64 MiB, the largest payload a NATS server can be
+// configured to carry (a page of ScanLimit connections with their auth fields is far below it).
+// A larger answer is not a server's and counts as a malformed one.
+const maxAnswer = 64 << 20
+
+// answer is one server's CONNZ answer as a scan keeps it.
+type answer struct {
+	// Server is the answering server's id, never empty.
+	Server string
+	// Connections are its connections of the account (or naming no account), attributed.
+	Connections []Connection
+	// Whole: the server listed every connection it counts (not truncated at the page size).
+	Whole bool
+}
+
+// decodeAnswer reads one server's CONNZ answer, untrusted bytes, keeping the connections of
+// account. ok is false for an answer a scan cannot use (oversized, malformed, an error answer,
+// no connection list, no server id): such an answer makes the scan incomplete.
+func decodeAnswer(data []byte, account string) (answer, bool) {
+	if len(data) > maxAnswer {
+		return answer{}, false
+	}
+	var a connzAnswer
+	if err := json.Unmarshal(data, &a); err != nil || a.Data == nil || a.Error != nil || a.Server.ID == "" {
+		return answer{}, false
+	}
+	out := answer{Server: a.Server.ID, Whole: a.Data.Total <= len(a.Data.Connections)}
+	for _, c := range a.Data.Connections {
+		if c.Account != "" && c.Account != account {
+			continue
+		}
+		out.Connections = append(out.Connections, Connection{
+			Server: a.Server.ID, Cid: c.Cid, User: c.AuthorizedUser, Principal: principalOf(c.Tags),
+		})
+	}
+	return out, true
+}
+
+// tally folds the answers of one scan of account.
+type tally struct {
+	account  string
+	scan     Scan
+	answered map[string]bool
+}
+
+func newTally(account string) *tally {
+	return &tally{account: account, scan: Scan{Complete: true}, answered: map[string]bool{}}
+}
+
+// add folds one answer in: an unusable or partial answer makes the scan incomplete, and only a
+// usable one counts its server as answered.
+func (t *tally) add(data []byte) {
+	a, ok := decodeAnswer(data, t.account)
+	if !ok {
+		t.scan.Complete = false
+		return
+	}
+	t.answered[a.Server] = true
+	if !a.Whole {
+		t.scan.Complete = false
+	}
+	t.scan.Connections = append(t.scan.Connections, a.Connections...)
+}
+
+// result is the scan so far, Servers counting the distinct servers that answered.
+func (t *tally) result() Scan {
+	s := t.scan
+	s.Servers = len(t.answered)
+	return s
+}
+
 // ScanAccount requests the CONNZ of account on nc (a membership-observer connection) and gathers
 // every server's answer until ScanSettle passes without one, or ScanWait.
 func ScanAccount(ctx context.Context, nc *nats.Conn, account string) (Scan, error) {
@@ -321,8 +392,7 @@ func ScanAccount(ctx context.Context, nc *nats.Conn, account string) (Scan, erro
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	scan := Scan{Complete: true}
-	answered := map[string]bool{}
+	t := newTally(account)
 	wait := time.Until(deadline)
 	for {
 		m, err := sub.NextMsg(wait)
@@ -332,29 +402,13 @@ func ScanAccount(ctx context.Context, nc *nats.Conn, account string) (Scan, erro
 			}
 			return Scan{}, err
 		}
-		var a connzAnswer
-		if err := json.Unmarshal(m.Data, &a); err != nil || a.Data == nil || a.Error != nil || a.Server.ID == "" {
-			scan.Complete = false
-		} else {
-			answered[a.Server.ID] = true
-			if a.Data.Total > len(a.Data.Connections) {
-				scan.Complete = false
-			}
-			for _, c := range a.Data.Connections {
-				if c.Account != "" && c.Account != account {
-					continue
-				}
-				scan.Connections = append(scan.Connections, Connection{
-					Server: a.Server.ID, Cid: c.Cid, User: c.AuthorizedUser, Principal: principalOf(c.Tags),
-				})
-			}
-		}
+		t.add(m.Data)
 		wait = min(ScanSettle, time.Until(deadline))
 		if wait <= 0 {
 			break
 		}
 	}
-	scan.Servers = len(answered)
+	scan := t.result()
 	if scan.Servers == 0 {
 		return Scan{}, errors.New("no server answered the connection scan")
 	}
