@@ -200,9 +200,6 @@ func (e sweepExpect) missing(answered map[string]string) string {
 // sweep asks every server for the open connections of user and grades the answers (see the file
 // comment): nil when conclusively none, an ErrHolderLive or ErrSweepInconclusive error otherwise.
 func (p planeSweep) sweep(ctx context.Context, user string) error {
-	inconclusive := func(format string, a ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrSweepInconclusive}, a...)...)
-	}
 	if !nkeys.IsValidPublicUserKey(user) {
 		return inconclusive("the row names no holder connection (no user key: written by an authd without an instance identity?)")
 	}
@@ -247,28 +244,11 @@ func (p planeSweep) sweep(ctx context.Context, user string) error {
 			}
 			return inconclusive("reading answers: %v", err)
 		}
-		var a connzAnswer
-		if len(m.Data) > maxSweepAnswer {
-			return inconclusive("an answer of %d bytes", len(m.Data))
+		id, name, err := gradeAnswer(m.Data)
+		if err != nil {
+			return err
 		}
-		if err := json.Unmarshal(m.Data, &a); err != nil || a.Server.ID == "" {
-			return inconclusive("a malformed answer (%v)", err)
-		}
-		if a.Error != nil {
-			return inconclusive("server %s answered an error: %d %.200s", a.Server.Name, a.Error.Code, a.Error.Description)
-		}
-		if a.Data == nil || (a.Data.ID != "" && a.Data.ID != a.Server.ID) {
-			return inconclusive("server %s answered no connection list of its own", a.Server.Name)
-		}
-		if len(a.Data.Conns) > 0 || a.Data.NumConns > 0 {
-			names := make([]string, 0, len(a.Data.Conns))
-			for _, c := range a.Data.Conns {
-				names = append(names, strconv.Quote(c.Name)+" (cid "+strconv.FormatUint(c.Cid, 10)+")")
-			}
-			sort.Strings(names)
-			return fmt.Errorf("%w: server %s lists %d connection(s) of its user key: %s", ErrHolderLive, a.Server.Name, max(a.Data.NumConns, len(names)), strings.Join(names, ", "))
-		}
-		answered[a.Server.ID] = a.Server.Name
+		answered[id] = name
 		if complete.IsZero() && expect.missing(answered) == "" {
 			complete = time.Now()
 		}
@@ -280,6 +260,40 @@ func (p planeSweep) sweep(ctx context.Context, user string) error {
 		return inconclusive("%s within %v", why, p.window)
 	}
 	return nil
+}
+
+// gradeAnswer grades one server's answer to the sweep's CONNZ request, untrusted bytes: the
+// answering server's id (never empty) and name when it lists no connection of the holder's user
+// key; an ErrHolderLive error when it lists one; an ErrSweepInconclusive error when it proves
+// nothing (oversized, malformed, no server id, an error answer, no connection list of its own).
+func gradeAnswer(data []byte) (id, name string, err error) {
+	if len(data) > maxSweepAnswer {
+		return "", "", inconclusive("an answer of %d bytes", len(data))
+	}
+	var a connzAnswer
+	if err := json.Unmarshal(data, &a); err != nil || a.Server.ID == "" {
+		return "", "", inconclusive("a malformed answer (%v)", err)
+	}
+	if a.Error != nil {
+		return "", "", inconclusive("server %s answered an error: %d %.200s", a.Server.Name, a.Error.Code, a.Error.Description)
+	}
+	if a.Data == nil || (a.Data.ID != "" && a.Data.ID != a.Server.ID) {
+		return "", "", inconclusive("server %s answered no connection list of its own", a.Server.Name)
+	}
+	if len(a.Data.Conns) > 0 || a.Data.NumConns > 0 {
+		names := make([]string, 0, len(a.Data.Conns))
+		for _, c := range a.Data.Conns {
+			names = append(names, strconv.Quote(c.Name)+" (cid "+strconv.FormatUint(c.Cid, 10)+")")
+		}
+		sort.Strings(names)
+		return "", "", fmt.Errorf("%w: server %s lists %d connection(s) of its user key: %s", ErrHolderLive, a.Server.Name, max(a.Data.NumConns, len(names)), strings.Join(names, ", "))
+	}
+	return a.Server.ID, a.Server.Name, nil
+}
+
+// inconclusive is an ErrSweepInconclusive error saying why.
+func inconclusive(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrSweepInconclusive}, a...)...)
 }
 
 // planeHeld is the PLANE_HELD refusal for a held claim, in three operator faces: a live holder
