@@ -61,7 +61,9 @@ FUZZ_TARGETS ?= \
 	authd/internal/bearer:FuzzDecode \
 	managerd/internal/launcher:FuzzDecodeRequest \
 	pkg/material:FuzzDecode \
-	managerd/manager:FuzzDecodeCustody
+	managerd/manager:FuzzDecodeCustody \
+	deliveryd/internal/evict:FuzzDecodeAnswer \
+	authd/service:FuzzGradeAnswer
 
 .PHONY: all generate check-generated lint test test-go test-ts fuzz bench check run build clean proof drill
 
