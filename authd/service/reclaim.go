@@ -262,6 +262,9 @@ func (p planeSweep) sweep(ctx context.Context, user string) error {
 	return nil
 }
 
+// maxListedNames bounds the connections a live-holder refusal names.
+const maxListedNames = 5
+
 // gradeAnswer grades one server's answer to the sweep's CONNZ request, untrusted bytes: the
 // answering server's id (never empty) and name when it lists no connection of the holder's user
 // key; an ErrHolderLive error when it lists one; an ErrSweepInconclusive error when it proves
@@ -286,7 +289,10 @@ func gradeAnswer(data []byte) (id, name string, err error) {
 			names = append(names, strconv.Quote(c.Name)+" (cid "+strconv.FormatUint(c.Cid, 10)+")")
 		}
 		sort.Strings(names)
-		return "", "", fmt.Errorf("%w: server %s lists %d connection(s) of its user key: %s", ErrHolderLive, a.Server.Name, max(a.Data.NumConns, len(names)), strings.Join(names, ", "))
+		if len(names) > maxListedNames { // the refusal names a few, not whatever a server sent
+			names = append(names[:maxListedNames], "...")
+		}
+		return "", "", fmt.Errorf("%w: server %.80q lists %d connection(s) of its user key: %.1000s", ErrHolderLive, a.Server.Name, max(a.Data.NumConns, len(a.Data.Conns)), strings.Join(names, ", "))
 	}
 	return a.Server.ID, a.Server.Name, nil
 }
