@@ -295,6 +295,7 @@ func (s *Service) waitConnected() {
 
 // warn logs a nonfatal condition and reports it to the host as an EventWarning.
 func (s *Service) warn(code, msg string, err error, attrs ...any) {
+	attrs = append(attrs, "code", code)
 	if err != nil {
 		attrs = append(attrs, "err", err)
 	}

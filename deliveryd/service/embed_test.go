@@ -224,8 +224,10 @@ func TestCloseUnconfirmedRelease(t *testing.T) {
 		!strings.Contains(err.Error(), "delivery lease release was not confirmed") {
 		t.Fatalf("Close = %v; want the unconfirmed release\n%s", err, logs.String())
 	}
-	if took < window/2 || took > window+2*time.Second {
-		t.Fatalf("Close took %v; want about the %v window from the drop\n%s", took, window, logs.String())
+	// It waited for the connection before deciding (a wait can only be longer under load, so only
+	// its floor is checked), and it decided: it returned.
+	if took < window/2 || !strings.Contains(logs.String(), "waiting for the broker connection to release the delivery lease") {
+		t.Fatalf("Close took %v without waiting for the connection (window %v)\n%s", took, window, logs.String())
 	}
 	if again := svc.Close(ctx(t)); !errors.Is(again, service.ErrReleaseUnconfirmed) {
 		t.Fatalf("second Close = %v", again)

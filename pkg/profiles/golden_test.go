@@ -103,8 +103,10 @@ func TestGolden(t *testing.T) {
 	}
 }
 
-// TestAccountConnzOnlyAuthPlane: the account-scoped CONNZ request (authd's plane-reclaim sweep)
-// is granted to the auth-plane profile and to no other.
+// TestAccountConnzOnlyAuthPlane: the data account's CONNZ request (authd's plane-reclaim sweep,
+// $SYS.REQ.ACCOUNT.PING.CONNZ) is granted to the auth-plane profile and to no other; of the
+// system-account profiles only membership-observer requests an account's CONNZ, and only its own
+// space's ($SYS.REQ.ACCOUNT.<data account>.CONNZ).
 func TestAccountConnzOnlyAuthPlane(t *testing.T) {
 	for _, name := range All() {
 		t.Run("ok/"+string(name), func(t *testing.T) {
@@ -112,14 +114,24 @@ func TestAccountConnzOnlyAuthPlane(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Build: %v", err)
 			}
-			has := false
+			ping, other := false, []string{}
 			for _, subj := range s.Pub.Allow {
-				if subj == space.AccountConnzPing || strings.HasPrefix(subj, "$SYS.REQ.ACCOUNT") {
-					has = true
+				switch {
+				case subj == space.AccountConnzPing:
+					ping = true
+				case strings.HasPrefix(subj, "$SYS.REQ.ACCOUNT"):
+					other = append(other, subj)
 				}
 			}
-			if has != (name == AuthPlane) {
-				t.Fatalf("%s grants the account CONNZ request: %v, want %v", name, has, name == AuthPlane)
+			if ping != (name == AuthPlane) {
+				t.Fatalf("%s grants the account CONNZ request: %v, want %v", name, ping, name == AuthPlane)
+			}
+			if name == MembershipObserver {
+				if len(other) != 1 || !strings.HasSuffix(other[0], ".CONNZ") || strings.ContainsAny(other[0], "*>") {
+					t.Fatalf("membership-observer's account requests %v, want exactly one account's CONNZ", other)
+				}
+			} else if len(other) != 0 {
+				t.Fatalf("%s grants account requests %v, want none", name, other)
 			}
 		})
 	}
