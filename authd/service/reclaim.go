@@ -292,7 +292,7 @@ func gradeAnswer(data []byte) (id, name string, err error) {
 		if len(names) > maxListedNames { // the refusal names a few, not whatever a server sent
 			names = append(names[:maxListedNames], "...")
 		}
-		return "", "", fmt.Errorf("%w: server %.80q lists %d connection(s) of its user key: %.1000s", ErrHolderLive, a.Server.Name, max(a.Data.NumConns, len(a.Data.Conns)), strings.Join(names, ", "))
+		return "", "", fmt.Errorf("%w: server %.80s lists %d connection(s) of its user key: %.1000s", ErrHolderLive, a.Server.Name, max(a.Data.NumConns, len(a.Data.Conns)), strings.Join(names, ", "))
 	}
 	return a.Server.ID, a.Server.Name, nil
 }
