@@ -1,0 +1,99 @@
+package lifecycle
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/cotalgo/cotal/pkg/space"
+)
+
+// OpIDLen is the length of the opIds this package derives: 26 lower-case hex characters, which
+// also pass the uid grammar every stored opId must pass.
+const OpIDLen = 26
+
+// ManagedRetirementOpID is the one opId of a managed lifecycle's retirement: the first 26 hex
+// characters of SHA-256("retire:"+uid), upstream's managedRetirementOpId. The door and the rail
+// derive it from the uid alone, so a retry or a second caller joins the same operation.
+func ManagedRetirementOpID(uid string) (string, error) { return opID("retire:", uid) }
+
+// InteractiveRetirementOpID is the interactive retirement door's opId: the first 26 hex
+// characters of SHA-256("interactive-retire:"+uid).
+func InteractiveRetirementOpID(uid string) (string, error) { return opID("interactive-retire:", uid) }
+
+// ActivationOpID is the opId of a lifecycle's activation saga: the first 26 hex characters of
+// SHA-256("activate:"+uid). It is ours (upstream mints a random one), so a retried activation
+// adopts the frozen(activation) gate it left behind.
+func ActivationOpID(uid string) (string, error) { return opID("activate:", uid) }
+
+func opID(prefix, uid string) (string, error) {
+	if err := space.ValidateUID(uid); err != nil {
+		return "", fmt.Errorf("lifecycle: opId: %w", err)
+	}
+	return mustOpID(prefix, uid), nil
+}
+
+// mustOpID derives an opId from a uid already validated.
+func mustOpID(prefix, uid string) string {
+	sum := sha256.Sum256([]byte(prefix + uid))
+	return hex.EncodeToString(sum[:])[:OpIDLen]
+}
+
+// ManagedRuntimeKey is the provider key a managed seat's hosted runtime is created under:
+// "cotal-" and the first 32 hex characters of the SHA-256 of the JSON array
+// [space, owner, actor, uid] (JSON.stringify's encoding), upstream's managedRuntimeKey. It is a
+// pure function of the full target, so whoever holds provider authority can close the runtime by
+// lifecycle, never by name.
+func ManagedRuntimeKey(spaceName, owner, actor, uid string) (string, error) {
+	if err := space.ValidateName(spaceName); err != nil {
+		return "", fmt.Errorf("lifecycle: runtime key: %w", err)
+	}
+	if _, err := space.PrincipalKey(owner, actor); err != nil {
+		return "", fmt.Errorf("lifecycle: runtime key: %w", err)
+	}
+	if err := space.ValidateUID(uid); err != nil {
+		return "", fmt.Errorf("lifecycle: runtime key: %w", err)
+	}
+	b := []byte{'['}
+	for i, s := range []string{spaceName, owner, actor, uid} {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSString(b, s)
+	}
+	b = append(b, ']')
+	sum := sha256.Sum256(b)
+	return "cotal-" + hex.EncodeToString(sum[:])[:32], nil
+}
+
+// appendJSString appends s as ECMAScript's JSON.stringify writes a string: only '"', '\\' and the
+// C0 controls are escaped, and nothing else (encoding/json would also escape U+2028, U+2029 and,
+// by default, '<', '>' and '&'). s must be valid UTF-8; it is copied byte for byte.
+func appendJSString(b []byte, s string) []byte {
+	const hexDigits = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\b':
+			b = append(b, '\\', 'b')
+		case '\t':
+			b = append(b, '\\', 't')
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\f':
+			b = append(b, '\\', 'f')
+		case '\r':
+			b = append(b, '\\', 'r')
+		default:
+			if c < 0x20 {
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			} else {
+				b = append(b, c)
+			}
+		}
+	}
+	return append(b, '"')
+}
