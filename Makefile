@@ -63,7 +63,15 @@ FUZZ_TARGETS ?= \
 	pkg/material:FuzzDecode \
 	managerd/manager:FuzzDecodeCustody \
 	deliveryd/internal/evict:FuzzDecodeAnswer \
-	authd/service:FuzzGradeAnswer
+	authd/service:FuzzGradeAnswer \
+	pkg/lifecycle:FuzzDecodeHead \
+	pkg/lifecycle:FuzzDecodeReservation \
+	pkg/lifecycle:FuzzDecodeFrontier \
+	pkg/lifecycle:FuzzDecodeSpec \
+	pkg/lifecycle:FuzzDecodeGate \
+	pkg/lifecycle:FuzzDecodeEndpointGate \
+	pkg/lifecycle:FuzzDecodeStage \
+	pkg/lifecycle:FuzzParseKeys
 
 .PHONY: all generate check-generated lint test test-go test-ts fuzz bench check run build clean proof drill
 

@@ -203,6 +203,9 @@ func (f *Frontier) validate() error {
 	if f.OpID != mustOpID("retire:", f.LifecycleUID) {
 		return errors.New("opId is not the uid's managed retirement opId")
 	}
+	if f.Streams == nil {
+		return errors.New("streams is null")
+	}
 	if len(f.Streams) > MaxFrontierStreams {
 		return fmt.Errorf("more than %d streams", MaxFrontierStreams)
 	}

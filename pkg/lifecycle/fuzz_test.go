@@ -1,0 +1,198 @@
+package lifecycle
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+// Each row decoder reads untrusted bytes from the broker. Whatever it accepts is bounded, is
+// byte for byte its own canonical encoding, and names the key it was read at; whatever it refuses
+// wraps ErrCorrupt.
+
+// seedRows adds every golden row, with its key, and a few damaged ones.
+func seedRows(f *testing.F, family string) {
+	for _, c := range rowCases(f) {
+		if !bytes.HasPrefix([]byte(c.name), []byte(family)) {
+			continue
+		}
+		f.Add(c.key, []byte(c.golden))
+		f.Add(c.key, []byte(c.golden[:len(c.golden)/2]))
+		f.Add(c.key, append([]byte(c.golden[:len(c.golden)-1]), `,"x":null}`...))
+		f.Add("x."+c.key, []byte(c.golden))
+	}
+	f.Add("", []byte(nil))
+	f.Add("gate.", []byte(`{"v":1}`))
+}
+
+func checkDecoded(t *testing.T, b []byte, err error, enc func() ([]byte, error)) {
+	t.Helper()
+	if err != nil {
+		if !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("refusal does not wrap ErrCorrupt: %v", err)
+		}
+		return
+	}
+	if len(b) > MaxRowBytes {
+		t.Fatalf("accepted %d bytes", len(b))
+	}
+	out, err := enc()
+	if err != nil || !bytes.Equal(out, b) {
+		t.Fatalf("accepted row re-encodes as %q, %v; read %q", out, err, b)
+	}
+}
+
+func FuzzDecodeHead(f *testing.F) {
+	seedRows(f, "head")
+	f.Fuzz(func(t *testing.T, key string, b []byte) {
+		h, err := DecodeHead(key, b)
+		checkDecoded(t, b, err, func() ([]byte, error) { return EncodeHead(h) })
+		if err == nil {
+			if k, err := HeadKey(h.Owner, h.Actor); err != nil || k != key {
+				t.Fatalf("head read at %q names %q, %v", key, k, err)
+			}
+			if (h.State == HeadRetiring) != (h.Op != nil) {
+				t.Fatalf("accepted state %s with op %v", h.State, h.Op)
+			}
+		}
+	})
+}
+
+func FuzzDecodeReservation(f *testing.F) {
+	seedRows(f, "reservation")
+	f.Fuzz(func(t *testing.T, key string, b []byte) {
+		r, err := DecodeReservation(key, b)
+		checkDecoded(t, b, err, func() ([]byte, error) { return EncodeReservation(r) })
+		if err == nil {
+			if _, err := ParseUIDKey(key); err != nil {
+				t.Fatalf("accepted a reservation at %q", key)
+			}
+		}
+	})
+}
+
+func FuzzDecodeFrontier(f *testing.F) {
+	seedRows(f, "frontier")
+	f.Fuzz(func(t *testing.T, key string, b []byte) {
+		fr, err := DecodeFrontier(key, b)
+		checkDecoded(t, b, err, func() ([]byte, error) { return EncodeFrontier(fr) })
+		if err == nil {
+			if k, err := FrontierKey(fr.LifecycleUID); err != nil || k != key {
+				t.Fatalf("frontier read at %q names %q, %v", key, k, err)
+			}
+			if op, _ := ManagedRetirementOpID(fr.LifecycleUID); op != fr.OpID {
+				t.Fatalf("accepted a foreign opId %q", fr.OpID)
+			}
+		}
+	})
+}
+
+func FuzzDecodeSpec(f *testing.F) {
+	seedRows(f, "spec")
+	f.Fuzz(func(t *testing.T, key string, b []byte) {
+		s, err := DecodeSpec(key, b)
+		checkDecoded(t, b, err, func() ([]byte, error) { return EncodeSpec(s) })
+		if err == nil {
+			if k, err := SpecKey(s.Endpoint, s.InstanceID); err != nil || k != key {
+				t.Fatalf("spec read at %q names %q, %v", key, k, err)
+			}
+		}
+	})
+}
+
+func FuzzDecodeGate(f *testing.F) {
+	seedRows(f, "gate")
+	f.Fuzz(func(t *testing.T, key string, b []byte) {
+		g, err := DecodeGate(key, b)
+		checkDecoded(t, b, err, func() ([]byte, error) { return EncodeGate(g) })
+		if err == nil {
+			if k, err := GateKey(g.LifecycleUID); err != nil || k != key {
+				t.Fatalf("gate read at %q names %q, %v", key, k, err)
+			}
+			if (g.State == GateOpen) == (g.Op != nil) {
+				t.Fatalf("accepted state %s with op %v", g.State, g.Op)
+			}
+		}
+	})
+}
+
+func FuzzDecodeEndpointGate(f *testing.F) {
+	seedRows(f, "endpoint gate")
+	f.Fuzz(func(t *testing.T, key string, b []byte) {
+		g, err := DecodeEndpointGate(key, b)
+		checkDecoded(t, b, err, func() ([]byte, error) { return EncodeEndpointGate(g) })
+		if err == nil {
+			if (g.State == GateOpen) == (g.Op != nil) {
+				t.Fatalf("accepted state %s with op %v", g.State, g.Op)
+			}
+			if g.RegistrationRevision == 0 {
+				t.Fatal("accepted registration revision 0")
+			}
+		}
+	})
+}
+
+func FuzzDecodeStage(f *testing.F) {
+	seedRows(f, "stage")
+	f.Fuzz(func(t *testing.T, key string, b []byte) {
+		s, err := DecodeStage(key, b)
+		checkDecoded(t, b, err, func() ([]byte, error) { return EncodeStage(s) })
+		if err == nil {
+			op, _ := ManagedRetirementOpID(s.LifecycleUID)
+			if k, err := StageKey(op); err != nil || k != key {
+				t.Fatalf("stage read at %q is %q's, %v", key, k, err)
+			}
+		}
+	})
+}
+
+// FuzzParseKeys: every key parser refuses with ErrBadKey or returns the tokens its builder turns
+// back into the same key.
+func FuzzParseKeys(f *testing.F) {
+	for _, k := range []string{
+		"lifecycle." + tOwner + ".cli", "uid." + tUID, "frontier." + tUID, "svc.com_example_host." + tIID,
+		"gate." + tUID, "stage." + tUID, "epgate.manager." + tIID, "epgate.a__b." + tIID, "gate.", "lifecycle..",
+		"svc.-a." + tIID, "epgate.a-_b." + tIID, "",
+	} {
+		f.Add(k)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		check := func(family string, built string, berr, perr error) {
+			t.Helper()
+			if perr != nil {
+				if !errors.Is(perr, ErrBadKey) {
+					t.Fatalf("%s: refusal of %q does not wrap ErrBadKey: %v", family, key, perr)
+				}
+				return
+			}
+			if berr != nil || built != key {
+				t.Fatalf("%s: parsed %q, rebuilt %q, %v", family, key, built, berr)
+			}
+		}
+		o, a, perr := ParseHeadKey(key)
+		k, berr := HeadKey(o, a)
+		check("head", k, berr, perr)
+		for family, p := range map[string]struct {
+			parse func(string) (string, error)
+			build func(string) (string, error)
+		}{
+			"uid": {ParseUIDKey, UIDKey}, "frontier": {ParseFrontierKey, FrontierKey},
+			"gate": {ParseGateKey, GateKey}, "stage": {ParseStageKey, StageKey},
+		} {
+			u, perr := p.parse(key)
+			k, berr := p.build(u)
+			check(family, k, berr, perr)
+		}
+		e, i, perr := ParseSpecKey(key)
+		k, berr = SpecKey(e, i)
+		check("spec", k, berr, perr)
+		e, i, perr = ParseEndpointGateKey(key)
+		k, berr = EndpointGateKey(e, i)
+		check("epgate", k, berr, perr)
+		if name, err := EndpointName(key); err == nil {
+			if tok, err := EndpointToken(name); err != nil || tok != key {
+				t.Fatalf("endpoint token %q: name %q gives %q, %v", key, name, tok, err)
+			}
+		}
+	})
+}
