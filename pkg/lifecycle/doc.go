@@ -23,10 +23,11 @@
 // version, an unknown, missing, null, duplicate or re-cased field, a wrong type, trailing data,
 // any byte that differs from the canonical encoding, a state outside its set, an op where the
 // state forbids one or none where it requires one, an op that is not the uid's own (a retiring
-// head, a frozen or retired gate and a frontier carry ManagedRetirementOpID(uid); a gate frozen
-// by its activation carries ActivationOpID(uid) at generation 0), integers above 2^53-1, and a
-// row that names another alias, uid or endpoint instance than its key. Corruption is never read
-// as absence.
+// head, a gate under a retirement, a frontier and a stage key carry ManagedRetirementOpID(uid); a
+// gate under its activation carries ActivationOpID(uid) at generation 0), an open gate at
+// generation 0, an endpoint gate retired by anything but a retirement, integers above 2^53-1,
+// and a row that names another alias, uid or endpoint instance than its key. Corruption is never
+// read as absence.
 //
 // OpIds. ManagedRetirementOpID, InteractiveRetirementOpID and ActivationOpID are the first 26 hex
 // characters of SHA-256 of "retire:", "interactive-retire:" and "activate:" followed by the uid:

@@ -434,7 +434,7 @@ func EncodeHead(h Head) ([]byte, error) { return encodeRow[Head]("head", h) }
 func DecodeHead(key string, b []byte) (Head, error) {
 	owner, actor, err := ParseHeadKey(key)
 	if err != nil {
-		return Head{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return Head{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	h, err := decodeRow[Head]("head", b)
 	if err != nil {
@@ -454,7 +454,7 @@ func EncodeReservation(r Reservation) ([]byte, error) {
 // DecodeReservation decodes the row stored at key, a uid reservation key.
 func DecodeReservation(key string, b []byte) (Reservation, error) {
 	if _, err := ParseUIDKey(key); err != nil {
-		return Reservation{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return Reservation{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	return decodeRow[Reservation]("reservation", b)
 }
@@ -471,7 +471,7 @@ func EncodeFrontier(f Frontier) ([]byte, error) {
 func DecodeFrontier(key string, b []byte) (Frontier, error) {
 	uid, err := ParseFrontierKey(key)
 	if err != nil {
-		return Frontier{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return Frontier{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	f, err := decodeRow[Frontier]("frontier", b)
 	if err != nil {
@@ -491,7 +491,7 @@ func EncodeSpec(s Spec) ([]byte, error) { return encodeRow[Spec]("spec", s) }
 func DecodeSpec(key string, b []byte) (Spec, error) {
 	ep, iid, err := ParseSpecKey(key)
 	if err != nil {
-		return Spec{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return Spec{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	s, err := decodeRow[Spec]("spec", b)
 	if err != nil {
@@ -510,7 +510,7 @@ func EncodeGate(g Gate) ([]byte, error) { return encodeRow[Gate]("gate", g) }
 func DecodeGate(key string, b []byte) (Gate, error) {
 	uid, err := ParseGateKey(key)
 	if err != nil {
-		return Gate{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return Gate{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	g, err := decodeRow[Gate]("gate", b)
 	if err != nil {
@@ -530,7 +530,7 @@ func EncodeEndpointGate(g EndpointGate) ([]byte, error) {
 // DecodeEndpointGate decodes the row stored at key, an endpoint gate key.
 func DecodeEndpointGate(key string, b []byte) (EndpointGate, error) {
 	if _, _, err := ParseEndpointGateKey(key); err != nil {
-		return EndpointGate{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return EndpointGate{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	return decodeRow[EndpointGate]("endpoint gate", b)
 }
@@ -543,7 +543,7 @@ func EncodeStage(s Stage) ([]byte, error) { return encodeRow[Stage]("stage", s) 
 func DecodeStage(key string, b []byte) (Stage, error) {
 	op, err := ParseStageKey(key)
 	if err != nil {
-		return Stage{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return Stage{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	s, err := decodeRow[Stage]("stage", b)
 	if err != nil {

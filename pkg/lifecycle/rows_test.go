@@ -157,7 +157,7 @@ func TestRows(t *testing.T) {
 		}
 		t.Run("fail/"+c.name+"/wrong family key", func(t *testing.T) {
 			for _, k := range []string{"x." + tUID, "", "plane", c.key + ".x"} {
-				if r, err := c.decode(k, []byte(c.golden)); !errors.Is(err, ErrCorrupt) {
+				if r, err := c.decode(k, []byte(c.golden)); !errors.Is(err, ErrCorrupt) || !errors.Is(err, ErrBadKey) {
 					t.Fatalf("%q: decoded %+v, err %v", k, r, err)
 				}
 			}
