@@ -16,9 +16,10 @@
 // deprovisioner credential signerd pins to that lifecycle; RunProvisionAgent and
 // RunDeprovisionAgent mint those one-shot credentials as Run does.
 //
-// It deliberately leaves out what upstream's setup also makes and nothing here needs yet: the
-// authority records and issued stores and the endpoint-plane streams (deferred with the endpoint
-// plane, see pkg/profiles).
+// It makes the lifecycle records store cotal_records_<t> beside the auth store cotal_auth_<t>;
+// authd refuses to start unless both exist as Plan says. It deliberately leaves out what
+// upstream's setup also makes and nothing here needs yet: the issued store and the endpoint-plane
+// streams (deferred with the endpoint plane, see pkg/profiles).
 package provision
 
 import (
@@ -119,7 +120,8 @@ func kv(stream, bucket string, ttl time.Duration) jetstream.StreamConfig {
 }
 
 // Plan lists every stream and bucket the space needs, in creation order: the five message
-// streams, then the buckets. It fails only for a Names not made by space.NewNames.
+// streams, then the buckets, the lifecycle records store cotal_records_<t> last. It fails only
+// for a Names not made by space.NewNames.
 func Plan(n space.Names) ([]Item, error) {
 	if n.Token() == "" {
 		return nil, space.ErrZeroNames
@@ -146,7 +148,7 @@ func Plan(n space.Names) ([]Item, error) {
 		{Stream, inbox.Name, inbox},
 		{Stream, dlv.Name, dlv},
 	}
-	for _, k := range []space.BucketKind{space.Presence, space.Channels, space.Members, space.ACL, space.Membership, space.Delivery, space.Manager, space.Auth} {
+	for _, k := range []space.BucketKind{space.Presence, space.Channels, space.Members, space.ACL, space.Membership, space.Delivery, space.Manager, space.Auth, space.Records} {
 		bucket, err := n.Bucket(k)
 		if err != nil {
 			return nil, err
@@ -178,6 +180,15 @@ func Plan(n space.Names) ([]Item, error) {
 			c = kv(stream, bucket, 0)
 			c.AllowMsgTTL = true
 			c.SubjectDeleteMarkerTTL = AuthMarkerTTL
+		case space.Records:
+			// The lifecycle records store (heads, uid reservations, frontiers, endpoint specs):
+			// limits retention, history one, no bucket age, no caps and no per-key TTLs, so a
+			// row never expires. Its row executors keep three rules: a row is read only by the
+			// leader-served STREAM.MSG.GET, never a direct get; every write carries the
+			// expected revision (create or CAS update), never a TTL; and a row that carries a
+			// TTL, a DEL or PURGE marker, or a value that does not decode is corruption to
+			// refuse, never "absent". Direct gets stay on as kv makes them, like every Go bucket.
+			c = kv(stream, bucket, 0)
 		}
 		items = append(items, Item{Bucket, bucket, c})
 	}

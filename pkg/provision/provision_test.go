@@ -188,8 +188,8 @@ func TestRunWithSignerdCredential(t *testing.T) {
 }
 
 // TestEnsureSecondRunChangesNothing proves the second run sends no create, update or KV write:
-// the account's stream advisories and the channels bucket's subjects, watched from before the
-// first run, show nothing between the second run and a sentinel the watcher makes after it.
+// the account's stream advisories and the channels, records and auth buckets' subjects, watched
+// from before the first run, show nothing between the second run and a sentinel the watcher makes after it.
 func TestEnsureSecondRunChangesNothing(t *testing.T) {
 	b := testkit.StartBroker(t, spaceName)
 	n := names(t)
@@ -201,7 +201,7 @@ func TestEnsureSecondRunChangesNothing(t *testing.T) {
 		defer mu.Unlock()
 		seen = append(seen, m.Subject)
 	}
-	for _, subj := range []string{"$JS.EVENT.ADVISORY.STREAM.>", "$KV.cotal_channels_alpha.>"} {
+	for _, subj := range []string{"$JS.EVENT.ADVISORY.STREAM.>", "$KV.cotal_channels_alpha.>", "$KV.cotal_records_alpha.>", "$KV.cotal_auth_alpha.>"} {
 		if _, err := w.Subscribe(subj, record); err != nil {
 			t.Fatal(err)
 		}
@@ -243,6 +243,15 @@ func TestEnsureSecondRunChangesNothing(t *testing.T) {
 		}
 	}
 	mu.Unlock()
+	mu.Lock()
+	recordsCreated := false
+	for _, s := range seen[:before] {
+		recordsCreated = recordsCreated || s == "$JS.EVENT.ADVISORY.STREAM.CREATED.KV_cotal_records_alpha"
+	}
+	mu.Unlock()
+	if !recordsCreated {
+		t.Fatalf("first run did not create the records bucket: %v", seen)
+	}
 	if created != len(planNames(t)) {
 		t.Fatalf("first run: %d create advisories, want %d: %v", created, len(planNames(t)), seen)
 	}
@@ -494,5 +503,92 @@ func TestAuthBucketTakesPerKeyTTLs(t *testing.T) {
 	}
 	if _, err := kv.Create(testCtx(t), "plane", []byte(`{"holder":"authd-2"}`), jetstream.KeyTTL(time.Minute)); err != nil {
 		t.Fatalf("a successor cannot create plane after the expiry: %v", err)
+	}
+}
+
+// TestStoreBuckets pins the two lifecycle-authority buckets Plan makes: the records store with
+// limits retention, history one, no age, caps or TTLs, last in the plan; and the auth store with
+// the configuration existing spaces were provisioned with (a change would refuse them).
+func TestStoreBuckets(t *testing.T) {
+	items, err := provision.Plan(names(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvStream := func(stream, bucket string) jetstream.StreamConfig {
+		return jetstream.StreamConfig{
+			Name: stream, Subjects: []string{"$KV." + bucket + ".>"},
+			Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage,
+			MaxConsumers: -1, MaxMsgs: -1, MaxBytes: -1, MaxMsgsPerSubject: 1, MaxMsgSize: -1,
+			Discard: jetstream.DiscardNew, Replicas: 1, Duplicates: 2 * time.Minute,
+			Compression: jetstream.NoCompression, AllowRollup: true, DenyDelete: true, AllowDirect: true,
+		}
+	}
+	t.Run("ok/plan includes records with that config", func(t *testing.T) {
+		last := items[len(items)-1]
+		if last.Kind != provision.Bucket || last.Name != "cotal_records_alpha" {
+			t.Fatalf("last item %s %s, want bucket cotal_records_alpha", last.Kind, last.Name)
+		}
+		want := kvStream("KV_cotal_records_alpha", "cotal_records_alpha")
+		if d := provision.Compare(want, last.Config); len(d) != 0 {
+			t.Fatalf("records config differs: %v", d)
+		}
+		c := last.Config
+		if c.MaxAge != 0 || c.AllowMsgTTL || c.SubjectDeleteMarkerTTL != 0 || c.MaxMsgsPerSubject != 1 || c.Retention != jetstream.LimitsPolicy || c.MaxBytes != -1 || c.MaxMsgs != -1 {
+			t.Fatalf("records config %+v", c)
+		}
+	})
+	t.Run("ok/auth bucket config unchanged", func(t *testing.T) {
+		want := kvStream("KV_cotal_auth_alpha", "cotal_auth_alpha")
+		want.AllowMsgTTL = true
+		want.SubjectDeleteMarkerTTL = time.Hour
+		if d := provision.Compare(want, planItem(t, "KV_cotal_auth_alpha")); len(d) != 0 {
+			t.Fatalf("auth config differs: %v", d)
+		}
+	})
+}
+
+// TestEnsureAddsRecordsToAnExistingSpace provisions a space as it was before the records store
+// (every item but cotal_records_<t>): a rerun creates only the records bucket, verifies every other
+// item (the auth bucket among them) unchanged, and a third run creates nothing.
+func TestEnsureAddsRecordsToAnExistingSpace(t *testing.T) {
+	b := testkit.StartBroker(t, spaceName)
+	js := provisionerJS(t, b)
+	items, err := provision.Plan(names(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range items {
+		if it.Name != "cotal_records_alpha" {
+			mustCreate(t, js, it.Config)
+		}
+	}
+	before, err := js.Stream(testCtx(t), "KV_cotal_auth_alpha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := provision.Ensure(testCtx(t), js, names(t), provision.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(rep.Created, ","); got != "cotal_records_alpha" || len(rep.Verified) != len(items)-1 {
+		t.Fatalf("rerun created %q, verified %d of %d", got, len(rep.Verified), len(items)-1)
+	}
+	after, err := js.Stream(testCtx(t), "KV_cotal_auth_alpha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := provision.Compare(before.CachedInfo().Config, after.CachedInfo().Config); len(d) != 0 || !after.CachedInfo().Created.Equal(before.CachedInfo().Created) {
+		t.Fatalf("auth bucket changed: %v", d)
+	}
+	rs, err := js.Stream(testCtx(t), "KV_cotal_records_alpha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := provision.Compare(items[len(items)-1].Config, rs.CachedInfo().Config); len(d) != 0 {
+		t.Fatalf("records bucket as stored differs from Plan: %v", d)
+	}
+	third, err := provision.Ensure(testCtx(t), js, names(t), provision.Options{})
+	if err != nil || len(third.Created) != 0 || len(third.Verified) != len(items) {
+		t.Fatalf("third run: %+v %v", third, err)
 	}
 }
