@@ -23,12 +23,14 @@
 //
 // Start returns only once authd serves, and nothing it began survives a refusal. In order: the
 // signerd client; the data-account connection on an auth-plane credential from the signer rail;
+// the store check (cotal_auth_<space> and the lifecycle records store cotal_records_<space> must
+// exist as provision.Plan makes them, else CodeStore naming the bucket: provision the space);
 // the plane claim (key "plane" of cotal_auth_<space>: one authd per space); the callout
 // connection on the auth-callout credential for authd's registered callout user key and the
 // responder subscribed and flushed; the exchange listener bound; the claim marked ready; and
 // last the discovery file auth-service.json {ver, url, pid, cap, state} (the CLI path only). A
 // refused start is a *StartError (errors.As) with a stable Code (CodeConfig, CodeSigner,
-// CodePlaneHeld, CodeAccount, ...); on the CLI path it is also written to
+// CodePlaneHeld, CodeAccount, CodeStore, ...); on the CLI path it is also written to
 // auth-service-refusal.json {ver, pid, code, reason, details} (a second authd names the holder
 // of the claim). A start whose ctx ends first is CodeCanceled and writes nothing.
 //

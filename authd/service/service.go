@@ -186,6 +186,14 @@ func (s *Service) start(ctx, runCtx context.Context, in RuntimeOptions) error {
 	if err != nil {
 		return fail(CodeBroker, "data-account connection refused", err)
 	}
+	// Both lifecycle-authority stores must exist as provisioned before anything reads or
+	// writes one, the plane claim included.
+	if err := checkStores(ctx, s.dataNC, n); err != nil {
+		if ctx.Err() != nil {
+			return fail(CodeStore, "", err) // reported as canceled
+		}
+		return err
+	}
 	bucket, err := n.Bucket(space.Auth)
 	if err != nil {
 		return fail(CodeConfig, "space refused", err)

@@ -45,6 +45,26 @@ func TestAuthPlaneBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	recordsStream := must(n.BucketStream(space.Records))
+	if _, err := ajs.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: must(n.Bucket(space.Records))}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("ok/reads-records-stream-info", func(t *testing.T) {
+		nc := connectAs(t, b, principal{profiles.AuthPlane, none})
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := js.Stream(ctx, recordsStream)
+		if err != nil || st.CachedInfo().Config.Name != recordsStream {
+			t.Fatalf("records stream info as auth-plane: %v (broker errors %v)", err, b.AsyncErrors(nc))
+		}
+		if errs := b.AsyncErrors(nc); len(errs) != 0 {
+			t.Fatalf("broker errors: %v", errs)
+		}
+	})
+
 	t.Run("ok/claims-follows-and-releases-plane", func(t *testing.T) {
 		nc := connectAs(t, b, principal{profiles.AuthPlane, none})
 		feed, err := nc.SubscribeSync(must(n.KV(space.Auth, profiles.PlaneKey)))
@@ -127,6 +147,10 @@ func TestAuthPlaneBroker(t *testing.T) {
 		{"fail/watch-consumer-create", must(space.ConsumerCreate(authStream)), false},
 		{"fail/watch-consumer-create-filtered", must(space.ConsumerCreateAny(authStream)) + "", false},
 		{"fail/bind-other-bucket", must(space.StreamInfo(presenceStream)), false},
+		{"fail/records-stream-msg-get", must(space.StreamMsgGet(recordsStream)), false},
+		{"fail/records-direct-get", must(space.DirectGet(recordsStream)), false},
+		{"fail/records-put", must(n.KV(space.Records, "lifecycle.o1.a1")), false},
+		{"fail/delete-records-bucket", "$JS.API.STREAM.DELETE." + recordsStream, false},
 		{"fail/delete-bucket", "$JS.API.STREAM.DELETE." + authStream, false},
 		{"fail/purge-bucket", "$JS.API.STREAM.PURGE." + authStream, false},
 		{"fail/update-bucket", must(space.StreamUpdate(authStream)), false},

@@ -446,7 +446,9 @@ func authCalloutPerms(b *builder) {
 //     is what a watch of one key reads, and leaves no consumer. The lease itself needs no watch:
 //     a CAS renewal notices a lost claim within half the TTL.
 //
-// Binding the bucket (KeyValue, Status) reads its stream info. Consumer verbs and acks are denied
+// Binding the bucket (KeyValue, Status) reads its stream info. The one other row on a bucket is
+// the stream info of cotal_records_<space>, which authd reads at start to check the lifecycle
+// records store exists as provisioned; it reads no row of it. Consumer verbs and acks are denied
 // as defence in depth.
 //
 // One row reaches outside the bucket: $SYS.REQ.ACCOUNT.PING.CONNZ, the account-scoped CONNZ a
@@ -456,6 +458,7 @@ func authCalloutPerms(b *builder) {
 func authPlanePerms(b *builder) {
 	n := b.n
 	b.kvBind(space.Auth)
+	b.kvBind(space.Records)
 	key, err := n.KV(space.Auth, PlaneKey)
 	b.pub(key, err)
 	b.pub(space.DirectGetSubject(b.bucketStream(space.Auth), key))

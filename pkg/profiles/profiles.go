@@ -69,7 +69,8 @@
 //     and no consumer verb: it writes only $KV.cotal_auth_<t>.plane, reads it with the direct get
 //     whose API subject names the key, and follows it with a core subscription instead of a
 //     watch, for the reason above (a daemon profile holding a watch row could be pointed anywhere
-//     just the same). Its one row outside the bucket is the account-scoped CONNZ request
+//     just the same). Beside it, it reads only the stream info of cotal_records_<space>, authd's
+//     start check of the records store. Its one row outside the buckets is the account-scoped CONNZ request
 //     ($SYS.REQ.ACCOUNT.PING.CONNZ, answered with the data account's connections only), the
 //     liveness sweep authd runs before it reclaims a held plane claim early. The daemon profiles
 //     (supervisor, delivery, membership-rw), minted by policy only to their daemons, keep
