@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 
+	"github.com/cotalgo/cotal/pkg/jsjson"
 	"github.com/cotalgo/cotal/pkg/space"
 )
 
@@ -59,41 +60,9 @@ func ManagedRuntimeKey(spaceName, owner, actor, uid string) (string, error) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSString(b, s)
+		b = jsjson.AppendString(b, s)
 	}
 	b = append(b, ']')
 	sum := sha256.Sum256(b)
 	return "cotal-" + hex.EncodeToString(sum[:])[:32], nil
-}
-
-// appendJSString appends s as ECMAScript's JSON.stringify writes a string: only '"', '\\' and the
-// C0 controls are escaped, and nothing else (encoding/json would also escape U+2028, U+2029 and,
-// by default, '<', '>' and '&'). s must be valid UTF-8; it is copied byte for byte.
-func appendJSString(b []byte, s string) []byte {
-	const hexDigits = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\b':
-			b = append(b, '\\', 'b')
-		case '\t':
-			b = append(b, '\\', 't')
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\f':
-			b = append(b, '\\', 'f')
-		case '\r':
-			b = append(b, '\\', 'r')
-		default:
-			if c < 0x20 {
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			} else {
-				b = append(b, c)
-			}
-		}
-	}
-	return append(b, '"')
 }

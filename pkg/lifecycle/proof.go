@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/cotalgo/cotal/pkg/jsjson"
 	"github.com/cotalgo/cotal/pkg/space"
 )
 
@@ -107,32 +108,32 @@ func ProofPayload(r Registration) ([]byte, error) {
 	}
 	b := make([]byte, 0, 1024)
 	b = append(b, `{"v":1,"kind":"manager-current-registration","space":`...)
-	b = appendJSString(b, r.Space)
+	b = jsjson.AppendString(b, r.Space)
 	b = append(b, `,"owner":`...)
-	b = appendJSString(b, r.Owner)
+	b = jsjson.AppendString(b, r.Owner)
 	b = append(b, `,"actor":`...)
-	b = appendJSString(b, r.Actor)
+	b = jsjson.AppendString(b, r.Actor)
 	b = append(b, `,"instanceId":`...)
-	b = appendJSString(b, r.InstanceID)
+	b = jsjson.AppendString(b, r.InstanceID)
 	b = append(b, `,"lifecycleUid":`...)
-	b = appendJSString(b, r.LifecycleUID)
+	b = jsjson.AppendString(b, r.LifecycleUID)
 	b = append(b, `,"actors":{`...)
 	for i, a := range actorKeys {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSString(b, a.key)
+		b = jsjson.AppendString(b, a.key)
 		b = append(b, ':')
-		b = appendJSString(b, actors[i])
+		b = jsjson.AppendString(b, actors[i])
 	}
 	b = append(b, `},"identities":{`...)
 	for i, a := range actorKeys {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSString(b, a.key)
+		b = jsjson.AppendString(b, a.key)
 		b = append(b, `:{"id":`...)
-		b = appendJSString(b, ids[i])
+		b = jsjson.AppendString(b, ids[i])
 		b = append(b, '}')
 	}
 	b = append(b, `},"registrationRevision":`...)

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/cotalgo/cotal/pkg/jsjson"
 )
 
 // This file holds the operations of a Space that use its bearer issuer key, its owner secret and
@@ -99,7 +101,7 @@ func CheckOwnerInput(idpIssuer, subject string) error {
 //	"u_" + base32lower_nopad(HMAC_SHA256(ownerSecret, "cotal-owner-v1:" + JSON.stringify([idpIssuer, subject]))[:16])
 //
 // which is 26 characters of [a-z2-7] after the prefix and passes space.ValidateDerivedOwner. The
-// JSON is JavaScript's JSON.stringify byte for byte (see appendJSString), so owners equal the ones
+// JSON is JavaScript's JSON.stringify byte for byte (see jsjson.AppendString), so owners equal the ones
 // upstream's derive.ts computes under the same secret. It refuses what CheckOwnerInput refuses,
 // and every call after the store was closed (ErrSpaceClosed).
 func (sp *Space) DeriveOwner(idpIssuer, subject string) (string, error) {
@@ -112,9 +114,9 @@ func (sp *Space) DeriveOwner(idpIssuer, subject string) (string, error) {
 	msg := make([]byte, 0, len(OwnerContext)+len(idpIssuer)+len(subject)+16)
 	msg = append(msg, OwnerContext...)
 	msg = append(msg, '[')
-	msg = appendJSString(msg, idpIssuer)
+	msg = jsjson.AppendString(msg, idpIssuer)
 	msg = append(msg, ',')
-	msg = appendJSString(msg, subject)
+	msg = jsjson.AppendString(msg, subject)
 	msg = append(msg, ']')
 	// hmac.New keeps the key XORed into its pads in a heap object of its own, which is left
 	// unwiped when it is dropped (see the package documentation).
@@ -122,41 +124,6 @@ func (sp *Space) DeriveOwner(idpIssuer, subject string) (string, error) {
 	mac.Write(msg)
 	sum := mac.Sum(nil)
 	return OwnerPrefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:16])), nil
-}
-
-// appendJSString appends s as JavaScript's JSON.stringify writes a string: '"' and '\' escaped
-// with a backslash; \b \t \n \f \r by their short forms; every other byte below 0x20 as \u00xx in
-// lower-case hex; everything else, including '<', '>', '&', DEL, U+2028 and U+2029, raw. Go's
-// encoding/json escapes the HTML characters unless told not to and always escapes U+2028 and
-// U+2029, so using it would give some identities a different owner than upstream. s must be
-// valid UTF-8 (CheckOwnerInput); it is copied byte for byte.
-func appendJSString(b []byte, s string) []byte {
-	const hexDigits = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\b':
-			b = append(b, '\\', 'b')
-		case '\t':
-			b = append(b, '\\', 't')
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\f':
-			b = append(b, '\\', 'f')
-		case '\r':
-			b = append(b, '\\', 'r')
-		default:
-			if c < 0x20 {
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			} else {
-				b = append(b, c)
-			}
-		}
-	}
-	return append(b, '"')
 }
 
 // CheckMacInput refuses a MAC request Mac would refuse: a domain other than
