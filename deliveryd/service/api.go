@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 
 	"github.com/nats-io/nats.go"
 
@@ -28,14 +27,6 @@ func LoadConfig(path string) (*Config, error) { return config.Load(path) }
 // store identity reloadStoreIdentity answers, all required; authd takes the same value. See the
 // package doc.
 type Hosted = daemon.Hosted
-
-// quote quotes s for an error, cut to 80 bytes.
-func quote(s string) string {
-	if len(s) > 80 {
-		s = s[:80] + "…"
-	}
-	return strconv.Quote(s)
-}
 
 // Inputs is what Start runs.
 type Inputs struct {
@@ -146,7 +137,7 @@ type ReleaseError struct {
 
 func (e *ReleaseError) Error() string {
 	if e.Holder != "" {
-		return "deliveryd: close: another instance's delivery lease row is there (holder " + quote(e.Holder) + "); this instance had no lease left to release"
+		return "deliveryd: close: another instance's delivery lease row is there (holder " + daemon.QuoteInput(e.Holder) + "); this instance had no lease left to release"
 	}
 	return fmt.Sprintf("deliveryd: close: the delivery lease release was not confirmed; the row expires with its TTL: %v", e.Err)
 }

@@ -287,7 +287,7 @@ func (s *Service) start(ctx, runCtx context.Context, opts RuntimeOptions) error 
 	if s.hosted != nil {
 		if got := s.rail.Account(); got != s.hosted.Account {
 			return &StartError{Code: CodeAccount, Details: map[string]string{"account": got, "assigned": s.hosted.Account},
-				Reason: "the delivery credential belongs to account " + quote(got) + ", not the assigned account " + quote(s.hosted.Account)}
+				Reason: "the delivery credential belongs to account " + daemon.QuoteInput(got) + ", not the assigned account " + daemon.QuoteInput(s.hosted.Account)}
 		}
 	}
 

@@ -35,7 +35,7 @@ const MaxStoreIdentity = 256
 // MaxStoreIdentity bytes. Its errors quote the refused value, at most 80 bytes of it.
 func (h Hosted) Validate() error {
 	if !nkeys.IsValidPublicAccountKey(h.Account) {
-		return fmt.Errorf("hosted account %s is not an account public key (A…)", quoteInput(h.Account))
+		return fmt.Errorf("hosted account %s is not an account public key (A…)", QuoteInput(h.Account))
 	}
 	if err := space.ValidateUID(h.LifecycleUID); err != nil {
 		return fmt.Errorf("hosted lifecycle uid: %w", err)
@@ -44,18 +44,18 @@ func (h Hosted) Validate() error {
 		return fmt.Errorf("hosted store identity: %d bytes, want 1 to %d", len(h.StoreIdentity), MaxStoreIdentity)
 	}
 	if !utf8.ValidString(h.StoreIdentity) {
-		return fmt.Errorf("hosted store identity %s: not UTF-8", quoteInput(h.StoreIdentity))
+		return fmt.Errorf("hosted store identity %s: not UTF-8", QuoteInput(h.StoreIdentity))
 	}
 	for _, r := range h.StoreIdentity {
 		if !unicode.IsPrint(r) {
-			return fmt.Errorf("hosted store identity %s: not one printable line", quoteInput(h.StoreIdentity))
+			return fmt.Errorf("hosted store identity %s: not one printable line", QuoteInput(h.StoreIdentity))
 		}
 	}
 	return nil
 }
 
-// quoteInput quotes a host's input for an error, at most 80 bytes of it.
-func quoteInput(s string) string {
+// QuoteInput quotes a host's input (or any outside value) for an error, at most 80 bytes of it.
+func QuoteInput(s string) string {
 	if len(s) > 80 {
 		s = s[:80] + "…"
 	}
