@@ -68,6 +68,11 @@ const (
 	// The delivery daemon's $SYS kick, a system-account user: $SYS.REQ.SERVER.*.KICK and nothing
 	// else, minted per eviction. It takes no parameter.
 	Profile_PROFILE_CONNECTION_EVICTOR Profile = 15
+	// A one-shot retirement request: publishes only its one retire-lifecycle rail subject (target
+	// and caller pinned in the subject, any nonce) and hears only that subject's replies. 5 minutes.
+	// Requires owner, actor, lifecycle_uid (the caller: a manager serve principal and its lifecycle)
+	// and target.
+	Profile_PROFILE_RETIREMENT_REQUESTER Profile = 16
 )
 
 // Enum value maps for Profile.
@@ -89,24 +94,26 @@ var (
 		13: "PROFILE_AUTH_PLANE",
 		14: "PROFILE_MEMBERSHIP_OBSERVER",
 		15: "PROFILE_CONNECTION_EVICTOR",
+		16: "PROFILE_RETIREMENT_REQUESTER",
 	}
 	Profile_value = map[string]int32{
-		"PROFILE_UNSPECIFIED":         0,
-		"PROFILE_AGENT":               1,
-		"PROFILE_SUPERVISOR":          2,
-		"PROFILE_PROVISIONER":         3,
-		"PROFILE_DEPROVISIONER":       4,
-		"PROFILE_DELIVERY":            5,
-		"PROFILE_OBSERVER":            6,
-		"PROFILE_ADMIN":               7,
-		"PROFILE_OPERATOR":            8,
-		"PROFILE_PROBE":               9,
-		"PROFILE_AUTH_CALLOUT":        10,
-		"PROFILE_SENTINEL":            11,
-		"PROFILE_MEMBERSHIP_RW":       12,
-		"PROFILE_AUTH_PLANE":          13,
-		"PROFILE_MEMBERSHIP_OBSERVER": 14,
-		"PROFILE_CONNECTION_EVICTOR":  15,
+		"PROFILE_UNSPECIFIED":          0,
+		"PROFILE_AGENT":                1,
+		"PROFILE_SUPERVISOR":           2,
+		"PROFILE_PROVISIONER":          3,
+		"PROFILE_DEPROVISIONER":        4,
+		"PROFILE_DELIVERY":             5,
+		"PROFILE_OBSERVER":             6,
+		"PROFILE_ADMIN":                7,
+		"PROFILE_OPERATOR":             8,
+		"PROFILE_PROBE":                9,
+		"PROFILE_AUTH_CALLOUT":         10,
+		"PROFILE_SENTINEL":             11,
+		"PROFILE_MEMBERSHIP_RW":        12,
+		"PROFILE_AUTH_PLANE":           13,
+		"PROFILE_MEMBERSHIP_OBSERVER":  14,
+		"PROFILE_CONNECTION_EVICTOR":   15,
+		"PROFILE_RETIREMENT_REQUESTER": 16,
 	}
 )
 
@@ -336,7 +343,10 @@ type ProfileParams struct {
 	// Optional. Channels the agent may post to; a pattern ("team.>") only where the caller's policy covers it.
 	AllowPublish []string `protobuf:"bytes,7,rep,name=allow_publish,json=allowPublish,proto3" json:"allow_publish,omitempty"`
 	// Optional. Scope words granted to the agent (for example "spawn").
-	Capabilities  []string `protobuf:"bytes,8,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	Capabilities []string `protobuf:"bytes,8,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	// Optional. The lifecycle a retirement requester may ask to retire; required by
+	// PROFILE_RETIREMENT_REQUESTER and refused by every other profile.
+	Target        *RetirementTarget `protobuf:"bytes,9,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -427,6 +437,77 @@ func (x *ProfileParams) GetCapabilities() []string {
 	return nil
 }
 
+func (x *ProfileParams) GetTarget() *RetirementTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+// RetirementTarget is one exact managed lifecycle.
+type RetirementTarget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The target's owner token.
+	Owner string `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// Required. The target's actor token.
+	Actor string `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	// Required. The target's lifecycle uid ([a-z0-9]{26,32}).
+	LifecycleUid  string `protobuf:"bytes,3,opt,name=lifecycle_uid,json=lifecycleUid,proto3" json:"lifecycle_uid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetirementTarget) Reset() {
+	*x = RetirementTarget{}
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetirementTarget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetirementTarget) ProtoMessage() {}
+
+func (x *RetirementTarget) ProtoReflect() protoreflect.Message {
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetirementTarget.ProtoReflect.Descriptor instead.
+func (*RetirementTarget) Descriptor() ([]byte, []int) {
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RetirementTarget) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *RetirementTarget) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *RetirementTarget) GetLifecycleUid() string {
+	if x != nil {
+		return x.LifecycleUid
+	}
+	return ""
+}
+
 // MintRequest asks for a user JWT.
 type MintRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -451,7 +532,7 @@ type MintRequest struct {
 
 func (x *MintRequest) Reset() {
 	*x = MintRequest{}
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[1]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -463,7 +544,7 @@ func (x *MintRequest) String() string {
 func (*MintRequest) ProtoMessage() {}
 
 func (x *MintRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[1]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -476,7 +557,7 @@ func (x *MintRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MintRequest.ProtoReflect.Descriptor instead.
 func (*MintRequest) Descriptor() ([]byte, []int) {
-	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{1}
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *MintRequest) GetSpace() string {
@@ -548,7 +629,7 @@ type Credential struct {
 
 func (x *Credential) Reset() {
 	*x = Credential{}
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[2]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -560,7 +641,7 @@ func (x *Credential) String() string {
 func (*Credential) ProtoMessage() {}
 
 func (x *Credential) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[2]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -573,7 +654,7 @@ func (x *Credential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credential.ProtoReflect.Descriptor instead.
 func (*Credential) Descriptor() ([]byte, []int) {
-	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{2}
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Credential) GetJwt() string {
@@ -650,7 +731,7 @@ type MintResponse struct {
 
 func (x *MintResponse) Reset() {
 	*x = MintResponse{}
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[3]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +743,7 @@ func (x *MintResponse) String() string {
 func (*MintResponse) ProtoMessage() {}
 
 func (x *MintResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[3]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +756,7 @@ func (x *MintResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MintResponse.ProtoReflect.Descriptor instead.
 func (*MintResponse) Descriptor() ([]byte, []int) {
-	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{3}
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *MintResponse) GetCredential() *Credential {
@@ -706,7 +787,7 @@ type RemintRequest struct {
 
 func (x *RemintRequest) Reset() {
 	*x = RemintRequest{}
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[4]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -718,7 +799,7 @@ func (x *RemintRequest) String() string {
 func (*RemintRequest) ProtoMessage() {}
 
 func (x *RemintRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[4]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -731,7 +812,7 @@ func (x *RemintRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemintRequest.ProtoReflect.Descriptor instead.
 func (*RemintRequest) Descriptor() ([]byte, []int) {
-	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{4}
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RemintRequest) GetSpace() string {
@@ -781,7 +862,7 @@ type RemintResponse struct {
 
 func (x *RemintResponse) Reset() {
 	*x = RemintResponse{}
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[5]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +874,7 @@ func (x *RemintResponse) String() string {
 func (*RemintResponse) ProtoMessage() {}
 
 func (x *RemintResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[5]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +887,7 @@ func (x *RemintResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemintResponse.ProtoReflect.Descriptor instead.
 func (*RemintResponse) Descriptor() ([]byte, []int) {
-	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{5}
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RemintResponse) GetCredential() *Credential {
@@ -827,7 +908,7 @@ type GetSpaceRequest struct {
 
 func (x *GetSpaceRequest) Reset() {
 	*x = GetSpaceRequest{}
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[6]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +920,7 @@ func (x *GetSpaceRequest) String() string {
 func (*GetSpaceRequest) ProtoMessage() {}
 
 func (x *GetSpaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[6]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +933,7 @@ func (x *GetSpaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSpaceRequest.ProtoReflect.Descriptor instead.
 func (*GetSpaceRequest) Descriptor() ([]byte, []int) {
-	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{6}
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetSpaceRequest) GetSpace() string {
@@ -893,7 +974,7 @@ type GetSpaceResponse struct {
 
 func (x *GetSpaceResponse) Reset() {
 	*x = GetSpaceResponse{}
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[7]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +986,7 @@ func (x *GetSpaceResponse) String() string {
 func (*GetSpaceResponse) ProtoMessage() {}
 
 func (x *GetSpaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[7]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +999,7 @@ func (x *GetSpaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSpaceResponse.ProtoReflect.Descriptor instead.
 func (*GetSpaceResponse) Descriptor() ([]byte, []int) {
-	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{7}
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetSpaceResponse) GetSpace() string {
@@ -1013,7 +1094,7 @@ type OpenCalloutRequestRequest struct {
 
 func (x *OpenCalloutRequestRequest) Reset() {
 	*x = OpenCalloutRequestRequest{}
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[8]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1106,7 @@ func (x *OpenCalloutRequestRequest) String() string {
 func (*OpenCalloutRequestRequest) ProtoMessage() {}
 
 func (x *OpenCalloutRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[8]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1119,7 @@ func (x *OpenCalloutRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenCalloutRequestRequest.ProtoReflect.Descriptor instead.
 func (*OpenCalloutRequestRequest) Descriptor() ([]byte, []int) {
-	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{8}
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *OpenCalloutRequestRequest) GetSpace() string {
@@ -1089,7 +1170,7 @@ type OpenCalloutRequestResponse struct {
 
 func (x *OpenCalloutRequestResponse) Reset() {
 	*x = OpenCalloutRequestResponse{}
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[9]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1101,7 +1182,7 @@ func (x *OpenCalloutRequestResponse) String() string {
 func (*OpenCalloutRequestResponse) ProtoMessage() {}
 
 func (x *OpenCalloutRequestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[9]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1114,7 +1195,7 @@ func (x *OpenCalloutRequestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenCalloutRequestResponse.ProtoReflect.Descriptor instead.
 func (*OpenCalloutRequestResponse) Descriptor() ([]byte, []int) {
-	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{9}
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *OpenCalloutRequestResponse) GetUserNkey() string {
@@ -1195,7 +1276,7 @@ type CalloutGrant struct {
 
 func (x *CalloutGrant) Reset() {
 	*x = CalloutGrant{}
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[10]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1207,7 +1288,7 @@ func (x *CalloutGrant) String() string {
 func (*CalloutGrant) ProtoMessage() {}
 
 func (x *CalloutGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[10]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1220,7 +1301,7 @@ func (x *CalloutGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CalloutGrant.ProtoReflect.Descriptor instead.
 func (*CalloutGrant) Descriptor() ([]byte, []int) {
-	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{10}
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CalloutGrant) GetProfile() Profile {
@@ -1266,7 +1347,7 @@ type SignCalloutResponseRequest struct {
 
 func (x *SignCalloutResponseRequest) Reset() {
 	*x = SignCalloutResponseRequest{}
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[11]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1359,7 @@ func (x *SignCalloutResponseRequest) String() string {
 func (*SignCalloutResponseRequest) ProtoMessage() {}
 
 func (x *SignCalloutResponseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[11]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1372,7 @@ func (x *SignCalloutResponseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignCalloutResponseRequest.ProtoReflect.Descriptor instead.
 func (*SignCalloutResponseRequest) Descriptor() ([]byte, []int) {
-	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{11}
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SignCalloutResponseRequest) GetSpace() string {
@@ -1371,7 +1452,7 @@ type SignCalloutResponseResponse struct {
 
 func (x *SignCalloutResponseResponse) Reset() {
 	*x = SignCalloutResponseResponse{}
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[12]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1383,7 +1464,7 @@ func (x *SignCalloutResponseResponse) String() string {
 func (*SignCalloutResponseResponse) ProtoMessage() {}
 
 func (x *SignCalloutResponseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[12]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1396,7 +1477,7 @@ func (x *SignCalloutResponseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignCalloutResponseResponse.ProtoReflect.Descriptor instead.
 func (*SignCalloutResponseResponse) Descriptor() ([]byte, []int) {
-	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{12}
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SignCalloutResponseResponse) GetSealedResponse() []byte {
@@ -1434,14 +1515,17 @@ type SignBearerRequest struct {
 	View string `protobuf:"bytes,8,opt,name=view,proto3" json:"view,omitempty"`
 	// Required. Requested lifetime; capped at 900 seconds (300 for transfer-writer); negative or
 	// under 1 s is refused (TTL_INVALID).
-	Ttl           *durationpb.Duration `protobuf:"bytes,9,opt,name=ttl,proto3" json:"ttl,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Ttl *durationpb.Duration `protobuf:"bytes,9,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// Optional. The manager instance a manager-caller bearer is bound to ([a-z0-9]{26,32}); only
+	// with view "manager-caller".
+	ManagerInstanceId string `protobuf:"bytes,10,opt,name=manager_instance_id,json=managerInstanceId,proto3" json:"manager_instance_id,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SignBearerRequest) Reset() {
 	*x = SignBearerRequest{}
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[13]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +1537,7 @@ func (x *SignBearerRequest) String() string {
 func (*SignBearerRequest) ProtoMessage() {}
 
 func (x *SignBearerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[13]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +1550,7 @@ func (x *SignBearerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignBearerRequest.ProtoReflect.Descriptor instead.
 func (*SignBearerRequest) Descriptor() ([]byte, []int) {
-	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{13}
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SignBearerRequest) GetSpace() string {
@@ -1532,6 +1616,13 @@ func (x *SignBearerRequest) GetTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *SignBearerRequest) GetManagerInstanceId() string {
+	if x != nil {
+		return x.ManagerInstanceId
+	}
+	return ""
+}
+
 // SignBearerResponse carries the bearer.
 type SignBearerResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1547,7 +1638,7 @@ type SignBearerResponse struct {
 
 func (x *SignBearerResponse) Reset() {
 	*x = SignBearerResponse{}
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[14]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1559,7 +1650,7 @@ func (x *SignBearerResponse) String() string {
 func (*SignBearerResponse) ProtoMessage() {}
 
 func (x *SignBearerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[14]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1572,7 +1663,7 @@ func (x *SignBearerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignBearerResponse.ProtoReflect.Descriptor instead.
 func (*SignBearerResponse) Descriptor() ([]byte, []int) {
-	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{14}
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SignBearerResponse) GetToken() string {
@@ -1607,7 +1698,7 @@ type GetJWKSRequest struct {
 
 func (x *GetJWKSRequest) Reset() {
 	*x = GetJWKSRequest{}
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[15]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +1710,7 @@ func (x *GetJWKSRequest) String() string {
 func (*GetJWKSRequest) ProtoMessage() {}
 
 func (x *GetJWKSRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[15]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +1723,7 @@ func (x *GetJWKSRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJWKSRequest.ProtoReflect.Descriptor instead.
 func (*GetJWKSRequest) Descriptor() ([]byte, []int) {
-	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{15}
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetJWKSRequest) GetSpace() string {
@@ -1663,7 +1754,7 @@ type JWK struct {
 
 func (x *JWK) Reset() {
 	*x = JWK{}
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[16]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1675,7 +1766,7 @@ func (x *JWK) String() string {
 func (*JWK) ProtoMessage() {}
 
 func (x *JWK) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[16]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1688,7 +1779,7 @@ func (x *JWK) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JWK.ProtoReflect.Descriptor instead.
 func (*JWK) Descriptor() ([]byte, []int) {
-	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{16}
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JWK) GetKty() string {
@@ -1744,7 +1835,7 @@ type GetJWKSResponse struct {
 
 func (x *GetJWKSResponse) Reset() {
 	*x = GetJWKSResponse{}
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[17]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1756,7 +1847,7 @@ func (x *GetJWKSResponse) String() string {
 func (*GetJWKSResponse) ProtoMessage() {}
 
 func (x *GetJWKSResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[17]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1769,7 +1860,7 @@ func (x *GetJWKSResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJWKSResponse.ProtoReflect.Descriptor instead.
 func (*GetJWKSResponse) Descriptor() ([]byte, []int) {
-	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{17}
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetJWKSResponse) GetKeys() []*JWK {
@@ -1794,7 +1885,7 @@ type DeriveOwnerRequest struct {
 
 func (x *DeriveOwnerRequest) Reset() {
 	*x = DeriveOwnerRequest{}
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[18]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +1897,7 @@ func (x *DeriveOwnerRequest) String() string {
 func (*DeriveOwnerRequest) ProtoMessage() {}
 
 func (x *DeriveOwnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[18]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +1910,7 @@ func (x *DeriveOwnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeriveOwnerRequest.ProtoReflect.Descriptor instead.
 func (*DeriveOwnerRequest) Descriptor() ([]byte, []int) {
-	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{18}
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeriveOwnerRequest) GetSpace() string {
@@ -1854,7 +1945,7 @@ type DeriveOwnerResponse struct {
 
 func (x *DeriveOwnerResponse) Reset() {
 	*x = DeriveOwnerResponse{}
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[19]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +1957,7 @@ func (x *DeriveOwnerResponse) String() string {
 func (*DeriveOwnerResponse) ProtoMessage() {}
 
 func (x *DeriveOwnerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[19]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +1970,7 @@ func (x *DeriveOwnerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeriveOwnerResponse.ProtoReflect.Descriptor instead.
 func (*DeriveOwnerResponse) Descriptor() ([]byte, []int) {
-	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{19}
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeriveOwnerResponse) GetOwner() string {
@@ -1904,7 +1995,7 @@ type MacRequest struct {
 
 func (x *MacRequest) Reset() {
 	*x = MacRequest{}
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[20]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2007,7 @@ func (x *MacRequest) String() string {
 func (*MacRequest) ProtoMessage() {}
 
 func (x *MacRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[20]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2020,7 @@ func (x *MacRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MacRequest.ProtoReflect.Descriptor instead.
 func (*MacRequest) Descriptor() ([]byte, []int) {
-	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{20}
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MacRequest) GetSpace() string {
@@ -1964,7 +2055,7 @@ type MacResponse struct {
 
 func (x *MacResponse) Reset() {
 	*x = MacResponse{}
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[21]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1976,7 +2067,7 @@ func (x *MacResponse) String() string {
 func (*MacResponse) ProtoMessage() {}
 
 func (x *MacResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_signer_v1_signer_proto_msgTypes[21]
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1989,7 +2080,7 @@ func (x *MacResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MacResponse.ProtoReflect.Descriptor instead.
 func (*MacResponse) Descriptor() ([]byte, []int) {
-	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{21}
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MacResponse) GetMac() string {
@@ -2003,7 +2094,7 @@ var File_cotal_signer_v1_signer_proto protoreflect.FileDescriptor
 
 const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\n" +
-	"\x1ccotal/signer/v1/signer.proto\x12\x0fcotal.signer.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x84\x02\n" +
+	"\x1ccotal/signer/v1/signer.proto\x12\x0fcotal.signer.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbf\x02\n" +
 	"\rProfileParams\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x14\n" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12#\n" +
@@ -2012,7 +2103,12 @@ const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\tsubscribe\x18\x05 \x03(\tR\tsubscribe\x12'\n" +
 	"\x0fallow_subscribe\x18\x06 \x03(\tR\x0eallowSubscribe\x12#\n" +
 	"\rallow_publish\x18\a \x03(\tR\fallowPublish\x12\"\n" +
-	"\fcapabilities\x18\b \x03(\tR\fcapabilities\"\x83\x02\n" +
+	"\fcapabilities\x18\b \x03(\tR\fcapabilities\x129\n" +
+	"\x06target\x18\t \x01(\v2!.cotal.signer.v1.RetirementTargetR\x06target\"c\n" +
+	"\x10RetirementTarget\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x14\n" +
+	"\x05actor\x18\x02 \x01(\tR\x05actor\x12#\n" +
+	"\rlifecycle_uid\x18\x03 \x01(\tR\flifecycleUid\"\x83\x02\n" +
 	"\vMintRequest\x12\x14\n" +
 	"\x05space\x18\x01 \x01(\tR\x05space\x122\n" +
 	"\aprofile\x18\x02 \x01(\x0e2\x18.cotal.signer.v1.ProfileR\aprofile\x12&\n" +
@@ -2101,7 +2197,7 @@ const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\bdecision\"a\n" +
 	"\x1bSignCalloutResponseResponse\x12'\n" +
 	"\x0fsealed_response\x18\x01 \x01(\fR\x0esealedResponse\x12\x19\n" +
-	"\buser_jti\x18\x02 \x01(\tR\auserJti\"\x8e\x02\n" +
+	"\buser_jti\x18\x02 \x01(\tR\auserJti\"\xbe\x02\n" +
 	"\x11SignBearerRequest\x12\x14\n" +
 	"\x05space\x18\x01 \x01(\tR\x05space\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x14\n" +
@@ -2111,7 +2207,9 @@ const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\rlifecycle_uid\x18\x06 \x01(\tR\flifecycleUid\x12#\n" +
 	"\rcredential_id\x18\a \x01(\tR\fcredentialId\x12\x12\n" +
 	"\x04view\x18\b \x01(\tR\x04view\x12+\n" +
-	"\x03ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"w\n" +
+	"\x03ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12.\n" +
+	"\x13manager_instance_id\x18\n" +
+	" \x01(\tR\x11managerInstanceId\"w\n" +
 	"\x12SignBearerResponse\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x10\n" +
 	"\x03kid\x18\x02 \x01(\tR\x03kid\x129\n" +
@@ -2141,7 +2239,7 @@ const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\x06domain\x18\x02 \x01(\x0e2\x1a.cotal.signer.v1.MacDomainR\x06domain\x12\x18\n" +
 	"\apayload\x18\x03 \x01(\fR\apayload\"\x1f\n" +
 	"\vMacResponse\x12\x10\n" +
-	"\x03mac\x18\x01 \x01(\tR\x03mac*\x8d\x03\n" +
+	"\x03mac\x18\x01 \x01(\tR\x03mac*\xaf\x03\n" +
 	"\aProfile\x12\x17\n" +
 	"\x13PROFILE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rPROFILE_AGENT\x10\x01\x12\x16\n" +
@@ -2159,7 +2257,8 @@ const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\x15PROFILE_MEMBERSHIP_RW\x10\f\x12\x16\n" +
 	"\x12PROFILE_AUTH_PLANE\x10\r\x12\x1f\n" +
 	"\x1bPROFILE_MEMBERSHIP_OBSERVER\x10\x0e\x12\x1e\n" +
-	"\x1aPROFILE_CONNECTION_EVICTOR\x10\x0f*\x8a\x05\n" +
+	"\x1aPROFILE_CONNECTION_EVICTOR\x10\x0f\x12 \n" +
+	"\x1cPROFILE_RETIREMENT_REQUESTER\x10\x10*\x8a\x05\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15REASON_CALLER_UNKNOWN\x10\x01\x12\x1a\n" +
@@ -2212,77 +2311,79 @@ func file_cotal_signer_v1_signer_proto_rawDescGZIP() []byte {
 }
 
 var file_cotal_signer_v1_signer_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_cotal_signer_v1_signer_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_cotal_signer_v1_signer_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_cotal_signer_v1_signer_proto_goTypes = []any{
 	(Profile)(0),                        // 0: cotal.signer.v1.Profile
 	(Reason)(0),                         // 1: cotal.signer.v1.Reason
 	(MacDomain)(0),                      // 2: cotal.signer.v1.MacDomain
 	(*ProfileParams)(nil),               // 3: cotal.signer.v1.ProfileParams
-	(*MintRequest)(nil),                 // 4: cotal.signer.v1.MintRequest
-	(*Credential)(nil),                  // 5: cotal.signer.v1.Credential
-	(*MintResponse)(nil),                // 6: cotal.signer.v1.MintResponse
-	(*RemintRequest)(nil),               // 7: cotal.signer.v1.RemintRequest
-	(*RemintResponse)(nil),              // 8: cotal.signer.v1.RemintResponse
-	(*GetSpaceRequest)(nil),             // 9: cotal.signer.v1.GetSpaceRequest
-	(*GetSpaceResponse)(nil),            // 10: cotal.signer.v1.GetSpaceResponse
-	(*OpenCalloutRequestRequest)(nil),   // 11: cotal.signer.v1.OpenCalloutRequestRequest
-	(*OpenCalloutRequestResponse)(nil),  // 12: cotal.signer.v1.OpenCalloutRequestResponse
-	(*CalloutGrant)(nil),                // 13: cotal.signer.v1.CalloutGrant
-	(*SignCalloutResponseRequest)(nil),  // 14: cotal.signer.v1.SignCalloutResponseRequest
-	(*SignCalloutResponseResponse)(nil), // 15: cotal.signer.v1.SignCalloutResponseResponse
-	(*SignBearerRequest)(nil),           // 16: cotal.signer.v1.SignBearerRequest
-	(*SignBearerResponse)(nil),          // 17: cotal.signer.v1.SignBearerResponse
-	(*GetJWKSRequest)(nil),              // 18: cotal.signer.v1.GetJWKSRequest
-	(*JWK)(nil),                         // 19: cotal.signer.v1.JWK
-	(*GetJWKSResponse)(nil),             // 20: cotal.signer.v1.GetJWKSResponse
-	(*DeriveOwnerRequest)(nil),          // 21: cotal.signer.v1.DeriveOwnerRequest
-	(*DeriveOwnerResponse)(nil),         // 22: cotal.signer.v1.DeriveOwnerResponse
-	(*MacRequest)(nil),                  // 23: cotal.signer.v1.MacRequest
-	(*MacResponse)(nil),                 // 24: cotal.signer.v1.MacResponse
-	(*durationpb.Duration)(nil),         // 25: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 26: google.protobuf.Timestamp
+	(*RetirementTarget)(nil),            // 4: cotal.signer.v1.RetirementTarget
+	(*MintRequest)(nil),                 // 5: cotal.signer.v1.MintRequest
+	(*Credential)(nil),                  // 6: cotal.signer.v1.Credential
+	(*MintResponse)(nil),                // 7: cotal.signer.v1.MintResponse
+	(*RemintRequest)(nil),               // 8: cotal.signer.v1.RemintRequest
+	(*RemintResponse)(nil),              // 9: cotal.signer.v1.RemintResponse
+	(*GetSpaceRequest)(nil),             // 10: cotal.signer.v1.GetSpaceRequest
+	(*GetSpaceResponse)(nil),            // 11: cotal.signer.v1.GetSpaceResponse
+	(*OpenCalloutRequestRequest)(nil),   // 12: cotal.signer.v1.OpenCalloutRequestRequest
+	(*OpenCalloutRequestResponse)(nil),  // 13: cotal.signer.v1.OpenCalloutRequestResponse
+	(*CalloutGrant)(nil),                // 14: cotal.signer.v1.CalloutGrant
+	(*SignCalloutResponseRequest)(nil),  // 15: cotal.signer.v1.SignCalloutResponseRequest
+	(*SignCalloutResponseResponse)(nil), // 16: cotal.signer.v1.SignCalloutResponseResponse
+	(*SignBearerRequest)(nil),           // 17: cotal.signer.v1.SignBearerRequest
+	(*SignBearerResponse)(nil),          // 18: cotal.signer.v1.SignBearerResponse
+	(*GetJWKSRequest)(nil),              // 19: cotal.signer.v1.GetJWKSRequest
+	(*JWK)(nil),                         // 20: cotal.signer.v1.JWK
+	(*GetJWKSResponse)(nil),             // 21: cotal.signer.v1.GetJWKSResponse
+	(*DeriveOwnerRequest)(nil),          // 22: cotal.signer.v1.DeriveOwnerRequest
+	(*DeriveOwnerResponse)(nil),         // 23: cotal.signer.v1.DeriveOwnerResponse
+	(*MacRequest)(nil),                  // 24: cotal.signer.v1.MacRequest
+	(*MacResponse)(nil),                 // 25: cotal.signer.v1.MacResponse
+	(*durationpb.Duration)(nil),         // 26: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 27: google.protobuf.Timestamp
 }
 var file_cotal_signer_v1_signer_proto_depIdxs = []int32{
-	0,  // 0: cotal.signer.v1.MintRequest.profile:type_name -> cotal.signer.v1.Profile
-	3,  // 1: cotal.signer.v1.MintRequest.params:type_name -> cotal.signer.v1.ProfileParams
-	25, // 2: cotal.signer.v1.MintRequest.ttl:type_name -> google.protobuf.Duration
-	26, // 3: cotal.signer.v1.Credential.issued_at:type_name -> google.protobuf.Timestamp
-	26, // 4: cotal.signer.v1.Credential.expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 5: cotal.signer.v1.Credential.profile:type_name -> cotal.signer.v1.Profile
-	5,  // 6: cotal.signer.v1.MintResponse.credential:type_name -> cotal.signer.v1.Credential
-	25, // 7: cotal.signer.v1.RemintRequest.ttl:type_name -> google.protobuf.Duration
-	5,  // 8: cotal.signer.v1.RemintResponse.credential:type_name -> cotal.signer.v1.Credential
-	0,  // 9: cotal.signer.v1.CalloutGrant.profile:type_name -> cotal.signer.v1.Profile
-	3,  // 10: cotal.signer.v1.CalloutGrant.params:type_name -> cotal.signer.v1.ProfileParams
-	26, // 11: cotal.signer.v1.CalloutGrant.expires_at:type_name -> google.protobuf.Timestamp
-	13, // 12: cotal.signer.v1.SignCalloutResponseRequest.grant:type_name -> cotal.signer.v1.CalloutGrant
-	25, // 13: cotal.signer.v1.SignBearerRequest.ttl:type_name -> google.protobuf.Duration
-	26, // 14: cotal.signer.v1.SignBearerResponse.expires_at:type_name -> google.protobuf.Timestamp
-	19, // 15: cotal.signer.v1.GetJWKSResponse.keys:type_name -> cotal.signer.v1.JWK
-	2,  // 16: cotal.signer.v1.MacRequest.domain:type_name -> cotal.signer.v1.MacDomain
-	4,  // 17: cotal.signer.v1.SignerService.Mint:input_type -> cotal.signer.v1.MintRequest
-	7,  // 18: cotal.signer.v1.SignerService.Remint:input_type -> cotal.signer.v1.RemintRequest
-	9,  // 19: cotal.signer.v1.SignerService.GetSpace:input_type -> cotal.signer.v1.GetSpaceRequest
-	11, // 20: cotal.signer.v1.SignerService.OpenCalloutRequest:input_type -> cotal.signer.v1.OpenCalloutRequestRequest
-	14, // 21: cotal.signer.v1.SignerService.SignCalloutResponse:input_type -> cotal.signer.v1.SignCalloutResponseRequest
-	16, // 22: cotal.signer.v1.SignerService.SignBearer:input_type -> cotal.signer.v1.SignBearerRequest
-	18, // 23: cotal.signer.v1.SignerService.GetJWKS:input_type -> cotal.signer.v1.GetJWKSRequest
-	21, // 24: cotal.signer.v1.SignerService.DeriveOwner:input_type -> cotal.signer.v1.DeriveOwnerRequest
-	23, // 25: cotal.signer.v1.SignerService.Mac:input_type -> cotal.signer.v1.MacRequest
-	6,  // 26: cotal.signer.v1.SignerService.Mint:output_type -> cotal.signer.v1.MintResponse
-	8,  // 27: cotal.signer.v1.SignerService.Remint:output_type -> cotal.signer.v1.RemintResponse
-	10, // 28: cotal.signer.v1.SignerService.GetSpace:output_type -> cotal.signer.v1.GetSpaceResponse
-	12, // 29: cotal.signer.v1.SignerService.OpenCalloutRequest:output_type -> cotal.signer.v1.OpenCalloutRequestResponse
-	15, // 30: cotal.signer.v1.SignerService.SignCalloutResponse:output_type -> cotal.signer.v1.SignCalloutResponseResponse
-	17, // 31: cotal.signer.v1.SignerService.SignBearer:output_type -> cotal.signer.v1.SignBearerResponse
-	20, // 32: cotal.signer.v1.SignerService.GetJWKS:output_type -> cotal.signer.v1.GetJWKSResponse
-	22, // 33: cotal.signer.v1.SignerService.DeriveOwner:output_type -> cotal.signer.v1.DeriveOwnerResponse
-	24, // 34: cotal.signer.v1.SignerService.Mac:output_type -> cotal.signer.v1.MacResponse
-	26, // [26:35] is the sub-list for method output_type
-	17, // [17:26] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	4,  // 0: cotal.signer.v1.ProfileParams.target:type_name -> cotal.signer.v1.RetirementTarget
+	0,  // 1: cotal.signer.v1.MintRequest.profile:type_name -> cotal.signer.v1.Profile
+	3,  // 2: cotal.signer.v1.MintRequest.params:type_name -> cotal.signer.v1.ProfileParams
+	26, // 3: cotal.signer.v1.MintRequest.ttl:type_name -> google.protobuf.Duration
+	27, // 4: cotal.signer.v1.Credential.issued_at:type_name -> google.protobuf.Timestamp
+	27, // 5: cotal.signer.v1.Credential.expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 6: cotal.signer.v1.Credential.profile:type_name -> cotal.signer.v1.Profile
+	6,  // 7: cotal.signer.v1.MintResponse.credential:type_name -> cotal.signer.v1.Credential
+	26, // 8: cotal.signer.v1.RemintRequest.ttl:type_name -> google.protobuf.Duration
+	6,  // 9: cotal.signer.v1.RemintResponse.credential:type_name -> cotal.signer.v1.Credential
+	0,  // 10: cotal.signer.v1.CalloutGrant.profile:type_name -> cotal.signer.v1.Profile
+	3,  // 11: cotal.signer.v1.CalloutGrant.params:type_name -> cotal.signer.v1.ProfileParams
+	27, // 12: cotal.signer.v1.CalloutGrant.expires_at:type_name -> google.protobuf.Timestamp
+	14, // 13: cotal.signer.v1.SignCalloutResponseRequest.grant:type_name -> cotal.signer.v1.CalloutGrant
+	26, // 14: cotal.signer.v1.SignBearerRequest.ttl:type_name -> google.protobuf.Duration
+	27, // 15: cotal.signer.v1.SignBearerResponse.expires_at:type_name -> google.protobuf.Timestamp
+	20, // 16: cotal.signer.v1.GetJWKSResponse.keys:type_name -> cotal.signer.v1.JWK
+	2,  // 17: cotal.signer.v1.MacRequest.domain:type_name -> cotal.signer.v1.MacDomain
+	5,  // 18: cotal.signer.v1.SignerService.Mint:input_type -> cotal.signer.v1.MintRequest
+	8,  // 19: cotal.signer.v1.SignerService.Remint:input_type -> cotal.signer.v1.RemintRequest
+	10, // 20: cotal.signer.v1.SignerService.GetSpace:input_type -> cotal.signer.v1.GetSpaceRequest
+	12, // 21: cotal.signer.v1.SignerService.OpenCalloutRequest:input_type -> cotal.signer.v1.OpenCalloutRequestRequest
+	15, // 22: cotal.signer.v1.SignerService.SignCalloutResponse:input_type -> cotal.signer.v1.SignCalloutResponseRequest
+	17, // 23: cotal.signer.v1.SignerService.SignBearer:input_type -> cotal.signer.v1.SignBearerRequest
+	19, // 24: cotal.signer.v1.SignerService.GetJWKS:input_type -> cotal.signer.v1.GetJWKSRequest
+	22, // 25: cotal.signer.v1.SignerService.DeriveOwner:input_type -> cotal.signer.v1.DeriveOwnerRequest
+	24, // 26: cotal.signer.v1.SignerService.Mac:input_type -> cotal.signer.v1.MacRequest
+	7,  // 27: cotal.signer.v1.SignerService.Mint:output_type -> cotal.signer.v1.MintResponse
+	9,  // 28: cotal.signer.v1.SignerService.Remint:output_type -> cotal.signer.v1.RemintResponse
+	11, // 29: cotal.signer.v1.SignerService.GetSpace:output_type -> cotal.signer.v1.GetSpaceResponse
+	13, // 30: cotal.signer.v1.SignerService.OpenCalloutRequest:output_type -> cotal.signer.v1.OpenCalloutRequestResponse
+	16, // 31: cotal.signer.v1.SignerService.SignCalloutResponse:output_type -> cotal.signer.v1.SignCalloutResponseResponse
+	18, // 32: cotal.signer.v1.SignerService.SignBearer:output_type -> cotal.signer.v1.SignBearerResponse
+	21, // 33: cotal.signer.v1.SignerService.GetJWKS:output_type -> cotal.signer.v1.GetJWKSResponse
+	23, // 34: cotal.signer.v1.SignerService.DeriveOwner:output_type -> cotal.signer.v1.DeriveOwnerResponse
+	25, // 35: cotal.signer.v1.SignerService.Mac:output_type -> cotal.signer.v1.MacResponse
+	27, // [27:36] is the sub-list for method output_type
+	18, // [18:27] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_cotal_signer_v1_signer_proto_init() }
@@ -2290,7 +2391,7 @@ func file_cotal_signer_v1_signer_proto_init() {
 	if File_cotal_signer_v1_signer_proto != nil {
 		return
 	}
-	file_cotal_signer_v1_signer_proto_msgTypes[11].OneofWrappers = []any{
+	file_cotal_signer_v1_signer_proto_msgTypes[12].OneofWrappers = []any{
 		(*SignCalloutResponseRequest_Grant)(nil),
 		(*SignCalloutResponseRequest_Error)(nil),
 	}
@@ -2300,7 +2401,7 @@ func file_cotal_signer_v1_signer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cotal_signer_v1_signer_proto_rawDesc), len(file_cotal_signer_v1_signer_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

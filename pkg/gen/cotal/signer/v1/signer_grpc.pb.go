@@ -79,7 +79,7 @@ type SignerServiceClient interface {
 	// May call: authd of that space only.
 	DeriveOwner(ctx context.Context, in *DeriveOwnerRequest, opts ...grpc.CallOption) (*DeriveOwnerResponse, error)
 	// Mac returns a domain-separated HMAC for registration proofs. Only frozen domains are accepted.
-	// May call: authd and managerd of that space, as their policy allows.
+	// May call: authd of that space only (the lifecycle authority computes and verifies every proof).
 	Mac(ctx context.Context, in *MacRequest, opts ...grpc.CallOption) (*MacResponse, error)
 }
 
@@ -227,7 +227,7 @@ type SignerServiceServer interface {
 	// May call: authd of that space only.
 	DeriveOwner(context.Context, *DeriveOwnerRequest) (*DeriveOwnerResponse, error)
 	// Mac returns a domain-separated HMAC for registration proofs. Only frozen domains are accepted.
-	// May call: authd and managerd of that space, as their policy allows.
+	// May call: authd of that space only (the lifecycle authority computes and verifies every proof).
 	Mac(context.Context, *MacRequest) (*MacResponse, error)
 	mustEmbedUnimplementedSignerServiceServer()
 }

@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file cotal/signer/v1/signer.proto.
  */
 export const file_cotal_signer_v1_signer: GenFile = /*@__PURE__*/
-  fileDesc("Chxjb3RhbC9zaWduZXIvdjEvc2lnbmVyLnByb3RvEg9jb3RhbC5zaWduZXIudjEiqwEKDVByb2ZpbGVQYXJhbXMSDQoFb3duZXIYASABKAkSDQoFYWN0b3IYAiABKAkSFQoNbGlmZWN5Y2xlX3VpZBgDIAEoCRIMCgRyb2xlGAQgASgJEhEKCXN1YnNjcmliZRgFIAMoCRIXCg9hbGxvd19zdWJzY3JpYmUYBiADKAkSFQoNYWxsb3dfcHVibGlzaBgHIAMoCRIUCgxjYXBhYmlsaXRpZXMYCCADKAkizAEKC01pbnRSZXF1ZXN0Eg0KBXNwYWNlGAEgASgJEikKB3Byb2ZpbGUYAiABKA4yGC5jb3RhbC5zaWduZXIudjEuUHJvZmlsZRIXCg91c2VyX3B1YmxpY19rZXkYAyABKAkSLgoGcGFyYW1zGAQgASgLMh4uY290YWwuc2lnbmVyLnYxLlByb2ZpbGVQYXJhbXMSJgoDdHRsGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhIKCnJlcXVlc3RfaWQYBiABKAkiigIKCkNyZWRlbnRpYWwSCwoDand0GAEgASgJEgsKA2p0aRgCIAEoCRIXCg91c2VyX3B1YmxpY19rZXkYAyABKAkSFgoOaXNzdWVyX2FjY291bnQYBCABKAkSEwoLc2lnbmluZ19rZXkYBSABKAkSLQoJaXNzdWVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpleHBpcmVzX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgp0dGxfY2FwcGVkGAggASgIEikKB3Byb2ZpbGUYCSABKA4yGC5jb3RhbC5zaWduZXIudjEuUHJvZmlsZSI/CgxNaW50UmVzcG9uc2USLwoKY3JlZGVudGlhbBgBIAEoCzIbLmNvdGFsLnNpZ25lci52MS5DcmVkZW50aWFsIn4KDVJlbWludFJlcXVlc3QSDQoFc3BhY2UYASABKAkSCwoDand0GAIgASgJEhoKEnByb29mX3VuaXhfc2Vjb25kcxgDIAEoAxINCgVwcm9vZhgEIAEoDBImCgN0dGwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iQQoOUmVtaW50UmVzcG9uc2USLwoKY3JlZGVudGlhbBgBIAEoCzIbLmNvdGFsLnNpZ25lci52MS5DcmVkZW50aWFsIiAKD0dldFNwYWNlUmVxdWVzdBINCgVzcGFjZRgBIAEoCSKvAgoQR2V0U3BhY2VSZXNwb25zZRINCgVzcGFjZRgBIAEoCRINCgV0b2tlbhgCIAEoCRIaChJhY2NvdW50X3B1YmxpY19rZXkYAyABKAkSEwoLYWNjb3VudF9qd3QYBCABKAkSGwoTc2lnbmluZ19wdWJsaWNfa2V5cxgFIAMoCRIiChpjYWxsb3V0X2FjY291bnRfcHVibGljX2tleRgGIAEoCRIbChNjYWxsb3V0X2FjY291bnRfand0GAcgASgJEiIKGmNhbGxvdXRfc2lnbmluZ19wdWJsaWNfa2V5GAggASgJEhcKD3hrZXlfcHVibGljX2tleRgJIAEoCRIUCgxzZW50aW5lbF9qd3QYCiABKAkSGwoTb3BlcmF0b3JfcHVibGljX2tleRgLIAEoCSJXChlPcGVuQ2FsbG91dFJlcXVlc3RSZXF1ZXN0Eg0KBXNwYWNlGAEgASgJEhYKDnNlYWxlZF9yZXF1ZXN0GAIgASgMEhMKC3NlcnZlcl94a2V5GAMgASgJIt8BChpPcGVuQ2FsbG91dFJlcXVlc3RSZXNwb25zZRIRCgl1c2VyX25rZXkYASABKAkSEQoJc2VydmVyX2lkGAIgASgJEhMKC3NlcnZlcl9uYW1lGAMgASgJEhMKC3NlcnZlcl94a2V5GAQgASgJEhIKCmF1dGhfdG9rZW4YBSABKAkSFwoPY29ubmVjdGlvbl9uYW1lGAYgASgJEhMKC2NsaWVudF9ob3N0GAcgASgJEhIKCmNsaWVudF9qd3QYCCABKAkSGwoTcmVxdWVzdF9jbGFpbXNfanNvbhgJIAEoDCKZAQoMQ2FsbG91dEdyYW50EikKB3Byb2ZpbGUYASABKA4yGC5jb3RhbC5zaWduZXIudjEuUHJvZmlsZRIuCgZwYXJhbXMYAiABKAsyHi5jb3RhbC5zaWduZXIudjEuUHJvZmlsZVBhcmFtcxIuCgpleHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKlAQoaU2lnbkNhbGxvdXRSZXNwb25zZVJlcXVlc3QSDQoFc3BhY2UYASABKAkSFgoOc2VhbGVkX3JlcXVlc3QYAiABKAwSEwoLc2VydmVyX3hrZXkYAyABKAkSLgoFZ3JhbnQYBCABKAsyHS5jb3RhbC5zaWduZXIudjEuQ2FsbG91dEdyYW50SAASDwoFZXJyb3IYBSABKAlIAEIKCghkZWNpc2lvbiJIChtTaWduQ2FsbG91dFJlc3BvbnNlUmVzcG9uc2USFwoPc2VhbGVkX3Jlc3BvbnNlGAEgASgMEhAKCHVzZXJfanRpGAIgASgJIsMBChFTaWduQmVhcmVyUmVxdWVzdBINCgVzcGFjZRgBIAEoCRINCgVvd25lchgCIAEoCRINCgVhY3RvchgDIAEoCRINCgVzY29wZRgEIAMoCRIOCgZwYXJlbnQYBSABKAkSFQoNbGlmZWN5Y2xlX3VpZBgGIAEoCRIVCg1jcmVkZW50aWFsX2lkGAcgASgJEgwKBHZpZXcYCCABKAkSJgoDdHRsGAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImAKElNpZ25CZWFyZXJSZXNwb25zZRINCgV0b2tlbhgBIAEoCRILCgNraWQYAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiHwoOR2V0SldLU1JlcXVlc3QSDQoFc3BhY2UYASABKAkiUQoDSldLEgsKA2t0eRgBIAEoCRILCgNjcnYYAiABKAkSCQoBeBgDIAEoCRILCgNraWQYBCABKAkSCwoDYWxnGAUgASgJEgsKA3VzZRgGIAEoCSI1Cg9HZXRKV0tTUmVzcG9uc2USIgoEa2V5cxgBIAMoCzIULmNvdGFsLnNpZ25lci52MS5KV0siSAoSRGVyaXZlT3duZXJSZXF1ZXN0Eg0KBXNwYWNlGAEgASgJEhIKCmlkcF9pc3N1ZXIYAiABKAkSDwoHc3ViamVjdBgDIAEoCSIkChNEZXJpdmVPd25lclJlc3BvbnNlEg0KBW93bmVyGAEgASgJIlgKCk1hY1JlcXVlc3QSDQoFc3BhY2UYASABKAkSKgoGZG9tYWluGAIgASgOMhouY290YWwuc2lnbmVyLnYxLk1hY0RvbWFpbhIPCgdwYXlsb2FkGAMgASgMIhoKC01hY1Jlc3BvbnNlEgsKA21hYxgBIAEoCSqNAwoHUHJvZmlsZRIXChNQUk9GSUxFX1VOU1BFQ0lGSUVEEAASEQoNUFJPRklMRV9BR0VOVBABEhYKElBST0ZJTEVfU1VQRVJWSVNPUhACEhcKE1BST0ZJTEVfUFJPVklTSU9ORVIQAxIZChVQUk9GSUxFX0RFUFJPVklTSU9ORVIQBBIUChBQUk9GSUxFX0RFTElWRVJZEAUSFAoQUFJPRklMRV9PQlNFUlZFUhAGEhEKDVBST0ZJTEVfQURNSU4QBxIUChBQUk9GSUxFX09QRVJBVE9SEAgSEQoNUFJPRklMRV9QUk9CRRAJEhgKFFBST0ZJTEVfQVVUSF9DQUxMT1VUEAoSFAoQUFJPRklMRV9TRU5USU5FTBALEhkKFVBST0ZJTEVfTUVNQkVSU0hJUF9SVxAMEhYKElBST0ZJTEVfQVVUSF9QTEFORRANEh8KG1BST0ZJTEVfTUVNQkVSU0hJUF9PQlNFUlZFUhAOEh4KGlBST0ZJTEVfQ09OTkVDVElPTl9FVklDVE9SEA8qigUKBlJlYXNvbhIWChJSRUFTT05fVU5TUEVDSUZJRUQQABIZChVSRUFTT05fQ0FMTEVSX1VOS05PV04QARIaChZSRUFTT05fUlBDX05PVF9BTExPV0VEEAISHAoYUkVBU09OX1NQQUNFX05PVF9BTExPV0VEEAMSHgoaUkVBU09OX1BST0ZJTEVfTk9UX0FMTE9XRUQQBBIcChhSRUFTT05fT1dORVJfTk9UX0FMTE9XRUQQBRIeChpSRUFTT05fQ0hBTk5FTF9OT1RfQUxMT1dFRBAGEhsKF1JFQVNPTl9ST0xFX05PVF9BTExPV0VEEAcSIQodUkVBU09OX0NBUEFCSUxJVFlfTk9UX0FMTE9XRUQQCBIdChlSRUFTT05fUkVNSU5UX05PVF9BTExPV0VEEAkSIAocUkVBU09OX1JFTUlOVF9GT1JFSUdOX01JTlRFUhAKEhcKE1JFQVNPTl9SQVRFX0xJTUlURUQQCxIWChJSRUFTT05fVFRMX0lOVkFMSUQQDBIbChdSRUFTT05fSU5WQUxJRF9BUkdVTUVOVBANEhgKFFJFQVNPTl9VTktOT1dOX1NQQUNFEA4SHQoZUkVBU09OX0ZPUkVJR05fQ1JFREVOVElBTBAPEh0KGVJFQVNPTl9DUkVERU5USUFMX0VYUElSRUQQEBIUChBSRUFTT05fQkFEX1BST09GEBESFgoSUkVBU09OX1NUQUxFX1BST09GEBISHgoaUkVBU09OX1JFUVVFU1RfSURfQ09ORkxJQ1QQExIhCh1SRUFTT05fTUFDX0RPTUFJTl9OT1RfQUxMT1dFRBAUEh0KGVJFQVNPTl9TWVNURU1fS0VZX01JU1NJTkcQFSpUCglNYWNEb21haW4SGgoWTUFDX0RPTUFJTl9VTlNQRUNJRklFRBAAEisKJ01BQ19ET01BSU5fTUFOQUdFUl9DVVJSRU5UX1JFR0lTVFJBVElPThABMpIGCg1TaWduZXJTZXJ2aWNlEkMKBE1pbnQSHC5jb3RhbC5zaWduZXIudjEuTWludFJlcXVlc3QaHS5jb3RhbC5zaWduZXIudjEuTWludFJlc3BvbnNlEkkKBlJlbWludBIeLmNvdGFsLnNpZ25lci52MS5SZW1pbnRSZXF1ZXN0Gh8uY290YWwuc2lnbmVyLnYxLlJlbWludFJlc3BvbnNlEk8KCEdldFNwYWNlEiAuY290YWwuc2lnbmVyLnYxLkdldFNwYWNlUmVxdWVzdBohLmNvdGFsLnNpZ25lci52MS5HZXRTcGFjZVJlc3BvbnNlEm0KEk9wZW5DYWxsb3V0UmVxdWVzdBIqLmNvdGFsLnNpZ25lci52MS5PcGVuQ2FsbG91dFJlcXVlc3RSZXF1ZXN0GisuY290YWwuc2lnbmVyLnYxLk9wZW5DYWxsb3V0UmVxdWVzdFJlc3BvbnNlEnAKE1NpZ25DYWxsb3V0UmVzcG9uc2USKy5jb3RhbC5zaWduZXIudjEuU2lnbkNhbGxvdXRSZXNwb25zZVJlcXVlc3QaLC5jb3RhbC5zaWduZXIudjEuU2lnbkNhbGxvdXRSZXNwb25zZVJlc3BvbnNlElUKClNpZ25CZWFyZXISIi5jb3RhbC5zaWduZXIudjEuU2lnbkJlYXJlclJlcXVlc3QaIy5jb3RhbC5zaWduZXIudjEuU2lnbkJlYXJlclJlc3BvbnNlEkwKB0dldEpXS1MSHy5jb3RhbC5zaWduZXIudjEuR2V0SldLU1JlcXVlc3QaIC5jb3RhbC5zaWduZXIudjEuR2V0SldLU1Jlc3BvbnNlElgKC0Rlcml2ZU93bmVyEiMuY290YWwuc2lnbmVyLnYxLkRlcml2ZU93bmVyUmVxdWVzdBokLmNvdGFsLnNpZ25lci52MS5EZXJpdmVPd25lclJlc3BvbnNlEkAKA01hYxIbLmNvdGFsLnNpZ25lci52MS5NYWNSZXF1ZXN0GhwuY290YWwuc2lnbmVyLnYxLk1hY1Jlc3BvbnNlQjtaOWdpdGh1Yi5jb20vY290YWxnby9jb3RhbC9wa2cvZ2VuL2NvdGFsL3NpZ25lci92MTtzaWduZXJ2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Chxjb3RhbC9zaWduZXIvdjEvc2lnbmVyLnByb3RvEg9jb3RhbC5zaWduZXIudjEi3gEKDVByb2ZpbGVQYXJhbXMSDQoFb3duZXIYASABKAkSDQoFYWN0b3IYAiABKAkSFQoNbGlmZWN5Y2xlX3VpZBgDIAEoCRIMCgRyb2xlGAQgASgJEhEKCXN1YnNjcmliZRgFIAMoCRIXCg9hbGxvd19zdWJzY3JpYmUYBiADKAkSFQoNYWxsb3dfcHVibGlzaBgHIAMoCRIUCgxjYXBhYmlsaXRpZXMYCCADKAkSMQoGdGFyZ2V0GAkgASgLMiEuY290YWwuc2lnbmVyLnYxLlJldGlyZW1lbnRUYXJnZXQiRwoQUmV0aXJlbWVudFRhcmdldBINCgVvd25lchgBIAEoCRINCgVhY3RvchgCIAEoCRIVCg1saWZlY3ljbGVfdWlkGAMgASgJIswBCgtNaW50UmVxdWVzdBINCgVzcGFjZRgBIAEoCRIpCgdwcm9maWxlGAIgASgOMhguY290YWwuc2lnbmVyLnYxLlByb2ZpbGUSFwoPdXNlcl9wdWJsaWNfa2V5GAMgASgJEi4KBnBhcmFtcxgEIAEoCzIeLmNvdGFsLnNpZ25lci52MS5Qcm9maWxlUGFyYW1zEiYKA3R0bBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgpyZXF1ZXN0X2lkGAYgASgJIooCCgpDcmVkZW50aWFsEgsKA2p3dBgBIAEoCRILCgNqdGkYAiABKAkSFwoPdXNlcl9wdWJsaWNfa2V5GAMgASgJEhYKDmlzc3Vlcl9hY2NvdW50GAQgASgJEhMKC3NpZ25pbmdfa2V5GAUgASgJEi0KCWlzc3VlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZXhwaXJlc19hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKdHRsX2NhcHBlZBgIIAEoCBIpCgdwcm9maWxlGAkgASgOMhguY290YWwuc2lnbmVyLnYxLlByb2ZpbGUiPwoMTWludFJlc3BvbnNlEi8KCmNyZWRlbnRpYWwYASABKAsyGy5jb3RhbC5zaWduZXIudjEuQ3JlZGVudGlhbCJ+Cg1SZW1pbnRSZXF1ZXN0Eg0KBXNwYWNlGAEgASgJEgsKA2p3dBgCIAEoCRIaChJwcm9vZl91bml4X3NlY29uZHMYAyABKAMSDQoFcHJvb2YYBCABKAwSJgoDdHRsGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIkEKDlJlbWludFJlc3BvbnNlEi8KCmNyZWRlbnRpYWwYASABKAsyGy5jb3RhbC5zaWduZXIudjEuQ3JlZGVudGlhbCIgCg9HZXRTcGFjZVJlcXVlc3QSDQoFc3BhY2UYASABKAkirwIKEEdldFNwYWNlUmVzcG9uc2USDQoFc3BhY2UYASABKAkSDQoFdG9rZW4YAiABKAkSGgoSYWNjb3VudF9wdWJsaWNfa2V5GAMgASgJEhMKC2FjY291bnRfand0GAQgASgJEhsKE3NpZ25pbmdfcHVibGljX2tleXMYBSADKAkSIgoaY2FsbG91dF9hY2NvdW50X3B1YmxpY19rZXkYBiABKAkSGwoTY2FsbG91dF9hY2NvdW50X2p3dBgHIAEoCRIiChpjYWxsb3V0X3NpZ25pbmdfcHVibGljX2tleRgIIAEoCRIXCg94a2V5X3B1YmxpY19rZXkYCSABKAkSFAoMc2VudGluZWxfand0GAogASgJEhsKE29wZXJhdG9yX3B1YmxpY19rZXkYCyABKAkiVwoZT3BlbkNhbGxvdXRSZXF1ZXN0UmVxdWVzdBINCgVzcGFjZRgBIAEoCRIWCg5zZWFsZWRfcmVxdWVzdBgCIAEoDBITCgtzZXJ2ZXJfeGtleRgDIAEoCSLfAQoaT3BlbkNhbGxvdXRSZXF1ZXN0UmVzcG9uc2USEQoJdXNlcl9ua2V5GAEgASgJEhEKCXNlcnZlcl9pZBgCIAEoCRITCgtzZXJ2ZXJfbmFtZRgDIAEoCRITCgtzZXJ2ZXJfeGtleRgEIAEoCRISCgphdXRoX3Rva2VuGAUgASgJEhcKD2Nvbm5lY3Rpb25fbmFtZRgGIAEoCRITCgtjbGllbnRfaG9zdBgHIAEoCRISCgpjbGllbnRfand0GAggASgJEhsKE3JlcXVlc3RfY2xhaW1zX2pzb24YCSABKAwimQEKDENhbGxvdXRHcmFudBIpCgdwcm9maWxlGAEgASgOMhguY290YWwuc2lnbmVyLnYxLlByb2ZpbGUSLgoGcGFyYW1zGAIgASgLMh4uY290YWwuc2lnbmVyLnYxLlByb2ZpbGVQYXJhbXMSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAipQEKGlNpZ25DYWxsb3V0UmVzcG9uc2VSZXF1ZXN0Eg0KBXNwYWNlGAEgASgJEhYKDnNlYWxlZF9yZXF1ZXN0GAIgASgMEhMKC3NlcnZlcl94a2V5GAMgASgJEi4KBWdyYW50GAQgASgLMh0uY290YWwuc2lnbmVyLnYxLkNhbGxvdXRHcmFudEgAEg8KBWVycm9yGAUgASgJSABCCgoIZGVjaXNpb24iSAobU2lnbkNhbGxvdXRSZXNwb25zZVJlc3BvbnNlEhcKD3NlYWxlZF9yZXNwb25zZRgBIAEoDBIQCgh1c2VyX2p0aRgCIAEoCSLgAQoRU2lnbkJlYXJlclJlcXVlc3QSDQoFc3BhY2UYASABKAkSDQoFb3duZXIYAiABKAkSDQoFYWN0b3IYAyABKAkSDQoFc2NvcGUYBCADKAkSDgoGcGFyZW50GAUgASgJEhUKDWxpZmVjeWNsZV91aWQYBiABKAkSFQoNY3JlZGVudGlhbF9pZBgHIAEoCRIMCgR2aWV3GAggASgJEiYKA3R0bBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIbChNtYW5hZ2VyX2luc3RhbmNlX2lkGAogASgJImAKElNpZ25CZWFyZXJSZXNwb25zZRINCgV0b2tlbhgBIAEoCRILCgNraWQYAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiHwoOR2V0SldLU1JlcXVlc3QSDQoFc3BhY2UYASABKAkiUQoDSldLEgsKA2t0eRgBIAEoCRILCgNjcnYYAiABKAkSCQoBeBgDIAEoCRILCgNraWQYBCABKAkSCwoDYWxnGAUgASgJEgsKA3VzZRgGIAEoCSI1Cg9HZXRKV0tTUmVzcG9uc2USIgoEa2V5cxgBIAMoCzIULmNvdGFsLnNpZ25lci52MS5KV0siSAoSRGVyaXZlT3duZXJSZXF1ZXN0Eg0KBXNwYWNlGAEgASgJEhIKCmlkcF9pc3N1ZXIYAiABKAkSDwoHc3ViamVjdBgDIAEoCSIkChNEZXJpdmVPd25lclJlc3BvbnNlEg0KBW93bmVyGAEgASgJIlgKCk1hY1JlcXVlc3QSDQoFc3BhY2UYASABKAkSKgoGZG9tYWluGAIgASgOMhouY290YWwuc2lnbmVyLnYxLk1hY0RvbWFpbhIPCgdwYXlsb2FkGAMgASgMIhoKC01hY1Jlc3BvbnNlEgsKA21hYxgBIAEoCSqvAwoHUHJvZmlsZRIXChNQUk9GSUxFX1VOU1BFQ0lGSUVEEAASEQoNUFJPRklMRV9BR0VOVBABEhYKElBST0ZJTEVfU1VQRVJWSVNPUhACEhcKE1BST0ZJTEVfUFJPVklTSU9ORVIQAxIZChVQUk9GSUxFX0RFUFJPVklTSU9ORVIQBBIUChBQUk9GSUxFX0RFTElWRVJZEAUSFAoQUFJPRklMRV9PQlNFUlZFUhAGEhEKDVBST0ZJTEVfQURNSU4QBxIUChBQUk9GSUxFX09QRVJBVE9SEAgSEQoNUFJPRklMRV9QUk9CRRAJEhgKFFBST0ZJTEVfQVVUSF9DQUxMT1VUEAoSFAoQUFJPRklMRV9TRU5USU5FTBALEhkKFVBST0ZJTEVfTUVNQkVSU0hJUF9SVxAMEhYKElBST0ZJTEVfQVVUSF9QTEFORRANEh8KG1BST0ZJTEVfTUVNQkVSU0hJUF9PQlNFUlZFUhAOEh4KGlBST0ZJTEVfQ09OTkVDVElPTl9FVklDVE9SEA8SIAocUFJPRklMRV9SRVRJUkVNRU5UX1JFUVVFU1RFUhAQKooFCgZSZWFzb24SFgoSUkVBU09OX1VOU1BFQ0lGSUVEEAASGQoVUkVBU09OX0NBTExFUl9VTktOT1dOEAESGgoWUkVBU09OX1JQQ19OT1RfQUxMT1dFRBACEhwKGFJFQVNPTl9TUEFDRV9OT1RfQUxMT1dFRBADEh4KGlJFQVNPTl9QUk9GSUxFX05PVF9BTExPV0VEEAQSHAoYUkVBU09OX09XTkVSX05PVF9BTExPV0VEEAUSHgoaUkVBU09OX0NIQU5ORUxfTk9UX0FMTE9XRUQQBhIbChdSRUFTT05fUk9MRV9OT1RfQUxMT1dFRBAHEiEKHVJFQVNPTl9DQVBBQklMSVRZX05PVF9BTExPV0VEEAgSHQoZUkVBU09OX1JFTUlOVF9OT1RfQUxMT1dFRBAJEiAKHFJFQVNPTl9SRU1JTlRfRk9SRUlHTl9NSU5URVIQChIXChNSRUFTT05fUkFURV9MSU1JVEVEEAsSFgoSUkVBU09OX1RUTF9JTlZBTElEEAwSGwoXUkVBU09OX0lOVkFMSURfQVJHVU1FTlQQDRIYChRSRUFTT05fVU5LTk9XTl9TUEFDRRAOEh0KGVJFQVNPTl9GT1JFSUdOX0NSRURFTlRJQUwQDxIdChlSRUFTT05fQ1JFREVOVElBTF9FWFBJUkVEEBASFAoQUkVBU09OX0JBRF9QUk9PRhAREhYKElJFQVNPTl9TVEFMRV9QUk9PRhASEh4KGlJFQVNPTl9SRVFVRVNUX0lEX0NPTkZMSUNUEBMSIQodUkVBU09OX01BQ19ET01BSU5fTk9UX0FMTE9XRUQQFBIdChlSRUFTT05fU1lTVEVNX0tFWV9NSVNTSU5HEBUqVAoJTWFjRG9tYWluEhoKFk1BQ19ET01BSU5fVU5TUEVDSUZJRUQQABIrCidNQUNfRE9NQUlOX01BTkFHRVJfQ1VSUkVOVF9SRUdJU1RSQVRJT04QATKSBgoNU2lnbmVyU2VydmljZRJDCgRNaW50EhwuY290YWwuc2lnbmVyLnYxLk1pbnRSZXF1ZXN0Gh0uY290YWwuc2lnbmVyLnYxLk1pbnRSZXNwb25zZRJJCgZSZW1pbnQSHi5jb3RhbC5zaWduZXIudjEuUmVtaW50UmVxdWVzdBofLmNvdGFsLnNpZ25lci52MS5SZW1pbnRSZXNwb25zZRJPCghHZXRTcGFjZRIgLmNvdGFsLnNpZ25lci52MS5HZXRTcGFjZVJlcXVlc3QaIS5jb3RhbC5zaWduZXIudjEuR2V0U3BhY2VSZXNwb25zZRJtChJPcGVuQ2FsbG91dFJlcXVlc3QSKi5jb3RhbC5zaWduZXIudjEuT3BlbkNhbGxvdXRSZXF1ZXN0UmVxdWVzdBorLmNvdGFsLnNpZ25lci52MS5PcGVuQ2FsbG91dFJlcXVlc3RSZXNwb25zZRJwChNTaWduQ2FsbG91dFJlc3BvbnNlEisuY290YWwuc2lnbmVyLnYxLlNpZ25DYWxsb3V0UmVzcG9uc2VSZXF1ZXN0GiwuY290YWwuc2lnbmVyLnYxLlNpZ25DYWxsb3V0UmVzcG9uc2VSZXNwb25zZRJVCgpTaWduQmVhcmVyEiIuY290YWwuc2lnbmVyLnYxLlNpZ25CZWFyZXJSZXF1ZXN0GiMuY290YWwuc2lnbmVyLnYxLlNpZ25CZWFyZXJSZXNwb25zZRJMCgdHZXRKV0tTEh8uY290YWwuc2lnbmVyLnYxLkdldEpXS1NSZXF1ZXN0GiAuY290YWwuc2lnbmVyLnYxLkdldEpXS1NSZXNwb25zZRJYCgtEZXJpdmVPd25lchIjLmNvdGFsLnNpZ25lci52MS5EZXJpdmVPd25lclJlcXVlc3QaJC5jb3RhbC5zaWduZXIudjEuRGVyaXZlT3duZXJSZXNwb25zZRJACgNNYWMSGy5jb3RhbC5zaWduZXIudjEuTWFjUmVxdWVzdBocLmNvdGFsLnNpZ25lci52MS5NYWNSZXNwb25zZUI7WjlnaXRodWIuY29tL2NvdGFsZ28vY290YWwvcGtnL2dlbi9jb3RhbC9zaWduZXIvdjE7c2lnbmVydjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * ProfileParams are the caller-chosen values a profile is built from. signerd validates every
@@ -80,6 +80,14 @@ export type ProfileParams = Message<"cotal.signer.v1.ProfileParams"> & {
    * @generated from field: repeated string capabilities = 8;
    */
   capabilities: string[];
+
+  /**
+   * Optional. The lifecycle a retirement requester may ask to retire; required by
+   * PROFILE_RETIREMENT_REQUESTER and refused by every other profile.
+   *
+   * @generated from field: cotal.signer.v1.RetirementTarget target = 9;
+   */
+  target?: RetirementTarget | undefined;
 };
 
 /**
@@ -88,6 +96,41 @@ export type ProfileParams = Message<"cotal.signer.v1.ProfileParams"> & {
  */
 export const ProfileParamsSchema: GenMessage<ProfileParams> = /*@__PURE__*/
   messageDesc(file_cotal_signer_v1_signer, 0);
+
+/**
+ * RetirementTarget is one exact managed lifecycle.
+ *
+ * @generated from message cotal.signer.v1.RetirementTarget
+ */
+export type RetirementTarget = Message<"cotal.signer.v1.RetirementTarget"> & {
+  /**
+   * Required. The target's owner token.
+   *
+   * @generated from field: string owner = 1;
+   */
+  owner: string;
+
+  /**
+   * Required. The target's actor token.
+   *
+   * @generated from field: string actor = 2;
+   */
+  actor: string;
+
+  /**
+   * Required. The target's lifecycle uid ([a-z0-9]{26,32}).
+   *
+   * @generated from field: string lifecycle_uid = 3;
+   */
+  lifecycleUid: string;
+};
+
+/**
+ * Describes the message cotal.signer.v1.RetirementTarget.
+ * Use `create(RetirementTargetSchema)` to create a new message.
+ */
+export const RetirementTargetSchema: GenMessage<RetirementTarget> = /*@__PURE__*/
+  messageDesc(file_cotal_signer_v1_signer, 1);
 
 /**
  * MintRequest asks for a user JWT.
@@ -146,7 +189,7 @@ export type MintRequest = Message<"cotal.signer.v1.MintRequest"> & {
  * Use `create(MintRequestSchema)` to create a new message.
  */
 export const MintRequestSchema: GenMessage<MintRequest> = /*@__PURE__*/
-  messageDesc(file_cotal_signer_v1_signer, 1);
+  messageDesc(file_cotal_signer_v1_signer, 2);
 
 /**
  * Credential is a signed user JWT and the facts a caller needs to schedule its renewal.
@@ -223,7 +266,7 @@ export type Credential = Message<"cotal.signer.v1.Credential"> & {
  * Use `create(CredentialSchema)` to create a new message.
  */
 export const CredentialSchema: GenMessage<Credential> = /*@__PURE__*/
-  messageDesc(file_cotal_signer_v1_signer, 2);
+  messageDesc(file_cotal_signer_v1_signer, 3);
 
 /**
  * MintResponse carries the new credential.
@@ -244,7 +287,7 @@ export type MintResponse = Message<"cotal.signer.v1.MintResponse"> & {
  * Use `create(MintResponseSchema)` to create a new message.
  */
 export const MintResponseSchema: GenMessage<MintResponse> = /*@__PURE__*/
-  messageDesc(file_cotal_signer_v1_signer, 3);
+  messageDesc(file_cotal_signer_v1_signer, 4);
 
 /**
  * RemintRequest asks to renew a credential signerd issued.
@@ -295,7 +338,7 @@ export type RemintRequest = Message<"cotal.signer.v1.RemintRequest"> & {
  * Use `create(RemintRequestSchema)` to create a new message.
  */
 export const RemintRequestSchema: GenMessage<RemintRequest> = /*@__PURE__*/
-  messageDesc(file_cotal_signer_v1_signer, 4);
+  messageDesc(file_cotal_signer_v1_signer, 5);
 
 /**
  * RemintResponse carries the renewed credential.
@@ -317,7 +360,7 @@ export type RemintResponse = Message<"cotal.signer.v1.RemintResponse"> & {
  * Use `create(RemintResponseSchema)` to create a new message.
  */
 export const RemintResponseSchema: GenMessage<RemintResponse> = /*@__PURE__*/
-  messageDesc(file_cotal_signer_v1_signer, 5);
+  messageDesc(file_cotal_signer_v1_signer, 6);
 
 /**
  * GetSpaceRequest names a space.
@@ -338,7 +381,7 @@ export type GetSpaceRequest = Message<"cotal.signer.v1.GetSpaceRequest"> & {
  * Use `create(GetSpaceRequestSchema)` to create a new message.
  */
 export const GetSpaceRequestSchema: GenMessage<GetSpaceRequest> = /*@__PURE__*/
-  messageDesc(file_cotal_signer_v1_signer, 6);
+  messageDesc(file_cotal_signer_v1_signer, 7);
 
 /**
  * GetSpaceResponse holds a space's public facts. Nothing in it is secret.
@@ -429,7 +472,7 @@ export type GetSpaceResponse = Message<"cotal.signer.v1.GetSpaceResponse"> & {
  * Use `create(GetSpaceResponseSchema)` to create a new message.
  */
 export const GetSpaceResponseSchema: GenMessage<GetSpaceResponse> = /*@__PURE__*/
-  messageDesc(file_cotal_signer_v1_signer, 7);
+  messageDesc(file_cotal_signer_v1_signer, 8);
 
 /**
  * OpenCalloutRequestRequest carries a sealed authorization request as the server sent it.
@@ -464,7 +507,7 @@ export type OpenCalloutRequestRequest = Message<"cotal.signer.v1.OpenCalloutRequ
  * Use `create(OpenCalloutRequestRequestSchema)` to create a new message.
  */
 export const OpenCalloutRequestRequestSchema: GenMessage<OpenCalloutRequestRequest> = /*@__PURE__*/
-  messageDesc(file_cotal_signer_v1_signer, 8);
+  messageDesc(file_cotal_signer_v1_signer, 9);
 
 /**
  * OpenCalloutRequestResponse carries the verified claims of the authorization request.
@@ -541,7 +584,7 @@ export type OpenCalloutRequestResponse = Message<"cotal.signer.v1.OpenCalloutReq
  * Use `create(OpenCalloutRequestResponseSchema)` to create a new message.
  */
 export const OpenCalloutRequestResponseSchema: GenMessage<OpenCalloutRequestResponse> = /*@__PURE__*/
-  messageDesc(file_cotal_signer_v1_signer, 9);
+  messageDesc(file_cotal_signer_v1_signer, 10);
 
 /**
  * CalloutGrant is authd's decision to admit a connection with a profile.
@@ -576,7 +619,7 @@ export type CalloutGrant = Message<"cotal.signer.v1.CalloutGrant"> & {
  * Use `create(CalloutGrantSchema)` to create a new message.
  */
 export const CalloutGrantSchema: GenMessage<CalloutGrant> = /*@__PURE__*/
-  messageDesc(file_cotal_signer_v1_signer, 10);
+  messageDesc(file_cotal_signer_v1_signer, 11);
 
 /**
  * SignCalloutResponseRequest carries the original request and authd's decision.
@@ -634,7 +677,7 @@ export type SignCalloutResponseRequest = Message<"cotal.signer.v1.SignCalloutRes
  * Use `create(SignCalloutResponseRequestSchema)` to create a new message.
  */
 export const SignCalloutResponseRequestSchema: GenMessage<SignCalloutResponseRequest> = /*@__PURE__*/
-  messageDesc(file_cotal_signer_v1_signer, 11);
+  messageDesc(file_cotal_signer_v1_signer, 12);
 
 /**
  * SignCalloutResponseResponse carries the sealed authorization response to publish as the reply.
@@ -662,7 +705,7 @@ export type SignCalloutResponseResponse = Message<"cotal.signer.v1.SignCalloutRe
  * Use `create(SignCalloutResponseResponseSchema)` to create a new message.
  */
 export const SignCalloutResponseResponseSchema: GenMessage<SignCalloutResponseResponse> = /*@__PURE__*/
-  messageDesc(file_cotal_signer_v1_signer, 12);
+  messageDesc(file_cotal_signer_v1_signer, 13);
 
 /**
  * SignBearerRequest names the principal a bearer is issued for.
@@ -733,6 +776,14 @@ export type SignBearerRequest = Message<"cotal.signer.v1.SignBearerRequest"> & {
    * @generated from field: google.protobuf.Duration ttl = 9;
    */
   ttl?: Duration | undefined;
+
+  /**
+   * Optional. The manager instance a manager-caller bearer is bound to ([a-z0-9]{26,32}); only
+   * with view "manager-caller".
+   *
+   * @generated from field: string manager_instance_id = 10;
+   */
+  managerInstanceId: string;
 };
 
 /**
@@ -740,7 +791,7 @@ export type SignBearerRequest = Message<"cotal.signer.v1.SignBearerRequest"> & {
  * Use `create(SignBearerRequestSchema)` to create a new message.
  */
 export const SignBearerRequestSchema: GenMessage<SignBearerRequest> = /*@__PURE__*/
-  messageDesc(file_cotal_signer_v1_signer, 13);
+  messageDesc(file_cotal_signer_v1_signer, 14);
 
 /**
  * SignBearerResponse carries the bearer.
@@ -775,7 +826,7 @@ export type SignBearerResponse = Message<"cotal.signer.v1.SignBearerResponse"> &
  * Use `create(SignBearerResponseSchema)` to create a new message.
  */
 export const SignBearerResponseSchema: GenMessage<SignBearerResponse> = /*@__PURE__*/
-  messageDesc(file_cotal_signer_v1_signer, 14);
+  messageDesc(file_cotal_signer_v1_signer, 15);
 
 /**
  * GetJWKSRequest names a space.
@@ -796,7 +847,7 @@ export type GetJWKSRequest = Message<"cotal.signer.v1.GetJWKSRequest"> & {
  * Use `create(GetJWKSRequestSchema)` to create a new message.
  */
 export const GetJWKSRequestSchema: GenMessage<GetJWKSRequest> = /*@__PURE__*/
-  messageDesc(file_cotal_signer_v1_signer, 15);
+  messageDesc(file_cotal_signer_v1_signer, 16);
 
 /**
  * JWK is one Ed25519 public key of the bearer issuer (RFC 8037).
@@ -852,7 +903,7 @@ export type JWK = Message<"cotal.signer.v1.JWK"> & {
  * Use `create(JWKSchema)` to create a new message.
  */
 export const JWKSchema: GenMessage<JWK> = /*@__PURE__*/
-  messageDesc(file_cotal_signer_v1_signer, 16);
+  messageDesc(file_cotal_signer_v1_signer, 17);
 
 /**
  * GetJWKSResponse holds the issuer's public keys.
@@ -873,7 +924,7 @@ export type GetJWKSResponse = Message<"cotal.signer.v1.GetJWKSResponse"> & {
  * Use `create(GetJWKSResponseSchema)` to create a new message.
  */
 export const GetJWKSResponseSchema: GenMessage<GetJWKSResponse> = /*@__PURE__*/
-  messageDesc(file_cotal_signer_v1_signer, 17);
+  messageDesc(file_cotal_signer_v1_signer, 18);
 
 /**
  * DeriveOwnerRequest names an IdP identity.
@@ -908,7 +959,7 @@ export type DeriveOwnerRequest = Message<"cotal.signer.v1.DeriveOwnerRequest"> &
  * Use `create(DeriveOwnerRequestSchema)` to create a new message.
  */
 export const DeriveOwnerRequestSchema: GenMessage<DeriveOwnerRequest> = /*@__PURE__*/
-  messageDesc(file_cotal_signer_v1_signer, 18);
+  messageDesc(file_cotal_signer_v1_signer, 19);
 
 /**
  * DeriveOwnerResponse carries the derived owner id.
@@ -929,7 +980,7 @@ export type DeriveOwnerResponse = Message<"cotal.signer.v1.DeriveOwnerResponse">
  * Use `create(DeriveOwnerResponseSchema)` to create a new message.
  */
 export const DeriveOwnerResponseSchema: GenMessage<DeriveOwnerResponse> = /*@__PURE__*/
-  messageDesc(file_cotal_signer_v1_signer, 19);
+  messageDesc(file_cotal_signer_v1_signer, 20);
 
 /**
  * MacRequest asks for a MAC over a payload in a frozen domain.
@@ -964,7 +1015,7 @@ export type MacRequest = Message<"cotal.signer.v1.MacRequest"> & {
  * Use `create(MacRequestSchema)` to create a new message.
  */
 export const MacRequestSchema: GenMessage<MacRequest> = /*@__PURE__*/
-  messageDesc(file_cotal_signer_v1_signer, 20);
+  messageDesc(file_cotal_signer_v1_signer, 21);
 
 /**
  * MacResponse carries the MAC.
@@ -985,7 +1036,7 @@ export type MacResponse = Message<"cotal.signer.v1.MacResponse"> & {
  * Use `create(MacResponseSchema)` to create a new message.
  */
 export const MacResponseSchema: GenMessage<MacResponse> = /*@__PURE__*/
-  messageDesc(file_cotal_signer_v1_signer, 21);
+  messageDesc(file_cotal_signer_v1_signer, 22);
 
 /**
  * Profile names a credential shape from signerd's profile matrix. Callers choose a profile; the
@@ -1110,6 +1161,16 @@ export enum Profile {
    * @generated from enum value: PROFILE_CONNECTION_EVICTOR = 15;
    */
   CONNECTION_EVICTOR = 15,
+
+  /**
+   * A one-shot retirement request: publishes only its one retire-lifecycle rail subject (target
+   * and caller pinned in the subject, any nonce) and hears only that subject's replies. 5 minutes.
+   * Requires owner, actor, lifecycle_uid (the caller: a manager serve principal and its lifecycle)
+   * and target.
+   *
+   * @generated from enum value: PROFILE_RETIREMENT_REQUESTER = 16;
+   */
+  RETIREMENT_REQUESTER = 16,
 }
 
 /**
@@ -1424,7 +1485,7 @@ export const SignerService: GenService<{
   },
   /**
    * Mac returns a domain-separated HMAC for registration proofs. Only frozen domains are accepted.
-   * May call: authd and managerd of that space, as their policy allows.
+   * May call: authd of that space only (the lifecycle authority computes and verifies every proof).
    *
    * @generated from rpc cotal.signer.v1.SignerService.Mac
    */
