@@ -10,7 +10,9 @@ import (
 	"google.golang.org/grpc/codes"
 
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/profiles"
 	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/signerd/internal/server"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
 
@@ -106,5 +108,27 @@ func TestMintRetirementRequester(t *testing.T) {
 			_, err := mint(dialAs(t, s, signerdtest.ID(tc.caller, "alpha")), tc.profile, tc.params)
 			wantRefusal(t, err, codes.InvalidArgument, "INVALID_ARGUMENT")
 		})
+	}
+}
+
+// TestProfileEnumTable: every profile of the matrix has its proto enum value and back, and every
+// enum value but UNSPECIFIED names a profile, so a profile added on one side only fails here.
+func TestProfileEnumTable(t *testing.T) {
+	for _, n := range profiles.All() {
+		e := server.ProfileEnum(n)
+		if back, err := server.ProfileName(e); e == signerv1.Profile_PROFILE_UNSPECIFIED || err != nil || back != n {
+			t.Errorf("%s -> %v -> %q (%v)", n, e, back, err)
+		}
+	}
+	for v, name := range signerv1.Profile_name {
+		if v == 0 {
+			continue
+		}
+		if _, err := server.ProfileName(signerv1.Profile(v)); err != nil {
+			t.Errorf("enum %s names no profile: %v", name, err)
+		}
+	}
+	if len(signerv1.Profile_name) != len(profiles.All())+1 {
+		t.Errorf("%d enum values, %d profiles", len(signerv1.Profile_name), len(profiles.All()))
 	}
 }
