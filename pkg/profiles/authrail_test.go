@@ -199,14 +199,9 @@ func TestAuthPlaneLifecycleRows(t *testing.T) {
 // <request>.reply, echoing the request subject, as authd answers.
 func serveRail(t *testing.T, nc *nats.Conn, serve string) {
 	t.Helper()
-	if _, err := nc.QueueSubscribe(serve, space.AuthRailQueue, func(m *nats.Msg) {
-		_ = nc.Publish(space.RailReply(m.Subject), []byte("answer to "+m.Subject))
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	serveQueue(t, nc, serve, space.AuthRailQueue, func(m *nats.Msg) (string, string, bool) {
+		return space.RailReply(m.Subject), "answer to " + m.Subject, true
+	})
 }
 
 // TestAuthRails: a retirement requester asks for its one target's retirement and a supervisor
@@ -285,19 +280,6 @@ func TestAuthRails(t *testing.T) {
 		{"fail/delivery serves the retire rail", "sub", n.RetireLifecycleServe(), principal{profiles.Delivery, none}},
 		{"fail/observer hears rail answers", "sub", n.RegisterManagerReplyAny(), principal{profiles.Observer, none}},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			nc := connectAs(t, b, tt.who)
-			if tt.op == "sub" {
-				if _, err := nc.SubscribeSync(tt.subject); err != nil {
-					t.Fatal(err)
-				}
-				wantViolation(t, b, nc, testkit.SubscribeViolation(tt.subject))
-				return
-			}
-			if err := nc.Publish(tt.subject, nil); err != nil {
-				t.Fatal(err)
-			}
-			wantViolation(t, b, nc, testkit.PublishViolation(tt.subject))
-		})
+		t.Run(tt.name, func(t *testing.T) { wantRefused(t, b, tt.who, tt.op, tt.subject) })
 	}
 }
