@@ -19,9 +19,18 @@ import (
 // managerd's will.
 func serveLiveness(t *testing.T, nc *nats.Conn, serve, plane string) {
 	t.Helper()
-	if _, err := nc.QueueSubscribe(serve, space.LiveQueue(plane), func(m *nats.Msg) {
-		if strings.HasPrefix(m.Reply, m.Subject+".reply.") {
-			_ = nc.Publish(m.Reply, []byte(`{"plane":"`+plane+`","responder":"bound"}`))
+	serveQueue(t, nc, serve, space.LiveQueue(plane), func(m *nats.Msg) (string, string, bool) {
+		return m.Reply, `{"plane":"` + plane + `","responder":"bound"}`, strings.HasPrefix(m.Reply, m.Subject+".reply.")
+	})
+}
+
+// serveQueue answers every request nc receives on serve in queue group queue: answer says on
+// which subject and with what body, or not at all.
+func serveQueue(t *testing.T, nc *nats.Conn, serve, queue string, answer func(*nats.Msg) (subject, body string, ok bool)) {
+	t.Helper()
+	if _, err := nc.QueueSubscribe(serve, queue, func(m *nats.Msg) {
+		if subject, body, ok := answer(m); ok {
+			_ = nc.Publish(subject, []byte(body))
 		}
 	}); err != nil {
 		t.Fatal(err)
@@ -29,6 +38,24 @@ func serveLiveness(t *testing.T, nc *nats.Conn, serve, plane string) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// wantRefused has who publish to ("pub") or subscribe to ("sub") subject on a connection of its
+// own and waits for the broker's permissions violation.
+func wantRefused(t *testing.T, b *testkit.Broker, who principal, op, subject string) {
+	t.Helper()
+	nc := connectAs(t, b, who)
+	if op == "sub" {
+		if _, err := nc.SubscribeSync(subject); err != nil {
+			t.Fatal(err)
+		}
+		wantViolation(t, b, nc, testkit.SubscribeViolation(subject))
+		return
+	}
+	if err := nc.Publish(subject, nil); err != nil {
+		t.Fatal(err)
+	}
+	wantViolation(t, b, nc, testkit.PublishViolation(subject))
 }
 
 // TestManagerLivenessPlane: the supervisor serves live.manager.*.* in its queue group and answers
@@ -79,19 +106,6 @@ func TestManagerLivenessPlane(t *testing.T) {
 		{"fail/observer probes the manager", "pub", must(n.LiveManager("o1", "a1")), principal{profiles.Observer, none}},
 		{"fail/operator probes the manager", "pub", must(n.LiveManager("o1", "a1")), principal{profiles.Operator, profiles.Params{Owner: "o1", Actor: "a1"}}},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			nc := connectAs(t, b, tt.who)
-			if tt.op == "sub" {
-				if _, err := nc.SubscribeSync(tt.subject); err != nil {
-					t.Fatal(err)
-				}
-				wantViolation(t, b, nc, testkit.SubscribeViolation(tt.subject))
-				return
-			}
-			if err := nc.Publish(tt.subject, nil); err != nil {
-				t.Fatal(err)
-			}
-			wantViolation(t, b, nc, testkit.PublishViolation(tt.subject))
-		})
+		t.Run(tt.name, func(t *testing.T) { wantRefused(t, b, tt.who, tt.op, tt.subject) })
 	}
 }
