@@ -41,7 +41,7 @@ func newAuthority(t *testing.T, s *Store, signer signerv1.SignerServiceClient, h
 	if held == nil {
 		held = func() error { return nil }
 	}
-	a, err := New(Config{Store: s, Ledger: led, Space: testSpace, Account: pub, Signer: signer, Held: held})
+	a, err := New(Config{Store: s, Ledger: led, Space: s.Names().Name(), Account: pub, Signer: signer, Held: held})
 	if err != nil {
 		t.Fatal(err)
 	}
