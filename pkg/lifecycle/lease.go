@@ -104,15 +104,31 @@ func EncodeManagerLease(r ManagerLease) ([]byte, error) {
 	if err := r.Validate(); err != nil {
 		return nil, fmt.Errorf("lifecycle: encode %w", err)
 	}
-	w := leaseWire{Holder: r.Holder, InstanceID: r.InstanceID, Runtime: r.Runtime, Root: r.Root, PID: r.PID, Since: r.Since}
-	if r.Registered() {
-		w.ProcessEpoch, w.RegistrationRevision = &r.ProcessEpoch, &r.RegistrationRevision
-	}
-	b, err := json.Marshal(w)
+	b, err := r.MarshalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("lifecycle: encode lease row: %w", err)
 	}
 	return b, nil
+}
+
+// MarshalJSON writes the row's JSON as EncodeManagerLease does, without validating it, so a
+// ManagerLease marshals as the row it is.
+func (r ManagerLease) MarshalJSON() ([]byte, error) {
+	w := leaseWire{Holder: r.Holder, InstanceID: r.InstanceID, Runtime: r.Runtime, Root: r.Root, PID: r.PID, Since: r.Since}
+	if r.Registered() {
+		w.ProcessEpoch, w.RegistrationRevision = &r.ProcessEpoch, &r.RegistrationRevision
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads a row as DecodeManagerLease does (strictly, refusing an invalid row).
+func (r *ManagerLease) UnmarshalJSON(b []byte) error {
+	v, err := DecodeManagerLease(b)
+	if err != nil {
+		return err
+	}
+	*r = v
+	return nil
 }
 
 // DecodeManagerLease reads a lease row strictly: at most MaxRowBytes, one JSON object, no unknown

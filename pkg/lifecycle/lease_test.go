@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -28,6 +29,16 @@ func TestManagerLease(t *testing.T) {
 	}
 	if b, err := EncodeManagerLease(r); err != nil || string(b) != registeredLease {
 		t.Fatalf("EncodeManagerLease(registered) = %s, %v", b, err)
+	}
+	if b, err := json.Marshal(r); err != nil || string(b) != registeredLease {
+		t.Fatalf("json.Marshal = %s, %v", b, err)
+	}
+	var back ManagerLease
+	if err := json.Unmarshal([]byte(registeredLease), &back); err != nil || back != r {
+		t.Fatalf("json.Unmarshal = %+v, %v", back, err)
+	}
+	if err := json.Unmarshal([]byte(`{"holder":"x"}`), &back); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("json.Unmarshal of a bad row = %v", err)
 	}
 	want.ProcessEpoch = 2
 	if b, err := EncodeManagerLease(want); err != nil || !strings.HasSuffix(string(b), `,"processEpoch":2,"registrationRevision":7}`) {
