@@ -165,19 +165,19 @@ func requestRegistration(ctx context.Context, nc *nats.Conn, n space.Names, owne
 	if err != nil {
 		return zero, err
 	}
+	wctx, cancel := context.WithTimeout(ctx, registerAnswerTimeout)
+	defer cancel()
 	sub, err := nc.SubscribeSync(space.RailReply(subj))
 	if err != nil {
 		return zero, fmt.Errorf("subscribe the answer: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.Flush(); err != nil {
+	if err := nc.FlushWithContext(wctx); err != nil {
 		return zero, fmt.Errorf("subscribe the answer: %w", err)
 	}
 	if err := nc.Publish(subj, body); err != nil {
 		return zero, fmt.Errorf("publish the request: %w", err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, registerAnswerTimeout)
-	defer cancel()
 	msg, err := sub.NextMsgWithContext(wctx)
 	if err != nil {
 		return zero, fmt.Errorf("no answer from authd on the register-manager rail: %w", err)
