@@ -32,7 +32,11 @@
 // in cotal_manager_<space> (a live holder refuses with a *LeaseHeld cause; a dead predecessor on
 // this root is waited out); a predecessor's agents are reaped from their custody records; the
 // manager liveness plane; ManagerService (gRPC) on Config.API.Socket, admitting only the peer
-// uids of Config.API.AllowUIDs. A refusal leaves nothing running and nothing held.
+// uids of Config.API.AllowUIDs. A refusal leaves nothing running and nothing held. Once it serves,
+// a background loop asks authd on the register-manager rail to register this start of the
+// instance, retrying until it does (it never refuses the start nor holds up Ready), then records
+// the committed epoch in the lease row and writes IdentityFile in Config.StateDir
+// (Manager.Registration; register.go).
 //
 // Spawn (ManagerService, or Backend in process) admits a request before any signer call (name,
 // connector, capacity counting spawns in progress, channels, environment), then per agent: a

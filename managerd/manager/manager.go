@@ -92,6 +92,9 @@ type Manager struct {
 
 	sig signerState
 
+	// registry is the registration loop's state (register.go).
+	registry registration
+
 	mu       sync.Mutex
 	agents   map[string]*agent // by name, spawns in progress included
 	byActor  map[string]*agent
@@ -279,12 +282,16 @@ func (m *Manager) start(ctx context.Context) (err error) {
 
 	// The upkeep, then ready, then ManagerService answers (a Shutdown it serves finds every
 	// goroutine started).
-	m.wg.Add(2)
+	m.wg.Add(3)
 	go func() {
 		defer m.wg.Done()
 		if err := m.lease.Run(m.runCtx); err != nil && m.runCtx.Err() == nil {
 			m.log.Error("instance lease loop ended", "err", err)
 		}
+	}()
+	go func() {
+		defer m.wg.Done()
+		m.registerLoop(m.runCtx)
 	}()
 	go func() {
 		defer m.wg.Done()

@@ -34,6 +34,14 @@
 // pure functions of the uid, so a retry, a second caller or a restarted authd adopts the same
 // operation. ManagedRuntimeKey is upstream's hosted runtime key for a (space, owner, actor, uid).
 //
+// Manager lease and registration. ManagerLease is managerd's lease.<instanceId> row in the manager
+// bucket (LeaseKey), upstream's row plus the optional processEpoch and registrationRevision of the
+// start authd registered; authd reads it to admit a register-manager request from its holder only.
+// RegistrationOpID names the freeze a re-registration puts on an endpoint gate (ours: a pure
+// function of the gate's endpoint instance and epoch, so a crashed registration's freeze is
+// adopted). The register-manager rail's closed request and answer are EncodeRegisterManagerRequest
+// and DecodeRegisterManagerReply and their inverses.
+//
 // Registration proof. ProofPayload builds the exact bytes upstream's
 // remoteManagerCurrentRegistrationProof MACs. The proof is signerd's Mac of that payload in
 // ProofDomain ("sha256:" and 64 hex characters); only authd asks signerd for it, and it verifies a

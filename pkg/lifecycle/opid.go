@@ -3,7 +3,9 @@ package lifecycle
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/cotalgo/cotal/pkg/jsjson"
 	"github.com/cotalgo/cotal/pkg/space"
@@ -26,6 +28,31 @@ func InteractiveRetirementOpID(uid string) (string, error) { return opID("intera
 // SHA-256("activate:"+uid). It is ours (upstream mints a random one), so a retried activation
 // adopts the frozen(activation) gate it left behind.
 func ActivationOpID(uid string) (string, error) { return opID("activate:", uid) }
+
+// RegistrationOpID is the opId of the registration that freezes an endpoint instance's gate at
+// fromEpoch to reopen it at fromEpoch+1: the first 26 hex characters of
+// SHA-256("register:"+<endpoint token>+"."+instanceId+":"+<fromEpoch in decimal>). It is ours
+// (upstream's registration op is not in the reference): a pure function of the gate it freezes,
+// so a registration that finds the gate frozen by a crashed start's registration adopts that
+// freeze, and a frozen(registration) gate whose opId is not its own epoch's is corruption.
+func RegistrationOpID(endpoint, instanceID string, fromEpoch uint64) (string, error) {
+	tok, err := EndpointToken(endpoint)
+	if err != nil {
+		return "", fmt.Errorf("lifecycle: opId: %w", err)
+	}
+	if err := space.ValidateUID(instanceID); err != nil {
+		return "", fmt.Errorf("lifecycle: opId: %w", err)
+	}
+	if fromEpoch > MaxSafeInteger {
+		return "", errors.New("lifecycle: opId: epoch above 2^53-1")
+	}
+	return registrationOpID(tok, instanceID, fromEpoch), nil
+}
+
+// registrationOpID derives RegistrationOpID from a validated endpoint token and instance id.
+func registrationOpID(tok, instanceID string, fromEpoch uint64) string {
+	return mustOpID("register:", tok+"."+instanceID+":"+strconv.FormatUint(fromEpoch, 10))
+}
 
 func opID(prefix, uid string) (string, error) {
 	if err := space.ValidateUID(uid); err != nil {

@@ -527,12 +527,23 @@ func EncodeEndpointGate(g EndpointGate) ([]byte, error) {
 	return encodeRow[EndpointGate]("endpoint gate", g)
 }
 
-// DecodeEndpointGate decodes the row stored at key, an endpoint gate key.
+// DecodeEndpointGate decodes the row stored at key, an endpoint gate key. A gate frozen by a
+// registration must carry RegistrationOpID of its key's endpoint instance at its processEpoch.
 func DecodeEndpointGate(key string, b []byte) (EndpointGate, error) {
-	if _, _, err := ParseEndpointGateKey(key); err != nil {
+	ep, iid, err := ParseEndpointGateKey(key)
+	if err != nil {
 		return EndpointGate{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
-	return decodeRow[EndpointGate]("endpoint gate", b)
+	g, err := decodeRow[EndpointGate]("endpoint gate", b)
+	if err != nil {
+		return EndpointGate{}, err
+	}
+	if g.Op != nil && g.Op.Kind == OpRegistration {
+		if op, _ := RegistrationOpID(ep, iid, g.ProcessEpoch); g.Op.OpID != op {
+			return EndpointGate{}, fmt.Errorf("%w: endpoint gate at %s is frozen by another registration than its epoch's", ErrCorrupt, key)
+		}
+	}
+	return g, nil
 }
 
 // EncodeStage validates s and returns its canonical row.

@@ -102,9 +102,9 @@ func rowCases(t testing.TB) []rowCase {
 			},
 			func(k string, b []byte) (any, error) { return DecodeEndpointGate(k, b) }},
 		{"endpoint gate frozen", mustKey(EndpointGateKey(ManagerEndpoint, tIID)),
-			`{"v":1,"state":"frozen","principal":"` + tOwner + `.cli","processEpoch":2,"registrationRevision":7,"generation":3,"op":{"opId":"` + tUID + `","kind":"registration"}}`,
+			`{"v":1,"state":"frozen","principal":"` + tOwner + `.cli","processEpoch":2,"registrationRevision":7,"generation":3,"op":{"opId":"835331ed567b0440297e4d951c","kind":"registration"}}`,
 			func() ([]byte, error) {
-				return EncodeEndpointGate(EndpointGate{State: GateFrozen, Principal: tOwner + ".cli", ProcessEpoch: 2, RegistrationRevision: 7, Generation: 3, Op: &Op{tUID, OpRegistration}})
+				return EncodeEndpointGate(EndpointGate{State: GateFrozen, Principal: tOwner + ".cli", ProcessEpoch: 2, RegistrationRevision: 7, Generation: 3, Op: &Op{"835331ed567b0440297e4d951c", OpRegistration}})
 			},
 			func(k string, b []byte) (any, error) { return DecodeEndpointGate(k, b) }},
 		{"stage", mustKey(StageKey(retire)),
@@ -220,6 +220,7 @@ func TestRowRefusals(t *testing.T) {
 		{"epgate/retired by registration", decEpgate, epgate, eg(`"state":"retired","principal":"o.a","processEpoch":0,"registrationRevision":1,"generation":1,"op":{"opId":"` + tUID + `","kind":"registration"}`)},
 		{"epgate/activation", decEpgate, epgate, eg(`"state":"frozen","principal":"o.a","processEpoch":0,"registrationRevision":1,"generation":1,"op":{"opId":"` + tUID + `","kind":"activation"}`)},
 		{"epgate/bad opId", decEpgate, epgate, eg(`"state":"frozen","principal":"o.a","processEpoch":0,"registrationRevision":1,"generation":1,"op":{"opId":"x","kind":"registration"}`)},
+		{"epgate/registration op of another epoch", decEpgate, epgate, eg(`"state":"frozen","principal":"o.a","processEpoch":0,"registrationRevision":1,"generation":1,"op":{"opId":"835331ed567b0440297e4d951c","kind":"registration"}`)},
 		{"epgate/nameAuthorityRevision", decEpgate, epgate, eg(`"state":"open","principal":"o.a","processEpoch":0,"registrationRevision":1,"generation":1,"nameAuthorityRevision":0`)},
 		{"stage/kind", decStage, stage, `{"v":1,"kind":"activation","owner":"` + tOwner + `","actor":"cli","lifecycleUid":"` + tUID + `","fromGeneration":1}`},
 		{"stage/generation 0", decStage, stage, `{"v":1,"kind":"retirement","owner":"` + tOwner + `","actor":"cli","lifecycleUid":"` + tUID + `","fromGeneration":0}`},

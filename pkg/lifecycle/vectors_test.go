@@ -29,6 +29,32 @@ func TestVectors(t *testing.T) {
 			}
 		})
 	}
+	t.Run("ok/registration", func(t *testing.T) {
+		// Ours: no upstream vector; computed independently as the first 26 hex characters of
+		// SHA-256("register:manager."+"b"*26+":0"), ":2", and of "register:svc_a-b."+"b"*26+":0".
+		b26 := strings.Repeat("b", 26)
+		for _, c := range []struct {
+			ep    string
+			epoch uint64
+			want  string
+		}{
+			{ManagerEndpoint, 0, "8112f510e6121a59e1d37cb6b6"},
+			{ManagerEndpoint, 2, "835331ed567b0440297e4d951c"},
+			{"svc.a-b", 0, "53d3f6d698dacec9e51eae57ff"},
+		} {
+			if got, err := RegistrationOpID(c.ep, b26, c.epoch); err != nil || got != c.want {
+				t.Fatalf("RegistrationOpID(%q, %d) = %q, %v; want %q", c.ep, c.epoch, got, err, c.want)
+			}
+		}
+		for _, in := range []struct {
+			ep, iid string
+			epoch   uint64
+		}{{"Manager", b26, 0}, {ManagerEndpoint, "short", 0}, {ManagerEndpoint, b26, MaxSafeInteger + 1}} {
+			if got, err := RegistrationOpID(in.ep, in.iid, in.epoch); err == nil {
+				t.Fatalf("RegistrationOpID(%q, %q, %d) = %q", in.ep, in.iid, in.epoch, got)
+			}
+		}
+	})
 	t.Run("ok/runtime key", func(t *testing.T) {
 		got, err := ManagedRuntimeKey("s2420", "u_"+a26, "probe", a26)
 		if err != nil || got != "cotal-ffa44aae523faeee4ab7689a699b392e" {

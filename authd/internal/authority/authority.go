@@ -103,6 +103,10 @@ type Authority struct {
 	names space.Names
 	now   func() time.Time
 	log   *slog.Logger
+
+	// beforeConfirm, set only by tests, runs between a registration's last write and its
+	// confirming read.
+	beforeConfirm func()
 }
 
 // New checks cfg and returns the authority.

@@ -301,3 +301,23 @@ func (s *Store) EndpointGate(ctx context.Context, endpoint, instanceID string) (
 	}
 	return get(ctx, s, space.Auth, key, lifecycle.DecodeEndpointGate)
 }
+
+// Lease reads the manager instance's lease.<instanceId> (manager bucket, lifecycle.ManagerLease).
+// found is false for a key never written, deleted or purged (a released or expired lease); a row
+// that does not decode, or names another instance, is ErrCorrupt.
+func (s *Store) Lease(ctx context.Context, instanceID string) (lifecycle.ManagerLease, uint64, bool, error) {
+	key, err := lifecycle.LeaseKey(instanceID)
+	if err != nil {
+		return lifecycle.ManagerLease{}, 0, false, err
+	}
+	return get(ctx, s, space.Manager, key, func(key string, b []byte) (lifecycle.ManagerLease, error) {
+		r, err := lifecycle.DecodeManagerLease(b)
+		if err != nil {
+			return r, err
+		}
+		if r.InstanceID != instanceID {
+			return lifecycle.ManagerLease{}, fmt.Errorf("%w: lease at %s names instance %s", ErrCorrupt, key, r.InstanceID)
+		}
+		return r, nil
+	})
+}

@@ -2,7 +2,9 @@
 // one key per manager instance, lease.<instanceId> in the space's manager bucket
 // cotal_manager_<space>, whose max_age (10 s, pkg/provision) is the lease's TTL. The holder
 // renews every TTL/4 (2.5 s) by compare-and-set on the broker's revision; its row is upstream's
-// {holder, instanceId, runtime, root, pid, since}.
+// {holder, instanceId, runtime, root, pid, since} (lifecycle.ManagerLease, the codec authd reads
+// it with), to which SetRegistration adds the processEpoch and registrationRevision authd
+// committed for this start; Release compares the broker's row with that rewritten row.
 //
 // Acquire is an atomic KV create. When a row is already there it decides, from the row alone:
 //   - another root holds it: refused with *LeaseHeld (SameRoot false), whatever its pid;
@@ -47,8 +49,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cotalgo/cotal/pkg/lease"
+	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/space"
 )
+
+// Row is the value of one instance's lease key: lifecycle.ManagerLease, whose codec authd reads
+// the row with too.
+type Row = lifecycle.ManagerLease
+
+// DecodeRow decodes and validates a lease row as Acquire reads it (for managerd's own tests and
+// tools that read the bucket).
+func DecodeRow(b []byte) (Row, error) { return lifecycle.DecodeManagerLease(b) }
 
 // Defaults (upstream's MANAGER_LEASE_* numbers, packages/core/src/streams.ts).
 const (
@@ -193,7 +204,7 @@ func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 	}
 	l := &Lease{cfg: cfg, bucket: bucket, key: key, stopped: make(chan struct{})}
 	l.row = Row{Holder: cfg.Holder, InstanceID: cfg.InstanceID, Runtime: cfg.Runtime, Root: cfg.Root, PID: cfg.PID, Since: cfg.Now().UnixMilli()}
-	if err := l.row.validate(); err != nil {
+	if err := l.row.Validate(); err != nil {
 		return nil, fmt.Errorf("instlease: %w", err)
 	}
 	if err := l.bind(ctx); err != nil {
@@ -276,7 +287,7 @@ func (l *Lease) classify(err error) error {
 
 // create puts this lease's row if the key has none.
 func (l *Lease) create(ctx context.Context) (uint64, error) {
-	b, err := encodeRow(l.row)
+	b, err := lifecycle.EncodeManagerLease(l.currentRow())
 	if err != nil {
 		return 0, err
 	}
@@ -297,11 +308,11 @@ func (l *Lease) read(ctx context.Context) (Row, uint64, bool, error) {
 	case err != nil:
 		return Row{}, 0, false, l.classify(fmt.Errorf("instlease: the lease %s/%s could not be read: %w", l.bucket, l.key, err))
 	}
-	r, err := decodeRow(e.Value())
+	r, err := lifecycle.DecodeManagerLease(e.Value())
 	if err != nil {
 		return Row{}, 0, false, fmt.Errorf("instlease: the lease %s/%s holds a value that is not a manager lease row: %w", l.bucket, l.key, err)
 	}
-	if r.InstanceID != l.row.InstanceID {
+	if r.InstanceID != l.cfg.InstanceID {
 		return Row{}, 0, false, fmt.Errorf("instlease: the lease %s/%s holds a row of instance %s", l.bucket, l.key, r.InstanceID)
 	}
 	return r, e.Revision(), true, nil
@@ -311,10 +322,10 @@ func (l *Lease) read(ctx context.Context) (Row, uint64, bool, error) {
 // out: it serves this root and its process is gone (or is this process, in a lease no longer
 // held). Another root is never dead to us: its pid means nothing on this host.
 func (l *Lease) predecessorDead(other Row) bool {
-	if other.Root != l.row.Root {
+	if other.Root != l.cfg.Root {
 		return false
 	}
-	if other.PID == l.row.PID {
+	if other.PID == l.cfg.PID {
 		_, live := held.Load(heldKey{l.bucket, l.key, other})
 		return !live
 	}
@@ -355,7 +366,51 @@ func (l *Lease) TTL() time.Duration { return l.ttl }
 func (l *Lease) RenewInterval() time.Duration { return l.ttl / 4 }
 
 // Row is this lease's row.
-func (l *Lease) Row() Row { return l.row }
+func (l *Lease) Row() Row { return l.currentRow() }
+
+func (l *Lease) currentRow() Row {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.row
+}
+
+// SetRegistration rewrites this lease's row, by compare-and-set on the revision this lease last
+// wrote, with the process epoch and registration revision authd committed for this start: every
+// later renewal writes that row, and Release deletes only that row. On any failure (the broker
+// did not answer, or the row moved: a renewal that put it again) the row is unchanged and the
+// caller may call again; after Release began it writes nothing and returns ErrStopping.
+func (l *Lease) SetRegistration(ctx context.Context, processEpoch, registrationRevision uint64) error {
+	l.renewMu.Lock()
+	defer l.renewMu.Unlock()
+	if l.isStopping() {
+		return ErrStopping
+	}
+	l.mu.Lock()
+	old, rev := l.row, l.rev
+	l.mu.Unlock()
+	next := old
+	next.ProcessEpoch, next.RegistrationRevision = processEpoch, registrationRevision
+	b, err := lifecycle.EncodeManagerLease(next)
+	if err != nil {
+		return fmt.Errorf("instlease: %w", err)
+	}
+	octx, cancel := context.WithTimeout(ctx, l.cfg.OpTimeout)
+	defer cancel()
+	nrev, err := l.kv.Update(octx, l.key, b, rev)
+	if err != nil {
+		return l.classify(fmt.Errorf("instlease: record the registration in %s/%s: %w", l.bucket, l.key, err))
+	}
+	l.mu.Lock()
+	l.row, l.rev, l.renewed, l.state = next, nrev, time.Now(), lease.Held
+	// The live-start marker follows the row (a row of this process is a live double start only
+	// if it is the row a held lease last wrote), unless Release began meanwhile.
+	held.CompareAndDelete(heldKey{l.bucket, l.key, old}, l)
+	if !l.stopping {
+		held.Store(heldKey{l.bucket, l.key, next}, l)
+	}
+	l.mu.Unlock()
+	return nil
+}
 
 // Key is the lease's bucket and key.
 func (l *Lease) Key() (bucket, key string) { return l.bucket, l.key }
@@ -401,7 +456,7 @@ func (l *Lease) Renew(ctx context.Context) (lease.State, error) {
 	if l.isStopping() {
 		return lease.Gone, ErrStopping
 	}
-	b, err := encodeRow(l.row)
+	b, err := lifecycle.EncodeManagerLease(l.currentRow())
 	if err != nil {
 		return lease.Unknown, err
 	}
@@ -434,7 +489,7 @@ func (l *Lease) Renew(ctx context.Context) (lease.State, error) {
 		l.mu.Unlock()
 		l.cfg.Logger.Warn("manager lease: the key was gone; put again", "bucket", l.bucket, "key", l.key)
 		return lease.Held, nil
-	case other == l.row:
+	case other == l.currentRow():
 		// Our own row at a revision we did not write: adopt it and renew once more.
 		nrev, uerr = l.kv.Update(octx, l.key, b, orev)
 		if uerr != nil {
@@ -445,7 +500,7 @@ func (l *Lease) Renew(ctx context.Context) (lease.State, error) {
 		return lease.Held, nil
 	}
 	l.set(0, lease.Taken)
-	return lease.Taken, &LeaseHeld{Bucket: l.bucket, Key: l.key, Row: other, SameRoot: other.Root == l.row.Root}
+	return lease.Taken, &LeaseHeld{Bucket: l.bucket, Key: l.key, Row: other, SameRoot: other.Root == l.cfg.Root}
 }
 
 // Run renews every RenewInterval until ctx ends or Release begins; it logs each change of state,
@@ -495,7 +550,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		close(l.stopped)
 	}
 	l.mu.Unlock()
-	held.CompareAndDelete(heldKey{l.bucket, l.key, l.row}, l)
+	held.CompareAndDelete(heldKey{l.bucket, l.key, l.currentRow()}, l)
 	l.renewMu.Lock()
 	defer l.renewMu.Unlock()
 	l.mu.Lock()
@@ -514,7 +569,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	case err != nil:
 		return l.classify(fmt.Errorf("instlease: release %s/%s left to the TTL: %w", l.bucket, l.key, err))
 	}
-	if r, derr := decodeRow(e.Value()); derr != nil || r != l.row {
+	if r, derr := lifecycle.DecodeManagerLease(e.Value()); derr != nil || r != l.currentRow() {
 		l.setFreed()
 		return nil
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/cotalgo/cotal/pkg/creds"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/lease"
+	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/mtls"
 	"github.com/cotalgo/cotal/pkg/provision"
 	"github.com/cotalgo/cotal/pkg/signerclient"
@@ -211,8 +212,8 @@ func rowAt(t *testing.T, kv jetstream.KeyValue, key string) (instlease.Row, bool
 	if err != nil {
 		t.Fatalf("get %s: %v", key, err)
 	}
-	var r instlease.Row
-	if err := json.Unmarshal(ent.Value(), &r); err != nil {
+	r, err := instlease.DecodeRow(ent.Value())
+	if err != nil {
 		t.Fatalf("row at %s: %v (%q)", key, err, ent.Value())
 	}
 	return r, true
@@ -557,7 +558,7 @@ func (c cancelOn) Write(p []byte) (int, error) {
 // putRow writes a row on its key as a predecessor would have.
 func putRow(t *testing.T, kv jetstream.KeyValue, r instlease.Row) {
 	t.Helper()
-	b, err := json.Marshal(r)
+	b, err := lifecycle.EncodeManagerLease(r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -626,4 +627,47 @@ func (e *env) startChild(t *testing.T, inst, root string) *exec.Cmd {
 		t.Fatal("child did not acquire the lease")
 	}
 	return cmd
+}
+
+// TestSetRegistration: the row rewritten with a registration is what renewals write and what
+// Release compares (and deletes); after Release nothing is written.
+func TestSetRegistration(t *testing.T) {
+	e := newEnv(t)
+	inst := id("registered")
+	l := acquire(t, e.cfg(t, full, inst, t.TempDir()))
+	kv := e.kv(t, full)
+	before, _ := rowAt(t, kv, "lease."+inst)
+	if before.Registered() {
+		t.Fatalf("a fresh row records a registration: %+v", before)
+	}
+	if err := l.SetRegistration(ctxT(t), 0, 7); err != nil {
+		t.Fatal(err)
+	}
+	want := before
+	want.RegistrationRevision = 7
+	if r, ok := rowAt(t, kv, "lease."+inst); !ok || r != want || l.Row() != want {
+		t.Fatalf("row after SetRegistration = %+v (found %v), Row() = %+v; want %+v", r, ok, l.Row(), want)
+	}
+	if st, err := l.Renew(ctxT(t)); st != lease.Held || err != nil {
+		t.Fatalf("Renew = %v, %v", st, err)
+	}
+	if err := l.SetRegistration(ctxT(t), 1, 9); err != nil {
+		t.Fatal(err)
+	}
+	want.ProcessEpoch, want.RegistrationRevision = 1, 9
+	if r, _ := rowAt(t, kv, "lease."+inst); r != want {
+		t.Fatalf("row after the second SetRegistration = %+v, want %+v", r, want)
+	}
+	if err := l.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := rowAt(t, kv, "lease."+inst); ok {
+		t.Fatalf("Release left the rewritten row: %+v", r)
+	}
+	if err := l.SetRegistration(ctxT(t), 2, 11); !errors.Is(err, instlease.ErrStopping) {
+		t.Fatalf("SetRegistration after Release = %v, want ErrStopping", err)
+	}
+	if _, ok := rowAt(t, kv, "lease."+inst); ok {
+		t.Fatal("SetRegistration after Release wrote a row")
+	}
 }
