@@ -21,6 +21,19 @@ const (
 	epgatePrefix = "epgate."
 )
 
+// AuthKeyPatterns are the key families this package keeps in the auth bucket, each with its
+// variable tokens as "*": gate.*, stage.* and epgate.*.*. They are the rows of the one credential
+// that writes them (pkg/profiles' auth-plane, authd's); the plane claim's key is not among them.
+func AuthKeyPatterns() []string {
+	return []string{gatePrefix + "*", stagePrefix + "*", epgatePrefix + "*.*"}
+}
+
+// RecordsKeyPatterns are the key families of the records bucket, each with its variable tokens as
+// "*": lifecycle.*.*, uid.*, frontier.* and svc.*.*.
+func RecordsKeyPatterns() []string {
+	return []string{headPrefix + "*.*", uidPrefix + "*", frontierPrefix + "*", specPrefix + "*.*"}
+}
+
 // ManagerEndpoint is the manager's endpoint name: its gate is epgate.manager.<instanceId> and its
 // spec svc.manager.<instanceId>. Service endpoints use the same gate family under their own names.
 const ManagerEndpoint = "manager"

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -92,4 +93,40 @@ func TestKeys(t *testing.T) {
 			t.Fatal("EndpointName took a token with an empty-edged label")
 		}
 	})
+}
+
+// TestKeyPatterns: each family pattern matches every key its builder makes, token for token, and
+// the two lists together match each key of this package exactly once.
+func TestKeyPatterns(t *testing.T) {
+	retire := mustOp(t, ManagedRetirementOpID, tUID)
+	keys := map[string][]string{
+		"auth":    {mustKey(GateKey(tUID)), mustKey(StageKey(retire)), mustKey(EndpointGateKey(ManagerEndpoint, tIID)), mustKey(EndpointGateKey("com.example", tIID))},
+		"records": {mustKey(HeadKey(tOwner, "cli")), mustKey(UIDKey(tUID)), mustKey(FrontierKey(tUID)), mustKey(SpecKey(ManagerEndpoint, tIID))},
+	}
+	match := func(pattern, key string) bool {
+		p, k := strings.Split(pattern, "."), strings.Split(key, ".")
+		if len(p) != len(k) {
+			return false
+		}
+		for i := range p {
+			if p[i] != "*" && p[i] != k[i] {
+				return false
+			}
+		}
+		return true
+	}
+	for bucket, patterns := range map[string][]string{"auth": AuthKeyPatterns(), "records": RecordsKeyPatterns()} {
+		for _, key := range append(append([]string(nil), keys["auth"]...), keys["records"]...) {
+			n := 0
+			for _, p := range patterns {
+				if match(p, key) {
+					n++
+				}
+			}
+			own := slices.Contains(keys[bucket], key)
+			if (n == 1) != own || n > 1 {
+				t.Errorf("%s patterns %v match %q %d times, want %v", bucket, patterns, key, n, own)
+			}
+		}
+	}
 }

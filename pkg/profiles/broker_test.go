@@ -21,7 +21,12 @@ import (
 
 const brokerSpace = "alpha"
 
-const uid = "abcdefghijklmnopqrstuvwxyz"
+const (
+	uid = "abcdefghijklmnopqrstuvwxyz"
+	// iidM1 and managerUID are a manager instance id and that manager's own lifecycle uid.
+	iidM1      = "iiiiiiiiiiiiiiiiiiiiiiiiii"
+	managerUID = "mmmmmmmmmmmmmmmmmmmmmmmmmm"
+)
 
 var (
 	agentO1 = profiles.Params{Owner: "o1", Actor: "a1", LifecycleUID: uid,
@@ -29,7 +34,11 @@ var (
 	agentO2 = profiles.Params{Owner: "o2", Actor: "a2", LifecycleUID: uid,
 		AllowPublish: []string{"general"}, AllowSubscribe: []string{"general"}}
 	supervisorM1 = profiles.Params{Owner: "m1", Actor: "s1"}
-	none         = profiles.Params{}
+	// retirementRequesterM1 is manager instance iidM1's serve principal of owner m1, asking to
+	// retire m1's lifecycle m1.a1 at uid.
+	retirementRequesterM1 = profiles.Params{Owner: "m1", Actor: "manager_serve_" + iidM1, LifecycleUID: managerUID,
+		Target: &profiles.RetirementTarget{Owner: "m1", Actor: "a1", LifecycleUID: uid}}
+	none = profiles.Params{}
 )
 
 type principal struct {

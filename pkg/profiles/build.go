@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 
+	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/nkey"
 	"github.com/cotalgo/cotal/pkg/space"
 )
@@ -39,8 +40,9 @@ type Spec struct {
 // It refuses, with *ParamError: an invalid space name; a required field left empty; any field the
 // profile does not accept; Owner without Actor or the reverse; a value failing its pkg/space
 // grammar (owner, actor, lifecycle UID, role, channel pattern, inbox nonce); a channel list longer
-// than MaxChannels; a Subscribe pattern no AllowSubscribe pattern covers; and a capability word
-// outside the closed set. Channel lists take patterns (space.ValidateChannelPattern: "team.>",
+// than MaxChannels; a Subscribe pattern no AllowSubscribe pattern covers; a capability word
+// outside the closed set; and, for the retirement requester, an Actor that is not a manager serve
+// actor or a Target that fails its grammars or names another owner than Owner. Channel lists take patterns (space.ValidateChannelPattern: "team.>",
 // "team.*"); only the agent accepts them, and Build does not judge how wide a pattern may be: that
 // is the caller's policy (signerd grants a pattern only where one of the caller's allowed patterns
 // covers it and it reaches no excluded channel). An unknown profile is refused with *UnknownProfileError. Channels and capabilities
@@ -128,6 +130,7 @@ func set(p Params) field {
 	add(fCapabilities, len(p.Capabilities) > 0)
 	add(fInboxNonce, p.InboxNonce != "")
 	add(fDataAccount, p.DataAccount != "")
+	add(fTarget, p.Target != nil)
 	return f
 }
 
@@ -186,6 +189,13 @@ func normalize(name Name, r rule, p Params) (Params, error) {
 		Owner: p.Owner, Actor: p.Actor, LifecycleUID: p.LifecycleUID, Role: p.Role,
 		InboxNonce: p.InboxNonce, DataAccount: p.DataAccount,
 	}
+	if p.Target != nil {
+		t, err := retirementTarget(name, p)
+		if err != nil {
+			return Params{}, err
+		}
+		out.Target = &t
+	}
 	var err error
 	if out.Subscribe, err = channels(name, "Subscribe", p.Subscribe); err != nil {
 		return Params{}, err
@@ -208,6 +218,36 @@ func normalize(name Name, r rule, p Params) (Params, error) {
 	}
 	out.Capabilities = sortedSet(p.Capabilities)
 	return out, nil
+}
+
+// retirementTarget checks a retirement requester's caller and target (the rule already made every
+// one of Owner, Actor, LifecycleUID and Target required): the caller must be a manager instance's
+// serve principal, <owner>.manager_serve_<instanceId> (pkg/lifecycle.ServePrincipal), the target's
+// tokens must fit their grammars, and the target must belong to the caller's own owner, as
+// upstream's authorizeRemoteManagerRetirement demands, so a credential minted for one owner's
+// manager can never name another owner's lifecycle. It returns a copy of the target.
+func retirementTarget(name Name, p Params) (RetirementTarget, error) {
+	t := *p.Target
+	iid := p.Actor[strings.LastIndexByte(p.Actor, '_')+1:]
+	if sp, err := lifecycle.ServePrincipal(p.Owner, iid); err != nil || sp != p.Owner+"."+p.Actor {
+		return RetirementTarget{}, refuse(name, "Actor", "%.64q is not a manager serve actor (manager_serve_<instanceId>)", p.Actor)
+	}
+	for _, c := range []struct {
+		field, value string
+		fn           func(string) error
+	}{
+		{"Target.Owner", t.Owner, space.ValidateOwner},
+		{"Target.Actor", t.Actor, space.ValidateActor},
+		{"Target.LifecycleUID", t.LifecycleUID, space.ValidateUID},
+	} {
+		if err := c.fn(c.value); err != nil {
+			return RetirementTarget{}, paramErr(name, c.field, err)
+		}
+	}
+	if t.Owner != p.Owner {
+		return RetirementTarget{}, refuse(name, "Target.Owner", "%.64q is not the caller's owner %q", t.Owner, p.Owner)
+	}
+	return t, nil
 }
 
 func channels(name Name, fieldName string, in []string) ([]string, error) {

@@ -12,7 +12,7 @@ import (
 )
 
 func TestParseAndAll(t *testing.T) {
-	want := []Name{Admin, Agent, AuthCallout, AuthPlane, ConnectionEvictor, Delivery, Deprovisioner, MembershipObserver, MembershipRW, Observer, Operator, Probe, Provisioner, Sentinel, Supervisor}
+	want := []Name{Admin, Agent, AuthCallout, AuthPlane, ConnectionEvictor, Delivery, Deprovisioner, MembershipObserver, MembershipRW, Observer, Operator, Probe, Provisioner, RetirementRequester, Sentinel, Supervisor}
 	if got := All(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("All() = %v, want %v", got, want)
 	}
@@ -54,6 +54,7 @@ func TestMatrixClasses(t *testing.T) {
 		{Sentinel, AccountAuth, Lifetime{NoExpiry: true}},
 		{MembershipObserver, AccountSystem, d24},
 		{ConnectionEvictor, AccountSystem, m5},
+		{RetirementRequester, AccountData, m5},
 	}
 	if len(tests) != len(All()) {
 		t.Fatalf("table covers %d profiles, matrix has %d", len(tests), len(All()))
@@ -457,4 +458,132 @@ func subjectMatch(pattern, subject string) bool {
 		}
 	}
 	return len(p) == len(s)
+}
+
+// TestRetirementRequesterParams: the retirement requester takes exactly a manager serve principal,
+// its lifecycle uid and a target of the same owner; every other profile refuses a target.
+func TestRetirementRequesterParams(t *testing.T) {
+	good := mxGoldenParams[RetirementRequester]
+	with := func(f func(*Params)) Params {
+		p := good
+		tg := *good.Target
+		p.Target = &tg
+		f(&p)
+		return p
+	}
+	t.Run("ok/golden", func(t *testing.T) {
+		s, err := Build(mxSpace, RetirementRequester, good)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "cotal.demo_space.ep.one.auth.retire-lifecycle.handle.local.bob.cccccccccccccccccccccccccc.local.manager_serve_" + mxIID + "." + mxUID + ".*"
+		if !slices.Equal(s.Pub.Allow, []string{want}) || !slices.Equal(s.Sub.Allow, []string{want + ".reply"}) || len(s.Pub.Deny)+len(s.Sub.Deny) != 0 {
+			t.Fatalf("pub %v sub %v", s.Pub, s.Sub)
+		}
+	})
+	t.Run("ok/build copies the target", func(t *testing.T) {
+		p := with(func(*Params) {})
+		s, err := Build(mxSpace, RetirementRequester, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Target.Actor = "mallory"
+		if strings.Contains(strings.Join(s.Pub.Allow, " "), "mallory") {
+			t.Fatal("the spec follows a change to the caller's target")
+		}
+	})
+	for _, tc := range []struct {
+		name  string
+		p     Params
+		field string
+	}{
+		{"fail/no target", with(func(p *Params) { p.Target = nil }), "Target"},
+		{"fail/no caller uid", with(func(p *Params) { p.LifecycleUID = "" }), "LifecycleUID"},
+		{"fail/empty target", with(func(p *Params) { p.Target = &RetirementTarget{} }), "Target.Owner"},
+		{"fail/caller not a serve actor", with(func(p *Params) { p.Actor = "manager" }), "Actor"},
+		{"fail/caller a supervisor actor", with(func(p *Params) { p.Actor = "manager_" + mxIID }), "Actor"},
+		{"fail/caller serve actor with a short instance", with(func(p *Params) { p.Actor = "manager_serve_abc" }), "Actor"},
+		{"fail/caller serve actor behind a prefix", with(func(p *Params) { p.Actor = "x_manager_serve_" + mxIID }), "Actor"},
+		{"fail/target of another owner", with(func(p *Params) { p.Target.Owner = "other" }), "Target.Owner"},
+		{"fail/target actor wildcard", with(func(p *Params) { p.Target.Actor = "*" }), "Target.Actor"},
+		{"fail/target actor dotted", with(func(p *Params) { p.Target.Actor = "a.b" }), "Target.Actor"},
+		{"fail/target uid short", with(func(p *Params) { p.Target.LifecycleUID = "abc" }), "Target.LifecycleUID"},
+		{"fail/target uid upper case", with(func(p *Params) { p.Target.LifecycleUID = strings.ToUpper(mxUID) }), "Target.LifecycleUID"},
+		{"fail/inbox nonce", with(func(p *Params) { p.InboxNonce = mxNonce(t, p.Owner, p.Actor) }), "InboxNonce"},
+		{"fail/role", with(func(p *Params) { p.Role = "review" }), "Role"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Build(mxSpace, RetirementRequester, tc.p)
+			var pe *ParamError
+			if !errors.As(err, &pe) || pe.Field != tc.field {
+				t.Fatalf("Build = %v, want a *ParamError on %s", err, tc.field)
+			}
+		})
+	}
+	for _, name := range All() {
+		if name == RetirementRequester {
+			continue
+		}
+		t.Run("fail/"+string(name)+" refuses a target", func(t *testing.T) {
+			p := mxGoldenParams[name]
+			p.Target = &RetirementTarget{Owner: "local", Actor: "bob", LifecycleUID: mxUID}
+			_, err := Build(mxSpace, name, p)
+			var pe *ParamError
+			if !errors.As(err, &pe) || pe.Field != "Target" {
+				t.Fatalf("Build = %v, want a *ParamError on Target", err)
+			}
+		})
+	}
+}
+
+// TestLifecycleAuthorityRowsOnlyAuthPlane is issue 23's "authd is the only writer" as data: over
+// every data-account profile (the rails and buckets live in the data account; the AUTH account's
+// callout user may publish anything there, which reaches none of them), only auth-plane may write
+// a lifecycle key, read the lifecycle buckets or serve an auth rail, and only the retirement
+// requester and the supervisor may call a rail.
+func TestLifecycleAuthorityRowsOnlyAuthPlane(t *testing.T) {
+	const tk = "demo_space"
+	authd := map[string]string{
+		"gate":     "$KV.cotal_auth_" + tk + ".gate." + mxUID,
+		"stage":    "$KV.cotal_auth_" + tk + ".stage." + mxUID,
+		"epgate":   "$KV.cotal_auth_" + tk + ".epgate.manager." + mxIID,
+		"head":     "$KV.cotal_records_" + tk + ".lifecycle.local.bob",
+		"uid":      "$KV.cotal_records_" + tk + ".uid." + mxUID,
+		"frontier": "$KV.cotal_records_" + tk + ".frontier." + mxUID,
+		"spec":     "$KV.cotal_records_" + tk + ".svc.manager." + mxIID,
+		"auth get": "$JS.API.STREAM.MSG.GET.KV_cotal_auth_" + tk,
+		"rec get":  "$JS.API.STREAM.MSG.GET.KV_cotal_records_" + tk,
+		"answer":   "cotal." + tk + ".ep.one.auth.register-manager.local.manager.n1.reply",
+	}
+	register := "cotal." + tk + ".ep.one.auth.register-manager.local.manager.n1"
+	retire := "cotal." + tk + ".ep.one.auth.retire-lifecycle.handle.local.bob.cccccccccccccccccccccccccc.local.manager_serve_" + mxIID + "." + mxUID + ".n1"
+	for _, name := range All() {
+		if name.Account() != AccountData {
+			continue
+		}
+		t.Run("ok/"+string(name), func(t *testing.T) {
+			s, err := Build(mxSpace, name, mxGoldenParams[name])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for what, subj := range authd {
+				if got := pubAllowed(s, subj); got != (name == AuthPlane) {
+					t.Errorf("%s publishes %s (%s): %v", name, what, subj, got)
+				}
+			}
+			if got := pubAllowed(s, register); got != (name == Supervisor) {
+				t.Errorf("%s requests register-manager: %v", name, got)
+			}
+			if got := pubAllowed(s, retire); got != (name == RetirementRequester) {
+				t.Errorf("%s requests retire-lifecycle: %v", name, got)
+			}
+			for _, row := range s.Sub.Allow {
+				subj, _, queued := strings.Cut(row, " ")
+				serves := subjectMatch(subj, register) || subjectMatch(subj, retire)
+				if serves != (name == AuthPlane) || queued != (name == AuthPlane) {
+					t.Errorf("%s subscribe row %q: serves a rail %v, queue-pinned %v", name, row, serves, queued)
+				}
+			}
+		})
+	}
 }

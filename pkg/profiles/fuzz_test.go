@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -46,6 +47,11 @@ func (v mxFuzzValues) params(include field) Params {
 	if include&fInboxNonce != 0 {
 		p.InboxNonce = v.nonce
 	}
+	if include&fTarget != 0 {
+		// The target's owner is the caller's (the only target Build accepts); its actor is
+		// drawn from the role value, its uid from the uid value.
+		p.Target = &RetirementTarget{Owner: v.owner, Actor: v.role, LifecycleUID: v.uid}
+	}
 	return p
 }
 
@@ -72,8 +78,12 @@ func (v mxFuzzValues) canonical() mxFuzzValues {
 		}
 		return fixed
 	}
+	actor := keep(v.actor, "act")
+	if strings.HasPrefix(v.actor, "manager_serve_") {
+		actor = "manager_serve_" + strings.Repeat("i", 26) // the one actor shape a retirement requester takes
+	}
 	return mxFuzzValues{
-		owner: keep(v.owner, "own"), actor: keep(v.actor, "act"), uid: keep(v.uid, strings.Repeat("u", 26)), role: keep(v.role, "role"),
+		owner: keep(v.owner, "own"), actor: actor, uid: keep(v.uid, strings.Repeat("u", 26)), role: keep(v.role, "role"),
 		ch1: ch[v.ch1], ch2: ch[v.ch2], ch3: ch[v.ch3], capw: v.capw, nonce: mxFuzzNonce("own", "act", v.nonce),
 	}
 }
@@ -95,6 +105,19 @@ func mxFuzzNonce(owner, actor, fuzzed string) string {
 // whole tokens and '>' only last.
 func mxCheckSubject(t *testing.T, s string) {
 	t.Helper()
+	mxCheckRow(t, s, false)
+}
+
+// mxCheckRow is mxCheckSubject for a permission row; with queueOK (a subscribe list) it also
+// takes the "<subject> <queue>" form, whose queue must be one printable token without wildcards.
+func mxCheckRow(t *testing.T, s string, queueOK bool) {
+	t.Helper()
+	if subj, queue, ok := strings.Cut(s, " "); ok && queueOK {
+		if queue == "" || strings.ContainsAny(queue, " *>.") {
+			t.Fatalf("row %q has a malformed queue %q", s, queue)
+		}
+		s = subj
+	}
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c <= ' ' || c >= 0x7f {
 			t.Fatalf("subject %q has byte %q", s, c)
@@ -153,6 +176,7 @@ func FuzzBuild(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add("s", uint8(0), uint16(0), uint16(0), "o", "a", mxUID, "r", "c", "c", "c", "run", bound)
+	f.Add("s", uint8(slices.Index(All(), RetirementRequester)), uint16(0), uint16(0), "o", "manager_serve_"+mxIID, mxUID, "bob", "c", "c", "c", "run", "")
 	k := mxKeys(f)
 	f.Fuzz(func(t *testing.T, spaceName string, pidx uint8, drop, extra uint16,
 		owner, actor, uid, role, ch1, ch2, ch3, capw, nonce string) {
@@ -170,9 +194,9 @@ func FuzzBuild(f *testing.F) {
 			return
 		}
 		lists := [][]string{s.Pub.Allow, s.Pub.Deny, s.Sub.Allow, s.Sub.Deny}
-		for _, l := range lists {
+		for i, l := range lists {
 			for _, subj := range l {
-				mxCheckSubject(t, subj)
+				mxCheckRow(t, subj, i == 2)
 			}
 		}
 		c, err := Build("space", name, v.canonical().params(include))

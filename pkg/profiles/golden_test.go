@@ -17,6 +17,8 @@ var updateGolden = flag.Bool("update", false, "rewrite pkg/profiles/testdata gol
 const (
 	mxSpace = "demo space"
 	mxUID   = "abcdefghijklmnopqrstuvwxyz"
+	// mxIID is the manager instance id the retirement requester's golden caller serves.
+	mxIID = "bbbbbbbbbbbbbbbbbbbbbbbbbb"
 	// mxDataAccount is the data account the system-account goldens name.
 	mxDataAccount = "AAT6LL2VLE3SZW5AIYXT5MZHX2I7BRWM5T4HBYVAKRQZSWH7JBFP3V7E"
 )
@@ -42,6 +44,10 @@ var mxGoldenParams = map[Name]Params{
 	Sentinel:      {},
 	AuthPlane:     {},
 	MembershipRW:  {},
+	RetirementRequester: {
+		Owner: "local", Actor: "manager_serve_" + mxIID, LifecycleUID: mxUID,
+		Target: &RetirementTarget{Owner: "local", Actor: "bob", LifecycleUID: "cccccccccccccccccccccccccc"},
+	},
 
 	MembershipObserver: {DataAccount: mxDataAccount},
 	ConnectionEvictor:  {DataAccount: mxDataAccount},

@@ -15,17 +15,18 @@ import (
 // inboxParams holds valid parameters for every data-account profile; the test fails when a
 // profile is added without a row here.
 var inboxParams = map[profiles.Name]profiles.Params{
-	profiles.Agent:         agentO1,
-	profiles.Supervisor:    supervisorM1,
-	profiles.Provisioner:   none,
-	profiles.Deprovisioner: {Owner: "o2", Actor: "a2", LifecycleUID: uid},
-	profiles.Delivery:      none,
-	profiles.Observer:      none,
-	profiles.Admin:         {Owner: "o1", Actor: "a1"},
-	profiles.Operator:      {Owner: "o1", Actor: "a1"},
-	profiles.Probe:         none,
-	profiles.MembershipRW:  none,
-	profiles.AuthPlane:     none,
+	profiles.Agent:               agentO1,
+	profiles.Supervisor:          supervisorM1,
+	profiles.Provisioner:         none,
+	profiles.Deprovisioner:       {Owner: "o2", Actor: "a2", LifecycleUID: uid},
+	profiles.Delivery:            none,
+	profiles.Observer:            none,
+	profiles.Admin:               {Owner: "o1", Actor: "a1"},
+	profiles.Operator:            {Owner: "o1", Actor: "a1"},
+	profiles.Probe:               none,
+	profiles.MembershipRW:        none,
+	profiles.AuthPlane:           none,
+	profiles.RetirementRequester: retirementRequesterM1,
 }
 
 // TestBrokerNoInboxTakeover is the broker's word on issue 20 item 1: no credential of any

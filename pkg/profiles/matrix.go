@@ -1,6 +1,7 @@
 package profiles
 
 import (
+	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/nkey"
 	"github.com/cotalgo/cotal/pkg/space"
 )
@@ -216,7 +217,11 @@ func agentPerms(b *builder) {
 // queue group live.manager) and publishes only on the .reply.> leaves under them, so it can answer
 // any peer but never send a probe as one, and it cannot serve the delivery plane. Two rows go beyond the stored upstream version, both for the renewal ownership in
 // reference/manager.md §3: the per-space renewal lease key ($KV.cotal_manager_<t>.renewal) and a
-// point read of the delivery lease (lease.0), which the manager checks before each remint.
+// point read of the delivery lease (lease.0), which the manager checks before each remint. Issue
+// 23 adds the register-manager rail as itself: it publishes
+// cotal.<t>.ep.one.auth.register-manager.<owner>.<actor>.* for its own principal only (any nonce)
+// and hears the answers on those subjects' .reply leaves; authd accepts the registration only
+// if the instance lease's holder is that principal.
 func supervisorPerms(b *builder) {
 	n, p := b.n, b.p
 	b.pub(space.JSAPIInfo, nil)
@@ -232,8 +237,11 @@ func supervisorPerms(b *builder) {
 	b.kvGet(space.Delivery)
 	b.pub(n.CtlDeliveryAdmin(p.Owner, p.Actor))
 	b.pub(n.LiveManagerReplyAny(), nil)
+	reg, err := n.RegisterManagerCaller(p.Owner, p.Actor)
+	b.pub(reg, err)
 	b.sub(n.CtlDeliveryAdminTree(p.Owner, p.Actor))
 	b.sub(n.LiveManagerServe(), nil)
+	b.sub(space.RailReplyGrant(reg), err)
 }
 
 // provisionerPerms is upstream's provisioner arm: the one-shot onboarding credential. It creates
@@ -429,42 +437,88 @@ func authCalloutPerms(b *builder) {
 	b.sub(space.AuthCalloutSubject, nil)
 }
 
-// authPlanePerms is authd's data-account connection: create, update, delete (its CAS release),
-// read and follow the one key "plane" of cotal_auth_<space>, and nothing else. Every row names
-// the key:
+// authPlanePerms is authd's data-account connection. authd is the lifecycle authority and the
+// only writer of the lifecycle rows (issue 23), so this is the one credential that writes them;
+// every other profile holds no row on cotal_auth_<space> or cotal_records_<space>. It holds:
 //
-//   - writes publish to $KV.cotal_auth_<t>.plane (create, CAS update and CAS delete are all
-//     publishes there, with headers the broker checks);
-//   - the read is the direct get by subject, $JS.API.DIRECT.GET.KV_cotal_auth_<t>.$KV.cotal_auth_
-//     <t>.plane, whose subject pins the key (nats.go's KeyValue.Get takes this path on the
-//     allow_direct buckets it creates); STREAM.MSG.GET is not granted, since its key rides the
-//     body and would reach every key of the bucket;
-//   - following the key is a core subscription to $KV.cotal_auth_<t>.plane, not a KV watch. A
-//     watch is an ordered push consumer whose name and deliver subject ride the request body
-//     (see the package doc), so a create row would let this credential make consumers on the
-//     bucket delivering anywhere; the subscription sees every put and delete of the key, which
-//     is what a watch of one key reads, and leaves no consumer. The lease itself needs no watch:
-//     a CAS renewal notices a lost claim within half the TTL.
+//   - writes, as publishes to $KV.<bucket>.<key> (create, CAS update and CAS delete are all
+//     publishes there, with headers the broker checks), to exactly these key families and no
+//     other key: cotal_auth_<t>'s plane claim "plane" and gate.<uid>, stage.<opId> and
+//     epgate.<endpoint>.<instanceId>; cotal_records_<t>'s lifecycle.<owner>.<actor>, uid.<uid>,
+//     frontier.<uid> and svc.<endpoint>.<instanceId> (pkg/lifecycle's AuthKeyPatterns and
+//     RecordsKeyPatterns: each row pins the family's prefix and token count, so a key of another
+//     family, say cred.<x> or an ad hoc key, is refused by the broker);
+//   - reads of both buckets by the leader-served $JS.API.STREAM.MSG.GET.<stream>, the only read
+//     authd's row executors use (a direct get may answer from a lagging replica). Its key rides
+//     the request body, so the row reaches every key of the bucket, other daemons' keys among
+//     them; that is acceptable because the holder is authd, the lifecycle authority, which must
+//     read every lifecycle row and reads nothing there it could not be trusted to write. The
+//     manager bucket (cotal_manager_<t>) is read the same way, for the lease.<instanceId> rows a
+//     manager registration and selection check against, with the same reach: every key of that
+//     bucket, read-only;
+//   - the stream info of the three buckets (binding a bucket, the start check that both
+//     lifecycle stores exist as provisioned, and listing keys with a subjects filter);
+//   - the direct get by subject of the plane row alone, $JS.API.DIRECT.GET.KV_cotal_auth_<t>.
+//     $KV.cotal_auth_<t>.plane, which pkg/lease's plane claim reads with (nats.go's KeyValue.Get
+//     takes this path on allow_direct buckets);
+//   - serving the two auth rails: subscriptions to the retire-lifecycle and register-manager
+//     serve patterns pinned to the queue group space.AuthRailQueue (the "<subject> <queue>" form:
+//     the broker refuses a plain subscription and any other queue, so no authd can take every
+//     request for itself outside the group), and publishes only on their .reply leaves, so it
+//     answers any caller but never sends a rail request as one.
 //
-// Binding the bucket (KeyValue, Status) reads its stream info. The one other row on a bucket is
-// the stream info of cotal_records_<space>, which authd reads at start to check the lifecycle
-// records store exists as provisioned; it reads no row of it. Consumer verbs and acks are denied
-// as defence in depth.
+// Consumer verbs and acks are denied as defence in depth: a watch is an ordered push consumer
+// whose name and deliver subject ride the request body (see the package doc). Nothing follows a
+// key with a subscription: the plane lease needs no watch (a CAS renewal notices a lost claim
+// within half the TTL), so the old $KV.cotal_auth_<t>.plane subscription is gone.
 //
-// One row reaches outside the bucket: $SYS.REQ.ACCOUNT.PING.CONNZ, the account-scoped CONNZ a
+// One row reaches outside the buckets: $SYS.REQ.ACCOUNT.PING.CONNZ, the account-scoped CONNZ a
 // successor authd sends to prove a plane holder's connection gone before it reclaims the claim
-// early (issue 22 row 6). The broker answers it only with the requester's own account's
-// connections (the data account), so it reads no other account; no other profile holds it.
+// early (issue 22 row 6) and the retirement barrier polls for a lifecycle's connections. The
+// broker answers it only with the requester's own account's connections (the data account), so
+// it reads no other account; no other profile holds it.
 func authPlanePerms(b *builder) {
 	n := b.n
-	b.kvBind(space.Auth)
-	b.kvBind(space.Records)
-	key, err := n.KV(space.Auth, PlaneKey)
-	b.pub(key, err)
-	b.pub(space.DirectGetSubject(b.bucketStream(space.Auth), key))
+	plane, err := n.KV(space.Auth, PlaneKey)
+	b.pub(plane, err)
+	for _, k := range lifecycle.AuthKeyPatterns() {
+		b.pub(n.KVKeys(space.Auth, k))
+	}
+	for _, k := range lifecycle.RecordsKeyPatterns() {
+		b.pub(n.KVKeys(space.Records, k))
+	}
+	for _, k := range []space.BucketKind{space.Auth, space.Records, space.Manager} {
+		b.kvBind(k)
+		b.pub(space.StreamMsgGet(b.bucketStream(k)))
+	}
+	b.pub(space.DirectGetSubject(b.bucketStream(space.Auth), plane))
 	b.pub(space.AccountConnzPing, nil)
-	b.sub(key, err)
+	b.sub(queueRow(n.RetireLifecycleServe(), space.AuthRailQueue), nil)
+	b.sub(queueRow(n.RegisterManagerServe(), space.AuthRailQueue), nil)
+	b.pub(n.RetireLifecycleReplyAny(), nil)
+	b.pub(n.RegisterManagerReplyAny(), nil)
 	b.denyConsumers()
+}
+
+// queueRow is a subscribe row that admits only a queue subscription in group queue: the broker's
+// "<subject> <queue>" permission form.
+func queueRow(subject, queue string) string { return subject + " " + queue }
+
+// retirementRequesterPerms is the one-shot credential authd mints for a manager's serve principal
+// (Owner, Actor: <owner>.manager_serve_<instanceId>; LifecycleUID: the manager's own lifecycle)
+// to ask for one managed lifecycle's retirement (Target). It publishes only
+// cotal.<t>.ep.one.auth.retire-lifecycle.handle.<tO>.<tA>.<tUid>.<cO>.<cA>.<cUid>.* (any nonce),
+// so neither the target nor the caller can be changed on the wire, and hears only that subject's
+// answers on <request>.reply; its reply inbox (Claims) is the only other row. authd still
+// checks the request (opId, gate, serve epoch): the credential only says who may ask.
+func retirementRequesterPerms(b *builder) {
+	p := b.p
+	grant, err := b.n.RetireLifecycleCaller(space.RetireRail{
+		TargetOwner: p.Target.Owner, TargetActor: p.Target.Actor, TargetUID: p.Target.LifecycleUID,
+		CallerOwner: p.Owner, CallerActor: p.Actor, CallerUID: p.LifecycleUID,
+	})
+	b.pub(grant, err)
+	b.sub(space.RailReplyGrant(grant), err)
 }
 
 // PlaneKey is the key of cotal_auth_<space> that holds authd's plane claim.

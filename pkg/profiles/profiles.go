@@ -65,14 +65,23 @@
 //     and membership; the operator, which receives no feed, reads with gets only. This reads what a
 //     watch reads. $JS.FC.> (flow control, used only by push consumers) goes with the watch rows.
 //     Clients use KeyValue.Get and a subscription, not KeyValue.Watch/Keys.
-//   - The auth-plane profile (authd's plane claim) holds the one key "plane" of cotal_auth_<space>
-//     and no consumer verb: it writes only $KV.cotal_auth_<t>.plane, reads it with the direct get
-//     whose API subject names the key, and follows it with a core subscription instead of a
-//     watch, for the reason above (a daemon profile holding a watch row could be pointed anywhere
-//     just the same). Beside it, it reads only the stream info of cotal_records_<space>, authd's
-//     start check of the records store. Its one row outside the buckets is the account-scoped CONNZ request
-//     ($SYS.REQ.ACCOUNT.PING.CONNZ, answered with the data account's connections only), the
-//     liveness sweep authd runs before it reclaims a held plane claim early. The daemon profiles
+//   - The auth-plane profile (authd's data-account connection; authd is the lifecycle authority and
+//     the only writer of lifecycle rows) holds no consumer verb and no subscription on a bucket.
+//     It writes only the plane claim and the lifecycle key families of cotal_auth_<space> (gate.*,
+//     stage.*, epgate.*.*) and cotal_records_<space> (lifecycle.*.*, uid.*, frontier.*, svc.*.*),
+//     each row pinning a family's prefix and token count. It reads those two buckets and the
+//     manager bucket with the leader-served STREAM.MSG.GET, whose key rides the body and so reaches
+//     every key of each: granted because the holder is the authority that must read every
+//     lifecycle row and each manager's lease, and to no other profile. It reads the plane row
+//     with the direct get whose API subject names the key (pkg/lease's path). It serves the two
+//     auth rails (retire-lifecycle, register-manager) in their queue group only (a "<subject>
+//     <queue>" row) and publishes only their .reply answers. Its one row outside the data
+//     buckets and rails is the account-scoped CONNZ request ($SYS.REQ.ACCOUNT.PING.CONNZ,
+//     answered with the data account's connections only), the liveness sweep authd runs before
+//     it reclaims a held plane claim early and the retirement barrier's containment poll. The
+//     retirement requester (a manager's serve principal, one target) publishes only its one
+//     retire-lifecycle subject and the supervisor only its own register-manager subject; each
+//     hears only those subjects' answers. The daemon profiles
 //     (supervisor, delivery, membership-rw), minted by policy only to their daemons, keep
 //     upstream's watch rows where they list a bucket; delivery follows its own lease key the
 //     non-daemon way (see deliveryPerms).
@@ -97,7 +106,7 @@
 //     can close this for any profile holding a JetStream verb; consumers of the space's streams
 //     must not take a stored message's subject alone as proof of its sender.
 //
-// Deferred, and said so where each row would go: the v0.4 endpoint (ep.*) rows and everything that
+// Deferred, and said so where each row would go: the v0.4 endpoint (ep.*) rows, but for the two auth rails, and everything that
 // hangs off them (the agent's baseline and capability rows, its ep reply rail and goal-progress
 // rows, the delivery daemon's timer writer on ept.*, the provisioner's endpoint-plane streams and
 // object store, issued-authority rows).
@@ -152,6 +161,7 @@ const (
 	fCapabilities
 	fInboxNonce
 	fDataAccount
+	fTarget
 )
 
 // fieldNames maps each field bit to its Params field name, in declaration order.
@@ -169,6 +179,7 @@ var fieldNames = []struct {
 	{fCapabilities, "Capabilities"},
 	{fInboxNonce, "InboxNonce"},
 	{fDataAccount, "DataAccount"},
+	{fTarget, "Target"},
 }
 
 const (
@@ -258,11 +269,19 @@ var matrix = map[Name]rule{
 		account: AccountAuth, lifetime: lt(standing),
 		perms: authCalloutPerms,
 	},
-	// authd's plane claim (issue 9): one key of one bucket, renewed by the rail like any daemon
-	// credential.
+	// authd's data-account connection (issue 9's plane claim, issue 23's lifecycle authority),
+	// renewed by the rail like any daemon credential.
 	AuthPlane: {
 		account: AccountData, lifetime: lt(standing),
 		perms: authPlanePerms,
+	},
+	// One retirement request (issue 23): authd mints it for a manager's serve principal, which
+	// uses it once on the retire-lifecycle rail. Owner, Actor and LifecycleUID name the holder
+	// (the caller), Target the lifecycle it may ask to retire.
+	RetirementRequester: {
+		account: AccountData, lifetime: lt(oneShot),
+		requires: fOwner | fActor | fUID | fTarget, accepts: fOwner | fActor | fUID | fTarget,
+		perms: retirementRequesterPerms,
 	},
 	// The delivery daemon's two $SYS users (upstream's membership-observer and
 	// connection-evictor, static 30-day credentials there). Ours are short: deliveryd mints the

@@ -25,9 +25,14 @@ const (
 	AuthCallout Name = "auth-callout"
 	// Sentinel is the deny-all bearer user of the AUTH account that clients present with their token.
 	Sentinel Name = "sentinel"
-	// AuthPlane is authd's data-account connection: it holds the plane claim, key "plane" of
-	// cotal_auth_<space>, and nothing else.
+	// AuthPlane is authd's data-account connection, the lifecycle authority's only writer: the
+	// plane claim, the lifecycle keys of cotal_auth_<space> and cotal_records_<space>, reads of
+	// those buckets and of the manager bucket, and serving the two auth rails.
 	AuthPlane Name = "auth-plane"
+	// RetirementRequester is a one-shot credential authd mints for a manager's serve principal:
+	// it may publish its one retire-lifecycle rail subject (target and caller pinned, any nonce)
+	// and hear that subject's replies, and nothing else.
+	RetirementRequester Name = "retirement-requester"
 	// MembershipRW is the delivery daemon's membership-feed writer (upstream membership-rw).
 	MembershipRW Name = "membership-rw"
 	// MembershipObserver is the delivery daemon's $SYS reader: it asks the broker for the
@@ -121,6 +126,17 @@ type Params struct {
 	// profiles' rows name. It is never taken from a caller: signerd fills it from the space's
 	// verified facts, and only the system-account profiles accept it (and require it).
 	DataAccount string
+	// Target is the one managed lifecycle a retirement requester may ask authd to retire. Only
+	// the retirement-requester profile accepts it (and requires it); nil is unset, and a non-nil
+	// Target with empty fields is set and refused.
+	Target *RetirementTarget
+}
+
+// RetirementTarget names one exact lifecycle: owner and actor tokens and its lifecycle uid.
+type RetirementTarget struct {
+	Owner        string
+	Actor        string
+	LifecycleUID string
 }
 
 // Lifetime is a profile's lifetime class.

@@ -43,6 +43,7 @@ func FuzzNames(f *testing.F) {
 	f.Add("demo space", "local", "bob", tUID, "team.backend", "review", tNonce, uint64(1))
 	f.Add("a", "*", ">", "", ".", "*", ">", uint64(0))
 	f.Add("x\U0001F600y", "a.b", "a b", strings.Repeat("z", 33), "a..b", "a.b", "n n n n n", uint64(99))
+	f.Add("s", "o", "a", tUID, "epgate.*.*", "r", tNonce, uint64(2))
 	f.Add("\u00a0s", "u_aaaaaaaaaaaaaaaaaaaaaaaaaa", "A", "0123456789abcdefghijklmnop", "c-1.d_2", "r-1", strings.Repeat("n", 120), uint64(1<<63))
 	f.Fuzz(func(t *testing.T, spaceName, owner, actor, uid, channel, role, nonce string, gen uint64) {
 		tok := Token(spaceName)
@@ -95,6 +96,15 @@ func FuzzNames(f *testing.F) {
 			concrete("KV", s, err)
 			s, err = n.KVAll(k)
 			pattern("KVAll", s, err, nil, true)
+			// KVKeys keeps exactly the pattern's whole-token '*' wildcards (after $KV.<bucket>).
+			var stars []int
+			for i, tk := range strings.Split(channel, ".") {
+				if tk == "*" {
+					stars = append(stars, i+2)
+				}
+			}
+			s, err = n.KVKeys(k, channel)
+			pattern("KVKeys", s, err, stars, false)
 			s, err = n.Bucket(k)
 			concrete("Bucket", s, err)
 		}

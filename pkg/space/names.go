@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Control and liveness service tokens (upstream CONTROL_DELIVERY, CONTROL_DELIVERY_ADMIN and the
@@ -580,6 +581,27 @@ func (n Names) KVAll(kind BucketKind) (string, error) {
 		return "", err
 	}
 	return "$KV." + b + ".>", nil
+}
+
+// KVKeys is the subject of one key family of a bucket, for a permission row that grants the
+// family and nothing else: $KV.<bucket>.<pattern>. pattern is a KV key (ValidateKVKey) in which a
+// whole token may be "*" (exactly one token); '>' and a '*' inside a token are refused, so the
+// family has a fixed token count and the row never reaches another family's keys.
+func (n Names) KVKeys(kind BucketKind, pattern string) (string, error) {
+	toks := strings.Split(pattern, ".")
+	for i, t := range toks {
+		if t == "*" {
+			toks[i] = "x" // any one-token key stands in for the wildcard
+		}
+	}
+	if _, err := n.KV(kind, strings.Join(toks, ".")); err != nil {
+		return "", err
+	}
+	b, err := n.Bucket(kind)
+	if err != nil {
+		return "", err
+	}
+	return "$KV." + b + "." + pattern, nil
 }
 
 // DeliveryLeaseAny is every delivery-daemon shard lease: $KV.cotal_delivery_<t>.lease.*.

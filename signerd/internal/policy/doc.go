@@ -19,7 +19,7 @@
 //	  # segment, any value) or "{space}" (exactly one segment, which must equal the token of the
 //	  # request's space). The trust domain is always literal.
 //	  - id: spiffe://cotal.local/managerd/{space}
-//	    rpcs: [Mint, Remint, GetSpace, Mac]   # required; from the closed set (see RPCs)
+//	    rpcs: [Mint, Remint, GetSpace]   # required; from the closed set (see RPCs)
 //	    spaces: ["{space}"]           # required; space names, "{space}" (only if the id binds
 //	                                  # it) or "*" (every space; alone)
 //	    rate: {per_second: 50, burst: 100}    # required; per_second > 0, burst >= 1
@@ -53,6 +53,7 @@
 //	    profiles:
 //	      auth-callout: {ttl_max: 1h}
 //	      auth-plane: {ttl_max: 1h}
+//	      retirement-requester: {ttl_max: 5m, any_owner: true, remint: none}
 //	      agent: {ttl_max: 12h, any_owner: true, channels: [">"], capabilities: [spawn, run, admin], remint: any}
 //	      observer: {ttl_max: 12h, any_owner: true}
 //	      operator: {ttl_max: 15m, any_owner: true, channels: [">"]}

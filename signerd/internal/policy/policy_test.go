@@ -23,6 +23,11 @@ const readOnly = `  - id: spiffe://td/reader
     rate: {per_second: 1, burst: 1}
 `
 
+// retirementParams are a retirement requester's parameters: manager instance i…i's serve
+// principal of owner local, asking to retire local.bob.
+var retirementParams = profiles.Params{Owner: "local", Actor: "manager_serve_iiiiiiiiiiiiiiiiiiiiiiiiii", LifecycleUID: "mmmmmmmmmmmmmmmmmmmmmmmmmm",
+	Target: &profiles.RetirementTarget{Owner: "local", Actor: "bob", LifecycleUID: "abcdefghijklmnopqrstuvwxyz"}}
+
 func TestParseExample(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("testdata", "example.yaml"))
 	if err != nil {
@@ -70,6 +75,16 @@ func TestParseExample(t *testing.T) {
 		{"fail/manager-other-space", Request{Caller: "spiffe://cotal.local/managerd/alpha", RPC: RPCGetSpace, Space: "beta"}, ReasonSpaceNotAllowed},
 		{"fail/manager-excluded-channel", Request{Caller: "spiffe://cotal.local/managerd/alpha", RPC: RPCMint, Space: "alpha", Profile: profiles.Agent,
 			Params: profiles.Params{Owner: "alice", AllowSubscribe: []string{"team.secrets"}}}, ReasonChannelNotAllowed},
+		{"fail/manager-mac", Request{Caller: "spiffe://cotal.local/managerd/alpha", RPC: RPCMac, Space: "alpha"}, ReasonRPCNotAllowed},
+		{"ok/authd-mac", Request{Caller: "spiffe://cotal.local/authd/alpha", RPC: RPCMac, Space: "alpha"}, ReasonAllowed},
+		{"ok/authd-retirement-requester", Request{Caller: "spiffe://cotal.local/authd/alpha", RPC: RPCMint, Space: "alpha", Profile: profiles.RetirementRequester,
+			Params: retirementParams}, ReasonAllowed},
+		{"fail/authd-remints-retirement-requester", Request{Caller: "spiffe://cotal.local/authd/alpha", RPC: RPCRemint, Space: "alpha", Profile: profiles.RetirementRequester,
+			Params: retirementParams, Minter: "spiffe://cotal.local/authd/alpha"}, ReasonRemintNotAllowed},
+		{"fail/manager-retirement-requester", Request{Caller: "spiffe://cotal.local/managerd/alpha", RPC: RPCMint, Space: "alpha", Profile: profiles.RetirementRequester,
+			Params: retirementParams}, ReasonProfileNotAllowed},
+		{"fail/deliveryd-retirement-requester", Request{Caller: "spiffe://cotal.local/deliveryd/alpha", RPC: RPCMint, Space: "alpha", Profile: profiles.RetirementRequester,
+			Params: retirementParams}, ReasonProfileNotAllowed},
 		{"ok/monitor", Request{Caller: "spiffe://cotal.local/monitor", RPC: RPCGetJWKS, Space: "anything"}, ReasonAllowed},
 		{"fail/monitor-staging", Request{Caller: "spiffe://cotal.local/monitor", RPC: RPCGetJWKS, Space: "staging"}, ReasonSpaceNotAllowed},
 		{"ok/canary", Request{Caller: "spiffe://cotal.local/canary/c1", RPC: RPCGetSpace, Space: "alpha"}, ReasonAllowed},

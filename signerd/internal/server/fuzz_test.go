@@ -33,6 +33,9 @@ func FuzzParseMint(f *testing.F) {
 		// Finding 1 of issue 7: nkeys accepts CR and LF inside a key.
 		{Space: "alpha", Profile: signerv1.Profile_PROFILE_SENTINEL, UserPublicKey: pub[:20] + "\r\n" + pub[20:]},
 		{Space: "alpha", Profile: signerv1.Profile_PROFILE_PROBE, UserPublicKey: pub, Ttl: durationpb.New(500 * time.Millisecond)},
+		{Space: "alpha", Profile: signerv1.Profile_PROFILE_RETIREMENT_REQUESTER, UserPublicKey: pub, Params: &signerv1.ProfileParams{
+			Owner: "o", Actor: "manager_serve_iiiiiiiiiiiiiiiiiiiiiiiiii", LifecycleUid: "mmmmmmmmmmmmmmmmmmmmmmmmmm",
+			Target: &signerv1.RetirementTarget{Owner: "o", Actor: "a", LifecycleUid: "abcdefghijklmnopqrstuvwxyz"}}},
 	} {
 		b, err := proto.Marshal(req)
 		if err != nil {

@@ -241,15 +241,23 @@ func systemSpec(sp *keystore.Space, name profiles.Name, p profiles.Params) (*pro
 // setParams reports whether any caller parameter is set.
 func setParams(p profiles.Params) bool {
 	return p.Owner != "" || p.Actor != "" || p.LifecycleUID != "" || p.Role != "" || p.InboxNonce != "" ||
-		len(p.Subscribe) > 0 || len(p.AllowSubscribe) > 0 || len(p.AllowPublish) > 0 || len(p.Capabilities) > 0
+		len(p.Subscribe) > 0 || len(p.AllowSubscribe) > 0 || len(p.AllowPublish) > 0 || len(p.Capabilities) > 0 ||
+		p.Target != nil
 }
 
+// paramsOf copies a request's parameters. A target message that is present counts as set even
+// with every field empty, so a profile that takes no target refuses it (profiles.Build) and the
+// retirement requester refuses its empty fields.
 func paramsOf(p *signerv1.ProfileParams) profiles.Params {
-	return profiles.Params{
+	out := profiles.Params{
 		Owner: p.GetOwner(), Actor: p.GetActor(), LifecycleUID: p.GetLifecycleUid(), Role: p.GetRole(),
 		Subscribe: p.GetSubscribe(), AllowSubscribe: p.GetAllowSubscribe(), AllowPublish: p.GetAllowPublish(),
 		Capabilities: p.GetCapabilities(),
 	}
+	if t := p.GetTarget(); t != nil {
+		out.Target = &profiles.RetirementTarget{Owner: t.GetOwner(), Actor: t.GetActor(), LifecycleUID: t.GetLifecycleUid()}
+	}
+	return out
 }
 
 func validRequestID(id string) error {

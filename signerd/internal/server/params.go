@@ -38,6 +38,9 @@ const (
 	paramAllowPublish   = "allow_publish"
 	paramCapabilities   = "capabilities"
 	paramInboxNonce     = "inbox_nonce"
+	paramTargetOwner    = "target_owner"
+	paramTargetActor    = "target_actor"
+	paramTargetUID      = "target_uid"
 )
 
 // errNoParams marks a credential minted before signerd recorded parameters.
@@ -60,12 +63,18 @@ func paramTags(p profiles.Params) []string {
 	add(paramAllowPublish, strings.Join(p.AllowPublish, ","))
 	add(paramCapabilities, strings.Join(p.Capabilities, ","))
 	add(paramInboxNonce, p.InboxNonce)
+	if t := p.Target; t != nil {
+		add(paramTargetOwner, t.Owner)
+		add(paramTargetActor, t.Actor)
+		add(paramTargetUID, t.LifecycleUID)
+	}
 	return tags
 }
 
 // paramsFromTags reads back what paramTags wrote. It refuses a credential without ParamsTag
 // (errNoParams), an unknown field, a field given twice and an empty value; the values
-// themselves are left to profiles.Build.
+// themselves are left to profiles.Build. Any target field makes Params.Target non-nil, so a
+// credential recording only part of a target is rebuilt with the rest empty and refused.
 func paramsFromTags(tags jwt.TagList) (profiles.Params, error) {
 	var p profiles.Params
 	marked := false
@@ -107,6 +116,18 @@ func paramsFromTags(tags jwt.TagList) (profiles.Params, error) {
 			p.Capabilities = list()
 		case paramInboxNonce:
 			p.InboxNonce = v
+		case paramTargetOwner, paramTargetActor, paramTargetUID:
+			if p.Target == nil {
+				p.Target = &profiles.RetirementTarget{}
+			}
+			switch field {
+			case paramTargetOwner:
+				p.Target.Owner = v
+			case paramTargetActor:
+				p.Target.Actor = v
+			default:
+				p.Target.LifecycleUID = v
+			}
 		default:
 			return profiles.Params{}, fmt.Errorf("unknown parameter %.40q", field)
 		}

@@ -15,7 +15,8 @@ import (
 func sameParams(a, b profiles.Params) bool {
 	return a.Owner == b.Owner && a.Actor == b.Actor && a.LifecycleUID == b.LifecycleUID && a.Role == b.Role &&
 		a.InboxNonce == b.InboxNonce && slices.Equal(a.Subscribe, b.Subscribe) && slices.Equal(a.AllowSubscribe, b.AllowSubscribe) &&
-		slices.Equal(a.AllowPublish, b.AllowPublish) && slices.Equal(a.Capabilities, b.Capabilities)
+		slices.Equal(a.AllowPublish, b.AllowPublish) && slices.Equal(a.Capabilities, b.Capabilities) &&
+		(a.Target == nil) == (b.Target == nil) && (a.Target == nil || *a.Target == *b.Target)
 }
 
 func TestParamTags(t *testing.T) {
@@ -32,6 +33,8 @@ func TestParamTags(t *testing.T) {
 		{"ok/none", profiles.Params{}},
 		{"ok/owner-actor", profiles.Params{Owner: "o", Actor: "a"}},
 		{"ok/full-case-kept", full},
+		{"ok/retirement-target", profiles.Params{Owner: "o", Actor: "manager_serve_iiiiiiiiiiiiiiiiiiiiiiiiii", LifecycleUID: "mmmmmmmmmmmmmmmmmmmmmmmmmm",
+			Target: &profiles.RetirementTarget{Owner: "o", Actor: "Bob", LifecycleUID: "abcdefghijklmnopqrstuvwxyz"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tags := paramTags(tc.p)
@@ -56,6 +59,12 @@ func TestParamTags(t *testing.T) {
 			}
 		})
 	}
+	t.Run("ok/part of a target is a target", func(t *testing.T) {
+		p, err := paramsFromTags(jwt.TagList{ParamsTag, "param:target_actor=bob"})
+		if err != nil || p.Target == nil || *p.Target != (profiles.RetirementTarget{Actor: "bob"}) {
+			t.Fatalf("params %+v (%v): want a target with only its actor, which Build refuses", p, err)
+		}
+	})
 	for _, tc := range []struct {
 		name string
 		tags jwt.TagList
@@ -66,6 +75,8 @@ func TestParamTags(t *testing.T) {
 		{"fail/twice", jwt.TagList{ParamsTag, "param:owner=a", "param:owner=b"}, nil},
 		{"fail/no-value", jwt.TagList{ParamsTag, "param:owner="}, nil},
 		{"fail/no-equals", jwt.TagList{ParamsTag, "param:owner"}, nil},
+		{"fail/target-twice", jwt.TagList{ParamsTag, "param:target_uid=a", "param:target_uid=b"}, nil},
+		{"fail/target-no-value", jwt.TagList{ParamsTag, "param:target_owner="}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := paramsFromTags(tc.tags)
