@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/cotalgo/cotal/authd/internal/admin"
 	"github.com/cotalgo/cotal/authd/internal/authority"
 	"github.com/cotalgo/cotal/authd/internal/exchange"
@@ -20,32 +18,14 @@ import (
 	"github.com/cotalgo/cotal/pkg/authclient"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/lifecycle"
-	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/pkg/space"
 )
 
-// lifecycleStore reads the lifecycle rows as authd does: a Store on an auth-plane credential of
-// its own (authd's identity may mint one).
+// lifecycleStore reads the lifecycle rows as authd does: a Store on an auth-plane connection
+// of its own (planeConn).
 func (e *env) lifecycleStore(t *testing.T) *authority.Store {
 	t.Helper()
-	c, err := signerclient.Dial(signerclient.Config{Addr: e.sg.Addr, TLS: e.sg.ClientFor(t, "authd", sp)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	rail, err := signerclient.NewRail(signerclient.RailConfig{Client: c, Space: sp, Profile: signerv1.Profile_PROFILE_AUTH_PLANE, NatsURL: e.url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rail.Close)
-	if err := rail.Start(ctxT(t)); err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect(e.url, append(rail.NatsOptions(), nats.NoReconnect())...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc, _, _ := e.planeConn(t)
 	n, _ := space.NewNames(sp)
 	st, err := authority.NewStore(nc, n, 5*time.Second)
 	if err != nil {

@@ -372,38 +372,30 @@ func (r *rig) snapshot(t *testing.T, actor, uid string) string {
 func TestActivateCrashPoints(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
-	mine := lifecycle.Reservation{Owner: testOwner, MintedBy: "auth-service:" + testSpace}
-	for i, tc := range []struct {
-		name  string
-		leave func(t *testing.T, actor, uid string)
-	}{
-		{"ok/after-reservation", func(t *testing.T, actor, uid string) {
-			m := mine
-			m.Actor = actor
-			r.putReservation(t, uid, m)
-		}},
-		{"ok/after-frozen-gate", func(t *testing.T, actor, uid string) {
-			m := mine
-			m.Actor = actor
-			r.putReservation(t, uid, m)
+	// leave writes the first steps of the saga as a crashed run left them.
+	leave := func(t *testing.T, actor, uid, mintedBy string, steps int) {
+		r.putReservation(t, uid, lifecycle.Reservation{Owner: testOwner, Actor: actor, MintedBy: mintedBy})
+		if steps >= 2 {
 			born, _ := lifecycle.BornGate(uid)
 			r.putGate(t, born)
-		}},
-		{"ok/after-active-head", func(t *testing.T, actor, uid string) {
-			m := mine
-			m.Actor = actor
-			r.putReservation(t, uid, m)
-			born, _ := lifecycle.BornGate(uid)
-			r.putGate(t, born)
+		}
+		if steps >= 3 {
 			r.putHead(t, lifecycle.Head{Owner: testOwner, Actor: actor, LifecycleUID: uid, ManagerInstance: "auth-service:" + testSpace, ProcessEpoch: 1, State: lifecycle.HeadActive})
-		}},
-		{"ok/reservation-minted-by-another-writer", func(t *testing.T, actor, uid string) {
-			r.putReservation(t, uid, lifecycle.Reservation{Owner: testOwner, Actor: actor, MintedBy: "manager:elsewhere"})
-		}},
+		}
+	}
+	for i, tc := range []struct {
+		name     string
+		mintedBy string
+		steps    int
+	}{
+		{"ok/after-reservation", "auth-service:" + testSpace, 1},
+		{"ok/after-frozen-gate", "auth-service:" + testSpace, 2},
+		{"ok/after-active-head", "auth-service:" + testSpace, 3},
+		{"ok/reservation-minted-by-another-writer", "manager:elsewhere", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			actor, uid := fmt.Sprintf("crash%d", i), uidN(100+i)
-			tc.leave(t, actor, uid)
+			leave(t, actor, uid, tc.mintedBy, tc.steps)
 			res, err := r.a.Activate(ctx, testOwner, actor, uid)
 			if err != nil || res.AlreadyActive {
 				t.Fatalf("resumed Activate = %+v, %v", res, err)

@@ -16,7 +16,9 @@ import (
 
 // switchable passes Gate to the reader it currently holds: the test moves the responder from
 // the live store to one whose connection is closed.
-type switchable struct{ r atomic.Pointer[authority.Store] }
+type switchable struct {
+	r atomic.Pointer[authority.Store]
+}
 
 func (s *switchable) Gate(ctx context.Context, uid string) (lifecycle.Gate, uint64, bool, error) {
 	return s.r.Load().Gate(ctx, uid)
