@@ -71,7 +71,8 @@ FUZZ_TARGETS ?= \
 	pkg/lifecycle:FuzzDecodeGate \
 	pkg/lifecycle:FuzzDecodeEndpointGate \
 	pkg/lifecycle:FuzzDecodeStage \
-	pkg/lifecycle:FuzzParseKeys
+	pkg/lifecycle:FuzzParseKeys \
+	authd/internal/authority:FuzzActivateBody
 
 .PHONY: all generate check-generated lint test test-go test-ts fuzz bench check run build clean proof drill
 

@@ -79,7 +79,7 @@ func startCallout(ctx, runCtx context.Context, s *Service, in RuntimeOptions, le
 		return c, &StartError{Code: CodeSigner, Reason: "signerd did not serve the bearer JWKS", Err: err}
 	}
 	if c.resp, err = callout.New(callout.Config{
-		Space: s.cfg.Space, Signer: s.signer, Ledger: led, JWKS: jwks,
+		Space: s.cfg.Space, Signer: s.signer, Ledger: led, JWKS: jwks, Lifecycle: s.authority.Store(),
 		AllowedServers: s.cfg.AllowedServers, MaxInFlight: s.cfg.MaxInFlight, Now: in.Now, Logger: s.log,
 		OpenRate: s.cfg.CalloutOpens.Callout(), RefusalRate: s.cfg.CalloutRefusals.Callout(),
 		Gate: s.gate.open, Warn: s.calloutWarn,

@@ -25,7 +25,9 @@
 // signerd client; the data-account connection on an auth-plane credential from the signer rail;
 // the store check (cotal_auth_<space> and the lifecycle records store cotal_records_<space> must
 // exist as provision.Plan makes them, else CodeStore naming the bucket: provision the space);
-// the plane claim (key "plane" of cotal_auth_<space>: one authd per space); the callout
+// the plane claim (key "plane" of cotal_auth_<space>: one authd per space); the lifecycle
+// authority on the plane connection (its data account GetSpace's, which must be the plane
+// credential's own, else CodeAccount); the callout
 // connection on the auth-callout credential for authd's registered callout user key and the
 // responder subscribed and flushed; the exchange listener bound; the claim marked ready; and
 // last the discovery file auth-service.json {ver, url, pid, cap, state} (the CLI path only). A
@@ -44,6 +46,18 @@
 // connection, and reports whether the release was confirmed (ErrReleaseUnconfirmed when the
 // broker could not confirm it: the claim then expires with its TTL). Close is idempotent and
 // returns the same answer to every caller, also after a stop the service decided itself.
+//
+// # Managed lifecycles
+//
+// Only managed rows (ledger managed-actors) have lifecycle heads and issuance gates. A managed
+// agent's exchange activates its lifecycle at its row's uid before signerd signs its bearer,
+// and the callout admits a managed row only while its gate is open (leader-read on every
+// connect). A host activates one exact lifecycle at the uid it chose with POST
+// /managed-lifecycle/activate on the loopback face (the cap, the closed body {accountPublicKey,
+// owner, actor, lifecycleUid}; accountPublicKey must be the space's data account), or in
+// process with ActivateManagedLifecycle, which refuses unless the service is ready. Refusals
+// are *LifecycleError with a LifecycleCode; RetirementBegun says a retirement blocks the
+// lifecycle. Every write re-checks that this instance holds the plane claim.
 //
 // # Readiness and events
 //

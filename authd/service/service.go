@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/cotalgo/cotal/authd/internal/authority"
 	"github.com/cotalgo/cotal/authd/internal/config"
 	"github.com/cotalgo/cotal/authd/internal/exchange"
 	"github.com/cotalgo/cotal/authd/internal/idp"
@@ -72,7 +73,8 @@ type Service struct {
 	planeRail *signerclient.Rail
 	dataNC    *nats.Conn
 	plane     *lease.Lease
-	gate      *planeGate // closes the callout while the claim is unproven (reclaim.go)
+	gate      *planeGate           // closes the callout while the claim is unproven (reclaim.go)
+	authority *authority.Authority // the lifecycle authority on dataNC (authority.go)
 	callout   calloutPart
 	ln        net.Listener
 	http      *http.Server
@@ -217,6 +219,12 @@ func (s *Service) start(ctx, runCtx context.Context, in RuntimeOptions) error {
 	}
 	s.logReclaim()
 	s.gate = newPlaneGate(s.dataNC, s.plane)
+	if err := s.startAuthority(ctx, n, led); err != nil {
+		if ctx.Err() != nil {
+			return fail(CodeSigner, "", err) // reported as canceled
+		}
+		return err
+	}
 
 	if s.callout, err = startCallout(ctx, runCtx, s, in, led); err != nil {
 		if ctx.Err() != nil {
@@ -232,7 +240,12 @@ func (s *Service) start(ctx, runCtx context.Context, in RuntimeOptions) error {
 	capHex := hex.EncodeToString(capBytes)
 	clear(capBytes)
 	s.capHex = capHex
-	h, err := exchange.New(exchange.Config{Space: cfg.Space, Signer: s.signer, Ledger: led, IdP: idpv, Cap: capHex, Now: in.Now, Logger: s.log})
+	doors, err := s.lifecycleDoors(capHex)
+	if err != nil {
+		return fail(CodeConfig, "lifecycle doors refused", err)
+	}
+	h, err := exchange.New(exchange.Config{Space: cfg.Space, Signer: s.signer, Ledger: led, IdP: idpv, Cap: capHex, Now: in.Now, Logger: s.log,
+		Activator: s.authority, Lifecycle: doors})
 	if err != nil {
 		return fail(CodeConfig, "exchange refused", err)
 	}

@@ -27,7 +27,12 @@
 //  7. The connection name is an inbox nonce bound to the row's principal
 //     (space.ValidateBoundInboxNonce: <tag of owner.actor>-<random suffix>; step 15 tightened, so
 //     no client can name a minted credential's _INBOX_<user key> or another principal's nonce).
-//  8. SignCalloutResponse mints the grant: without a view the agent profile from the row (owner,
+//  8. A managed row (ledger managed-actors) is admitted only while its lifecycle's issuance
+//     gate gate.<lifecycleUid> is open (issue 23; Config.Lifecycle leader-reads it over the
+//     plane connection on every connect). Absent (never activated), frozen (an activation not
+//     finished, a retirement begun), retired, corrupt or unreadable: refused, the reason logged.
+//     Interactive rows have no gate: their revocation is the ledger's alone.
+//  9. SignCalloutResponse mints the grant: without a view the agent profile from the row (owner,
 //     actor, lifecycle UID, role, channels; capabilities the bearer's scope words that are agent
 //     capabilities), with the admin view the admin profile; expires_at is the bearer's exp, so
 //     the broker drops the connection when the bearer expires. A grant signerd refuses (its
@@ -73,6 +78,7 @@ import (
 	"github.com/cotalgo/cotal/authd/internal/ledger"
 	"github.com/cotalgo/cotal/authd/internal/views"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/nkey"
 	"github.com/cotalgo/cotal/pkg/profiles"
 	"github.com/cotalgo/cotal/pkg/signerclient"
@@ -142,12 +148,20 @@ const (
 	refuseViewScope   = "bearer scope lacks the capability its view requires"
 	refuseNonce       = "connection name is not an inbox nonce bound to this principal (<tag>-<suffix>)"
 	refuseSigner      = "the signer refused the grant"
+	refuseGate        = "managed lifecycle is not active (its issuance gate is not open)"
 )
 
 // Signer is the part of signerd the responder calls; signerv1.SignerServiceClient implements it.
 type Signer interface {
 	OpenCalloutRequest(ctx context.Context, in *signerv1.OpenCalloutRequestRequest, opts ...grpc.CallOption) (*signerv1.OpenCalloutRequestResponse, error)
 	SignCalloutResponse(ctx context.Context, in *signerv1.SignCalloutResponseRequest, opts ...grpc.CallOption) (*signerv1.SignCalloutResponseResponse, error)
+}
+
+// GateReader leader-reads a managed lifecycle's issuance gate, gate.<uid> in the auth bucket:
+// found is false for a gate never written; a corrupt row or an unreachable store is an error.
+// authority.Store satisfies it (over authd's plane connection).
+type GateReader interface {
+	Gate(ctx context.Context, uid string) (g lifecycle.Gate, revision uint64, found bool, err error)
 }
 
 // Config is what New needs. Space, Signer, Ledger and JWKS are required.
@@ -159,6 +173,8 @@ type Config struct {
 	Ledger *ledger.Ledger
 	// JWKS holds the bearer issuer's keys (fed by signerd's GetJWKS).
 	JWKS *bearer.Cache
+	// Lifecycle reads managed rows' issuance gates (step 8). nil refuses every managed row.
+	Lifecycle GateReader
 	// AllowedServers lists the broker server ids (N... public keys) whose requests are
 	// answered. Empty answers any server that signed its request; New logs a warning then,
 	// because any holder of a server key the broker trusts no more than any other could ask.
@@ -195,6 +211,7 @@ type Responder struct {
 	space    string
 	signer   Signer
 	ledger   *ledger.Ledger
+	gates    GateReader
 	verifier *bearer.Verifier
 	allowed  map[string]bool
 	timeout  time.Duration
@@ -277,7 +294,7 @@ func New(cfg Config) (*Responder, error) {
 		return nil, err
 	}
 	return &Responder{
-		space: cfg.Space, signer: signer, ledger: cfg.Ledger, verifier: v, allowed: allowed,
+		space: cfg.Space, signer: signer, ledger: cfg.Ledger, gates: cfg.Lifecycle, verifier: v, allowed: allowed,
 		timeout: cfg.RequestTimeout, log: log, sem: make(chan struct{}, cfg.MaxInFlight), now: now,
 		opens:    rate.NewLimiter(rate.Limit(cfg.OpenRate.PerSecond), cfg.OpenRate.Burst),
 		refusals: rate.NewLimiter(rate.Limit(cfg.RefusalRate.PerSecond), cfg.RefusalRate.Burst),
@@ -470,7 +487,7 @@ func (r *Responder) answer(ctx context.Context, xkey string, sealed []byte) (rep
 	return resp.GetSealedResponse(), "refused: " + refusal
 }
 
-// decide applies steps 4-7 to an opened request: a grant, or the refusal sentence.
+// decide applies steps 4-8 to an opened request: a grant, or the refusal sentence.
 func (r *Responder) decide(ctx context.Context, opened *signerv1.OpenCalloutRequestResponse) (*signerv1.CalloutGrant, string) {
 	token := opened.GetAuthToken()
 	if token == "" {
@@ -496,7 +513,7 @@ func (r *Responder) decide(ctx context.Context, opened *signerv1.OpenCalloutRequ
 		}
 		profile = p
 	}
-	row, err := r.ledger.AuthorizeConnect(c.Owner, c.Actor, c.Scope, c.LifecycleUID)
+	row, kind, err := r.ledger.AuthorizeConnectKind(c.Owner, c.Actor, c.Scope, c.LifecycleUID)
 	if err != nil {
 		r.log.Info("callout: ledger refused", "user", opened.GetUserNkey(), "err", err)
 		var le *ledger.Error
@@ -510,6 +527,13 @@ func (r *Responder) decide(ctx context.Context, opened *signerv1.OpenCalloutRequ
 	// principal's nonce and read their replies (pkg/space inbox.go).
 	if err := space.ValidateBoundInboxNonce(opened.GetConnectionName(), row.Owner, row.Actor); err != nil {
 		return nil, refuseNonce
+	}
+	if kind == ledger.Managed {
+		if why := r.gateClosed(ctx, row.LifecycleUID); why != "" {
+			r.log.Info("callout: managed lifecycle refused", "user", opened.GetUserNkey(), "owner", row.Owner, "actor", row.Actor,
+				"uid", row.LifecycleUID, "reason", why)
+			return nil, refuseGate
+		}
 	}
 	g := &signerv1.CalloutGrant{ExpiresAt: timestamppb.New(c.Expires)}
 	if profile == "" {
@@ -528,6 +552,28 @@ func (r *Responder) decide(ctx context.Context, opened *signerv1.OpenCalloutRequ
 	g.Profile = pp
 	g.Params = &signerv1.ProfileParams{Owner: row.Owner, Actor: row.Actor}
 	return g, ""
+}
+
+// gateClosed leader-reads uid's issuance gate and returns why it does not admit ("" when open).
+func (r *Responder) gateClosed(ctx context.Context, uid string) string {
+	if r.gates == nil {
+		return "no lifecycle authority to read the issuance gate"
+	}
+	g, _, found, err := r.gates.Gate(ctx, uid)
+	switch {
+	case err != nil:
+		r.log.Warn("callout: issuance gate unreadable", "uid", uid, "err", err)
+		return "issuance gate unreadable or corrupt"
+	case !found:
+		return "no issuance gate (the lifecycle was never activated)"
+	case g.State != lifecycle.GateOpen:
+		why := "issuance gate " + string(g.State)
+		if g.Op != nil {
+			why += " by its " + string(g.Op.Kind)
+		}
+		return why
+	}
+	return ""
 }
 
 // protoProfile maps the profiles a view can name to their proto enum.

@@ -96,6 +96,8 @@ type envOptions struct {
 	noResponder bool
 	// jwks, when set, feeds the responder's issuer keys instead of signerd's GetJWKS.
 	jwks bearer.JWKSFetcher
+	// lifecycle is the responder's issuance gate reader (nil: managed rows are refused).
+	lifecycle GateReader
 }
 
 func startEnv(t testing.TB, o envOptions) *env {
@@ -137,7 +139,7 @@ func startEnv(t testing.TB, o envOptions) *env {
 	}
 	e.rec = newRecorder(viaProxy.API())
 	e.r, err = New(Config{Space: testSpace, Signer: viaProxy, Ledger: e.ledger, JWKS: cache,
-		AllowedServers: allowed, MaxInFlight: o.maxInFlight, Logger: testLogger(t), signer: e.rec})
+		AllowedServers: allowed, MaxInFlight: o.maxInFlight, Logger: testLogger(t), signer: e.rec, Lifecycle: o.lifecycle})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func (e *env) startCallout(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := callout.New(callout.Config{Space: spaceName, Signer: e.client, Ledger: e.ledger, JWKS: cache})
+	r, err := callout.New(callout.Config{Space: spaceName, Signer: e.client, Ledger: e.ledger, JWKS: cache, Lifecycle: e.store})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,16 @@
 // not what stops guessing: the cap and agent tokens are 256-bit secrets. It bounds the log and
 // the signerd calls refused callers cost.)
 //
+// The agent arm activates the managed row's lifecycle (Config.Activator, the lifecycle
+// authority's saga at the row's uid) after the ledger authorized it and before signerd signs:
+// a managed agent's first exchange makes its lifecycle current, a later one finds it active,
+// and a lifecycle a retirement has begun on, or one active at another uid, gets no bearer (409;
+// 503 while the authority is unavailable). Without an Activator the agent arm refuses (503).
+//
+// The loopback lifecycle doors, ManagedActivatePath and ManagedRetirePath, are routed to
+// Config.Lifecycle before this face's own Origin check, so the door's guard set keeps its order
+// (405 before 403); without a Lifecycle handler they are 404.
+//
 // GET /health answers {"ok": true} and nothing else: readiness needs a 2xx, and the answer does
 // not name the service, space or issuer to whatever scans the host's loopback ports.
 package exchange
@@ -43,6 +53,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/cotalgo/cotal/authd/internal/authority"
 	"github.com/cotalgo/cotal/authd/internal/idp"
 	"github.com/cotalgo/cotal/authd/internal/ledger"
 	"github.com/cotalgo/cotal/authd/internal/views"
@@ -80,6 +91,22 @@ const (
 	// so it is refused like every unmapped view.
 	agentView = "manager-caller"
 )
+
+// The loopback lifecycle doors (seed "Managed lifecycle retirement" and "A separate host
+// activates one exact managed lifecycle"), served by Config.Lifecycle.
+const (
+	// ManagedActivatePath activates one exact managed lifecycle (upstream MANAGED_ACTIVATE_PATH).
+	ManagedActivatePath = "/managed-lifecycle/activate"
+	// ManagedRetirePath retires one (upstream MANAGED_RETIRE_PATH).
+	ManagedRetirePath = "/managed-lifecycle/retire"
+)
+
+// Activator activates a managed lifecycle at a uid. *authority.Authority satisfies it.
+type Activator interface {
+	Activate(ctx context.Context, owner, actor, uid string) (authority.ActivateResult, error)
+}
+
+var _ Activator = (*authority.Authority)(nil)
 
 // Signer is what the exchange asks of signerd. *signerclient.Client satisfies it.
 type Signer interface {
@@ -123,6 +150,12 @@ type Config struct {
 	// Cap is the capability callers present as `Authorization: Bearer <cap>`: 64 hex characters
 	// (32 random bytes), the cap of auth-service.json.
 	Cap string
+	// Activator activates a managed row's lifecycle before its bearer is signed; nil makes the
+	// agent arm refuse every exchange (503).
+	Activator Activator
+	// Lifecycle serves ManagedActivatePath and ManagedRetirePath (its own guards, the cap
+	// included); nil answers them 404.
+	Lifecycle http.Handler
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger receives one line per exchange (never a token); nil discards.
@@ -176,8 +209,17 @@ func New(cfg Config) (*Handler, error) {
 // BearerIssuer is the iss of the bearers signerd signs for space (upstream urn:cotal:auth:<space>).
 func BearerIssuer(spaceName string) string { return "urn:cotal:auth:" + spaceName }
 
-// ServeHTTP routes a request after the Origin guard.
+// ServeHTTP routes the lifecycle doors to Config.Lifecycle, and every other request after the
+// Origin guard.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.Path; p == ManagedActivatePath || p == ManagedRetirePath {
+		if h.cfg.Lifecycle == nil {
+			writeError(w, http.StatusNotFound, "no such route")
+			return
+		}
+		h.cfg.Lifecycle.ServeHTTP(w, r)
+		return
+	}
 	if _, ok := r.Header["Origin"]; ok {
 		// A browser sends Origin on every cross-origin request (and on same-origin POSTs); no
 		// caller of this face is a browser page, so any Origin is a page trying to reach it.
@@ -524,11 +566,40 @@ func (h *Handler) agent(ctx context.Context, req *request, peer string) (*respon
 	if err != nil {
 		return nil, counted(peerKey(classAgent, peer), AgentRefusal, err)
 	}
+	if err := h.activate(ctx, req.Owner, req.Actor, row.LifecycleUID); err != nil {
+		return nil, err
+	}
 	ttl := AgentTTL
 	if req.TTLSec != nil && time.Duration(*req.TTLSec) < ttl/time.Second {
 		ttl = time.Duration(*req.TTLSec) * time.Second
 	}
 	return h.sign(ctx, req.Owner, req.Actor, req.View, row, ttl)
+}
+
+// activate makes the managed row's lifecycle current before its bearer is signed. The caller
+// has proven the row's token, so the refusal may say what blocks the lifecycle (AgentRefusal's
+// rule covers only what is answered before the token matched): 409 for a lifecycle that cannot
+// be activated at this uid (active at another, a retirement begun, a uid taken), 503 while the
+// authority is unavailable. Nothing here counts against the throttle: the token was right.
+func (h *Handler) activate(ctx context.Context, owner, actor, uid string) error {
+	if h.cfg.Activator == nil {
+		return refused(http.StatusServiceUnavailable, "no lifecycle authority: managed agents cannot be activated", nil)
+	}
+	_, err := h.cfg.Activator.Activate(ctx, owner, actor, uid)
+	if err == nil {
+		return nil
+	}
+	var ae *authority.Error
+	switch code := authority.CodeOf(err); {
+	case code == authority.CodeUnavailable:
+		return refused(http.StatusServiceUnavailable, "the lifecycle authority is unavailable; retry", err)
+	case errors.As(err, &ae) && ae.RetirementBegun():
+		return refused(http.StatusConflict, "this managed lifecycle is retiring or retired: it gets no bearer", err)
+	case code == authority.CodeAlreadyExists:
+		return refused(http.StatusConflict, "this managed actor is active at another lifecycle uid: it gets no bearer", err)
+	default:
+		return refused(http.StatusConflict, fmt.Sprintf("this managed lifecycle cannot be activated (%s)", code), err)
+	}
 }
 
 // sign asks signerd for the bearer: scope, parent and lifecycle uid come from the row only. The

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -15,10 +16,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cotalgo/cotal/authd/internal/admin"
+	"github.com/cotalgo/cotal/authd/internal/authority"
+	"github.com/cotalgo/cotal/authd/internal/authority/authoritytest"
 	"github.com/cotalgo/cotal/authd/internal/exchange"
 	"github.com/cotalgo/cotal/authd/internal/idp"
 	"github.com/cotalgo/cotal/authd/internal/idp/idptest"
@@ -41,6 +45,12 @@ type env struct {
 	cap    string
 	url    string
 	clock  *clock
+	// auth is the lifecycle authority on a provisioned space of its own broker (the agent arm's
+	// Activator); store is its Store, held says whether its plane check passes.
+	auth    *authority.Authority
+	store   *authority.Store
+	account string
+	held    atomic.Bool
 }
 
 type clock struct {
@@ -58,6 +68,9 @@ func (c *clock) Add(d time.Duration) {
 
 type envOpts struct {
 	noIdP bool
+	// noActivator leaves Config.Activator nil; lifecycle sets Config.Lifecycle.
+	noActivator bool
+	lifecycle   func(e *env) http.Handler
 	// idp, when set, replaces the verifier of the fake IdP's pin.
 	idp func(e *env) exchange.IdP
 }
@@ -77,6 +90,13 @@ func newEnv(t *testing.T, opts envOpts) *env {
 	}
 	e := &env{t: t, signer: s, client: client, ledger: l, idp: idptest.Start(t), cap: newCap(t), clock: &clock{}}
 	cfg := exchange.Config{Space: spaceName, Signer: client, Ledger: l, Cap: e.cap, Now: e.clock.Now}
+	e.startAuthority()
+	if !opts.noActivator {
+		cfg.Activator = e.auth
+	}
+	if opts.lifecycle != nil {
+		cfg.Lifecycle = opts.lifecycle(e)
+	}
 	switch {
 	case opts.idp != nil:
 		cfg.IdP = opts.idp(e)
@@ -99,6 +119,28 @@ func newEnv(t *testing.T, opts envOpts) *env {
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e
+}
+
+// startAuthority builds e's lifecycle authority over authoritytest's provisioned space.
+func (e *env) startAuthority() {
+	e.t.Helper()
+	sp := authoritytest.Provisioned(e.t, spaceName)
+	st, err := authority.NewStore(sp.Conn, sp.Names, 5*time.Second)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.held.Store(true)
+	a, err := authority.New(authority.Config{Store: st, Ledger: e.ledger, Space: spaceName, Account: sp.Account,
+		Held: func() error {
+			if !e.held.Load() {
+				return errors.New("plane claim not held (test)")
+			}
+			return nil
+		}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.auth, e.store, e.account = a, st, sp.Account
 }
 
 func newCap(t *testing.T) string {

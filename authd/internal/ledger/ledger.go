@@ -145,19 +145,26 @@ func (l *Ledger) Get(owner, actor string) (Row, Kind, error) {
 // lifecycleUID must be non-empty and equal to the row's (a predecessor incarnation's bearer never
 // connects as its successor). It returns the row the grant is minted from.
 func (l *Ledger) AuthorizeConnect(owner, actor string, scope []string, lifecycleUID string) (Row, error) {
-	r, _, err := l.Get(owner, actor)
+	r, _, err := l.AuthorizeConnectKind(owner, actor, scope, lifecycleUID)
+	return r, err
+}
+
+// AuthorizeConnectKind is AuthorizeConnect returning also the space the row is in: the callout
+// reads a managed row's issuance gate, an interactive row has none.
+func (l *Ledger) AuthorizeConnectKind(owner, actor string, scope []string, lifecycleUID string) (Row, Kind, error) {
+	r, kind, err := l.Get(owner, actor)
 	if err != nil {
-		return Row{}, err
+		return Row{}, "", err
 	}
 	for _, s := range scope {
 		if !slices.Contains(r.Scope, s) {
-			return Row{}, &Error{Err: ErrScopeWidened, Principal: r.Principal(), Detail: fmt.Sprintf("%.64q", s)}
+			return Row{}, "", &Error{Err: ErrScopeWidened, Principal: r.Principal(), Detail: fmt.Sprintf("%.64q", s)}
 		}
 	}
 	if lifecycleUID == "" || lifecycleUID != r.LifecycleUID {
-		return Row{}, &Error{Err: ErrLifecycleMismatch, Principal: r.Principal()}
+		return Row{}, "", &Error{Err: ErrLifecycleMismatch, Principal: r.Principal()}
 	}
-	return r, nil
+	return r, kind, nil
 }
 
 // AuthorizeGrant is the IdP exchange's check: interactive rows only. A principal held only by
