@@ -2,7 +2,6 @@ package authority
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
@@ -12,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/cotalgo/cotal/pkg/lifecycle"
+	"github.com/cotalgo/cotal/authd/internal/authority/authoritytest"
 	"github.com/cotalgo/cotal/pkg/space"
 )
 
@@ -23,75 +22,15 @@ var (
 
 func iidOf(c string) string { return strings.Repeat(c, 26) }
 
-// managerFixture is how one manager instance's rows are written; the zero value is live.
-type managerFixture struct {
-	owner        string
-	epoch        uint64
-	frozen       bool   // the gate is frozen by a registration
-	specEpoch    uint64 // the spec's processEpoch is epoch+specEpoch
-	staleSpec    bool   // the spec is rewritten after the gate recorded its revision
-	holder       string // the lease holder if not the gate principal
-	noLease      bool
-	noLeaseEpoch bool // a lease row without processEpoch/registrationRevision
-	leaseEpoch   uint64
-}
+// managerFixture is authoritytest.Manager; its zero Owner is ownerA.
+type managerFixture = authoritytest.Manager
 
-// writeManager writes spec, gate and lease of iid with the Store (and the lease, whose bucket
-// the Store does not write, with the unlimited connection's KV).
 func writeManager(t *testing.T, s *Store, js jetstream.JetStream, iid string, f managerFixture) {
 	t.Helper()
-	ctx := context.Background()
-	if f.owner == "" {
-		f.owner = ownerA
+	if f.Owner == "" {
+		f.Owner = ownerA
 	}
-	principal := f.owner + ".manager_serve_" + iid
-	spec := lifecycle.Spec{Endpoint: lifecycle.ManagerEndpoint, InstanceID: iid, Principal: principal, ProcessEpoch: f.epoch + f.specEpoch}
-	sb, err := lifecycle.EncodeSpec(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	skey, _ := lifecycle.SpecKey(lifecycle.ManagerEndpoint, iid)
-	rev, err := s.Create(ctx, space.Records, skey, sb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f.staleSpec {
-		if _, err := s.Update(ctx, space.Records, skey, sb, rev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	g := lifecycle.EndpointGate{State: lifecycle.GateOpen, Principal: principal, ProcessEpoch: f.epoch, RegistrationRevision: rev, Generation: 1}
-	if f.frozen {
-		g.State, g.Op = lifecycle.GateFrozen, &lifecycle.Op{OpID: iidOf("f"), Kind: lifecycle.OpRegistration}
-	}
-	gb, err := lifecycle.EncodeEndpointGate(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gkey, _ := lifecycle.EndpointGateKey(lifecycle.ManagerEndpoint, iid)
-	if _, err := s.Create(ctx, space.Auth, gkey, gb); err != nil {
-		t.Fatal(err)
-	}
-	if f.noLease {
-		return
-	}
-	row := map[string]any{"holder": principal, "instanceId": iid, "runtime": "pty", "root": "/w", "pid": 42, "since": 1}
-	if f.holder != "" {
-		row["holder"] = f.holder
-	}
-	if !f.noLeaseEpoch {
-		row["processEpoch"], row["registrationRevision"] = f.epoch+f.leaseEpoch, rev
-	}
-	lb, _ := json.Marshal(row)
-	bucket, _ := s.Names().Bucket(space.Manager)
-	kv, err := js.KeyValue(ctx, bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lkey, _ := space.ManagerLeaseKey(iid)
-	if _, err := kv.Create(ctx, lkey, lb); err != nil {
-		t.Fatal(err)
-	}
+	authoritytest.WriteManager(t, js, s.Names(), iid, f)
 }
 
 // localFile returns a LocalManager reading a manager-identity.json naming iid ("" writes none).
@@ -99,10 +38,7 @@ func localFile(t *testing.T, iid string) LocalManager {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), ManagerIdentityFile)
 	if iid != "" {
-		b, _ := json.Marshal(map[string]any{"v": 1, "space": testSpace, "instanceId": iid})
-		if err := os.WriteFile(p, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		authoritytest.WriteLocalIdentity(t, p, testSpace, iid)
 	}
 	return LocalManagerFile(p)
 }
@@ -142,15 +78,15 @@ func TestSelectLiveness(t *testing.T) {
 		live bool
 	}{
 		{"live", managerFixture{}, true},
-		{"live-later-epoch", managerFixture{epoch: 2}, true},
-		{"gate-frozen", managerFixture{frozen: true}, false},
-		{"spec-epoch-differs", managerFixture{specEpoch: 1}, false},
-		{"spec-revision-differs", managerFixture{staleSpec: true}, false},
-		{"lease-other-holder", managerFixture{holder: ownerA + ".intruder"}, false},
-		{"lease-absent", managerFixture{noLease: true}, false},
-		{"lease-without-registration", managerFixture{noLeaseEpoch: true}, false},
-		{"lease-epoch-differs", managerFixture{leaseEpoch: 1}, false},
-		{"other-owner", managerFixture{owner: ownerB}, false},
+		{"live-later-epoch", managerFixture{Epoch: 2}, true},
+		{"gate-frozen", managerFixture{Frozen: true}, false},
+		{"spec-epoch-differs", managerFixture{SpecEpochSkew: 1}, false},
+		{"spec-revision-differs", managerFixture{StaleSpec: true}, false},
+		{"lease-other-holder", managerFixture{Holder: ownerA + ".intruder"}, false},
+		{"lease-absent", managerFixture{NoLease: true}, false},
+		{"lease-without-registration", managerFixture{LeaseUnregistered: true}, false},
+		{"lease-epoch-differs", managerFixture{LeaseEpochSkew: 1}, false},
+		{"other-owner", managerFixture{Owner: ownerB}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			iid := iidOf("k") + string(rune('a'+i))
@@ -173,7 +109,7 @@ func TestSelectLiveness(t *testing.T) {
 	})
 	t.Run("corrupt-lease", func(t *testing.T) {
 		iid := iidOf("q")
-		writeManager(t, s, js, iid, managerFixture{noLease: true})
+		writeManager(t, s, js, iid, managerFixture{NoLease: true})
 		bucket, _ := s.Names().Bucket(space.Manager)
 		kv, _ := js.KeyValue(ctx, bucket)
 		lkey, _ := space.ManagerLeaseKey(iid)
@@ -196,8 +132,8 @@ func TestSelectRemoteFirst(t *testing.T) {
 		s, js, _ := provisioned(t)
 		writeManager(t, s, js, iidOf("r"), managerFixture{})
 		writeManager(t, s, js, iidOf("l"), managerFixture{})
-		writeManager(t, s, js, iidOf("o"), managerFixture{owner: ownerB}) // another owner's: not a candidate
-		writeManager(t, s, js, iidOf("d"), managerFixture{owner: ownerB}) // another owner's: not a candidate
+		writeManager(t, s, js, iidOf("o"), managerFixture{Owner: ownerB}) // another owner's: not a candidate
+		writeManager(t, s, js, iidOf("d"), managerFixture{Owner: ownerB}) // another owner's: not a candidate
 		got, err := newSelector(t, s, SelectRemoteFirst, localFile(t, iidOf("l"))).Select(ctx, human)
 		wantChosen(t, got, err, iidOf("r"))
 	})
@@ -210,7 +146,7 @@ func TestSelectRemoteFirst(t *testing.T) {
 	})
 	t.Run("remote-gates-none-live-refused-over-live-local", func(t *testing.T) {
 		s, js, _ := provisioned(t)
-		writeManager(t, s, js, iidOf("r"), managerFixture{frozen: true})
+		writeManager(t, s, js, iidOf("r"), managerFixture{Frozen: true})
 		writeManager(t, s, js, iidOf("l"), managerFixture{})
 		got, err := newSelector(t, s, SelectRemoteFirst, localFile(t, iidOf("l"))).Select(ctx, human)
 		wantRefused(t, got, err, CodeFailedPrecondition, "none of the 1 registered manager instances is live")
@@ -218,19 +154,19 @@ func TestSelectRemoteFirst(t *testing.T) {
 	t.Run("no-remote-live-local", func(t *testing.T) {
 		s, js, _ := provisioned(t)
 		writeManager(t, s, js, iidOf("l"), managerFixture{})
-		writeManager(t, s, js, iidOf("o"), managerFixture{owner: ownerB})
+		writeManager(t, s, js, iidOf("o"), managerFixture{Owner: ownerB})
 		got, err := newSelector(t, s, SelectRemoteFirst, localFile(t, iidOf("l"))).Select(ctx, human)
 		wantChosen(t, got, err, iidOf("l"))
 	})
 	t.Run("no-remote-local-not-live", func(t *testing.T) {
 		s, js, _ := provisioned(t)
-		writeManager(t, s, js, iidOf("l"), managerFixture{noLease: true})
+		writeManager(t, s, js, iidOf("l"), managerFixture{NoLease: true})
 		got, err := newSelector(t, s, SelectRemoteFirst, localFile(t, iidOf("l"))).Select(ctx, human)
 		wantRefused(t, got, err, CodeFailedPrecondition, "is not a live manager of this owner")
 	})
 	t.Run("no-remote-no-local", func(t *testing.T) {
 		s, js, _ := provisioned(t)
-		writeManager(t, s, js, iidOf("o"), managerFixture{owner: ownerB})
+		writeManager(t, s, js, iidOf("o"), managerFixture{Owner: ownerB})
 		for name, local := range map[string]LocalManager{"no-reader": nil, "no-file": localFile(t, "")} {
 			got, err := newSelector(t, s, SelectRemoteFirst, local).Select(ctx, human)
 			if got != "" || CodeOf(err) != CodeNotFound {
@@ -242,7 +178,7 @@ func TestSelectRemoteFirst(t *testing.T) {
 		s, js, _ := provisioned(t)
 		writeManager(t, s, js, iidOf("r"), managerFixture{})
 		writeManager(t, s, js, iidOf("s"), managerFixture{})
-		writeManager(t, s, js, iidOf("o"), managerFixture{owner: ownerB})
+		writeManager(t, s, js, iidOf("o"), managerFixture{Owner: ownerB})
 		sel := newSelector(t, s, SelectRemoteFirst, nil)
 		got, err := sel.Select(ctx, Selection{Owner: ownerA, Human: true, InstanceID: iidOf("s")})
 		wantChosen(t, got, err, iidOf("s"))
@@ -266,7 +202,7 @@ func TestSelectLocalPrimary(t *testing.T) {
 	s, js, _ := provisioned(t)
 	writeManager(t, s, js, iidOf("r"), managerFixture{})
 	writeManager(t, s, js, iidOf("l"), managerFixture{})
-	writeManager(t, s, js, iidOf("n"), managerFixture{frozen: true})
+	writeManager(t, s, js, iidOf("n"), managerFixture{Frozen: true})
 	human := Selection{Owner: ownerA, Human: true}
 	run := func(t *testing.T, local LocalManager, sel Selection) (string, error, uint64) {
 		t.Helper()

@@ -10,10 +10,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/cotalgo/cotal/authd/internal/authority/authoritytest"
 	"github.com/cotalgo/cotal/pkg/lifecycle"
-	"github.com/cotalgo/cotal/pkg/provision"
 	"github.com/cotalgo/cotal/pkg/space"
-	"github.com/cotalgo/cotal/pkg/testkit"
 )
 
 const testSpace = "s2420"
@@ -22,26 +21,7 @@ const testSpace = "s2420"
 // connection (the profile's own reach is proven in pkg/profiles).
 func provisioned(t *testing.T) (*Store, jetstream.JetStream, *nats.Conn) {
 	t.Helper()
-	b := testkit.StartBroker(t, testSpace)
-	jwt, kp := b.Space(testSpace).MintUnlimited(t)
-	nc, err := b.Connect(t, jwt, kp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := space.NewNames(testSpace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := provision.Ensure(ctx, js, n, provision.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	nc, js, n := authoritytest.Provisioned(t, testSpace)
 	s, err := NewStore(nc, n, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
