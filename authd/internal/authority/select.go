@@ -36,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 
 	"github.com/cotalgo/cotal/pkg/lifecycle"
@@ -298,6 +299,8 @@ func (s *Store) managerGates(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("authority: %w", err)
 	}
 	var out []string
+	seen := map[string]bool{}
+	total := 0
 	for page := 0; ; page++ {
 		req, _ := json.Marshal(map[string]any{"subjects_filter": filter, "offset": len(out)})
 		rctx, cancel := s.bound(ctx)
@@ -320,7 +323,12 @@ func (s *Store) managerGates(ctx context.Context) ([]string, error) {
 		if resp.Total > MaxManagerGates {
 			return nil, refuse(CodeUnavailable, "more than %d manager gates", MaxManagerGates)
 		}
-		if len(resp.State.Subjects) == 0 || resp.Offset != len(out) || page > MaxManagerGates {
+		if page == 0 {
+			total = resp.Total
+		}
+		// A page that adds nothing, or answers another offset or total, ends the listing; the
+		// count check below refuses a listing that ended short.
+		if len(resp.State.Subjects) == 0 || resp.Offset != len(out) || resp.Total != total {
 			break
 		}
 		for subj := range resp.State.Subjects {
@@ -329,15 +337,21 @@ func (s *Store) managerGates(ctx context.Context) ([]string, error) {
 			if !ok || err != nil || ep != lifecycle.ManagerEndpoint {
 				return nil, storeRefusal(fmt.Errorf("%w: the listing holds %.80q", ErrCorrupt, subj))
 			}
+			if seen[iid] {
+				return nil, storeRefusal(fmt.Errorf("%w: list manager gates: %s listed twice", ErrUnavailable, iid))
+			}
+			seen[iid] = true
 			out = append(out, iid)
 		}
-		if len(out) >= resp.Total || len(out) > MaxManagerGates {
+		if len(out) >= total {
 			break
 		}
 	}
-	if len(out) > MaxManagerGates {
-		return nil, refuse(CodeUnavailable, "more than %d manager gates", MaxManagerGates)
+	if len(out) != total {
+		// The gates changed between pages, or the server paged differently: never a partial list.
+		return nil, storeRefusal(fmt.Errorf("%w: list manager gates: %d of %d listed", ErrUnavailable, len(out), total))
 	}
+	slices.Sort(out)
 	return out, nil
 }
 

@@ -185,6 +185,18 @@ func TestSelectRemoteFirst(t *testing.T) {
 		got, err = sel.Select(ctx, Selection{Owner: ownerA, Human: true, InstanceID: iidOf("o")})
 		wantRefused(t, got, err, CodeFailedPrecondition, "is not a live manager of this owner")
 	})
+	t.Run("foreign-key-in-listing-refused", func(t *testing.T) {
+		s, js, _ := provisioned(t)
+		writeManager(t, s, js, iidOf("r"), managerFixture{})
+		if _, err := s.Create(ctx, space.Auth, "epgate.manager.NOT_AN_ID", []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		got, err := newSelector(t, s, SelectRemoteFirst, nil).Select(ctx, human)
+		wantRefused(t, got, err, CodeUnavailable, "could not be read")
+		if !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("err = %v, want it to wrap ErrCorrupt", err)
+		}
+	})
 	t.Run("agent-arm", func(t *testing.T) {
 		s, js, _ := provisioned(t)
 		writeManager(t, s, js, iidOf("r"), managerFixture{})
