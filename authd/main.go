@@ -94,13 +94,26 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return daemon.Serve(ctx, stderr, "authd", cfg.LogLevel, func(ctx context.Context, log *slog.Logger) (daemon.Service, error) {
-		svc, err := service.Start(ctx, service.Inputs{Config: cfg}, service.RuntimeOptions{Logger: log})
+		svc, err := service.Start(ctx, service.Inputs{Config: cfg}, service.RuntimeOptions{Logger: log, Hooks: notifyHooks(log)})
 		if err != nil {
 			return nil, err
 		}
 		go daemon.Watchdog(ctx, svc.Healthy, log)
 		return svc, nil
 	})
+}
+
+// notifyHooks are the CLI's service hooks: sd_notify READY=1 once authd serves and STOPPING=1 when
+// it begins to stop (the embedding API leaves them to the host).
+func notifyHooks(log *slog.Logger) service.Hooks {
+	notify := func(state string) func() {
+		return func() {
+			if _, err := daemon.Notify(state); err != nil {
+				log.Warn("sd_notify failed", "state", state, "err", err)
+			}
+		}
+	}
+	return service.Hooks{OnReady: notify("READY=1"), OnStopping: notify("STOPPING=1")}
 }
 
 // leadingConfig takes a leading "--config FILE" (or --config=FILE) off an operator command's

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/cotalgo/cotal/authd/internal/authority"
 	"github.com/cotalgo/cotal/authd/internal/callout"
 	"github.com/cotalgo/cotal/authd/internal/config"
 	"github.com/cotalgo/cotal/pkg/daemon"
@@ -88,6 +89,49 @@ type Inputs struct {
 	Config *Config
 	// Hosted, if set, makes this a hosted auth context; nil is the CLI path.
 	Hosted *Hosted
+	// LocalManager reads this host's managerd identity (its manager-identity.json) afresh at
+	// every selection that needs it (LocalManagerFile); nil means no local manager, as in a
+	// hosted context. RuntimeOptions.InteractiveManagerSelection "local-primary" requires it.
+	LocalManager LocalManager
+}
+
+// ManagerIdentity is a managerd's persisted identity (manager-identity.json: v, space,
+// instanceId), and LocalManager a fresh reader of it: an error wrapping fs.ErrNotExist means no
+// local manager, any other error an unreadable one.
+type (
+	ManagerIdentity = authority.ManagerIdentity
+	LocalManager    = authority.LocalManager
+)
+
+// ManagerIdentityFile is the name of the identity file a managerd writes in its state_dir.
+const ManagerIdentityFile = authority.ManagerIdentityFile
+
+// LocalManagerFile is the LocalManager reading path, a managerd's manager-identity.json, on every
+// call, strictly (at most 1 KiB; exactly v 1, a space name and an instance id).
+func LocalManagerFile(path string) LocalManager { return authority.LocalManagerFile(path) }
+
+// Interactive manager selection policies (RuntimeOptions.InteractiveManagerSelection).
+const (
+	// SelectRemoteFirst (the default): an explicit managerInstanceId must be a live manager of
+	// the caller's owner; else exactly one live remote manager is chosen, more than one or only
+	// non-live ones are refused, and with none the local manager (Inputs.LocalManager) is chosen
+	// if live.
+	SelectRemoteFirst = authority.SelectRemoteFirst
+	// SelectLocalPrimary binds every unpinned human manager-caller exchange to the local
+	// managerd, or refuses it (absent, unreadable, not live) without reading any remote
+	// manager's rows, even when the person has a live remote manager. Explicit selectors and
+	// the agent arm keep remote-first.
+	SelectLocalPrimary = authority.SelectLocalPrimary
+)
+
+// Hooks are called at the service's lifecycle points, on the goroutine that reached them; each
+// must return promptly. The CLI passes sd_notify READY=1 and STOPPING=1; a hosted context,
+// which is not the host process's unit, passes none.
+type Hooks struct {
+	// OnReady is called once, when Start has finished and authd serves.
+	OnReady func()
+	// OnStopping is called once, when a started authd begins to stop, for any reason.
+	OnStopping func()
 }
 
 // DefaultBrokerGone is how long a broker connection may stay down before authd reports itself
@@ -116,6 +160,13 @@ type RuntimeOptions struct {
 	NatsOptions []nats.Option
 	// BrokerGone is the broker-gone window; zero means DefaultBrokerGone.
 	BrokerGone time.Duration
+	// InteractiveManagerSelection is SelectRemoteFirst ("", the default) or SelectLocalPrimary
+	// (which needs Inputs.LocalManager). Start refuses any other value, and local-primary without
+	// a reader, before any effect (CodeConfig, no file written). Only a host composing authd sets
+	// it: no flag, configuration key or exchange field does.
+	InteractiveManagerSelection string
+	// Hooks replace the daemon notifications (see Hooks).
+	Hooks Hooks
 }
 
 // Cap is the per-start capability of the loopback face (auth-service.json's cap): it alone

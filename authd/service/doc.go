@@ -16,10 +16,13 @@
 //	defer svc.Close(context.Background())
 //
 // Inputs is what to run: the Config (required; Start validates it and applies its defaults, so a
-// host may fill in only the required fields) and, for a hosted context, Hosted. RuntimeOptions
-// is how: the logger, the event callback, the clock, the pid the files name, the IdP's HTTP
-// client, extra broker options and the broker-gone window. Config's nested types are aliased
-// here (Signer, Rate, Duration), so a host outside this module can name everything it builds.
+// host may fill in only the required fields), for a hosted context Hosted, and the local
+// managerd's identity reader LocalManager. RuntimeOptions is how: the logger, the event callback,
+// the clock, the pid the files name, the IdP's HTTP client, extra broker options, the broker-gone
+// window, the interactive manager selection policy and the lifecycle Hooks. Config's nested types
+// are aliased here (Signer, Rate, Duration), so a host outside this module can name everything it
+// builds. The service itself never speaks to systemd: `authd serve` passes Hooks that send
+// sd_notify READY=1 (OnReady) and STOPPING=1 (OnStopping).
 //
 // Start returns only once authd serves, and nothing it began survives a refusal. In order: the
 // signerd client; the data-account connection on an auth-plane credential from the signer rail;
@@ -91,10 +94,27 @@
 // auth-plane credential on the signer rail, must belong to Account (its issuer_account, or its
 // issuer when the account key signed it itself), or Start refuses with CodeAccount before it
 // opens a broker connection or claims the plane. A hosted context writes no discovery file and
-// no refusal file, does not speak to systemd, and when a broker connection stays down past the
+// no refusal file, passes no Hooks (it is not the host process's unit), and when a broker connection stays down past the
 // broker-gone window or the plane is fenced it becomes unavailable and closes itself (Err:
 // ErrBrokerGone, ErrPlaneLost) without touching the host process. authd has no injected store:
 // its ledger and IdP pin live in Config.StateDir, so StoreIdentity is checked for form only.
+//
+// # Interactive manager selection
+//
+// A manager-caller bearer (the /exchange view, both arms) is bound to one manager instance. By
+// default (SelectRemoteFirst) an explicit managerInstanceId must be a live manager of the
+// caller's owner; otherwise exactly one live remote manager of the owner is chosen, more than one
+// or only non-live ones are refused, and with no remote one the local manager (Inputs.LocalManager)
+// is chosen if live, else the exchange is refused. RuntimeOptions.InteractiveManagerSelection
+// SelectLocalPrimary routes every unpinned human manager-caller exchange, and with it all
+// unpinned interactive manager control, to the local managerd, even when the person has a live
+// remote manager, or refuses it (no identity file, unreadable, another space, not live) without
+// reading any remote manager's rows; explicit selectors and the agent arm keep remote-first. A
+// host decides whether that routing is appropriate. Only a host composing authd sets it (no flag,
+// configuration key or exchange field does); Start refuses any other value, and local-primary
+// without a LocalManager, with CodeConfig before any effect. Live means: the gate
+// epgate.manager.<iid> open, the spec svc.manager.<iid> and the lease lease.<iid> agreeing with
+// its principal, process epoch and registration revision (package authority).
 //
 // # Instance identity and early reclaim
 //

@@ -59,6 +59,13 @@ func newHumanPin(t *testing.T, pin bool) *human {
 // starts with (written as YAML and loaded back, say); opts are authd's extra broker options.
 func newHumanEnv(t *testing.T, e *env, pin bool, load func(*config.Config) *config.Config, opts ...nats.Option) *human {
 	t.Helper()
+	return newHumanWith(t, e, pin, load, func(_ *service.Inputs, o *service.RuntimeOptions) { o.NatsOptions = opts })
+}
+
+// newHumanWith is newHumanEnv with Start's inputs and options set by with (after the events
+// hook, which it may keep or replace).
+func newHumanWith(t *testing.T, e *env, pin bool, load func(*config.Config) *config.Config, with func(*service.Inputs, *service.RuntimeOptions)) *human {
+	t.Helper()
 	cfg := e.config(t)
 	if load != nil {
 		cfg = load(cfg)
@@ -95,7 +102,9 @@ func newHumanEnv(t *testing.T, e *env, pin bool, load func(*config.Config) *conf
 	if err := h.led.Put(ledger.Interactive, h.row); err != nil {
 		t.Fatal(err)
 	}
-	h.s = startWith(t, service.Inputs{Config: cfg}, service.RuntimeOptions{NatsOptions: opts, Events: h.ev.on})
+	in, o := service.Inputs{Config: cfg}, service.RuntimeOptions{Events: h.ev.on}
+	with(&in, &o)
+	h.s = startWith(t, in, o)
 	b, err := os.ReadFile(daemon.DiscoveryPath(cfg.StateDir, service.FileName))
 	if err != nil {
 		t.Fatal(err)

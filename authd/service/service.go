@@ -68,6 +68,8 @@ type Service struct {
 	pid      int
 	instance string // instance.json's id (instance.go)
 	readiness
+	hooks     Hooks
+	selection selection // select.go
 
 	signer    *signerclient.Client
 	planeRail *signerclient.Rail
@@ -96,8 +98,13 @@ func Start(ctx context.Context, in Inputs, opts RuntimeOptions) (*Service, error
 	if in.Config == nil {
 		return nil, &StartError{Daemon: "authd", Code: CodeConfig, Reason: "no configuration"}
 	}
+	// Refused before any effect: no refusal file, no event.
+	sel, err := newSelection(in, opts)
+	if err != nil {
+		return nil, &StartError{Daemon: "authd", Code: CodeConfig, Reason: "runtime options refused", Err: err}
+	}
 	cfg := *in.Config
-	s := &Service{cfg: &cfg, log: opts.Logger, pid: opts.PID, done: make(chan struct{})}
+	s := &Service{cfg: &cfg, log: opts.Logger, pid: opts.PID, done: make(chan struct{}), hooks: opts.Hooks, selection: sel}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -121,10 +128,8 @@ func Start(ctx context.Context, in Inputs, opts RuntimeOptions) (*Service, error
 		return nil, s.refuse(err)
 	}
 	s.log.Info("authd ready", "space", cfg.Space, "url", s.url, "pid", s.pid, "hosted", s.hosted != nil)
-	if s.hosted == nil { // a hosted context is not the host process's unit
-		if _, err := daemon.Notify("READY=1"); err != nil {
-			s.log.Warn("sd_notify READY failed", "err", err)
-		}
+	if s.hooks.OnReady != nil {
+		s.hooks.OnReady()
 	}
 	go func() {
 		select {
@@ -244,7 +249,11 @@ func (s *Service) start(ctx, runCtx context.Context, in RuntimeOptions) error {
 	if err != nil {
 		return fail(CodeConfig, "lifecycle doors refused", err)
 	}
-	h, err := exchange.New(exchange.Config{Space: cfg.Space, Signer: s.signer, Ledger: led, IdP: idpv, Cap: capHex, Now: in.Now, Logger: s.log,
+	selector, err := s.selection.selector(s.authority.Store())
+	if err != nil {
+		return fail(CodeConfig, "manager selection refused", err)
+	}
+	h, err := exchange.New(exchange.Config{Space: cfg.Space, Signer: s.signer, Ledger: led, IdP: idpv, Selector: selector, Cap: capHex, Now: in.Now, Logger: s.log,
 		Activator: s.authority, Lifecycle: doors})
 	if err != nil {
 		return fail(CodeConfig, "exchange refused", err)
@@ -438,10 +447,8 @@ func (s *Service) stop(why error) {
 			s.log.Error("authd stopping", "err", why)
 		}
 		s.stopping(why)
-		if s.hosted == nil {
-			if _, err := daemon.Notify("STOPPING=1"); err != nil {
-				s.log.Warn("sd_notify STOPPING failed", "err", err)
-			}
+		if s.hooks.OnStopping != nil {
+			s.hooks.OnStopping()
 		}
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout.D())

@@ -295,6 +295,21 @@ func TestCalloutDenials(t *testing.T) {
 		})
 	}
 
+	// The exchange issues manager-caller bound to one instance (issue 23); the view has no
+	// profile, so signerd's bearer verifies and the connect is still denied, for that reason.
+	parent := t
+	t.Run("fail/manager-caller bound to an instance: no profile", func(t *testing.T) {
+		tok, _ := e.bearerFor(t, row("laptop"), long, func(r *signerv1.SignBearerRequest) {
+			r.View, r.ManagerInstanceId = "manager-caller", strings.Repeat("b", 26)
+		})
+		before := strings.Count(logOf(parent), refuseViewProfile)
+		c, err := e.connectInbox(t, tok, nonceFor(t, tok), "_INBOX_probe0001")
+		wantDenied(t, c, err)
+		if after := strings.Count(logOf(parent), refuseViewProfile); after != before+1 {
+			t.Fatalf("log shows %d new %q refusals, want 1", after-before, refuseViewProfile)
+		}
+	})
+
 	t.Run("ok/admin view with admin scope", func(t *testing.T) {
 		tok, _ := e.bearerFor(t, admin, long, func(r *signerv1.SignBearerRequest) { r.View, r.Scope = "admin", []string{"admin"} })
 		nonce := nonceFor(t, tok)

@@ -7,8 +7,16 @@
 // application/json (415) or is larger than MaxBodyBytes (413). It never sends CORS headers.
 // Authorization comes from the actor ledger alone, read fresh on every exchange: the request
 // names an actor, never a scope, parent or lifecycle uid. Only views that map to a profile
-// (pkg/profiles through authd/internal/views) are issued; every other view is refused with its
-// name.
+// (pkg/profiles through authd/internal/views) are issued, and manager-caller; every other view is
+// refused with its name.
+//
+// A manager-caller bearer (both arms; the agent arm takes no other view) is bound to one manager
+// instance, act.managerInstanceId: the request may name it (managerInstanceId, the uid grammar,
+// only with that view), and the ManagerSelector (authority.Selector) checks it or picks one by
+// its policy, after the caller was authorized; the answer names it. A selection refusal is 400,
+// 404 (no manager to bind), 409 (not a live candidate, or ambiguous) or 503, and counts against
+// no throttle budget. manager-caller maps to no profile yet, so the callout still refuses to
+// admit such a bearer.
 //
 // Refusals (401) are throttled per source, and only refusals count: once a source has
 // MaxFailures refusals in the last FailureWindow, its next refusal is 429 instead. A source is
@@ -87,9 +95,8 @@ const (
 	// AgentRefusal is the one answer to every failed agent-arm exchange, so a caller learns
 	// nothing about which of owner, actor, row kind or token was wrong.
 	AgentRefusal = "agent exchange refused: no managed actor matches this owner, actor and token"
-	// agentView is the one view the agent arm may ask for (upstream); it maps to no profile here,
-	// so it is refused like every unmapped view.
-	agentView = "manager-caller"
+	// agentView is the one view the agent arm may ask for (upstream).
+	agentView = views.ManagerCaller
 )
 
 // The loopback lifecycle doors (seed "Managed lifecycle retirement" and "A separate host
@@ -126,6 +133,14 @@ type Ledger interface {
 
 var _ Ledger = (*ledger.Ledger)(nil)
 
+// ManagerSelector binds a manager-caller bearer to one manager instance. *authority.Selector
+// satisfies it; its refusals carry an authority code (authority.CodeOf).
+type ManagerSelector interface {
+	Select(ctx context.Context, sel authority.Selection) (string, error)
+}
+
+var _ ManagerSelector = (*authority.Selector)(nil)
+
 // IdP verifies IdP tokens. *idp.Verifier satisfies it.
 type IdP interface {
 	Verify(ctx context.Context, token string) (idp.Claims, error)
@@ -147,6 +162,8 @@ type Config struct {
 	// IdP verifies human-arm tokens: idp.NewPinned(stateDir, ...) picks up a pin made after
 	// start. nil, or an IdP answering idp.ErrNotPinned, makes the human arm answer 503.
 	IdP IdP
+	// Selector binds manager-caller bearers; nil makes a manager-caller exchange answer 503.
+	Selector ManagerSelector
 	// Cap is the capability callers present as `Authorization: Bearer <cap>`: 64 hex characters
 	// (32 random bytes), the cap of auth-service.json.
 	Cap string
@@ -312,6 +329,8 @@ type request struct {
 	Actor      string  `json:"actor"`
 	TTLSec     *int64  `json:"ttlSec"`
 	View       string  `json:"view"`
+	// ManagerInstanceID pins a manager-caller bearer to this instance.
+	ManagerInstanceID *string `json:"managerInstanceId"`
 }
 
 // response is a granted exchange.
@@ -319,6 +338,8 @@ type response struct {
 	Token string `json:"token"`
 	Owner string `json:"owner"`
 	Exp   int64  `json:"exp"`
+	// ManagerInstanceID is the instance a manager-caller bearer is bound to.
+	ManagerInstanceID string `json:"managerInstanceId,omitempty"`
 }
 
 // refusal is an exchange answer other than a bearer: status, the public sentence, the cause for
@@ -394,7 +415,7 @@ func (h *Handler) serveExchange(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, rf, "arm", arm, "actor", logIdent(req.Actor))
 		return
 	}
-	h.log.Info("exchange: granted", "arm", arm, "owner", resp.Owner, "actor", req.Actor, "view", req.View, "exp", resp.Exp)
+	h.log.Info("exchange: granted", "arm", arm, "owner", resp.Owner, "actor", req.Actor, "view", req.View, "managerInstance", resp.ManagerInstanceID, "exp", resp.Exp)
 	writeJSON(w, http.StatusOK, resp)
 }
 
@@ -444,18 +465,26 @@ func decodeRequest(body []byte) (*request, error) {
 		return nil, errors.New("the human arm takes no owner: it is derived from the IdP token")
 	case req.TTLSec != nil && *req.TTLSec < 1:
 		return nil, errors.New("ttlSec must be at least 1")
+	case req.ManagerInstanceID != nil && req.View != views.ManagerCaller:
+		return nil, errors.New("managerInstanceId comes only with view manager-caller")
+	case req.ManagerInstanceID != nil && space.ValidateUID(*req.ManagerInstanceID) != nil:
+		return nil, errors.New("managerInstanceId is not an instance id ([a-z0-9]{26,32})")
 	}
 	return &req, nil
 }
 
-// viewProfile checks a requested view: "" is no view; a view that maps to no profile is refused
-// with its name, because a bearer carrying it could be granted nothing at connect.
+// viewProfile checks a requested view: "" is no view; manager-caller is issued (bound to one
+// instance, see the package doc); any other view that maps to no profile is refused with its
+// name, because a bearer carrying it could be granted nothing at connect.
 func viewProfile(view string) (requiredScope string, err error) {
 	if view == "" {
 		return "", nil
 	}
 	if !views.Known(view) {
 		return "", refused(http.StatusBadRequest, fmt.Sprintf("view %.40q is not a view (known: %s)", view, strings.Join(views.All(), ", ")), nil)
+	}
+	if view == views.ManagerCaller {
+		return views.RequiredScopeOf(view), nil
 	}
 	_, scope, ok := views.Profile(view)
 	if !ok {
@@ -525,7 +554,11 @@ func (h *Handler) human(ctx context.Context, req *request, peer string) (*respon
 	if ttl < time.Second {
 		return nil, counted(src, "the IdP token has expired", nil)
 	}
-	return h.sign(ctx, owner, req.Actor, req.View, row, ttl)
+	iid, err := h.selectManager(ctx, req, owner, true)
+	if err != nil {
+		return nil, err
+	}
+	return h.sign(ctx, owner, req.Actor, req.View, iid, row, ttl)
 }
 
 func (h *Handler) deriveOwner(ctx context.Context, claims idp.Claims) (string, error) {
@@ -573,7 +606,54 @@ func (h *Handler) agent(ctx context.Context, req *request, peer string) (*respon
 	if req.TTLSec != nil && time.Duration(*req.TTLSec) < ttl/time.Second {
 		ttl = time.Duration(*req.TTLSec) * time.Second
 	}
-	return h.sign(ctx, req.Owner, req.Actor, req.View, row, ttl)
+	iid, err := h.selectManager(ctx, req, req.Owner, false)
+	if err != nil {
+		return nil, err
+	}
+	return h.sign(ctx, req.Owner, req.Actor, req.View, iid, row, ttl)
+}
+
+// selectManager binds a manager-caller exchange of an authorized owner to its instance ("" for
+// every other view).
+func (h *Handler) selectManager(ctx context.Context, req *request, owner string, human bool) (string, error) {
+	if req.View != views.ManagerCaller {
+		return "", nil
+	}
+	if h.cfg.Selector == nil {
+		return "", refused(http.StatusServiceUnavailable, "manager selection is not available on this authd", nil)
+	}
+	sel := authority.Selection{Owner: owner, Human: human}
+	if req.ManagerInstanceID != nil {
+		sel.InstanceID = *req.ManagerInstanceID
+	}
+	iid, err := h.cfg.Selector.Select(ctx, sel)
+	if err != nil {
+		var ae *authority.Error
+		public := "the manager instance could not be selected"
+		if errors.As(err, &ae) {
+			public = ae.Msg
+		}
+		return "", refused(selectionStatus(authority.CodeOf(err)), public, err)
+	}
+	if space.ValidateUID(iid) != nil {
+		return "", refused(http.StatusInternalServerError, "internal error", fmt.Errorf("selector answered %.40q", iid))
+	}
+	return iid, nil
+}
+
+// selectionStatus is the HTTP status of a selection refusal.
+func selectionStatus(c authority.Code) int {
+	switch c {
+	case authority.CodeBadRequest:
+		return http.StatusBadRequest
+	case authority.CodeNotFound:
+		return http.StatusNotFound
+	case authority.CodeFailedPrecondition, authority.CodeConflict:
+		return http.StatusConflict
+	case authority.CodePermissionDenied:
+		return http.StatusForbidden
+	}
+	return http.StatusServiceUnavailable
 }
 
 // activate makes the managed row's lifecycle current before its bearer is signed. The caller
@@ -605,12 +685,12 @@ func (h *Handler) activate(ctx context.Context, owner, actor, uid string) error 
 // sign asks signerd for the bearer: scope, parent and lifecycle uid come from the row only. The
 // scope is the row's capability words (ledger.Row.BearerScope); its role:<r> delegation tokens
 // stay in the ledger.
-func (h *Handler) sign(ctx context.Context, owner, actor, view string, row ledger.Row, ttl time.Duration) (*response, error) {
+func (h *Handler) sign(ctx context.Context, owner, actor, view, managerInstanceID string, row ledger.Row, ttl time.Duration) (*response, error) {
 	ctx, cancel := context.WithTimeout(ctx, signerTimeout)
 	defer cancel()
 	resp, err := h.cfg.Signer.API().SignBearer(ctx, &signerv1.SignBearerRequest{
 		Space: h.cfg.Space, Owner: owner, Actor: actor, Scope: row.BearerScope(), Parent: row.Parent,
-		LifecycleUid: row.LifecycleUID, View: view, Ttl: durationpb.New(ttl),
+		LifecycleUid: row.LifecycleUID, View: view, ManagerInstanceId: managerInstanceID, Ttl: durationpb.New(ttl),
 	})
 	if err != nil {
 		return nil, signerRefusal("the signer could not issue the bearer", err)
@@ -618,7 +698,7 @@ func (h *Handler) sign(ctx context.Context, owner, actor, view string, row ledge
 	if resp.GetToken() == "" || resp.GetExpiresAt() == nil {
 		return nil, refused(http.StatusServiceUnavailable, "the signer answered an empty bearer", nil)
 	}
-	return &response{Token: resp.GetToken(), Owner: owner, Exp: resp.GetExpiresAt().AsTime().Unix()}, nil
+	return &response{Token: resp.GetToken(), Owner: owner, Exp: resp.GetExpiresAt().AsTime().Unix(), ManagerInstanceID: managerInstanceID}, nil
 }
 
 // signerRefusal maps a signerd error: unreachable, slow or rate-limited is 503 (retry later);

@@ -388,8 +388,9 @@ func TestHumanArmIdPDown(t *testing.T) {
 	}
 }
 
-// TestViews: every view but admin maps to no profile, so the exchange refuses it by name on both
-// arms, before any token is checked; a string outside the enum is "not a view".
+// TestViews: every view but admin and manager-caller maps to no profile, so the exchange refuses
+// it by name on both arms, before any token is checked; a string outside the enum is "not a
+// view". manager-caller is issued bound to a manager instance (select_test.go).
 func TestViews(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	owner := e.owner("viewer")
@@ -403,6 +404,11 @@ func TestViews(t *testing.T) {
 				if a.status != http.StatusOK {
 					t.Fatalf("admin view = %d %s", a.status, a.body)
 				}
+			case view == views.ManagerCaller:
+				// Issued, bound to an instance: this exchange has no selector (select_test.go).
+				if a.status != http.StatusServiceUnavailable || !strings.Contains(a.errorText(t), "manager selection is not available") {
+					t.Fatalf("manager-caller view = %d %s, want 503", a.status, a.body)
+				}
 			case view == "superuser":
 				if a.status != http.StatusBadRequest || !strings.Contains(a.errorText(t), "is not a view") {
 					t.Fatalf("unknown view = %d %s", a.status, a.body)
@@ -415,11 +421,11 @@ func TestViews(t *testing.T) {
 		})
 		t.Run("agent/"+view, func(t *testing.T) {
 			a := e.exchange(map[string]any{"owner": owner, "actor": "agent1", "actorToken": actorTok, "view": view})
-			want := "takes no view but"
+			want, status := "takes no view but", http.StatusBadRequest
 			if view == views.ManagerCaller {
-				want = `view "manager-caller" is not issued`
+				want, status = "manager selection is not available", http.StatusServiceUnavailable
 			}
-			if a.status != http.StatusBadRequest || !strings.Contains(a.errorText(t), want) {
+			if a.status != status || !strings.Contains(a.errorText(t), want) {
 				t.Fatalf("agent view %s = %d %s, want 400 containing %q", view, a.status, a.body, want)
 			}
 		})

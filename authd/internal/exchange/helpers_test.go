@@ -73,6 +73,8 @@ type envOpts struct {
 	lifecycle   func(e *env) http.Handler
 	// idp, when set, replaces the verifier of the fake IdP's pin.
 	idp func(e *env) exchange.IdP
+	// selector, when set, binds manager-caller bearers.
+	selector exchange.ManagerSelector
 }
 
 func newEnv(t *testing.T, opts envOpts) *env {
@@ -89,7 +91,7 @@ func newEnv(t *testing.T, opts envOpts) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, signer: s, client: client, ledger: l, idp: idptest.Start(t), cap: newCap(t), clock: &clock{}}
-	cfg := exchange.Config{Space: spaceName, Signer: client, Ledger: l, Cap: e.cap, Now: e.clock.Now}
+	cfg := exchange.Config{Space: spaceName, Signer: client, Ledger: l, Cap: e.cap, Now: e.clock.Now, Selector: opts.selector}
 	e.startAuthority()
 	if !opts.noActivator {
 		cfg.Activator = e.auth
@@ -289,6 +291,8 @@ type bearerClaims struct {
 		LifecycleUID string   `json:"lifecycleUid"`
 		CredentialID string   `json:"credentialId"`
 		View         string   `json:"view"`
+		// ManagerInstanceID is act.managerInstanceId.
+		ManagerInstanceID string `json:"managerInstanceId"`
 	} `json:"act"`
 	Sub string `json:"sub"`
 	Iss string `json:"iss"`

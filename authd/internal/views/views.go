@@ -10,7 +10,9 @@
 // built yet (endpoint rails, manager and session authority, channel-registry writes, transcript
 // transfer) or were not in the upstream version the matrix follows. Profile reports ok=false for
 // them, so the exchange refuses to issue such a bearer and the callout refuses to admit one
-// (signerd would sign the bearer, but nothing could be minted from it). Admitting one would need
+// (signerd would sign the bearer, but nothing could be minted from it). The one exception is
+// manager-caller: the exchange issues it, bound to one manager instance (act.managerInstanceId,
+// issue 23), and the callout still refuses it until its profile exists. Admitting one would need
 // a profile row proved on the broker first, then one line here.
 package views
 

@@ -36,13 +36,17 @@ const (
 	MaxBearerScopes = space.MaxScopeWords
 )
 
-// viewTransferWriter is the one view with a shorter lifetime cap.
-const viewTransferWriter = "transfer-writer"
+// viewTransferWriter is the one view with a shorter lifetime cap; viewManagerCaller the one view
+// bound to a manager instance (act.managerInstanceId, upstream token.ts).
+const (
+	viewTransferWriter = "transfer-writer"
+	viewManagerCaller  = "manager-caller"
+)
 
 // bearerViews is the closed set of views a bearer may carry (auth.md §3 check 12).
 var bearerViews = []string{
 	"admin", "purger", "channel-purger", "channel-writer", viewTransferWriter, "deployer",
-	"manager-service", "manager-caller", "session-caller",
+	"manager-service", viewManagerCaller, "session-caller",
 }
 
 // macDomains maps each frozen proto MAC domain to its domain string. A domain not listed here is
@@ -68,6 +72,7 @@ func (s *Service) SignBearer(ctx context.Context, req *signerv1.SignBearerReques
 // lifetime is whole seconds within the cap.
 type bearerInput struct {
 	space, owner, actor, parent, lifecycleUID, credentialID, view string
+	managerInstanceID                                             string
 	scope                                                         []string
 	ttl                                                           time.Duration
 }
@@ -78,6 +83,7 @@ func parseSignBearer(req *signerv1.SignBearerRequest) (*bearerInput, error) {
 	in := &bearerInput{
 		space: req.GetSpace(), owner: req.GetOwner(), actor: req.GetActor(), parent: req.GetParent(),
 		lifecycleUID: req.GetLifecycleUid(), credentialID: req.GetCredentialId(), view: req.GetView(),
+		managerInstanceID: req.GetManagerInstanceId(),
 	}
 	if err := space.ValidateName(in.space); err != nil {
 		return nil, invalid(err.Error())
@@ -104,6 +110,16 @@ func parseSignBearer(req *signerv1.SignBearerRequest) (*bearerInput, error) {
 	}
 	if in.view != "" && !slices.Contains(bearerViews, in.view) {
 		return nil, invalid(fmt.Sprintf("view %.40q is not one of %s", in.view, strings.Join(bearerViews, ", ")))
+	}
+	// A manager-caller bearer is bound to exactly one manager instance, and only it carries one:
+	// verifiers refuse either without the other (upstream token.ts).
+	if (in.managerInstanceID != "") != (in.view == viewManagerCaller) {
+		return nil, invalid("manager_instance_id comes with view manager-caller, and only with it")
+	}
+	if in.managerInstanceID != "" {
+		if err := space.ValidateUID(in.managerInstanceID); err != nil {
+			return nil, invalid("manager_instance_id: " + err.Error())
+		}
 	}
 	scope := req.GetScope()
 	if len(scope) > MaxBearerScopes {
@@ -185,6 +201,8 @@ type bearerAct struct {
 	LifecycleUID string   `json:"lifecycleUid,omitempty"`
 	CredentialID string   `json:"credentialId,omitempty"`
 	View         string   `json:"view,omitempty"`
+	// ManagerInstanceID is the one manager instance a manager-caller bearer may address.
+	ManagerInstanceID string `json:"managerInstanceId,omitempty"`
 }
 
 // bearerClaims is the bearer payload in upstream's member order, plus a jti so that every bearer
@@ -208,7 +226,8 @@ func (in *bearerInput) claims(iat, exp int64, jti string) bearerClaims {
 	return bearerClaims{
 		Scope: in.scope, Ver: BearerVersion,
 		Act: bearerAct{Owner: in.owner, Actor: in.actor, Scope: in.scope, Parent: in.parent,
-			LifecycleUID: in.lifecycleUID, CredentialID: in.credentialID, View: in.view},
+			LifecycleUID: in.lifecycleUID, CredentialID: in.credentialID, View: in.view,
+			ManagerInstanceID: in.managerInstanceID},
 		Sub: in.owner, Iss: BearerIssuerPrefix + in.space, Aud: in.space,
 		Iat: iat, Nbf: iat, Exp: exp, Jti: jti,
 	}

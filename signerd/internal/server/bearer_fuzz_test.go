@@ -28,6 +28,10 @@ func FuzzParseSignBearer(f *testing.F) {
 		{Space: "a<b>&\u2028", Owner: "u_abcdefghijklmnopqrstuvwxyz", Actor: "x", Ttl: durationpb.New(1500 * time.Millisecond)},
 		{Space: "alpha", Owner: "alice", Actor: "a.b", Scope: []string{"x", "x"}, Ttl: durationpb.New(-time.Second)},
 		{Space: "", View: "root", Parent: "u_x.y.z"},
+		{Space: "alpha", Owner: "u_abcdefghijklmnopqrstuvwxyz", Actor: "cli", View: "manager-caller",
+			ManagerInstanceId: "bbbbbbbbbbbbbbbbbbbbbbbbbb", Ttl: durationpb.New(time.Minute)},
+		{Space: "alpha", Owner: "u_abcdefghijklmnopqrstuvwxyz", Actor: "cli", View: "admin",
+			ManagerInstanceId: "b.b", Ttl: durationpb.New(time.Minute)},
 	} {
 		b, err := proto.Marshal(req)
 		if err != nil {
@@ -61,6 +65,9 @@ func FuzzParseSignBearer(f *testing.F) {
 		}
 		if in.view != "" && !slices.Contains(bearerViews, in.view) {
 			t.Fatalf("accepted view %q", in.view)
+		}
+		if (in.managerInstanceID != "") != (in.view == viewManagerCaller) || (in.managerInstanceID != "" && space.ValidateUID(in.managerInstanceID) != nil) {
+			t.Fatalf("accepted manager instance %q with view %q", in.managerInstanceID, in.view)
 		}
 		if len(in.scope) > MaxBearerScopes || len(slices.Compact(slices.Sorted(slices.Values(in.scope)))) != len(in.scope) {
 			t.Fatalf("accepted scope %q", in.scope)

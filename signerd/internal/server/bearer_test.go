@@ -424,13 +424,15 @@ func TestSignBearer(t *testing.T) {
 			r.LifecycleUid = uid
 			r.CredentialId = "Cred_01-x"
 			r.View = "manager-caller"
+			r.ManagerInstanceId = strings.Repeat("b", 26)
 		})
 		p := sign(t, req, 10*time.Minute)
 		want := map[string]any{
 			"scope": []any{"spawn", "run_x", "a-1"},
 			"ver":   json.Number("1"),
 			"act": map[string]any{"owner": derivedOwner, "actor": "bot", "scope": []any{"spawn", "run_x", "a-1"},
-				"parent": "u_zzzzzzzzzzzzzzzzzzzzzzzzzz.boss", "lifecycleUid": uid, "credentialId": "Cred_01-x", "view": "manager-caller"},
+				"parent": "u_zzzzzzzzzzzzzzzzzzzzzzzzzz.boss", "lifecycleUid": uid, "credentialId": "Cred_01-x", "view": "manager-caller",
+				"managerInstanceId": strings.Repeat("b", 26)},
 			"sub": derivedOwner, "iss": "urn:cotal:auth:alpha", "aud": "alpha",
 			"iat": p.claims["iat"], "nbf": p.claims["nbf"], "exp": p.claims["exp"], "jti": p.claims["jti"],
 		}
@@ -516,6 +518,14 @@ func TestSignBearer(t *testing.T) {
 		bad("scope-too-many", func(r *signerv1.SignBearerRequest) { r.Scope = scopes(17) }, "alpha"),
 		bad("view-unknown", func(r *signerv1.SignBearerRequest) { r.View = "root" }, "alpha"),
 		bad("view-case", func(r *signerv1.SignBearerRequest) { r.View = "Admin" }, "alpha"),
+		bad("manager-caller-unbound", func(r *signerv1.SignBearerRequest) { r.View = "manager-caller" }, "alpha"),
+		bad("manager-instance-without-view", func(r *signerv1.SignBearerRequest) { r.ManagerInstanceId = strings.Repeat("b", 26) }, "alpha"),
+		bad("manager-instance-other-view", func(r *signerv1.SignBearerRequest) {
+			r.View, r.ManagerInstanceId = "admin", strings.Repeat("b", 26)
+		}, "alpha"),
+		bad("manager-instance-grammar", func(r *signerv1.SignBearerRequest) {
+			r.View, r.ManagerInstanceId = "manager-caller", strings.Repeat("B", 26)
+		}, "alpha"),
 		badTTL("ttl-missing", nil),
 		badTTL("ttl-zero", durationpb.New(0)),
 		badTTL("ttl-negative", durationpb.New(-time.Second)),
