@@ -70,6 +70,26 @@ func (s *Service) startAuthority(ctx context.Context, n space.Names, led *ledger
 	return nil
 }
 
+// startRails subscribes the auth rails on the plane connection, in the queue group every authd
+// of the space serves them in: register-manager (a manager's registration, answered only for the
+// holder of the instance's lease). Each request runs under runCtx.
+func (s *Service) startRails(runCtx context.Context) error {
+	sub, err := s.authority.ServeRegisterManager(runCtx, s.dataNC)
+	if err != nil {
+		return fmt.Errorf("register-manager: %w", err)
+	}
+	s.rails = append(s.rails, sub)
+	return nil
+}
+
+// closeRails unsubscribes the rails, so no request is taken once the service stops.
+func (s *Service) closeRails() {
+	for _, sub := range s.rails {
+		_ = sub.Unsubscribe()
+	}
+	s.rails = nil
+}
+
 // errPlaneNotProven: the plane connection reconnected and no claim write has followed yet.
 var errPlaneNotProven = errors.New("authd: the plane claim is not proven on the current plane connection")
 

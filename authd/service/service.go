@@ -43,6 +43,7 @@ const (
 	CodePermission = "PERMISSION"        // the broker refused a subject the plane claim needs
 	CodePlane      = "PLANE"             // the plane claim failed otherwise
 	CodeCallout    = "CALLOUT"           // the callout responder could not subscribe
+	CodeRail       = "RAIL"              // the auth rails (register-manager, retire-lifecycle) could not subscribe
 	CodeListen     = "LISTEN"            // the exchange listener could not bind
 	CodeDiscovery  = "DISCOVERY"         // the discovery file could not be written
 	CodeCanceled   = daemon.CodeCanceled // ctx ended before the service was ready
@@ -77,6 +78,7 @@ type Service struct {
 	plane     *lease.Lease
 	gate      *planeGate           // closes the callout while the claim is unproven (reclaim.go)
 	authority *authority.Authority // the lifecycle authority on dataNC (authority.go)
+	rails     []*nats.Subscription // the auth rails on the plane connection (authority.go)
 	callout   calloutPart
 	ln        net.Listener
 	http      *http.Server
@@ -229,6 +231,9 @@ func (s *Service) start(ctx, runCtx context.Context, in RuntimeOptions) error {
 			return fail(CodeSigner, "", err) // reported as canceled
 		}
 		return err
+	}
+	if err := s.startRails(runCtx); err != nil {
+		return fail(CodeRail, "the auth rails could not subscribe", err)
 	}
 
 	if s.callout, err = startCallout(ctx, runCtx, s, in, led); err != nil {
@@ -464,6 +469,7 @@ func (s *Service) stop(why error) {
 // Readiness goes first, so no caller is sent to a service that is going away.
 func (s *Service) teardown(ctx context.Context) {
 	s.withdraw()
+	s.closeRails()
 	// The callout goes before the exchange: its answers are what the plane claim fences, and the
 	// exchange's shutdown waits for requests in flight.
 	s.callout.close()
