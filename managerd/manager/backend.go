@@ -87,13 +87,14 @@ func (b backend) Status(context.Context) (*managerv1.StatusResponse, error) {
 		sig.LastContact = timestamppb.New(m.sig.lastContact)
 	}
 	m.sig.mu.Unlock()
+	reg := m.registrationStatus()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	released := m.shut != nil && isClosed(m.shut.done) && m.shut.err == nil
 	r := &managerv1.StatusResponse{
 		Space: m.cfg.Space, InstanceId: m.cfg.InstanceID, Lease: leaseState(m.lease, released), Signer: sig,
 		Connectors: append([]string(nil), m.cfg.Connectors...), Agents: uint32(len(m.agents)),
-		Capacity: uint32(m.cfg.Capacity), ShuttingDown: m.shutting,
+		Capacity: uint32(m.cfg.Capacity), ShuttingDown: m.shutting, Registration: reg,
 	}
 	for _, a := range m.agents {
 		if a.renew.failures > 0 {

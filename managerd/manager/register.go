@@ -15,6 +15,7 @@ import (
 
 	"github.com/cotalgo/cotal/managerd/internal/instlease"
 	"github.com/cotalgo/cotal/pkg/creds"
+	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
 	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/space"
 )
@@ -82,6 +83,18 @@ func (m *Manager) Registration() (Registration, bool, error) {
 	m.registry.mu.Lock()
 	defer m.registry.mu.Unlock()
 	return m.registry.reg, m.registry.done, m.registry.lastErr
+}
+
+// registrationStatus is Status's registration field: nil before the first attempt settles.
+func (m *Manager) registrationStatus() *managerv1.Registration {
+	reg, done, err := m.Registration()
+	switch {
+	case done:
+		return &managerv1.Registration{Registered: true, ProcessEpoch: reg.ProcessEpoch, RegistrationRevision: reg.RegistrationRevision}
+	case err != nil:
+		return &managerv1.Registration{LastError: err.Error()}
+	}
+	return nil
 }
 
 // registerLoop runs until this start is registered and recorded, or ctx ends (Close).

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/cotalgo/cotal/managerd/manager"
+	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
+	"github.com/cotalgo/cotal/pkg/managerclient"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/mtls"
@@ -70,6 +72,17 @@ func TestManagerdRegisters(t *testing.T) {
 			t.Fatalf("start %d registered %+v", i, reg)
 		}
 		lastRev = reg.RegistrationRevision
+		// ManagerService Status shows the same registration.
+		c, closer, err := managerclient.Dial(ctx, cfg.API.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := c.Status(ctx, &managerv1.StatusRequest{})
+		closer.Close()
+		if err != nil || !st.GetRegistration().GetRegistered() || st.GetRegistration().GetProcessEpoch() != reg.ProcessEpoch ||
+			st.GetRegistration().GetRegistrationRevision() != reg.RegistrationRevision {
+			t.Fatalf("Status after start %d: %v, %v", i, st.GetRegistration(), err)
+		}
 		l, _, ok, err := s.Lease(ctx, regIID)
 		if err != nil || !ok || l.Holder != "m1.s1" || l.ProcessEpoch != reg.ProcessEpoch || l.RegistrationRevision != reg.RegistrationRevision {
 			t.Fatalf("lease row after start %d = %+v (found %v, %v)", i, l, ok, err)

@@ -1705,7 +1705,10 @@ type StatusResponse struct {
 	// The renewal state of managerd's own supervisor credential.
 	Supervisor *Renewal `protobuf:"bytes,9,opt,name=supervisor,proto3" json:"supervisor,omitempty"`
 	// True once a Shutdown has begun.
-	ShuttingDown  bool `protobuf:"varint,10,opt,name=shutting_down,json=shuttingDown,proto3" json:"shutting_down,omitempty"`
+	ShuttingDown bool `protobuf:"varint,10,opt,name=shutting_down,json=shuttingDown,proto3" json:"shutting_down,omitempty"`
+	// This start's registration with authd (the register-manager rail), absent until the first
+	// attempt has answered or failed.
+	Registration  *Registration `protobuf:"bytes,11,opt,name=registration,proto3" json:"registration,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1810,6 +1813,87 @@ func (x *StatusResponse) GetShuttingDown() bool {
 	return false
 }
 
+func (x *StatusResponse) GetRegistration() *Registration {
+	if x != nil {
+		return x.Registration
+	}
+	return nil
+}
+
+// Registration is the manager instance's registration with authd for this start.
+type Registration struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True once authd registered this start and the manager recorded it in its lease row.
+	Registered bool `protobuf:"varint,1,opt,name=registered,proto3" json:"registered,omitempty"`
+	// The start's process epoch (0 is the first registration's epoch, a real value); set only when
+	// registered.
+	ProcessEpoch uint64 `protobuf:"varint,2,opt,name=process_epoch,json=processEpoch,proto3" json:"process_epoch,omitempty"`
+	// The KV revision of the instance's spec that its endpoint gate records; set only when registered.
+	RegistrationRevision uint64 `protobuf:"varint,3,opt,name=registration_revision,json=registrationRevision,proto3" json:"registration_revision,omitempty"`
+	// The last attempt's refusal or failure while not registered; the manager keeps retrying.
+	LastError     string `protobuf:"bytes,4,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Registration) Reset() {
+	*x = Registration{}
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Registration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Registration) ProtoMessage() {}
+
+func (x *Registration) ProtoReflect() protoreflect.Message {
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Registration.ProtoReflect.Descriptor instead.
+func (*Registration) Descriptor() ([]byte, []int) {
+	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Registration) GetRegistered() bool {
+	if x != nil {
+		return x.Registered
+	}
+	return false
+}
+
+func (x *Registration) GetProcessEpoch() uint64 {
+	if x != nil {
+		return x.ProcessEpoch
+	}
+	return 0
+}
+
+func (x *Registration) GetRegistrationRevision() uint64 {
+	if x != nil {
+		return x.RegistrationRevision
+	}
+	return 0
+}
+
+func (x *Registration) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
 // SignerState is signerd as the manager last saw it.
 type SignerState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1825,7 +1909,7 @@ type SignerState struct {
 
 func (x *SignerState) Reset() {
 	*x = SignerState{}
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[20]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1837,7 +1921,7 @@ func (x *SignerState) String() string {
 func (*SignerState) ProtoMessage() {}
 
 func (x *SignerState) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[20]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1850,7 +1934,7 @@ func (x *SignerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignerState.ProtoReflect.Descriptor instead.
 func (*SignerState) Descriptor() ([]byte, []int) {
-	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{20}
+	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SignerState) GetReachable() bool {
@@ -1887,7 +1971,7 @@ type AgentRenewal struct {
 
 func (x *AgentRenewal) Reset() {
 	*x = AgentRenewal{}
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[21]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +1983,7 @@ func (x *AgentRenewal) String() string {
 func (*AgentRenewal) ProtoMessage() {}
 
 func (x *AgentRenewal) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[21]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +1996,7 @@ func (x *AgentRenewal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentRenewal.ProtoReflect.Descriptor instead.
 func (*AgentRenewal) Descriptor() ([]byte, []int) {
-	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{21}
+	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AgentRenewal) GetName() string {
@@ -1940,7 +2024,7 @@ type ShutdownRequest struct {
 
 func (x *ShutdownRequest) Reset() {
 	*x = ShutdownRequest{}
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[22]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2036,7 @@ func (x *ShutdownRequest) String() string {
 func (*ShutdownRequest) ProtoMessage() {}
 
 func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[22]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2049,7 @@ func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{22}
+	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ShutdownRequest) GetWithAgents() bool {
@@ -1988,7 +2072,7 @@ type ShutdownResponse struct {
 
 func (x *ShutdownResponse) Reset() {
 	*x = ShutdownResponse{}
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[23]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2000,7 +2084,7 @@ func (x *ShutdownResponse) String() string {
 func (*ShutdownResponse) ProtoMessage() {}
 
 func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cotal_manager_v1_manager_proto_msgTypes[23]
+	mi := &file_cotal_manager_v1_manager_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2013,7 +2097,7 @@ func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{23}
+	return file_cotal_manager_v1_manager_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ShutdownResponse) GetStopped() []string {
@@ -2128,7 +2212,7 @@ const file_cotal_manager_v1_manager_proto_rawDesc = "" +
 	"\x05enter\x18\x03 \x01(\bR\x05enter\")\n" +
 	"\rInputResponse\x12\x18\n" +
 	"\awritten\x18\x01 \x01(\rR\awritten\"\x0f\n" +
-	"\rStatusRequest\"\xa9\x03\n" +
+	"\rStatusRequest\"\xed\x03\n" +
 	"\x0eStatusResponse\x12\x14\n" +
 	"\x05space\x18\x01 \x01(\tR\x05space\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +
@@ -2145,7 +2229,16 @@ const file_cotal_manager_v1_manager_proto_rawDesc = "" +
 	"supervisor\x18\t \x01(\v2\x19.cotal.manager.v1.RenewalR\n" +
 	"supervisor\x12#\n" +
 	"\rshutting_down\x18\n" +
-	" \x01(\bR\fshuttingDown\"\x89\x01\n" +
+	" \x01(\bR\fshuttingDown\x12B\n" +
+	"\fregistration\x18\v \x01(\v2\x1e.cotal.manager.v1.RegistrationR\fregistration\"\xa7\x01\n" +
+	"\fRegistration\x12\x1e\n" +
+	"\n" +
+	"registered\x18\x01 \x01(\bR\n" +
+	"registered\x12#\n" +
+	"\rprocess_epoch\x18\x02 \x01(\x04R\fprocessEpoch\x123\n" +
+	"\x15registration_revision\x18\x03 \x01(\x04R\x14registrationRevision\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x04 \x01(\tR\tlastError\"\x89\x01\n" +
 	"\vSignerState\x12\x1c\n" +
 	"\treachable\x18\x01 \x01(\bR\treachable\x12=\n" +
 	"\flast_contact\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\vlastContact\x12\x1d\n" +
@@ -2223,7 +2316,7 @@ func file_cotal_manager_v1_manager_proto_rawDescGZIP() []byte {
 }
 
 var file_cotal_manager_v1_manager_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cotal_manager_v1_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_cotal_manager_v1_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_cotal_manager_v1_manager_proto_goTypes = []any{
 	(Reason)(0),                   // 0: cotal.manager.v1.Reason
 	(ProcessState)(0),             // 1: cotal.manager.v1.ProcessState
@@ -2249,64 +2342,66 @@ var file_cotal_manager_v1_manager_proto_goTypes = []any{
 	(*InputResponse)(nil),         // 21: cotal.manager.v1.InputResponse
 	(*StatusRequest)(nil),         // 22: cotal.manager.v1.StatusRequest
 	(*StatusResponse)(nil),        // 23: cotal.manager.v1.StatusResponse
-	(*SignerState)(nil),           // 24: cotal.manager.v1.SignerState
-	(*AgentRenewal)(nil),          // 25: cotal.manager.v1.AgentRenewal
-	(*ShutdownRequest)(nil),       // 26: cotal.manager.v1.ShutdownRequest
-	(*ShutdownResponse)(nil),      // 27: cotal.manager.v1.ShutdownResponse
-	nil,                           // 28: cotal.manager.v1.SpawnRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
+	(*Registration)(nil),          // 24: cotal.manager.v1.Registration
+	(*SignerState)(nil),           // 25: cotal.manager.v1.SignerState
+	(*AgentRenewal)(nil),          // 26: cotal.manager.v1.AgentRenewal
+	(*ShutdownRequest)(nil),       // 27: cotal.manager.v1.ShutdownRequest
+	(*ShutdownResponse)(nil),      // 28: cotal.manager.v1.ShutdownResponse
+	nil,                           // 29: cotal.manager.v1.SpawnRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
 }
 var file_cotal_manager_v1_manager_proto_depIdxs = []int32{
-	28, // 0: cotal.manager.v1.SpawnRequest.env:type_name -> cotal.manager.v1.SpawnRequest.EnvEntry
+	29, // 0: cotal.manager.v1.SpawnRequest.env:type_name -> cotal.manager.v1.SpawnRequest.EnvEntry
 	6,  // 1: cotal.manager.v1.SpawnResponse.agent:type_name -> cotal.manager.v1.Agent
 	1,  // 2: cotal.manager.v1.Agent.process:type_name -> cotal.manager.v1.ProcessState
 	2,  // 3: cotal.manager.v1.Agent.mesh:type_name -> cotal.manager.v1.MeshState
-	29, // 4: cotal.manager.v1.Agent.started_at:type_name -> google.protobuf.Timestamp
-	29, // 5: cotal.manager.v1.Agent.credential_expires_at:type_name -> google.protobuf.Timestamp
-	29, // 6: cotal.manager.v1.Agent.last_seen:type_name -> google.protobuf.Timestamp
+	30, // 4: cotal.manager.v1.Agent.started_at:type_name -> google.protobuf.Timestamp
+	30, // 5: cotal.manager.v1.Agent.credential_expires_at:type_name -> google.protobuf.Timestamp
+	30, // 6: cotal.manager.v1.Agent.last_seen:type_name -> google.protobuf.Timestamp
 	6,  // 7: cotal.manager.v1.StopResponse.agent:type_name -> cotal.manager.v1.Agent
 	6,  // 8: cotal.manager.v1.ListResponse.agents:type_name -> cotal.manager.v1.Agent
 	6,  // 9: cotal.manager.v1.InspectResponse.agent:type_name -> cotal.manager.v1.Agent
 	14, // 10: cotal.manager.v1.InspectResponse.renewal:type_name -> cotal.manager.v1.Renewal
 	13, // 11: cotal.manager.v1.InspectResponse.spawn_phases:type_name -> cotal.manager.v1.SpawnPhases
-	30, // 12: cotal.manager.v1.SpawnPhases.provision:type_name -> google.protobuf.Duration
-	30, // 13: cotal.manager.v1.SpawnPhases.mint:type_name -> google.protobuf.Duration
-	30, // 14: cotal.manager.v1.SpawnPhases.launch:type_name -> google.protobuf.Duration
-	30, // 15: cotal.manager.v1.SpawnPhases.connected:type_name -> google.protobuf.Duration
-	30, // 16: cotal.manager.v1.SpawnPhases.signer:type_name -> google.protobuf.Duration
-	29, // 17: cotal.manager.v1.Renewal.due_at:type_name -> google.protobuf.Timestamp
-	29, // 18: cotal.manager.v1.Renewal.expires_at:type_name -> google.protobuf.Timestamp
+	31, // 12: cotal.manager.v1.SpawnPhases.provision:type_name -> google.protobuf.Duration
+	31, // 13: cotal.manager.v1.SpawnPhases.mint:type_name -> google.protobuf.Duration
+	31, // 14: cotal.manager.v1.SpawnPhases.launch:type_name -> google.protobuf.Duration
+	31, // 15: cotal.manager.v1.SpawnPhases.connected:type_name -> google.protobuf.Duration
+	31, // 16: cotal.manager.v1.SpawnPhases.signer:type_name -> google.protobuf.Duration
+	30, // 17: cotal.manager.v1.Renewal.due_at:type_name -> google.protobuf.Timestamp
+	30, // 18: cotal.manager.v1.Renewal.expires_at:type_name -> google.protobuf.Timestamp
 	16, // 19: cotal.manager.v1.AttachRequest.open:type_name -> cotal.manager.v1.AttachOpen
 	17, // 20: cotal.manager.v1.AttachRequest.resize:type_name -> cotal.manager.v1.Resize
 	19, // 21: cotal.manager.v1.AttachResponse.exited:type_name -> cotal.manager.v1.Exited
 	3,  // 22: cotal.manager.v1.StatusResponse.lease:type_name -> cotal.manager.v1.LeaseState
-	24, // 23: cotal.manager.v1.StatusResponse.signer:type_name -> cotal.manager.v1.SignerState
-	25, // 24: cotal.manager.v1.StatusResponse.renewal_debt:type_name -> cotal.manager.v1.AgentRenewal
+	25, // 23: cotal.manager.v1.StatusResponse.signer:type_name -> cotal.manager.v1.SignerState
+	26, // 24: cotal.manager.v1.StatusResponse.renewal_debt:type_name -> cotal.manager.v1.AgentRenewal
 	14, // 25: cotal.manager.v1.StatusResponse.supervisor:type_name -> cotal.manager.v1.Renewal
-	29, // 26: cotal.manager.v1.SignerState.last_contact:type_name -> google.protobuf.Timestamp
-	14, // 27: cotal.manager.v1.AgentRenewal.renewal:type_name -> cotal.manager.v1.Renewal
-	4,  // 28: cotal.manager.v1.ManagerService.Spawn:input_type -> cotal.manager.v1.SpawnRequest
-	7,  // 29: cotal.manager.v1.ManagerService.Stop:input_type -> cotal.manager.v1.StopRequest
-	9,  // 30: cotal.manager.v1.ManagerService.List:input_type -> cotal.manager.v1.ListRequest
-	11, // 31: cotal.manager.v1.ManagerService.Inspect:input_type -> cotal.manager.v1.InspectRequest
-	15, // 32: cotal.manager.v1.ManagerService.Attach:input_type -> cotal.manager.v1.AttachRequest
-	20, // 33: cotal.manager.v1.ManagerService.Input:input_type -> cotal.manager.v1.InputRequest
-	22, // 34: cotal.manager.v1.ManagerService.Status:input_type -> cotal.manager.v1.StatusRequest
-	26, // 35: cotal.manager.v1.ManagerService.Shutdown:input_type -> cotal.manager.v1.ShutdownRequest
-	5,  // 36: cotal.manager.v1.ManagerService.Spawn:output_type -> cotal.manager.v1.SpawnResponse
-	8,  // 37: cotal.manager.v1.ManagerService.Stop:output_type -> cotal.manager.v1.StopResponse
-	10, // 38: cotal.manager.v1.ManagerService.List:output_type -> cotal.manager.v1.ListResponse
-	12, // 39: cotal.manager.v1.ManagerService.Inspect:output_type -> cotal.manager.v1.InspectResponse
-	18, // 40: cotal.manager.v1.ManagerService.Attach:output_type -> cotal.manager.v1.AttachResponse
-	21, // 41: cotal.manager.v1.ManagerService.Input:output_type -> cotal.manager.v1.InputResponse
-	23, // 42: cotal.manager.v1.ManagerService.Status:output_type -> cotal.manager.v1.StatusResponse
-	27, // 43: cotal.manager.v1.ManagerService.Shutdown:output_type -> cotal.manager.v1.ShutdownResponse
-	36, // [36:44] is the sub-list for method output_type
-	28, // [28:36] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	24, // 26: cotal.manager.v1.StatusResponse.registration:type_name -> cotal.manager.v1.Registration
+	30, // 27: cotal.manager.v1.SignerState.last_contact:type_name -> google.protobuf.Timestamp
+	14, // 28: cotal.manager.v1.AgentRenewal.renewal:type_name -> cotal.manager.v1.Renewal
+	4,  // 29: cotal.manager.v1.ManagerService.Spawn:input_type -> cotal.manager.v1.SpawnRequest
+	7,  // 30: cotal.manager.v1.ManagerService.Stop:input_type -> cotal.manager.v1.StopRequest
+	9,  // 31: cotal.manager.v1.ManagerService.List:input_type -> cotal.manager.v1.ListRequest
+	11, // 32: cotal.manager.v1.ManagerService.Inspect:input_type -> cotal.manager.v1.InspectRequest
+	15, // 33: cotal.manager.v1.ManagerService.Attach:input_type -> cotal.manager.v1.AttachRequest
+	20, // 34: cotal.manager.v1.ManagerService.Input:input_type -> cotal.manager.v1.InputRequest
+	22, // 35: cotal.manager.v1.ManagerService.Status:input_type -> cotal.manager.v1.StatusRequest
+	27, // 36: cotal.manager.v1.ManagerService.Shutdown:input_type -> cotal.manager.v1.ShutdownRequest
+	5,  // 37: cotal.manager.v1.ManagerService.Spawn:output_type -> cotal.manager.v1.SpawnResponse
+	8,  // 38: cotal.manager.v1.ManagerService.Stop:output_type -> cotal.manager.v1.StopResponse
+	10, // 39: cotal.manager.v1.ManagerService.List:output_type -> cotal.manager.v1.ListResponse
+	12, // 40: cotal.manager.v1.ManagerService.Inspect:output_type -> cotal.manager.v1.InspectResponse
+	18, // 41: cotal.manager.v1.ManagerService.Attach:output_type -> cotal.manager.v1.AttachResponse
+	21, // 42: cotal.manager.v1.ManagerService.Input:output_type -> cotal.manager.v1.InputResponse
+	23, // 43: cotal.manager.v1.ManagerService.Status:output_type -> cotal.manager.v1.StatusResponse
+	28, // 44: cotal.manager.v1.ManagerService.Shutdown:output_type -> cotal.manager.v1.ShutdownResponse
+	37, // [37:45] is the sub-list for method output_type
+	29, // [29:37] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_cotal_manager_v1_manager_proto_init() }
@@ -2330,7 +2425,7 @@ func file_cotal_manager_v1_manager_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cotal_manager_v1_manager_proto_rawDesc), len(file_cotal_manager_v1_manager_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
