@@ -161,7 +161,9 @@ func TestIsolationProof(t *testing.T) {
 			targets = append(targets, filepath.Join(p.dest, "var/lib/cotal", d, p.tok, "client.key"))
 		}
 		targets = append(targets, filepath.Join(p.dest, "var/lib/cotal/signerd/tls/signerd.key"),
-			filepath.Join(p.dest, "var/lib/cotal/authd", p.tok, "callout.nk"), filepath.Join(p.dest, "var/lib/cotal/pki/ca.key"))
+			filepath.Join(p.dest, "var/lib/cotal/authd", p.tok, "callout.nk"), filepath.Join(p.dest, "var/lib/cotal/pki/ca.key"),
+			// authd's discovery file holds the loopback doors' cap (activate, retire, exchange).
+			filepath.Join(p.dest, "var/lib/cotal/authd", p.tok, "state", "auth-service.json"))
 		for _, f := range targets {
 			p.input(c, "prover", "!open "+f)
 			term.waitFor(t, "open "+f+" EACCES")
