@@ -50,7 +50,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -58,12 +57,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
 	"github.com/cotalgo/cotal/authd/internal/config"
+	"github.com/cotalgo/cotal/authd/internal/connz"
 	"github.com/cotalgo/cotal/pkg/lease"
-	"github.com/cotalgo/cotal/pkg/space"
 )
 
 // planeConnName names authd's data-account connection; the plane row carries it.
@@ -86,19 +84,17 @@ const (
 	// sweepSettle is how long a sweep still listens once every expected server answered.
 	sweepSettle = 200 * time.Millisecond
 	// maxSweepAnswer bounds one server's answer (the broker's max payload bounds it too).
-	maxSweepAnswer = 1 << 20
+	maxSweepAnswer = connz.MaxAnswer
 )
 
-// planeSweep is the liveness sweep over authd's data-account connection.
+// planeSweep is the liveness sweep over authd's data-account connection (package connz does the
+// request, the expected server set and the collection; this file grades).
 type planeSweep struct {
-	nc     *nats.Conn
-	stream string // the auth bucket's stream, KV_cotal_auth_<t>
-	window time.Duration
-	settle time.Duration
+	connz.Sweeper
 }
 
 func newPlaneSweep(nc *nats.Conn, bucket string) planeSweep {
-	return planeSweep{nc: nc, stream: "KV_" + bucket, window: sweepWindow, settle: sweepSettle}
+	return planeSweep{connz.Sweeper{NC: nc, Stream: "KV_" + bucket, Window: sweepWindow, Settle: sweepSettle}}
 }
 
 // reclaim is lease.Config.Reclaim: nil only on a conclusive sweep that lists no connection of
@@ -107,159 +103,21 @@ func (p planeSweep) reclaim(ctx context.Context, held lease.Row) error {
 	return p.sweep(ctx, held.User)
 }
 
-// connzAnswer is one server's answer to the account CONNZ request (nats-server
-// ServerAPIResponse around a Connz); only what the sweep reads.
-type connzAnswer struct {
-	Server struct {
-		Name string `json:"name"`
-		ID   string `json:"id"`
-	} `json:"server"`
-	Data *struct {
-		ID       string `json:"server_id"`
-		NumConns int    `json:"num_connections"`
-		Conns    []struct {
-			Cid  uint64 `json:"cid"`
-			Name string `json:"name"`
-		} `json:"connections"`
-	} `json:"data"`
-	Error *struct {
-		Code        int    `json:"code"`
-		Description string `json:"description"`
-	} `json:"error"`
-}
-
-// sweepExpect is the server set a conclusive sweep must hear from.
-type sweepExpect struct {
-	connected string   // the server id of this connection
-	count     int      // distinct server URLs this connection knows
-	peers     []string // server names of the auth bucket stream's peer group
-}
-
-// expected reads the server set from this connection and the auth bucket's stream info.
-func (p planeSweep) expected(ctx context.Context) (sweepExpect, error) {
-	var e sweepExpect
-	if e.connected = p.nc.ConnectedServerId(); e.connected == "" {
-		return e, errors.New("this connection is not connected")
-	}
-	hosts := map[string]bool{}
-	for _, s := range p.nc.Servers() {
-		if u, err := url.Parse(s); err == nil && u.Host != "" {
-			hosts[strings.ToLower(u.Host)] = true
-		}
-	}
-	e.count = max(1, len(hosts))
-	js, err := jetstream.New(p.nc)
-	if err != nil {
-		return e, err
-	}
-	octx, cancel := context.WithTimeout(ctx, p.window)
-	defer cancel()
-	st, err := js.Stream(octx, p.stream)
-	if err != nil {
-		return e, fmt.Errorf("stream info of %s: %w", p.stream, err)
-	}
-	if ci := st.CachedInfo().Cluster; ci != nil {
-		if ci.Leader != "" {
-			e.peers = append(e.peers, ci.Leader)
-		}
-		for _, r := range ci.Replicas {
-			if r != nil && r.Name != "" {
-				e.peers = append(e.peers, r.Name)
-			}
-		}
-	}
-	return e, nil
-}
-
-// missing says which expected servers did not answer ("" when none): answered maps server id
-// to server name.
-func (e sweepExpect) missing(answered map[string]string) string {
-	var why []string
-	if _, ok := answered[e.connected]; !ok {
-		why = append(why, "the server this connection is on ("+e.connected+") did not answer")
-	}
-	names := map[string]bool{}
-	for _, n := range answered {
-		names[n] = true
-	}
-	var peers []string
-	for _, p := range e.peers {
-		if !names[p] {
-			peers = append(peers, p)
-		}
-	}
-	if len(peers) > 0 {
-		why = append(why, "the auth bucket's stream peers "+strings.Join(peers, ", ")+" did not answer")
-	}
-	if len(answered) < e.count {
-		why = append(why, fmt.Sprintf("%d of the %d servers this connection knows answered", len(answered), e.count))
-	}
-	return strings.Join(why, "; ")
-}
-
 // sweep asks every server for the open connections of user and grades the answers (see the file
 // comment): nil when conclusively none, an ErrHolderLive or ErrSweepInconclusive error otherwise.
 func (p planeSweep) sweep(ctx context.Context, user string) error {
 	if !nkeys.IsValidPublicUserKey(user) {
 		return inconclusive("the row names no holder connection (no user key: written by an authd without an instance identity?)")
 	}
-	expect, err := p.expected(ctx)
-	if err != nil {
-		return inconclusive("the server set is unknown: %v", err)
-	}
-	inbox := p.nc.NewInbox()
-	sub, err := p.nc.SubscribeSync(inbox)
-	if err != nil {
-		return inconclusive("reply subscription: %v", err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
 	body, _ := json.Marshal(struct {
 		User string `json:"user"`
 	}{user}) // state 0: open connections only; auth false: no JWT in the answer
-	if err := p.nc.PublishRequest(space.AccountConnzPing, inbox, body); err != nil {
-		return inconclusive("CONNZ request: %v", err)
+	err := p.Sweep(ctx, body, gradeAnswer)
+	var ie *connz.InconclusiveError
+	if errors.As(err, &ie) {
+		return inconclusive("%s", ie.Reason)
 	}
-	start := time.Now()
-	deadline := start.Add(p.window)
-	answered := map[string]string{}
-	var complete time.Time
-	for {
-		until := deadline
-		if settled := complete.Add(p.settle); !complete.IsZero() && settled.Before(until) {
-			until = settled
-		}
-		wait := time.Until(until)
-		if wait <= 0 {
-			break
-		}
-		wctx, cancel := context.WithTimeout(ctx, wait)
-		m, err := sub.NextMsgWithContext(wctx)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return inconclusive("%v", ctx.Err())
-			}
-			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
-				break
-			}
-			return inconclusive("reading answers: %v", err)
-		}
-		id, name, err := gradeAnswer(m.Data)
-		if err != nil {
-			return err
-		}
-		answered[id] = name
-		if complete.IsZero() && expect.missing(answered) == "" {
-			complete = time.Now()
-		}
-	}
-	if why := expect.missing(answered); why != "" {
-		if last := p.nc.LastError(); last != nil && errors.Is(last, nats.ErrPermissionViolation) && strings.Contains(last.Error(), "CONNZ") {
-			return inconclusive("the broker refused the CONNZ request (%v); %s", last, why)
-		}
-		return inconclusive("%s within %v", why, p.window)
-	}
-	return nil
+	return err
 }
 
 // maxListedNames bounds the connections a live-holder refusal names.
@@ -270,31 +128,26 @@ const maxListedNames = 5
 // key; an ErrHolderLive error when it lists one; an ErrSweepInconclusive error when it proves
 // nothing (oversized, malformed, no server id, an error answer, no connection list of its own).
 func gradeAnswer(data []byte) (id, name string, err error) {
-	if len(data) > maxSweepAnswer {
-		return "", "", inconclusive("an answer of %d bytes", len(data))
+	a, err := connz.Decode(data)
+	if err != nil {
+		var ie *connz.InconclusiveError
+		if errors.As(err, &ie) {
+			return "", "", inconclusive("%s", ie.Reason)
+		}
+		return "", "", inconclusive("%v", err)
 	}
-	var a connzAnswer
-	if err := json.Unmarshal(data, &a); err != nil || a.Server.ID == "" {
-		return "", "", inconclusive("a malformed answer (%v)", err)
-	}
-	if a.Error != nil {
-		return "", "", inconclusive("server %s answered an error: %d %.200s", a.Server.Name, a.Error.Code, a.Error.Description)
-	}
-	if a.Data == nil || (a.Data.ID != "" && a.Data.ID != a.Server.ID) {
-		return "", "", inconclusive("server %s answered no connection list of its own", a.Server.Name)
-	}
-	if len(a.Data.Conns) > 0 || a.Data.NumConns > 0 {
-		names := make([]string, 0, len(a.Data.Conns))
-		for _, c := range a.Data.Conns {
+	if len(a.Conns) > 0 || a.NumConns > 0 {
+		names := make([]string, 0, len(a.Conns))
+		for _, c := range a.Conns {
 			names = append(names, strconv.Quote(c.Name)+" (cid "+strconv.FormatUint(c.Cid, 10)+")")
 		}
 		sort.Strings(names)
 		if len(names) > maxListedNames { // the refusal names a few, not whatever a server sent
 			names = append(names[:maxListedNames], "...")
 		}
-		return "", "", fmt.Errorf("%w: server %.80s lists %d connection(s) of its user key: %.1000s", ErrHolderLive, a.Server.Name, max(a.Data.NumConns, len(a.Data.Conns)), strings.Join(names, ", "))
+		return "", "", fmt.Errorf("%w: server %.80s lists %d connection(s) of its user key: %.1000s", ErrHolderLive, a.ServerName, max(a.NumConns, len(a.Conns)), strings.Join(names, ", "))
 	}
-	return a.Server.ID, a.Server.Name, nil
+	return a.ServerID, a.ServerName, nil
 }
 
 // inconclusive is an ErrSweepInconclusive error saying why.
