@@ -227,6 +227,8 @@ type Responder struct {
 	openDrops, refusalDrops atomic.Int64 // dropped past a budget since the last WarnBudget
 	unreached               atomic.Int64 // requests signerd did not answer since the last WarnSigner
 
+	flight inflight // requests being served, for WaitIdle
+
 	mu     sync.Mutex
 	sub    *nats.Subscription
 	cancel context.CancelFunc
@@ -417,9 +419,11 @@ func (r *Responder) dispatch(ctx context.Context, m *nats.Msg) {
 	}
 	r.wg.Add(1)
 	r.mu.Unlock()
+	ticket := r.flight.begin()
 	go func() {
 		defer r.wg.Done()
 		defer func() { <-r.sem }()
+		defer r.flight.end(ticket)
 		rctx, cancel := context.WithTimeout(ctx, r.timeout)
 		defer cancel()
 		reply, outcome := r.answer(rctx, m.Header.Get(XKeyHeader), m.Data)
