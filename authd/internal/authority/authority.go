@@ -6,9 +6,18 @@
 //
 // Only managed lifecycles (ledger managed-actors rows) have heads and gates. Interactive rows
 // change uid at each `authd actor grant` and keep ledger-only revocation.
+//
+// Retirement (barrier.go, flight.go, contain.go, resume.go, retire.go, rail.go) runs upstream's
+// nine barrier steps in order, one flight per opId shared by the retire door, the
+// retire-lifecycle rail and boot resume. Steps 5 and 6 are empty in Go: the obligation drain
+// (oblig.<uid>) and the exact-pool cleaner and settlement executor are not built, so the barrier
+// passes from containment straight to the frontier. Containment itself is narrower than
+// upstream's (no credential-ledger revocation, no $SYS eviction: authd holds no $SYS credential):
+// it waits for the alias's connections to end, which their bearer expiry bounds (contain.go).
 package authority
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -94,6 +103,19 @@ type Config struct {
 	// Now is the clock (nil: time.Now); Logger receives one line per operation (nil discards).
 	Now    func() time.Time
 	Logger *slog.Logger
+	// Context is the plane's lifetime (nil: context.Background()). Retirement flights run on it,
+	// never on a caller's context: a door caller that goes away does not cancel a barrier.
+	Context context.Context
+	// Callouts, optional, is this authd's callout responder (*callout.Responder): the barrier's
+	// containment waits out the callouts in flight at its gate freeze. nil: no callout is served
+	// in this process.
+	Callouts Idler
+}
+
+// Idler is what the barrier needs of the callout responder: WaitIdle returns once every callout
+// begun before the call has been answered (callout.Responder.WaitIdle).
+type Idler interface {
+	WaitIdle(ctx context.Context) error
 }
 
 // Authority is one plane's lifecycle authority. Its methods are safe for concurrent use.
@@ -107,6 +129,10 @@ type Authority struct {
 	// beforeConfirm, set only by tests, runs between a registration's last write and its
 	// confirming read.
 	beforeConfirm func()
+
+	ctx     context.Context // the plane's: flights run on it (Config.Context)
+	flights flights         // retirement flights by opId (flight.go)
+	barrierTuning
 }
 
 // New checks cfg and returns the authority.
@@ -120,7 +146,11 @@ func New(cfg Config) (*Authority, error) {
 	if err := nkey.CheckAccount(cfg.Account); err != nil {
 		return nil, fmt.Errorf("authority: account: %w", err)
 	}
-	a := &Authority{cfg: cfg, store: cfg.Store, names: cfg.Store.Names(), now: cfg.Now, log: cfg.Logger}
+	a := &Authority{cfg: cfg, store: cfg.Store, names: cfg.Store.Names(), now: cfg.Now, log: cfg.Logger,
+		ctx: cfg.Context, barrierTuning: defaultBarrierTuning()}
+	if a.ctx == nil {
+		a.ctx = context.Background()
+	}
 	if a.now == nil {
 		a.now = time.Now
 	}
