@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/space"
 )
@@ -55,6 +57,8 @@ type barrierTuning struct {
 	afterStep func(step int) error
 	// freezes counts the step-2 writes this authority made.
 	freezes atomic.Int64
+	// connzNC, when set, replaces the store's connection for the CONNZ rounds.
+	connzNC *nats.Conn
 }
 
 // ContainWindow is how long after the freeze the barrier waits for the alias's connections to
@@ -141,10 +145,21 @@ func (a *Authority) barrier(ctx context.Context, opID string, t target) (RetireR
 	res := RetireResult{LifecycleUID: t.uid, OpID: opID, EvictedPrincipals: []string{}}
 	op := &lifecycle.Op{OpID: opID, Kind: lifecycle.OpRetirement}
 
+	// A head retired at the uid is a finished retirement (step 9 is the last write): nothing
+	// is owed and nothing is written.
+	h, _, found, err := a.store.Head(ctx, t.owner, t.actor)
+	if err != nil {
+		return res, unavailable("the lifecycle head could not be read", err)
+	}
+	if found && h.LifecycleUID == t.uid && h.State == lifecycle.HeadRetired {
+		res.AlreadyRetired = true
+		return res, nil
+	}
+
 	// Step 1: the intent. Before it exists, the head must be current at the uid and the gate
 	// open (its generation is the intent's fromGeneration).
 	var done bool
-	err := a.step(ctx, stepIntent, "retirement intent", func() error {
+	err = a.step(ctx, stepIntent, "retirement intent", func() error {
 		st, _, found, err := a.store.Stage(ctx, opID)
 		if err != nil {
 			return err

@@ -86,7 +86,11 @@ func (a *Authority) connections(ctx context.Context, t target, tag string) (int,
 	if err != nil {
 		return 0, err
 	}
-	sw := connz.Sweeper{NC: a.store.nc, Stream: stream, Window: a.sweepWindow, Settle: a.sweepSettle}
+	nc := a.store.nc
+	if a.connzNC != nil {
+		nc = a.connzNC
+	}
+	sw := connz.Sweeper{NC: nc, Stream: stream, Window: a.sweepWindow, Settle: a.sweepSettle}
 	jwtName := t.owner + "-" + t.actor
 	ptag := "principal:" + t.principal()
 	found := 0
