@@ -72,7 +72,8 @@ FUZZ_TARGETS ?= \
 	pkg/lifecycle:FuzzDecodeEndpointGate \
 	pkg/lifecycle:FuzzDecodeStage \
 	pkg/lifecycle:FuzzParseKeys \
-	authd/internal/authority:FuzzActivateBody
+	authd/internal/authority:FuzzActivateBody \
+	authd/internal/authority:FuzzDecodeRetireArgs
 
 .PHONY: all generate check-generated lint test test-go test-ts fuzz bench check run build clean proof drill
 

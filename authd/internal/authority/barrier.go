@@ -59,6 +59,8 @@ type barrierTuning struct {
 	freezes atomic.Int64
 	// connzNC, when set, replaces the store's connection for the CONNZ rounds.
 	connzNC *nats.Conn
+	// rounds counts the CONNZ rounds containment ran.
+	rounds atomic.Int64
 }
 
 // ContainWindow is how long after the freeze the barrier waits for the alias's connections to

@@ -221,11 +221,19 @@ func TestContainment(t *testing.T) {
 		}
 		return nil
 	})
-	select {
-	case err := <-done:
-		t.Fatalf("the barrier finished (%v) while the alias is connected", err)
-	case <-time.After(500 * time.Millisecond): // several CONNZ rounds at the test's pace
-	}
+	// Several CONNZ rounds see the connection, and the barrier stays at step 4.
+	from := a.rounds.Load()
+	testkit.Eventually(t, 20*time.Second, func() error {
+		select {
+		case err := <-done:
+			t.Fatalf("the barrier finished (%v) while the alias is connected", err)
+		default:
+		}
+		if a.rounds.Load() < from+3 {
+			return errors.New("fewer than three rounds yet")
+		}
+		return nil
+	})
 	clk.add(ContainWindow)
 	err := <-done
 	if CodeOf(err) != CodeUnavailable || !strings.Contains(err.Error(), "still live") {

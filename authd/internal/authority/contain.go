@@ -58,6 +58,7 @@ func (a *Authority) contain(ctx context.Context, t target, frozenAt time.Time) e
 	}
 	clean := 0
 	for {
+		a.rounds.Add(1)
 		n, err := a.connections(ctx, t, tag)
 		if err != nil {
 			return &Error{Code: CodeUnavailable, Msg: "the account's connections could not be listed", Err: err}

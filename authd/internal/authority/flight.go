@@ -3,6 +3,7 @@ package authority
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/space"
@@ -40,6 +41,8 @@ type flight struct {
 type flights struct {
 	mu sync.Mutex
 	m  map[string]*flight // by opId; guarded by mu
+	// calls counts the callers handed a flight, started or joined (tests wait on it).
+	calls atomic.Int64
 }
 
 // join returns the flight of opID, starting it on the plane's context when none is in flight.
@@ -52,6 +55,7 @@ func (a *Authority) join(opID string, t target) (*flight, error) {
 		if f.t != t {
 			return nil, refuse(CodeConflict, "retirement %s is in flight for %s at %s, not %s at %s", opID, f.t.principal(), f.t.uid, t.principal(), t.uid)
 		}
+		a.flights.calls.Add(1)
 		return f, nil
 	}
 	if a.flights.m == nil {
@@ -59,6 +63,7 @@ func (a *Authority) join(opID string, t target) (*flight, error) {
 	}
 	f := &flight{t: t, done: make(chan struct{})}
 	a.flights.m[opID] = f
+	a.flights.calls.Add(1)
 	go func() {
 		res, err := a.barrier(a.ctx, opID, t)
 		if err != nil {
