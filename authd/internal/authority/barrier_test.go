@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -291,4 +292,42 @@ func TestContainmentNoAnswer(t *testing.T) {
 	if r := readRows(t, s, tOwner, tActor, tUID); r.gate.State != lifecycle.GateFrozen || r.head.State != lifecycle.HeadRetiring {
 		t.Fatalf("after no answer: gate %s, head %s; want frozen, retiring", r.gate.State, r.head.State)
 	}
+}
+
+// idleCounter is an Idler that counts its calls and answers err.
+type idleCounter struct {
+	calls atomic.Int64
+	err   error
+}
+
+func (c *idleCounter) WaitIdle(context.Context) error {
+	c.calls.Add(1)
+	return c.err
+}
+
+// TestContainWaitsForCallouts: containment asks the callout responder (set late, as authd sets
+// it after boot resume) to drain before its CONNZ rounds, and a wait that fails is unavailable
+// with the gate frozen.
+func TestContainWaitsForCallouts(t *testing.T) {
+	s, _, _ := provisioned(t)
+	late := &LateIdler{}
+	if err := late.WaitIdle(ctxT(t)); err != nil {
+		t.Fatalf("WaitIdle before Set = %v", err)
+	}
+	a := newAuthority(t, s, func(c *Config) { c.Callouts = late })
+	activate(t, s, tOwner, tActor, tUID)
+	failing := &idleCounter{err: context.DeadlineExceeded}
+	late.Set(failing)
+	if _, err := a.Retire(ctxT(t), tOwner, tActor, tUID); CodeOf(err) != CodeUnavailable || failing.calls.Load() != 1 || a.rounds.Load() != 0 {
+		t.Fatalf("Retire = %v after %d waits and %d rounds; want unavailable after one wait, no round", err, failing.calls.Load(), a.rounds.Load())
+	}
+	if r := readRows(t, s, tOwner, tActor, tUID); r.gate.State != lifecycle.GateFrozen {
+		t.Fatalf("gate %s, want frozen", r.gate.State)
+	}
+	ok := &idleCounter{}
+	late.Set(ok)
+	if _, err := a.Retire(ctxT(t), tOwner, tActor, tUID); err != nil || ok.calls.Load() != 1 {
+		t.Fatalf("Retire = %v after %d waits", err, ok.calls.Load())
+	}
+	retiredAt(t, s, tOwner, tActor, tUID)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cotalgo/cotal/authd/internal/connz"
@@ -123,3 +124,23 @@ func (a *Authority) connections(ctx context.Context, t target, tag string) (int,
 	}
 	return 0, fmt.Errorf("more than %d connections on one server", maxConnzPages*connzPage)
 }
+
+// LateIdler is the Config.Callouts of an authority built before its callout responder: boot
+// resume runs before the callout subscribes, so the responder is Set once it exists. Until then
+// no callout of this process is in flight and WaitIdle returns at once.
+type LateIdler struct {
+	p atomic.Pointer[Idler]
+}
+
+// Set makes i the responder WaitIdle waits on.
+func (l *LateIdler) Set(i Idler) { l.p.Store(&i) }
+
+// WaitIdle is the set responder's WaitIdle, or nil before Set.
+func (l *LateIdler) WaitIdle(ctx context.Context) error {
+	if p := l.p.Load(); p != nil && *p != nil {
+		return (*p).WaitIdle(ctx)
+	}
+	return nil
+}
+
+var _ Idler = (*LateIdler)(nil)
