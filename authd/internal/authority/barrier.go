@@ -116,11 +116,11 @@ func (a *Authority) step(ctx context.Context, n int, what string, f func() error
 			return nil
 		}
 		if !errors.Is(err, errRetry) {
-			return unavailable(what, err)
+			return unavailable(fmt.Sprintf("retirement step %d (%s) failed; the lifecycle store is unavailable or holds a row this step cannot continue from", n, what), err)
 		}
 		last = err
 	}
-	return &Error{Code: CodeUnavailable, Msg: what + " did not settle", Err: last}
+	return &Error{Code: CodeUnavailable, Msg: fmt.Sprintf("retirement step %d (%s) did not settle in %d rounds", n, what, maxStepTries), Err: last}
 }
 
 // write is the plane check, then a create (rev 0) or an update at rev.
@@ -271,7 +271,7 @@ func (a *Authority) barrier(ctx context.Context, opID string, t target) (RetireR
 	// Step 4: containment, unless an earlier run got past it (its frontier is written).
 	_, _, frontierDone, err := a.store.Frontier(ctx, t.uid)
 	if err != nil {
-		return res, unavailable("frontier", err)
+		return res, unavailable("the retirement frontier could not be read", err)
 	}
 	if !frontierDone && !gateRetired {
 		if err := a.contain(ctx, t, frozenAt); err != nil {
