@@ -92,6 +92,19 @@ func activate(t *testing.T, s *Store, owner, actor, uid string) {
 	putHead(t, s, lifecycle.Head{Owner: owner, Actor: actor, LifecycleUID: uid, ManagerInstance: "auth-service:" + testSpace, ProcessEpoch: 1, State: lifecycle.HeadActive})
 }
 
+// activating writes what an activation stopped before its reopen leaves at uid: the gate still
+// frozen by its activation (an op foreign to the retirement) under an active head.
+func activating(t *testing.T, s *Store, owner, actor, uid string) {
+	t.Helper()
+	born, _ := lifecycle.BornGate(uid)
+	b, _ := lifecycle.EncodeGate(born)
+	gk, _ := lifecycle.GateKey(uid)
+	if _, err := s.Create(context.Background(), space.Auth, gk, b); err != nil {
+		t.Fatal(err)
+	}
+	putHead(t, s, lifecycle.Head{Owner: owner, Actor: actor, LifecycleUID: uid, ManagerInstance: "m", ProcessEpoch: 1, State: lifecycle.HeadActive})
+}
+
 // putHead writes h over whatever head its alias has.
 func putHead(t *testing.T, s *Store, h lifecycle.Head) {
 	t.Helper()

@@ -107,15 +107,8 @@ func TestRetireRefusals(t *testing.T) {
 	activate(t, s, tOwner, tActor, tUID)
 	t.Run("fail/head-at-another-uid", func(t *testing.T) { check(t, CodeExpired, tOwner, tActor, tUID2) })
 	t.Run("fail/gate-frozen-by-its-activation", func(t *testing.T) {
-		owner := "u_" + strings.Repeat("b", 26)
-		uid := strings.Repeat("e", 26)
-		born, _ := lifecycle.BornGate(uid)
-		b, _ := lifecycle.EncodeGate(born)
-		gk, _ := lifecycle.GateKey(uid)
-		if _, err := s.Create(ctx, space.Auth, gk, b); err != nil {
-			t.Fatal(err)
-		}
-		putHead(t, s, lifecycle.Head{Owner: owner, Actor: tActor, LifecycleUID: uid, ManagerInstance: "m", ProcessEpoch: 1, State: lifecycle.HeadActive})
+		owner, uid := "u_"+strings.Repeat("b", 26), strings.Repeat("e", 26)
+		activating(t, s, owner, tActor, uid)
 		check(t, CodeConflict, owner, tActor, uid)
 	})
 	t.Run("fail/plane-not-held", func(t *testing.T) {

@@ -1,14 +1,11 @@
 package authority
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,9 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/cotalgo/cotal/authd/internal/ledger"
-	"github.com/cotalgo/cotal/pkg/creds"
 	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/space"
+	"github.com/cotalgo/cotal/pkg/testkit"
 )
 
 // childEnv makes the test binary the barrier child of TestBarrierKill.
@@ -95,46 +92,10 @@ func TestBarrierKill(t *testing.T) {
 			op, _ := lifecycle.ManagedRetirementOpID(tUID)
 
 			jwt, kp := b.Space(testSpace).MintUnlimited(t)
-			seed, err := creds.SeedFromKeyPair(kp)
-			if err != nil {
-				t.Fatal(err)
-			}
-			dir := t.TempDir()
-			if err := os.Chmod(dir, 0o700); err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join(dir, "child.creds")
-			if err := creds.WriteCreds(path, jwt, seed); err != nil {
-				t.Fatal(err)
-			}
-			seed.Wipe()
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), childEnv+"=1", "URL="+b.URL, "CREDS="+path, "DIR="+dir,
-				"ACCOUNT="+parent.cfg.Account, "STEP="+strconv.Itoa(step))
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			cmd.Stderr = os.Stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-			})
-			line := make(chan string, 1)
-			go func() {
-				l, _ := bufio.NewReader(out).ReadString('\n')
-				line <- strings.TrimSpace(l)
-			}()
-			select {
-			case l := <-line:
-				if l != "step "+strconv.Itoa(step) {
-					t.Fatalf("child said %q", l)
-				}
-			case <-time.After(60 * time.Second):
-				t.Fatal("the child did not reach its step")
+			cmd, said := testkit.StartChild(t, 60*time.Second, childEnv+"=1", "URL="+b.URL, "CREDS="+testkit.WriteCredsFile(t, jwt, kp),
+				"DIR="+t.TempDir(), "ACCOUNT="+parent.cfg.Account, "STEP="+strconv.Itoa(step))
+			if said != "step "+strconv.Itoa(step) {
+				t.Fatalf("child said %q", said)
 			}
 			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)

@@ -2,6 +2,8 @@ package authority
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -70,19 +72,16 @@ func TestRetireRail(t *testing.T) {
 	serveGate(t, s, retiredIID, lifecycle.EndpointGate{State: lifecycle.GateRetired, Principal: cOwner + "." + cActor, ProcessEpoch: 3,
 		RegistrationRevision: 1, Generation: 1, Op: &lifecycle.Op{OpID: strings.Repeat("0", 26), Kind: lifecycle.OpRetirement}})
 	serveGate(t, s, otherIID, openGate(cOwner+".someone", 3))
+	// A registration's freeze carries its opId: SHA-256("register:manager.<iid>:<epoch>"), first
+	// 26 hex characters (lifecycle.RegistrationOpID, once it is merged, checks it on decode).
+	regSum := sha256.Sum256([]byte("register:manager." + frozenIID + ":3"))
 	serveGate(t, s, frozenIID, lifecycle.EndpointGate{State: lifecycle.GateFrozen, Principal: cOwner + "." + cActor, ProcessEpoch: 3,
-		RegistrationRevision: 1, Generation: 1, Op: &lifecycle.Op{OpID: strings.Repeat("1", 26), Kind: lifecycle.OpRegistration}})
+		RegistrationRevision: 1, Generation: 1, Op: &lifecycle.Op{OpID: hex.EncodeToString(regSum[:])[:26], Kind: lifecycle.OpRegistration}})
 	op, _ := lifecycle.ManagedRetirementOpID(tUID)
 	op2, _ := lifecycle.ManagedRetirementOpID(tUID2)
 	// An alias whose gate is still frozen by its activation: a foreign op to the retirement.
 	actOwner, actUID := "u_"+strings.Repeat("b", 26), strings.Repeat("e", 26)
-	born, _ := lifecycle.BornGate(actUID)
-	bg, _ := lifecycle.EncodeGate(born)
-	gk, _ := lifecycle.GateKey(actUID)
-	if _, err := s.Create(ctx, space.Auth, gk, bg); err != nil {
-		t.Fatal(err)
-	}
-	putHead(t, s, lifecycle.Head{Owner: actOwner, Actor: tActor, LifecycleUID: actUID, ManagerInstance: "m", ProcessEpoch: 1, State: lifecycle.HeadActive})
+	activating(t, s, actOwner, tActor, actUID)
 	actOp, _ := lifecycle.ManagedRetirementOpID(actUID)
 
 	subj := railSubject(t, s, tOwner, tActor, tUID)

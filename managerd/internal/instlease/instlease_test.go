@@ -1,7 +1,6 @@
 package instlease_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,7 +19,6 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/cotalgo/cotal/managerd/internal/instlease"
-	"github.com/cotalgo/cotal/pkg/creds"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/lease"
 	"github.com/cotalgo/cotal/pkg/lifecycle"
@@ -585,46 +582,11 @@ func deadPID(t *testing.T) int {
 func (e *env) startChild(t *testing.T, inst, root string) *exec.Cmd {
 	t.Helper()
 	tok, kp := e.mint(t, short, signerv1.Profile_PROFILE_SUPERVISOR, supervisorParams)
-	seed, err := creds.SeedFromKeyPair(kp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "supervisor.creds")
-	if err := creds.WriteCreds(path, tok, seed); err != nil {
-		t.Fatal(err)
-	}
-	seed.Wipe()
 	pub, _ := kp.PublicKey()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=1", "URL="+e.url, "CREDS="+path, "INBOX=_INBOX_"+pub, "ID="+inst, "ROOT="+root)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	line := make(chan string, 1)
-	go func() {
-		s, _ := bufio.NewReader(out).ReadString('\n')
-		line <- strings.TrimSpace(s)
-	}()
-	select {
-	case l := <-line:
-		if l != "held "+strconv.Itoa(cmd.Process.Pid) {
-			t.Fatalf("child said %q", l)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("child did not acquire the lease")
+	cmd, said := testkit.StartChild(t, 20*time.Second, childEnv+"=1", "URL="+e.url, "CREDS="+testkit.WriteCredsFile(t, tok, kp),
+		"INBOX=_INBOX_"+pub, "ID="+inst, "ROOT="+root)
+	if said != "held "+strconv.Itoa(cmd.Process.Pid) {
+		t.Fatalf("child said %q, want it to hold the lease", said)
 	}
 	return cmd
 }
