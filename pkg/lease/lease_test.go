@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -288,30 +287,12 @@ func TestLease(t *testing.T) {
 	})
 }
 
-// fakeClock is a clock the test moves by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // TestFence: the fence is the send time of the last write the broker stored, plus the TTL, less
 // the margin; only a stored write moves it, and a released claim is fenced.
 func TestFence(t *testing.T) {
 	t.Run("ok/follows-stored-writes-on-the-injected-clock", func(t *testing.T) {
 		e := setup(t, 30*time.Second)
-		clk := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+		clk := testkit.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 		nc := fullUser(t, e.b)
 		l, err := lease.Acquire(ctxT(t), lease.Config{Conn: nc, Bucket: e.bucket, Key: "plane", Holder: "one", OpTimeout: time.Second, Clock: clk.Now})
 		if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,24 +26,6 @@ var (
 )
 
 const tActor = "probe"
-
-// testClock is a clock tests move by hand.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // newAuthority is an Authority on s with a fresh ledger, a held plane, a plane context ended at
 // cleanup and a fast containment pace; edit changes the Config first.

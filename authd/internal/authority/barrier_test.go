@@ -199,8 +199,8 @@ func agentConn(t *testing.T, b *testkit.Broker, owner, actor, uid string, ttl ti
 func TestContainment(t *testing.T) {
 	b, s, _, _ := provisionedBroker(t)
 	activate(t, s, tOwner, tActor, tUID)
-	clk := &testClock{t: time.Now()}
-	a := newAuthority(t, s, func(c *Config) { c.Now = clk.now })
+	clk := testkit.NewClock(time.Now())
+	a := newAuthority(t, s, func(c *Config) { c.Now = clk.Now })
 	_ = agentConn(t, b, "u_"+strings.Repeat("b", 26), tActor, tUID2, time.Hour) // someone else
 	live := agentConn(t, b, tOwner, tActor, tUID, time.Hour)
 	done := make(chan error, 1)
@@ -228,7 +228,7 @@ func TestContainment(t *testing.T) {
 		}
 		return nil
 	})
-	clk.add(ContainWindow)
+	clk.Add(ContainWindow)
 	err := <-done
 	if CodeOf(err) != CodeUnavailable || !strings.Contains(err.Error(), "still live") {
 		t.Fatalf("barrier past the window = %v, want unavailable naming the live connection", err)
