@@ -27,9 +27,9 @@ var (
 
 const tActor = "probe"
 
-// newAuthority is an Authority on s with a fresh ledger, a held plane, a plane context ended at
+// barrierAuthority is an Authority on s with a fresh ledger, a held plane, a plane context ended at
 // cleanup and a fast containment pace; edit changes the Config first.
-func newAuthority(t *testing.T, s *Store, edit func(*Config)) *Authority {
+func barrierAuthority(t *testing.T, s *Store, edit func(*Config)) *Authority {
 	t.Helper()
 	led, err := ledger.Open(filepath.Join(t.TempDir(), "state"))
 	if err != nil {

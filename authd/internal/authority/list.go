@@ -11,13 +11,13 @@ import (
 	"github.com/cotalgo/cotal/pkg/space"
 )
 
-// maxInfoBytes bounds one STREAM.INFO answer (a page of subjects with their counts).
-const maxInfoBytes = 16 << 20
+// maxListBytes bounds one STREAM.INFO answer (a page of subjects with their counts).
+const maxListBytes = 16 << 20
 
 // maxKeyPages bounds the pages one listing reads (the server pages subjects by 100000).
 const maxKeyPages = 64
 
-type streamInfoResponse struct {
+type infoAnswer struct {
 	Total  int `json:"total"`
 	Offset int `json:"offset"`
 	Limit  int `json:"limit"`
@@ -30,8 +30,8 @@ type streamInfoResponse struct {
 
 // streamInfo asks $JS.API.STREAM.INFO of kind's stream, with subjects_filter filter when not
 // empty (one page from offset). It is a read: Reads counts it.
-func (s *Store) streamInfo(ctx context.Context, kind space.BucketKind, filter string, offset int) (streamInfoResponse, error) {
-	var resp streamInfoResponse
+func (s *Store) streamInfo(ctx context.Context, kind space.BucketKind, filter string, offset int) (infoAnswer, error) {
+	var resp infoAnswer
 	stream, err := s.names.BucketStream(kind)
 	if err != nil {
 		return resp, fmt.Errorf("authority: %w", err)
@@ -54,7 +54,7 @@ func (s *Store) streamInfo(ctx context.Context, kind space.BucketKind, filter st
 	if err != nil {
 		return resp, fmt.Errorf("%w: stream info of %s: %v", ErrUnavailable, stream, err)
 	}
-	if len(msg.Data) > maxInfoBytes {
+	if len(msg.Data) > maxListBytes {
 		return resp, fmt.Errorf("%w: stream info of %s: an answer of %d bytes", ErrUnavailable, stream, len(msg.Data))
 	}
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {

@@ -64,7 +64,7 @@ func railBody(opID, iid string, epoch uint64) []byte {
 // idempotent success.
 func TestRetireRail(t *testing.T) {
 	s, _, _ := provisioned(t)
-	a := newAuthority(t, s, nil)
+	a := barrierAuthority(t, s, nil)
 	ctx := ctxT(t)
 	activate(t, s, tOwner, tActor, tUID)
 	serveGate(t, s, mIID, openGate(cOwner+"."+cActor, 3))
@@ -137,7 +137,7 @@ func TestRetireRail(t *testing.T) {
 	})
 	t.Run("fail/store-unavailable", func(t *testing.T) {
 		s2, _, nc2 := provisioned(t)
-		down := newAuthority(t, s2, nil)
+		down := barrierAuthority(t, s2, nil)
 		nc2.Close()
 		if rep := down.HandleRetireRail(ctx, subj, railBody(op, mIID, 3)); rep.Code != CodeUnavailable || strings.Contains(rep.Error, "nats:") {
 			t.Fatalf("reply %+v, want unavailable without the cause", rep)
@@ -150,7 +150,7 @@ func TestRetireRail(t *testing.T) {
 // reply subject the request names.
 func TestOneFreeze(t *testing.T) {
 	b, s, _, nc := provisionedBroker(t)
-	a := newAuthority(t, s, nil)
+	a := barrierAuthority(t, s, nil)
 	activate(t, s, tOwner, tActor, tUID)
 	serveGate(t, s, mIID, openGate(cOwner+"."+cActor, 0))
 	if _, err := a.ServeRetireRail(ctxT(t), nc); err != nil {
@@ -239,7 +239,7 @@ func TestOneFreeze(t *testing.T) {
 // gate is open is not owed.
 func TestResumeGarbled(t *testing.T) {
 	s, _, _ := provisioned(t)
-	a := newAuthority(t, s, nil)
+	a := barrierAuthority(t, s, nil)
 	ctx := ctxT(t)
 	activate(t, s, tOwner, tActor, tUID)
 	op, _ := lifecycle.ManagedRetirementOpID(tUID)
@@ -257,7 +257,7 @@ func TestResumeGarbled(t *testing.T) {
 	} {
 		t.Run("fail/"+name, func(t *testing.T) {
 			s2, _, _ := provisioned(t)
-			a2 := newAuthority(t, s2, nil)
+			a2 := barrierAuthority(t, s2, nil)
 			if _, err := s2.Create(ctx, space.Auth, key, []byte(value)); err != nil {
 				t.Fatal(err)
 			}
@@ -268,7 +268,7 @@ func TestResumeGarbled(t *testing.T) {
 	}
 	t.Run("fail/not-an-opid", func(t *testing.T) {
 		s2, _, _ := provisioned(t)
-		a2 := newAuthority(t, s2, nil)
+		a2 := barrierAuthority(t, s2, nil)
 		if _, err := s2.Create(ctx, space.Auth, "stage.NOT_AN_OPID", st); err != nil {
 			t.Fatal(err)
 		}
