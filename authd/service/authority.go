@@ -62,7 +62,7 @@ func (s *Service) startAuthority(ctx context.Context, n space.Names, led *ledger
 	}
 	s.authority, err = authority.New(authority.Config{
 		Store: st, Ledger: led, Space: s.cfg.Space, Account: account, Signer: s.signer.API(),
-		Held: s.planeHeld, Logger: s.log,
+		Held: s.planeHeld, Logger: s.log, Context: s.retire.plane, Callouts: &s.retire.idle,
 	})
 	if err != nil {
 		return &StartError{Code: CodeConfig, Reason: "lifecycle authority refused", Err: err}
@@ -72,11 +72,16 @@ func (s *Service) startAuthority(ctx context.Context, n space.Names, led *ledger
 
 // startRails subscribes the auth rails on the plane connection, in the queue group every authd
 // of the space serves them in: register-manager (a manager's registration, answered only for the
-// holder of the instance's lease). Each request runs under runCtx.
+// holder of the instance's lease) and retire-lifecycle (a remote manager's retirement request,
+// joining the flight boot resume may have registered). Each request runs under runCtx.
 func (s *Service) startRails(runCtx context.Context) error {
 	sub, err := s.authority.ServeRegisterManager(runCtx, s.dataNC)
 	if err != nil {
 		return fmt.Errorf("register-manager: %w", err)
+	}
+	s.rails = append(s.rails, sub)
+	if sub, err = s.authority.ServeRetireRail(runCtx, s.dataNC); err != nil {
+		return fmt.Errorf("retire-lifecycle: %w", err)
 	}
 	s.rails = append(s.rails, sub)
 	return nil
@@ -115,8 +120,8 @@ func (s *Service) planeHeld() error {
 	return nil
 }
 
-// lifecycleDoors is exchange.Config.Lifecycle: the activate door on ManagedActivatePath (the
-// retire door joins it on ManagedRetirePath); any other path is 404.
+// lifecycleDoors is exchange.Config.Lifecycle: the activate door on ManagedActivatePath and the
+// retire door on ManagedRetirePath (retire.go); any other path is 404.
 func (s *Service) lifecycleDoors(capHex string) (http.Handler, error) {
 	door, err := authority.NewActivateDoor(s.authority, capHex, s.refuseUnlessReady)
 	if err != nil {
@@ -124,6 +129,7 @@ func (s *Service) lifecycleDoors(capHex string) (http.Handler, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(exchange.ManagedActivatePath, door)
+	mux.Handle(exchange.ManagedRetirePath, s.retireDoor(capHex))
 	return mux, nil
 }
 

@@ -79,6 +79,7 @@ type Service struct {
 	gate      *planeGate           // closes the callout while the claim is unproven (reclaim.go)
 	authority *authority.Authority // the lifecycle authority on dataNC (authority.go)
 	rails     []*nats.Subscription // the auth rails on the plane connection (authority.go)
+	retire    retirement           // boot resume and the retire door (retire.go)
 	callout   calloutPart
 	ln        net.Listener
 	http      *http.Server
@@ -226,9 +227,16 @@ func (s *Service) start(ctx, runCtx context.Context, in RuntimeOptions) error {
 	}
 	s.logReclaim()
 	s.gate = newPlaneGate(s.dataNC, s.plane)
+	s.retire.plane = runCtx
 	if err := s.startAuthority(ctx, n, led); err != nil {
 		if ctx.Err() != nil {
 			return fail(CodeSigner, "", err) // reported as canceled
+		}
+		return err
+	}
+	if err := s.startRetirement(ctx); err != nil {
+		if ctx.Err() != nil {
+			return fail(CodeStore, "", err) // reported as canceled
 		}
 		return err
 	}
@@ -242,6 +250,7 @@ func (s *Service) start(ctx, runCtx context.Context, in RuntimeOptions) error {
 		}
 		return err
 	}
+	s.retire.idle.Set(s.callout.resp)
 
 	capBytes := make([]byte, exchange.CapHexLen/2)
 	if _, err := rand.Read(capBytes); err != nil {
