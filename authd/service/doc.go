@@ -30,7 +30,8 @@
 // exist as provision.Plan makes them, else CodeStore naming the bucket: provision the space);
 // the plane claim (key "plane" of cotal_auth_<space>: one authd per space); the lifecycle
 // authority on the plane connection (its data account GetSpace's, which must be the plane
-// credential's own, else CodeAccount); the callout
+// credential's own, else CodeAccount); the boot resume of retirements a previous authd left
+// owed (an intent that does not decode is CodeStore) and the retire-lifecycle rail; the callout
 // connection on the auth-callout credential for authd's registered callout user key and the
 // responder subscribed and flushed; the exchange listener bound; the claim marked ready; and
 // last the discovery file auth-service.json {ver, url, pid, cap, state} (the CLI path only). A
@@ -61,6 +62,14 @@
 // process with ActivateManagedLifecycle, which refuses unless the service is ready. Refusals
 // are *LifecycleError with a LifecycleCode; RetirementBegun says a retirement blocks the
 // lifecycle. Every write re-checks that this instance holds the plane claim.
+//
+// A host retires one with POST /managed-lifecycle/retire ({owner, actor, lifecycleUid}, the
+// same guards) once the managed grant at that uid is revoked (409 otherwise); a remote
+// manager's retirement requester asks on the retire-lifecycle rail. Both join one barrier per
+// uid: the gate freezes at once (no new bearer, no new connection), then the barrier waits for
+// the alias's live connections to end (at most the 300 s bearer lifetime, plus 5 s) before it
+// retires the gate and the head; 200 {retired:true} confirms it, and 503 means it is not done
+// yet and the gate stays frozen (call again, or the next start resumes it).
 //
 // # Readiness and events
 //

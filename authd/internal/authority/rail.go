@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -168,7 +169,9 @@ func (a *Authority) ServeRetireRail(ctx context.Context, nc *nats.Conn) (*nats.S
 	if err != nil {
 		return nil, fmt.Errorf("authority: subscribe the retire rail: %w", err)
 	}
-	if err := nc.FlushWithContext(ctx); err != nil {
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := nc.FlushWithContext(fctx); err != nil {
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("authority: flush the retire rail: %w", err)
 	}
