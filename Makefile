@@ -73,7 +73,8 @@ FUZZ_TARGETS ?= \
 	pkg/lifecycle:FuzzDecodeStage \
 	pkg/lifecycle:FuzzParseKeys \
 	authd/internal/authority:FuzzActivateBody \
-	authd/internal/authority:FuzzDecodeRetireArgs \
+	pkg/lifecycle:FuzzDecodeRetireLifecycleRequest \
+	pkg/lifecycle:FuzzDecodeRetireLifecycleReply \
 	authd/internal/connz:FuzzDecode
 
 .PHONY: all generate check-generated lint test test-go test-ts fuzz bench check run build clean proof drill

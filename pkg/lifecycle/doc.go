@@ -40,7 +40,9 @@
 // RegistrationOpID names the freeze a re-registration puts on an endpoint gate (ours: a pure
 // function of the gate's endpoint instance and epoch, so a crashed registration's freeze is
 // adopted). The register-manager rail's closed request and answer are EncodeRegisterManagerRequest
-// and DecodeRegisterManagerReply and their inverses.
+// and DecodeRegisterManagerReply and their inverses; the retire-lifecycle rail's are
+// EncodeRetireLifecycleRequest and DecodeRetireLifecycleReply and theirs (a request body key
+// given twice is refused too, and an answer's opId must be its uid's managed retirement).
 //
 // Registration proof. ProofPayload builds the exact bytes upstream's
 // remoteManagerCurrentRegistrationProof MACs. The proof is signerd's Mac of that payload in

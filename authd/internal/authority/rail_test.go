@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -108,7 +107,7 @@ func TestRetireRail(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r, w := s.Reads(), s.Writes()
 			rep := a.HandleRetireRail(ctx, tc.subject, tc.body)
-			if rep.V != 1 || rep.OK || rep.Code != tc.want || rep.Result != nil || rep.Error == "" {
+			if rep.OK || rep.Code != string(tc.want) || rep.Error == "" {
 				t.Fatalf("reply %+v, want %s", rep, tc.want)
 			}
 			if s.Writes() != w {
@@ -121,7 +120,7 @@ func TestRetireRail(t *testing.T) {
 	}
 	t.Run("ok/retires", func(t *testing.T) {
 		rep := a.HandleRetireRail(ctx, subj, railBody(op, mIID, 3))
-		if !rep.OK || rep.Result == nil || !rep.Result.Retired || rep.Result.LifecycleUID != tUID || rep.Result.OpID != op ||
+		if !rep.OK || rep.Result.LifecycleUID != tUID || rep.Result.OpID != op ||
 			fmt.Sprint(rep.Result.EvictedPrincipals) != "["+tOwner+"."+tActor+"]" {
 			t.Fatalf("reply %+v", rep)
 		}
@@ -130,7 +129,7 @@ func TestRetireRail(t *testing.T) {
 	t.Run("ok/already-retired", func(t *testing.T) {
 		w := s.Writes()
 		rep := a.HandleRetireRail(ctx, subj, railBody(op, mIID, 3))
-		b, _ := json.Marshal(rep)
+		b, _ := lifecycle.EncodeRetireLifecycleReply(rep)
 		if want := `{"v":1,"ok":true,"result":{"retired":true,"lifecycleUid":"` + tUID + `","opId":"` + op + `","evictedPrincipals":[]}}`; string(b) != want || s.Writes() != w {
 			t.Fatalf("reply %s, want %s", b, want)
 		}
@@ -139,7 +138,7 @@ func TestRetireRail(t *testing.T) {
 		s2, _, nc2 := provisioned(t)
 		down := barrierAuthority(t, s2, nil)
 		nc2.Close()
-		if rep := down.HandleRetireRail(ctx, subj, railBody(op, mIID, 3)); rep.Code != CodeUnavailable || strings.Contains(rep.Error, "nats:") {
+		if rep := down.HandleRetireRail(ctx, subj, railBody(op, mIID, 3)); rep.Code != string(CodeUnavailable) || strings.Contains(rep.Error, "nats:") {
 			t.Fatalf("reply %+v, want unavailable without the cause", rep)
 		}
 	})
@@ -222,8 +221,8 @@ func TestOneFreeze(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no rail reply on %s: %v", space.RailReply(subj), err)
 	}
-	var rep RailReply
-	if err := json.Unmarshal(m.Data, &rep); err != nil || !rep.OK || rep.Result == nil || !rep.Result.Retired || rep.Result.OpID != op {
+	rep, err := lifecycle.DecodeRetireLifecycleReply(m.Data)
+	if err != nil || !rep.OK || rep.Result.OpID != op || rep.Result.LifecycleUID != tUID {
 		t.Fatalf("rail reply %s (%v)", m.Data, err)
 	}
 	if m, err := decoy.NextMsg(200 * time.Millisecond); err != nats.ErrTimeout {
