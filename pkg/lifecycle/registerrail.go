@@ -62,14 +62,6 @@ type registerRequestWire struct {
 	InstanceID *string `json:"instanceId"`
 }
 
-type registerReplyWire struct {
-	V      *int                `json:"v"`
-	OK     *bool               `json:"ok"`
-	Result *registerResultWire `json:"result,omitempty"`
-	Code   *string             `json:"code,omitempty"`
-	Error  *string             `json:"error,omitempty"`
-}
-
 type registerResultWire struct {
 	InstanceID           *string `json:"instanceId"`
 	ProcessEpoch         *uint64 `json:"processEpoch"`
@@ -109,22 +101,15 @@ func DecodeRegisterManagerRequest(b []byte) (RegisterManagerRequest, error) {
 // EncodeRegisterManagerReply returns an answer's body (the refusal sentence is clipped to its
 // bound; an OK reply's result must be in grammar).
 func EncodeRegisterManagerReply(r RegisterManagerReply) ([]byte, error) {
-	v := 1
-	w := registerReplyWire{V: &v, OK: &r.OK}
+	var res *registerResultWire
 	if r.OK {
 		if err := r.Result.check(); err != nil {
 			return nil, fmt.Errorf("lifecycle: register-manager reply: %w", err)
 		}
-		res := r.Result
-		w.Result = &registerResultWire{&res.InstanceID, &res.ProcessEpoch, &res.RegistrationRevision, &res.Generation}
-	} else {
-		if err := checkRailCode(r.Code); err != nil {
-			return nil, fmt.Errorf("lifecycle: register-manager reply: %w", err)
-		}
-		msg := clipText(r.Error, maxRailTextBytes)
-		w.Code, w.Error = &r.Code, &msg
+		v := r.Result
+		res = &registerResultWire{&v.InstanceID, &v.ProcessEpoch, &v.RegistrationRevision, &v.Generation}
 	}
-	return marshalNoHTML(w)
+	return encodeRailReply("register-manager", r.OK, res, r.Code, r.Error)
 }
 
 // DecodeRegisterManagerReply reads an answer strictly: at most MaxRailBodyBytes, one closed JSON
@@ -132,37 +117,19 @@ func EncodeRegisterManagerReply(r RegisterManagerReply) ([]byte, error) {
 // the uid grammar, a registrationRevision of at least 1, integers at most 2^53-1), ok false
 // exactly a code ([a-z-], at most 64 bytes) and an error string of at most 1024 bytes.
 func DecodeRegisterManagerReply(b []byte) (RegisterManagerReply, error) {
-	var w registerReplyWire
-	if err := decodeClosed(b, &w); err != nil {
+	w, code, msg, err := decodeRailReply[registerResultWire]("register-manager", b, decodeClosed)
+	if err != nil || w == nil {
+		return RegisterManagerReply{Code: code, Error: msg}, err
+	}
+	if w.InstanceID == nil || w.ProcessEpoch == nil || w.RegistrationRevision == nil || w.Generation == nil {
+		return RegisterManagerReply{}, fmt.Errorf("lifecycle: register-manager reply: %w", errNoResult)
+	}
+	res := RegisterManagerResult{InstanceID: *w.InstanceID, ProcessEpoch: *w.ProcessEpoch,
+		RegistrationRevision: *w.RegistrationRevision, Generation: *w.Generation}
+	if err := res.check(); err != nil {
 		return RegisterManagerReply{}, fmt.Errorf("lifecycle: register-manager reply: %w", err)
 	}
-	if w.V == nil || *w.V != 1 || w.OK == nil {
-		return RegisterManagerReply{}, errors.New("lifecycle: register-manager reply: v must be 1 and ok present")
-	}
-	if *w.OK {
-		if w.Result == nil || w.Code != nil || w.Error != nil {
-			return RegisterManagerReply{}, errors.New("lifecycle: register-manager reply: ok carries exactly a result")
-		}
-		if w.Result.InstanceID == nil || w.Result.ProcessEpoch == nil || w.Result.RegistrationRevision == nil || w.Result.Generation == nil {
-			return RegisterManagerReply{}, errors.New("lifecycle: register-manager reply: result must carry its four fields")
-		}
-		res := RegisterManagerResult{InstanceID: *w.Result.InstanceID, ProcessEpoch: *w.Result.ProcessEpoch,
-			RegistrationRevision: *w.Result.RegistrationRevision, Generation: *w.Result.Generation}
-		if err := res.check(); err != nil {
-			return RegisterManagerReply{}, fmt.Errorf("lifecycle: register-manager reply: %w", err)
-		}
-		return RegisterManagerReply{OK: true, Result: res}, nil
-	}
-	if w.Result != nil || w.Code == nil || w.Error == nil {
-		return RegisterManagerReply{}, errors.New("lifecycle: register-manager reply: a refusal carries exactly a code and an error")
-	}
-	if err := checkRailCode(*w.Code); err != nil {
-		return RegisterManagerReply{}, fmt.Errorf("lifecycle: register-manager reply: %w", err)
-	}
-	if len(*w.Error) > maxRailTextBytes {
-		return RegisterManagerReply{}, fmt.Errorf("lifecycle: register-manager reply: error over %d bytes", maxRailTextBytes)
-	}
-	return RegisterManagerReply{Code: *w.Code, Error: *w.Error}, nil
+	return RegisterManagerReply{OK: true, Result: res}, nil
 }
 
 func (r RegisterManagerResult) check() error {

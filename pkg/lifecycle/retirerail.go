@@ -59,14 +59,6 @@ type retireRequestWire struct {
 	ServeEpoch      *uint64 `json:"serveEpoch"`
 }
 
-type retireReplyWire struct {
-	V      *int              `json:"v"`
-	OK     *bool             `json:"ok"`
-	Result *retireResultWire `json:"result,omitempty"`
-	Code   *string           `json:"code,omitempty"`
-	Error  *string           `json:"error,omitempty"`
-}
-
 type retireResultWire struct {
 	Retired           *bool     `json:"retired"`
 	LifecycleUID      *string   `json:"lifecycleUid"`
@@ -142,63 +134,37 @@ func (r RetireLifecycleResult) check() error {
 // EncodeRetireLifecycleReply returns an answer's body (the refusal sentence is clipped to its
 // bound; an OK reply's result must be in grammar, its opId the uid's managed retirement).
 func EncodeRetireLifecycleReply(r RetireLifecycleReply) ([]byte, error) {
-	v := 1
-	w := retireReplyWire{V: &v, OK: &r.OK}
+	var res *retireResultWire
 	if r.OK {
 		if err := r.Result.check(); err != nil {
 			return nil, fmt.Errorf("lifecycle: retire-lifecycle reply: %w", err)
 		}
-		res, yes := r.Result, true
-		if res.EvictedPrincipals == nil {
-			res.EvictedPrincipals = []string{}
+		v, yes := r.Result, true
+		if v.EvictedPrincipals == nil {
+			v.EvictedPrincipals = []string{}
 		}
-		w.Result = &retireResultWire{&yes, &res.LifecycleUID, &res.OpID, &res.EvictedPrincipals}
-	} else {
-		if err := checkRailCode(r.Code); err != nil {
-			return nil, fmt.Errorf("lifecycle: retire-lifecycle reply: %w", err)
-		}
-		msg := clipText(r.Error, maxRailTextBytes)
-		w.Code, w.Error = &r.Code, &msg
+		res = &retireResultWire{&yes, &v.LifecycleUID, &v.OpID, &v.EvictedPrincipals}
 	}
-	return marshalNoHTML(w)
+	return encodeRailReply("retire-lifecycle", r.OK, res, r.Code, r.Error)
 }
 
 // DecodeRetireLifecycleReply reads an answer strictly: at most MaxRailBodyBytes, one closed JSON
-// object with v 1 and ok; ok true carries exactly a result (retired true, every field present, in
-// grammar, the opId the uid's managed retirement), ok false exactly a code ([a-z-], at most 64
-// bytes) and an error string of at most 1024 bytes.
+// object with v 1 and ok, no key twice; ok true carries exactly a result (retired true, every
+// field present, in grammar, the opId the uid's managed retirement), ok false exactly a code
+// ([a-z-], at most 64 bytes) and an error string of at most 1024 bytes.
 func DecodeRetireLifecycleReply(b []byte) (RetireLifecycleReply, error) {
-	var w retireReplyWire
-	if err := decodeClosedOnce(b, &w); err != nil {
+	w, code, msg, err := decodeRailReply[retireResultWire]("retire-lifecycle", b, decodeClosedOnce)
+	if err != nil || w == nil {
+		return RetireLifecycleReply{Code: code, Error: msg}, err
+	}
+	if w.Retired == nil || !*w.Retired || w.LifecycleUID == nil || w.OpID == nil || w.EvictedPrincipals == nil {
+		return RetireLifecycleReply{}, fmt.Errorf("lifecycle: retire-lifecycle reply: %w (retired true, lifecycleUid, opId, evictedPrincipals)", errNoResult)
+	}
+	r := RetireLifecycleReply{OK: true, Result: RetireLifecycleResult{*w.LifecycleUID, *w.OpID, *w.EvictedPrincipals}}
+	if err := r.Result.check(); err != nil {
 		return RetireLifecycleReply{}, fmt.Errorf("lifecycle: retire-lifecycle reply: %w", err)
 	}
-	if w.V == nil || *w.V != 1 || w.OK == nil {
-		return RetireLifecycleReply{}, errors.New("lifecycle: retire-lifecycle reply: v must be 1 and ok present")
-	}
-	if *w.OK {
-		if w.Code != nil || w.Error != nil || w.Result == nil {
-			return RetireLifecycleReply{}, errors.New("lifecycle: retire-lifecycle reply: ok carries exactly a result")
-		}
-		res := w.Result
-		if res.Retired == nil || !*res.Retired || res.LifecycleUID == nil || res.OpID == nil || res.EvictedPrincipals == nil {
-			return RetireLifecycleReply{}, errors.New("lifecycle: retire-lifecycle reply: the result needs retired true, lifecycleUid, opId and evictedPrincipals")
-		}
-		r := RetireLifecycleReply{OK: true, Result: RetireLifecycleResult{*res.LifecycleUID, *res.OpID, *res.EvictedPrincipals}}
-		if err := r.Result.check(); err != nil {
-			return RetireLifecycleReply{}, fmt.Errorf("lifecycle: retire-lifecycle reply: %w", err)
-		}
-		return r, nil
-	}
-	if w.Result != nil || w.Code == nil || w.Error == nil {
-		return RetireLifecycleReply{}, errors.New("lifecycle: retire-lifecycle reply: a refusal carries exactly code and error")
-	}
-	if err := checkRailCode(*w.Code); err != nil {
-		return RetireLifecycleReply{}, fmt.Errorf("lifecycle: retire-lifecycle reply: %w", err)
-	}
-	if len(*w.Error) > maxRailTextBytes {
-		return RetireLifecycleReply{}, errors.New("lifecycle: retire-lifecycle reply: error is too long")
-	}
-	return RetireLifecycleReply{Code: *w.Code, Error: *w.Error}, nil
+	return r, nil
 }
 
 // decodeClosedOnce is decodeClosed refusing, as well, a top-level key given twice
