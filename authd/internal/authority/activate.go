@@ -90,8 +90,9 @@ func (a *Authority) Activate(ctx context.Context, owner, actor, uid string) (Act
 	if err := a.held(); err != nil {
 		return fail(err)
 	}
+	seen := false // a contradiction was seen once: a second one refuses
 	for range maxActivateRounds {
-		done, err := a.activateRound(ctx, owner, actor, uid, &res, &wrote)
+		done, err := a.activateRound(ctx, owner, actor, uid, &res, &wrote, &seen)
 		if err != nil {
 			return fail(err)
 		}
@@ -106,7 +107,12 @@ func (a *Authority) Activate(ctx context.Context, owner, actor, uid string) (Act
 
 // activateRound reads the head and the gate, refuses or takes the next step(s) of the saga, and
 // reports done, or not done after a lost race (the caller reads again).
-func (a *Authority) activateRound(ctx context.Context, owner, actor, uid string, res *ActivateResult, wrote *bool) (bool, error) {
+//
+// The head and the gate are two reads, not one snapshot: a head read before a concurrent
+// activation wrote it and a gate read after that activation reopened it look like an open gate
+// the head does not name. Rows only move forward, so such a pair is read again once, and only a
+// contradiction seen twice (contradicted, set after the first) is refused.
+func (a *Authority) activateRound(ctx context.Context, owner, actor, uid string, res *ActivateResult, wrote, contradicted *bool) (bool, error) {
 	head, hrev, hok, err := a.store.Head(ctx, owner, actor)
 	if err != nil {
 		return false, err
@@ -124,12 +130,20 @@ func (a *Authority) activateRound(ctx context.Context, owner, actor, uid string,
 	headHere := hok && head.LifecycleUID == uid && head.State == lifecycle.HeadActive
 	if gok && gate.State == lifecycle.GateOpen {
 		if !headHere {
+			if !*contradicted {
+				*contradicted = true
+				return false, nil
+			}
 			return false, refuse(CodeFailedPrecondition, "gate.%s is open but the head of %s.%s does not name it", uid, owner, actor)
 		}
 		res.AlreadyActive, res.HeadRevision, res.GateRevision = true, hrev, grev
 		return true, nil
 	}
 	if headHere && !gok {
+		if !*contradicted {
+			*contradicted = true
+			return false, nil
+		}
 		return false, refuse(CodeFailedPrecondition, "the head of %s.%s is active at %s but gate.%s does not exist", owner, actor, uid, uid)
 	}
 	// From here the gate is absent or frozen by this uid's activation.

@@ -11,9 +11,9 @@ import (
 
 	"github.com/cotalgo/cotal/managerd/manager"
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
-	"github.com/cotalgo/cotal/pkg/managerclient"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/lifecycle"
+	"github.com/cotalgo/cotal/pkg/managerclient"
 	"github.com/cotalgo/cotal/pkg/mtls"
 	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/pkg/testkit"

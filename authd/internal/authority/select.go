@@ -354,4 +354,3 @@ func (s *Store) managerGates(ctx context.Context) ([]string, error) {
 	slices.Sort(out)
 	return out, nil
 }
-
