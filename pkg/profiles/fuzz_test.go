@@ -101,15 +101,9 @@ func mxFuzzNonce(owner, actor, fuzzed string) string {
 	return n
 }
 
-// mxCheckSubject fails unless s is non-empty printable-ASCII tokens with '*' and '>' only as
-// whole tokens and '>' only last.
-func mxCheckSubject(t *testing.T, s string) {
-	t.Helper()
-	mxCheckRow(t, s, false)
-}
-
-// mxCheckRow is mxCheckSubject for a permission row; with queueOK (a subscribe list) it also
-// takes the "<subject> <queue>" form, whose queue must be one printable token without wildcards.
+// mxCheckRow fails unless the permission row s is non-empty printable-ASCII tokens with '*' and
+// '>' only as whole tokens and '>' only last; with queueOK (a subscribe list) it also takes the
+// "<subject> <queue>" form, whose queue must be one printable token without wildcards.
 func mxCheckRow(t *testing.T, s string, queueOK bool) {
 	t.Helper()
 	if subj, queue, ok := strings.Cut(s, " "); ok && queueOK {

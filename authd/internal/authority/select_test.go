@@ -216,21 +216,21 @@ func TestSelectLocalPrimary(t *testing.T) {
 	writeManager(t, s, js, iidOf("l"), managerFixture{})
 	writeManager(t, s, js, iidOf("n"), managerFixture{Frozen: true})
 	human := Selection{Owner: ownerA, Human: true}
-	run := func(t *testing.T, local LocalManager, sel Selection) (string, error, uint64) {
+	run := func(t *testing.T, local LocalManager, sel Selection) (string, uint64, error) {
 		t.Helper()
 		before := s.Reads()
 		got, err := newSelector(t, s, SelectLocalPrimary, local).Select(ctx, sel)
-		return got, err, s.Reads() - before
+		return got, s.Reads() - before, err
 	}
 	t.Run("live-local-over-live-remote", func(t *testing.T) {
-		got, err, reads := run(t, localFile(t, iidOf("l")), human)
+		got, reads, err := run(t, localFile(t, iidOf("l")), human)
 		wantChosen(t, got, err, iidOf("l"))
 		if reads != 3 {
 			t.Fatalf("%d reads, want 3 (the local gate, spec and lease)", reads)
 		}
 	})
 	t.Run("absent", func(t *testing.T) {
-		got, err, reads := run(t, localFile(t, ""), human)
+		got, reads, err := run(t, localFile(t, ""), human)
 		wantRefused(t, got, err, CodeNotFound, "no local manager")
 		if reads != 0 {
 			t.Fatalf("%d reads, want none", reads)
@@ -241,12 +241,12 @@ func TestSelectLocalPrimary(t *testing.T) {
 		if err := os.WriteFile(p, []byte(`{"v":1,"space":"s2420"}`), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		got, err, reads := run(t, LocalManagerFile(p), human)
+		got, reads, err := run(t, LocalManagerFile(p), human)
 		wantRefused(t, got, err, CodeUnavailable, "unreadable")
 		if reads != 0 {
 			t.Fatalf("%d reads, want none", reads)
 		}
-		got, err, reads = run(t, func() (ManagerIdentity, error) { return ManagerIdentity{}, fs.ErrPermission }, human)
+		got, reads, err = run(t, func() (ManagerIdentity, error) { return ManagerIdentity{}, fs.ErrPermission }, human)
 		wantRefused(t, got, err, CodeUnavailable, "unreadable")
 		if reads != 0 {
 			t.Fatalf("%d reads, want none", reads)
@@ -254,32 +254,32 @@ func TestSelectLocalPrimary(t *testing.T) {
 	})
 	t.Run("other-space", func(t *testing.T) {
 		local := func() (ManagerIdentity, error) { return ManagerIdentity{Space: "other", InstanceID: iidOf("l")}, nil }
-		got, err, reads := run(t, local, human)
+		got, reads, err := run(t, local, human)
 		wantRefused(t, got, err, CodeUnavailable, "serves space")
 		if reads != 0 {
 			t.Fatalf("%d reads, want none", reads)
 		}
 	})
 	t.Run("not-live", func(t *testing.T) {
-		got, err, reads := run(t, localFile(t, iidOf("n")), human)
+		got, reads, err := run(t, localFile(t, iidOf("n")), human)
 		wantRefused(t, got, err, CodeFailedPrecondition, "is not a live manager of this owner")
 		if reads != 1 {
 			t.Fatalf("%d reads, want 1 (the local gate)", reads)
 		}
 	})
 	t.Run("not-registered", func(t *testing.T) {
-		got, err, reads := run(t, localFile(t, iidOf("x")), human)
+		got, reads, err := run(t, localFile(t, iidOf("x")), human)
 		wantRefused(t, got, err, CodeFailedPrecondition, "is not a live manager of this owner")
 		if reads != 1 {
 			t.Fatalf("%d reads, want 1 (the local gate)", reads)
 		}
 	})
 	t.Run("explicit-unchanged", func(t *testing.T) {
-		got, err, _ := run(t, localFile(t, iidOf("l")), Selection{Owner: ownerA, Human: true, InstanceID: iidOf("r")})
+		got, _, err := run(t, localFile(t, iidOf("l")), Selection{Owner: ownerA, Human: true, InstanceID: iidOf("r")})
 		wantChosen(t, got, err, iidOf("r"))
 	})
 	t.Run("agent-arm-unchanged", func(t *testing.T) {
-		got, err, _ := run(t, localFile(t, iidOf("l")), Selection{Owner: ownerA})
+		got, _, err := run(t, localFile(t, iidOf("l")), Selection{Owner: ownerA})
 		wantChosen(t, got, err, iidOf("r"))
 	})
 }
