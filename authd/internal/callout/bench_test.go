@@ -157,6 +157,7 @@ func connects(b *testing.B, n, conc int, connect func() (*nats.Conn, error)) ([]
 	lat := make([]time.Duration, n)
 	var next atomic.Int64
 	var failed atomic.Int64
+	var firstErr atomic.Value
 	var wg sync.WaitGroup
 	start := time.Now()
 	for range conc {
@@ -173,6 +174,7 @@ func connects(b *testing.B, n, conc int, connect func() (*nats.Conn, error)) ([]
 				lat[i] = time.Since(t0)
 				if err != nil {
 					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
 					continue
 				}
 				nc.Close()
@@ -182,7 +184,7 @@ func connects(b *testing.B, n, conc int, connect func() (*nats.Conn, error)) ([]
 	wg.Wait()
 	elapsed := time.Since(start)
 	if f := failed.Load(); f > 0 {
-		b.Fatalf("%d of %d connects failed", f, n)
+		b.Fatalf("%d of %d connects failed; the first: %v", f, n, firstErr.Load())
 	}
 	return lat, elapsed
 }
