@@ -2,7 +2,6 @@ package callout
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,42 +66,19 @@ func BenchmarkConnectGateRead(b *testing.B) {
 				nats.Token(tok), nats.Name(nonce), nats.CustomInboxPrefix("_INBOX_"+nonce), nats.NoReconnect(), nats.Timeout(10*time.Second))
 		}
 	}
-	type variant struct {
-		name    string
-		connect func() (*nats.Conn, error)
-		lat     []time.Duration
-		elapsed time.Duration
+	connectsAs := func(r ledger.Row) func(b *testing.B, n, conc int) ([]time.Duration, time.Duration) {
+		connect := connectAs(r)
+		return func(b *testing.B, n, conc int) ([]time.Duration, time.Duration) { return connects(b, n, conc, connect) }
 	}
 	for _, conc := range benchConcs {
 		b.Run(fmt.Sprintf("conc=%d", conc), func(b *testing.B) {
-			vs := []*variant{{name: "interactive", connect: connectAs(inter)}, {name: "managed-gate-read", connect: connectAs(managed)}}
 			reads := store.Reads()
-			b.ResetTimer()
-			for round := range benchRounds {
-				n := b.N / benchRounds
-				if round == benchRounds-1 {
-					n = b.N - n*(benchRounds-1)
-				}
-				order := slices.Clone(vs)
-				if round%2 == 1 {
-					slices.Reverse(order)
-				}
-				for _, v := range order {
-					lat, elapsed := connects(b, n, conc, v.connect)
-					v.lat, v.elapsed = append(v.lat, lat...), v.elapsed+elapsed
-				}
-			}
-			b.StopTimer()
+			rate := runRounds(b, conc, []*roundVariant{
+				{name: "interactive", round: connectsAs(inter)},
+				{name: "managed-gate-read", round: connectsAs(managed)},
+			})
 			if got := store.Reads() - reads; got != uint64(b.N) {
 				b.Fatalf("%d gate reads for %d managed connects", got, b.N)
-			}
-			rate := map[string]float64{}
-			for _, v := range vs {
-				slices.Sort(v.lat)
-				rate[v.name] = float64(len(v.lat)) / v.elapsed.Seconds()
-				b.ReportMetric(rate[v.name], v.name+"-connects/s")
-				b.ReportMetric(float64(v.lat[len(v.lat)/2].Microseconds())/1000, v.name+"-p50-ms")
-				b.ReportMetric(float64(v.lat[len(v.lat)*99/100].Microseconds())/1000, v.name+"-p99-ms")
 			}
 			b.ReportMetric(rate["managed-gate-read"]/rate["interactive"], "ratio")
 			b.ReportMetric(0, "ns/op")

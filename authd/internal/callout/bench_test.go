@@ -234,57 +234,76 @@ func BenchmarkConnect(b *testing.B) {
 	}
 	local := newLocalSigner(b, e)
 
-	type variant struct {
-		name    string
-		signer  Signer // the responder's signer: nil is signerd
-		callout bool
-		lat     []time.Duration
-		elapsed time.Duration
+	// round runs n connects of a variant; signer nil is signerd, and without callout the client
+	// connects with its static JWT.
+	round := func(signer Signer, useCallout bool) func(b *testing.B, n, conc int) ([]time.Duration, time.Duration) {
+		return func(b *testing.B, n, conc int) ([]time.Duration, time.Duration) {
+			if !useCallout {
+				return connects(b, n, conc, static)
+			}
+			b.StopTimer()
+			resp := benchResponder(b, e, signer, DefaultMaxInFlight)
+			b.StartTimer()
+			defer func() {
+				b.StopTimer()
+				resp.Close()
+				b.StartTimer()
+			}()
+			return connects(b, n, conc, callout)
+		}
 	}
 	for _, conc := range benchConcs {
 		b.Run(fmt.Sprintf("conc=%d", conc), func(b *testing.B) {
-			vs := []*variant{{name: "authd+signerd", callout: true}, {name: "in-process-keys", signer: local, callout: true}, {name: "static-jwt"}}
-			b.ResetTimer()
-			for round := range benchRounds {
-				n := b.N / benchRounds
-				if round == benchRounds-1 {
-					n = b.N - n*(benchRounds-1)
-				}
-				order := slices.Clone(vs)
-				if round%2 == 1 {
-					slices.Reverse(order)
-				}
-				for _, v := range order {
-					connect := static
-					var resp *Responder
-					if v.callout {
-						b.StopTimer()
-						resp = benchResponder(b, e, v.signer, DefaultMaxInFlight)
-						b.StartTimer()
-						connect = callout
-					}
-					lat, elapsed := connects(b, n, conc, connect)
-					v.lat, v.elapsed = append(v.lat, lat...), v.elapsed+elapsed
-					if resp != nil {
-						b.StopTimer()
-						resp.Close()
-						b.StartTimer()
-					}
-				}
-			}
-			b.StopTimer()
-			rate := map[string]float64{}
-			for _, v := range vs {
-				slices.Sort(v.lat)
-				rate[v.name] = float64(len(v.lat)) / v.elapsed.Seconds()
-				b.ReportMetric(rate[v.name], v.name+"-connects/s")
-				b.ReportMetric(float64(v.lat[len(v.lat)/2].Microseconds())/1000, v.name+"-p50-ms")
-				b.ReportMetric(float64(v.lat[len(v.lat)*99/100].Microseconds())/1000, v.name+"-p99-ms")
-			}
+			rate := runRounds(b, conc, []*roundVariant{
+				{name: "authd+signerd", round: round(nil, true)},
+				{name: "in-process-keys", round: round(local, true)},
+				{name: "static-jwt", round: round(nil, false)},
+			})
 			b.ReportMetric(rate["authd+signerd"]/rate["in-process-keys"], "ratio")
 			b.ReportMetric(0, "ns/op") // the clock covers all three variants: not a per-connect figure
 		})
 	}
+}
+
+// roundVariant is one variant of a connect benchmark: its name and what one of its rounds does
+// (n connects by conc clients: their latencies and the wall time).
+type roundVariant struct {
+	name    string
+	round   func(b *testing.B, n, conc int) ([]time.Duration, time.Duration)
+	lat     []time.Duration
+	elapsed time.Duration
+}
+
+// runRounds splits b.N connects of each variant into benchRounds rounds, the variants taking
+// turns round by round (the order reversed every other round), reports each one's connects/s,
+// p50 and p99, and returns the connects/s by name.
+func runRounds(b *testing.B, conc int, vs []*roundVariant) map[string]float64 {
+	b.Helper()
+	b.ResetTimer()
+	for round := range benchRounds {
+		n := b.N / benchRounds
+		if round == benchRounds-1 {
+			n = b.N - n*(benchRounds-1)
+		}
+		order := slices.Clone(vs)
+		if round%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, v := range order {
+			lat, elapsed := v.round(b, n, conc)
+			v.lat, v.elapsed = append(v.lat, lat...), v.elapsed+elapsed
+		}
+	}
+	b.StopTimer()
+	rate := map[string]float64{}
+	for _, v := range vs {
+		slices.Sort(v.lat)
+		rate[v.name] = float64(len(v.lat)) / v.elapsed.Seconds()
+		b.ReportMetric(rate[v.name], v.name+"-connects/s")
+		b.ReportMetric(float64(v.lat[len(v.lat)/2].Microseconds())/1000, v.name+"-p50-ms")
+		b.ReportMetric(float64(v.lat[len(v.lat)*99/100].Microseconds())/1000, v.name+"-p99-ms")
+	}
+	return rate
 }
 
 // BenchmarkReconnectStorm connects stormClients clients, restarts the broker, and reports how
