@@ -249,9 +249,17 @@ func (m *Manager) release(a *agent) {
 func (m *Manager) spawn(ctx context.Context, req *managerv1.SpawnRequest) (*managerv1.Agent, error) {
 	m.mu.Lock()
 	started := m.started && m.rail != nil
+	shutting := m.shutting
 	m.mu.Unlock()
 	if !started {
 		return nil, api.Refuse(codes.FailedPrecondition, managerv1.Reason_REASON_SHUTTING_DOWN, "the manager is not running")
+	}
+	// A manager that cannot confirm its lease or reach the broker admits no agent: the spawn
+	// would provision and mint for an instance that may no longer be the space's. A shutdown's
+	// own refusal (admit) names it.
+	if !shutting && m.State() == StateUnavailable {
+		return nil, api.Refuse(codes.Unavailable, managerv1.Reason_REASON_UNAVAILABLE,
+			"the manager is unavailable (broker connection or instance lease not confirmed); retry once it is ready")
 	}
 	a, err := m.admit(req)
 	if err != nil {

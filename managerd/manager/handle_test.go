@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/managerclient"
@@ -203,6 +205,12 @@ func TestStateBrokerLoss(t *testing.T) {
 		case <-m.Done():
 			t.Fatalf("stopped while the broker is gone: %v", m.Err())
 		default:
+		}
+		// An unavailable manager admits no agent, and holds no slot for the refused one.
+		_, err := m.Backend().Spawn(plane3test.Ctx(t), &managerv1.SpawnRequest{Name: "a1", Connector: "echo"})
+		wantRefusal(t, err, codes.Unavailable, managerv1.Reason_REASON_UNAVAILABLE)
+		if st, _ := m.Backend().Status(plane3test.Ctx(t)); st.GetAgents() != 0 {
+			t.Fatalf("a refused spawn holds %d slots", st.GetAgents())
 		}
 	})
 	t.Run("ok/broker back is ready", func(t *testing.T) {

@@ -72,6 +72,9 @@ const (
 	Reason_REASON_ATTACH_LIMIT Reason = 18
 	// The agent's process could not be proven gone; it keeps its slot (INTERNAL).
 	Reason_REASON_STOP_UNPROVEN Reason = 19
+	// The manager is unavailable: its broker connection is down or its instance lease is not
+	// confirmed; retry once Status shows it ready (UNAVAILABLE). Nothing was started.
+	Reason_REASON_UNAVAILABLE Reason = 20
 )
 
 // Enum value maps for Reason.
@@ -97,6 +100,7 @@ var (
 		17: "REASON_AGENT_EXITED",
 		18: "REASON_ATTACH_LIMIT",
 		19: "REASON_STOP_UNPROVEN",
+		20: "REASON_UNAVAILABLE",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":           0,
@@ -119,6 +123,7 @@ var (
 		"REASON_AGENT_EXITED":          17,
 		"REASON_ATTACH_LIMIT":          18,
 		"REASON_STOP_UNPROVEN":         19,
+		"REASON_UNAVAILABLE":           20,
 	}
 )
 
@@ -2252,7 +2257,7 @@ const file_cotal_manager_v1_manager_proto_rawDesc = "" +
 	"withAgents\"D\n" +
 	"\x10ShutdownResponse\x12\x18\n" +
 	"\astopped\x18\x01 \x03(\tR\astopped\x12\x16\n" +
-	"\x06spared\x18\x02 \x03(\tR\x06spared*\xb1\x04\n" +
+	"\x06spared\x18\x02 \x03(\tR\x06spared*\xc9\x04\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17REASON_PEER_NOT_ALLOWED\x10\x01\x12\x1b\n" +
@@ -2274,7 +2279,8 @@ const file_cotal_manager_v1_manager_proto_rawDesc = "" +
 	"\x14REASON_LAUNCH_FAILED\x10\x10\x12\x17\n" +
 	"\x13REASON_AGENT_EXITED\x10\x11\x12\x17\n" +
 	"\x13REASON_ATTACH_LIMIT\x10\x12\x12\x18\n" +
-	"\x14REASON_STOP_UNPROVEN\x10\x13*\x9a\x01\n" +
+	"\x14REASON_STOP_UNPROVEN\x10\x13\x12\x16\n" +
+	"\x12REASON_UNAVAILABLE\x10\x14*\x9a\x01\n" +
 	"\fProcessState\x12\x1d\n" +
 	"\x19PROCESS_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16PROCESS_STATE_STARTING\x10\x01\x12\x19\n" +
