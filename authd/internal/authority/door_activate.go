@@ -89,7 +89,6 @@ type DoorRefusal struct {
 }
 
 func (d *ActivateDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Cache-Control", "no-store")
 	var req activateRequest
 	if de := ReadDoor(r, d.auth, &req); de != nil {
 		if de.Status == http.StatusMethodNotAllowed {
@@ -156,8 +155,10 @@ func refusalAnswer(res ActivateResult, err error) (int, DoorRefusal) {
 // sentence is a code's default public sentence.
 func (c Code) sentence() string { return fmt.Sprintf("activation refused: %s", c) }
 
+// writeDoor writes a lifecycle door's JSON answer, never cached.
 func writeDoor(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)

@@ -2,7 +2,6 @@ package authority
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 
@@ -58,11 +57,11 @@ func (a *Authority) RetireDoor(auth []byte) http.Handler {
 			if de.Status == http.StatusMethodNotAllowed {
 				w.Header().Set("Allow", http.MethodPost)
 			}
-			writeDoorJSON(w, de.Status, doorRefusal{Error: de.Msg})
+			writeDoor(w, de.Status, doorRefusal{Error: de.Msg})
 			return
 		}
 		if err := CheckTokens(req.Owner, req.Actor, req.LifecycleUID); err != nil {
-			writeDoorJSON(w, http.StatusBadRequest, doorRefusal{Error: err.Error(), Code: CodeBadRequest})
+			writeDoor(w, http.StatusBadRequest, doorRefusal{Error: err.Error(), Code: CodeBadRequest})
 			return
 		}
 		ans, err := a.retireDoor(r.Context(), req)
@@ -76,10 +75,10 @@ func (a *Authority) RetireDoor(auth []byte) http.Handler {
 				status = http.StatusServiceUnavailable
 			}
 			a.log.Info("retire door refused", "principal", req.Owner+"."+req.Actor, "uid", req.LifecycleUID, "code", code, "err", err)
-			writeDoorJSON(w, status, doorRefusal{Error: publicMessage(err), Code: code})
+			writeDoor(w, status, doorRefusal{Error: publicMessage(err), Code: code})
 			return
 		}
-		writeDoorJSON(w, http.StatusOK, ans)
+		writeDoor(w, http.StatusOK, ans)
 	})
 }
 
@@ -129,10 +128,3 @@ func publicMessage(err error) string {
 	return string(CodeUnavailable) + ": the lifecycle store is unavailable"
 }
 
-func writeDoorJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
