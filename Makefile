@@ -64,6 +64,7 @@ FUZZ_TARGETS ?= \
 	managerd/manager:FuzzDecodeCustody \
 	deliveryd/internal/evict:FuzzDecodeAnswer \
 	authd/service:FuzzGradeAnswer \
+	pkg/lifecycle:FuzzDecodeObject \
 	pkg/lifecycle:FuzzDecodeHead \
 	pkg/lifecycle:FuzzDecodeReservation \
 	pkg/lifecycle:FuzzDecodeFrontier \

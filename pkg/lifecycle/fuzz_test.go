@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"testing"
 )
@@ -268,6 +269,37 @@ func FuzzDecodeRegisterManagerReply(f *testing.F) {
 		}
 		if back, err := DecodeRegisterManagerReply(enc); err != nil || back != r {
 			t.Fatalf("round trip of %+v = %+v, %v", r, back, err)
+		}
+	})
+}
+
+// FuzzDecodeObject: DecodeObject accepts only one JSON object of the struct's fields, and what it
+// decoded encodes back to an object it accepts with the same values.
+func FuzzDecodeObject(f *testing.F) {
+	type coord struct {
+		Owner        string `json:"owner"`
+		Actor        string `json:"actor"`
+		LifecycleUID string `json:"lifecycleUid"`
+	}
+	f.Add([]byte(`{"owner":"u_aaaaaaaaaaaaaaaaaaaaaaaaaa","actor":"probe","lifecycleUid":"cccccccccccccccccccccccccc"}`))
+	f.Add([]byte(`{"owner":1}`))
+	f.Add([]byte(`{} {}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var c coord
+		if err := DecodeObject(b, &c); err != nil {
+			return
+		}
+		if len(c.Owner)+len(c.Actor)+len(c.LifecycleUID) > len(b) {
+			t.Fatalf("decoded more than the body holds")
+		}
+		again, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back coord
+		if err := DecodeObject(again, &back); err != nil || back != c {
+			t.Fatalf("re-decoding %s: %+v, %v", again, back, err)
 		}
 	})
 }

@@ -157,11 +157,20 @@ func checkRailCode(c string) error {
 	return nil
 }
 
-// decodeClosed decodes one bounded JSON object into dst: no unknown field, no trailing data.
+// decodeClosed decodes one bounded JSON object into dst (DecodeObject).
 func decodeClosed(b []byte, dst any) error {
 	if len(b) > MaxRailBodyBytes {
 		return fmt.Errorf("body of %d bytes (at most %d)", len(b), MaxRailBodyBytes)
 	}
+	return DecodeObject(b, dst)
+}
+
+// DecodeObject decodes one JSON object into dst, a pointer to a struct, refusing anything else
+// (null, an array, a scalar), an unknown field, a field of another type and data after the
+// object. The caller bounds b and checks what was decoded (a missing field stays zero). It is
+// the closed decoder of the auth rails' bodies, the lifecycle doors' bodies and managerd's
+// identity file.
+func DecodeObject(b []byte, dst any) error {
 	if !bytes.HasPrefix(bytes.TrimLeft(b, " \t\r\n"), []byte("{")) {
 		return errors.New("the body must be one JSON object")
 	}
@@ -170,9 +179,9 @@ func decodeClosed(b []byte, dst any) error {
 	if err := dec.Decode(dst); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return fmt.Errorf("field %q has the wrong type", te.Field)
+			return fmt.Errorf("field %q must be a %s", te.Field, te.Type)
 		}
-		return errors.New("the body is not a closed JSON object of the documented fields")
+		return fmt.Errorf("the body is not a closed JSON object of the documented fields: %v", err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return errors.New("the body has data after its JSON object")

@@ -3,10 +3,12 @@ package authority
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/cotalgo/cotal/pkg/lifecycle"
 )
 
-// FuzzActivateBody: the activate door's body decoder and grammar check (DecodeClosed, then
-// activateRequest.check) never panic, and a body they accept holds four valid fields that
+// FuzzActivateBody: the activate door's body decoder and grammar check (lifecycle.DecodeObject,
+// then activateRequest.check) never panic, and a body they accept holds four valid fields that
 // survive a re-encoding unchanged.
 func FuzzActivateBody(f *testing.F) {
 	f.Add([]byte(`{"accountPublicKey":"ABJHLOVMPA4CI6R5KLNGOB4GSLNIY7IOUPAJC4YFNDLQVIOBYQGUWVLA","owner":"u_aaaaaaaaaaaaaaaaaaaaaaaaaa","actor":"cli","lifecycleUid":"cccccccccccccccccccccccccc"}`))
@@ -16,7 +18,7 @@ func FuzzActivateBody(f *testing.F) {
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req activateRequest
-		if DecodeClosed(body, &req) != nil || req.check() != nil {
+		if lifecycle.DecodeObject(body, &req) != nil || req.check() != nil {
 			return
 		}
 		if req.AccountPublicKey == "" || req.Owner == "" || req.Actor == "" || req.LifecycleUID == "" {
@@ -27,7 +29,7 @@ func FuzzActivateBody(f *testing.F) {
 			t.Fatal(err)
 		}
 		var again activateRequest
-		if err := DecodeClosed(b, &again); err != nil || again != req {
+		if err := lifecycle.DecodeObject(b, &again); err != nil || again != req {
 			t.Fatalf("re-decoded %+v (%v), want %+v", again, err, req)
 		}
 	})

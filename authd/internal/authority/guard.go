@@ -1,15 +1,13 @@
 package authority
 
 import (
-	"bytes"
 	"crypto/subtle"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
 
+	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/space"
 )
 
@@ -60,30 +58,8 @@ func ReadDoor(r *http.Request, wantAuth []byte, dst any) *DoorError {
 	if len(body) > MaxDoorBody {
 		return &DoorError{http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxDoorBody)}
 	}
-	if err := DecodeClosed(body, dst); err != nil {
+	if err := lifecycle.DecodeObject(body, dst); err != nil {
 		return &DoorError{http.StatusBadRequest, err.Error()}
-	}
-	return nil
-}
-
-// DecodeClosed decodes one JSON object into dst refusing unknown fields, a field of another
-// type, a missing field (every field of dst is required: a zero string after decoding is
-// refused by the grammar checks) and trailing data.
-func DecodeClosed(body []byte, dst any) error {
-	if !bytes.HasPrefix(bytes.TrimLeft(body, " \t\r\n"), []byte("{")) {
-		return errors.New("the body must be one JSON object")
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return fmt.Errorf("field %q must be a %s", te.Field, te.Type)
-		}
-		return fmt.Errorf("the body is not a closed JSON object of the documented fields: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("the body has data after its JSON object")
 	}
 	return nil
 }

@@ -74,18 +74,3 @@ func TestReadDoorGuards(t *testing.T) {
 		}
 	}
 }
-
-func FuzzDecodeClosed(f *testing.F) {
-	f.Add([]byte(`{"owner":"u_aaaaaaaaaaaaaaaaaaaaaaaaaa","actor":"probe","lifecycleUid":"cccccccccccccccccccccccccc"}`))
-	f.Add([]byte(`{"owner":1}`))
-	f.Add([]byte(`{} {}`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var c coordBody
-		if err := DecodeClosed(b, &c); err != nil {
-			return
-		}
-		if len(c.Owner)+len(c.Actor)+len(c.LifecycleUID) > len(b) {
-			t.Fatalf("decoded more than the body holds")
-		}
-	})
-}

@@ -1,13 +1,12 @@
 package authority
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 
+	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/space"
 )
 
@@ -57,7 +56,7 @@ func DecodeManagerIdentity(b []byte) (ManagerIdentity, error) {
 		Space      *string `json:"space"`
 		InstanceID *string `json:"instanceId"`
 	}
-	if err := strictDecode(b, &w); err != nil {
+	if err := lifecycle.DecodeObject(b, &w); err != nil {
 		return ManagerIdentity{}, fmt.Errorf("manager identity: %w", err)
 	}
 	switch {
@@ -69,21 +68,4 @@ func DecodeManagerIdentity(b []byte) (ManagerIdentity, error) {
 		return ManagerIdentity{}, errors.New("manager identity: instanceId is not an instance id")
 	}
 	return ManagerIdentity{Space: *w.Space, InstanceID: *w.InstanceID}, nil
-}
-
-// strictDecode decodes one JSON object into v, refusing unknown fields, a null for the whole
-// value and trailing data.
-func strictDecode(b []byte, v any) error {
-	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
-		return errors.New("null")
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errors.New("trailing data")
-	}
-	return nil
 }

@@ -127,4 +127,3 @@ func publicMessage(err error) string {
 	}
 	return string(CodeUnavailable) + ": the lifecycle store is unavailable"
 }
-
