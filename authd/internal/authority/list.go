@@ -29,8 +29,8 @@ type infoAnswer struct {
 }
 
 // streamInfo asks $JS.API.STREAM.INFO of kind's stream, with subjects_filter filter when not
-// empty (one page from offset). It is a read: Reads counts it.
-func (s *Store) streamInfo(ctx context.Context, kind space.BucketKind, filter string, offset int) (infoAnswer, error) {
+// empty (one page from offset), refusing an answer over maxBytes. It is a read: Reads counts it.
+func (s *Store) streamInfo(ctx context.Context, kind space.BucketKind, filter string, offset, maxBytes int) (infoAnswer, error) {
 	var resp infoAnswer
 	stream, err := s.names.BucketStream(kind)
 	if err != nil {
@@ -54,7 +54,7 @@ func (s *Store) streamInfo(ctx context.Context, kind space.BucketKind, filter st
 	if err != nil {
 		return resp, fmt.Errorf("%w: stream info of %s: %v", ErrUnavailable, stream, err)
 	}
-	if len(msg.Data) > maxListBytes {
+	if len(msg.Data) > maxBytes {
 		return resp, fmt.Errorf("%w: stream info of %s: an answer of %d bytes", ErrUnavailable, stream, len(msg.Data))
 	}
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
@@ -68,7 +68,7 @@ func (s *Store) streamInfo(ctx context.Context, kind space.BucketKind, filter st
 
 // LastSeq is the last sequence of kind's stream (STREAM.INFO, leader-answered).
 func (s *Store) LastSeq(ctx context.Context, kind space.BucketKind) (uint64, error) {
-	resp, err := s.streamInfo(ctx, kind, "", 0)
+	resp, err := s.streamInfo(ctx, kind, "", 0, maxListBytes)
 	return resp.State.LastSeq, err
 }
 
@@ -91,7 +91,7 @@ func (s *Store) Keys(ctx context.Context, kind space.BucketKind, prefix string) 
 		if page == maxKeyPages {
 			return nil, fmt.Errorf("%w: more than %d pages of %s keys", ErrUnavailable, maxKeyPages, prefix)
 		}
-		resp, err := s.streamInfo(ctx, kind, filter, offset)
+		resp, err := s.streamInfo(ctx, kind, filter, offset, maxListBytes)
 		if err != nil {
 			return nil, err
 		}

@@ -32,7 +32,6 @@ package authority
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -266,15 +265,6 @@ func readRefusal(err error) error {
 	return &Error{Code: CodeUnavailable, Msg: "the lifecycle store could not be read", Err: err}
 }
 
-type streamInfoResponse struct {
-	Total  int `json:"total"`
-	Offset int `json:"offset"`
-	State  struct {
-		Subjects map[string]uint64 `json:"subjects"`
-	} `json:"state"`
-	Error *apiError `json:"error"`
-}
-
 // maxInfoBytes bounds one STREAM.INFO answer: the stream's config and state plus at most
 // MaxManagerGates subjects of a bounded length.
 const maxInfoBytes = 64<<10 + MaxManagerGates*256
@@ -293,32 +283,13 @@ func (s *Store) managerGates(ctx context.Context) ([]string, error) {
 	}
 	prefix := strings.TrimSuffix(all, ">") // $KV.<bucket>.
 	filter := prefix + "epgate." + tok + ".*"
-	stream, _ := s.names.BucketStream(space.Auth)
-	api, err := space.StreamInfo(stream)
-	if err != nil {
-		return nil, fmt.Errorf("authority: %w", err)
-	}
 	var out []string
 	seen := map[string]bool{}
 	total := 0
 	for page := 0; ; page++ {
-		req, _ := json.Marshal(map[string]any{"subjects_filter": filter, "offset": len(out)})
-		rctx, cancel := s.bound(ctx)
-		s.reads.Add(1)
-		msg, err := s.nc.RequestWithContext(rctx, api, req)
-		cancel()
+		resp, err := s.streamInfo(ctx, space.Auth, filter, len(out), maxInfoBytes)
 		if err != nil {
-			return nil, readRefusal(fmt.Errorf("%w: list manager gates: %v", ErrUnavailable, err))
-		}
-		if len(msg.Data) > maxInfoBytes {
-			return nil, refuse(CodeUnavailable, "more than %d manager gates", MaxManagerGates)
-		}
-		var resp streamInfoResponse
-		if err := json.Unmarshal(msg.Data, &resp); err != nil {
-			return nil, readRefusal(fmt.Errorf("%w: list manager gates: undecodable answer: %v", ErrUnavailable, err))
-		}
-		if resp.Error != nil {
-			return nil, readRefusal(fmt.Errorf("%w: list manager gates: %s (%d)", ErrUnavailable, resp.Error.Description, resp.Error.ErrCode))
+			return nil, readRefusal(fmt.Errorf("list manager gates: %w", err))
 		}
 		if resp.Total > MaxManagerGates {
 			return nil, refuse(CodeUnavailable, "more than %d manager gates", MaxManagerGates)
