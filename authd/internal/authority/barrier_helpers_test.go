@@ -27,9 +27,9 @@ var (
 
 const tActor = "probe"
 
-// barrierAuthority is an Authority on s with a fresh ledger, a held plane, a plane context ended at
-// cleanup and a fast containment pace; edit changes the Config first.
-func barrierAuthority(t *testing.T, s *Store, edit func(*Config)) *Authority {
+// testAuthority is an Authority on s with a fresh ledger, a fresh account, a held plane, a plane
+// context ended at cleanup and a fast containment pace; edit changes the Config first.
+func testAuthority(t *testing.T, s *Store, edit func(*Config)) *Authority {
 	t.Helper()
 	led, err := ledger.Open(filepath.Join(t.TempDir(), "state"))
 	if err != nil {
@@ -42,7 +42,7 @@ func barrierAuthority(t *testing.T, s *Store, edit func(*Config)) *Authority {
 	acct, _ := akp.PublicKey()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	cfg := Config{Store: s, Ledger: led, Space: testSpace, Account: acct, Held: func() error { return nil }, Context: ctx}
+	cfg := Config{Store: s, Ledger: led, Space: s.Names().Name(), Account: acct, Held: func() error { return nil }, Context: ctx}
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -55,8 +55,8 @@ func barrierAuthority(t *testing.T, s *Store, edit func(*Config)) *Authority {
 }
 
 // activate writes what a finished activation leaves at uid: the reservation, the gate open at
-// generation 1 and the head active at epoch 1 (authority.Activate is another helper's; these
-// tests need only its rows).
+// generation 1 and the head active at epoch 1, written directly so the retirement tests do not
+// depend on Activate.
 func activate(t *testing.T, s *Store, owner, actor, uid string) {
 	t.Helper()
 	ctx := context.Background()

@@ -30,7 +30,7 @@ func ctxT(t *testing.T) context.Context {
 func TestBarrierOrder(t *testing.T) {
 	s, _, _ := provisioned(t)
 	activate(t, s, tOwner, tActor, tUID)
-	a := barrierAuthority(t, s, nil)
+	a := testAuthority(t, s, nil)
 	op, _ := lifecycle.ManagedRetirementOpID(tUID)
 	var steps []int
 	seen := map[int]rows{}
@@ -92,7 +92,7 @@ func TestBarrierOrder(t *testing.T) {
 // TestRetireRefusals: the barrier's own refusals, each before any write.
 func TestRetireRefusals(t *testing.T) {
 	s, _, _ := provisioned(t)
-	a := barrierAuthority(t, s, nil)
+	a := testAuthority(t, s, nil)
 	ctx := ctxT(t)
 	check := func(t *testing.T, want Code, owner, actor, uid string) {
 		t.Helper()
@@ -112,7 +112,7 @@ func TestRetireRefusals(t *testing.T) {
 		check(t, CodeConflict, owner, tActor, uid)
 	})
 	t.Run("fail/plane-not-held", func(t *testing.T) {
-		fenced := barrierAuthority(t, s, func(c *Config) { c.Held = func() error { return errors.New("fenced") } })
+		fenced := testAuthority(t, s, func(c *Config) { c.Held = func() error { return errors.New("fenced") } })
 		w := s.Writes()
 		if _, err := fenced.Retire(ctx, tOwner, tActor, tUID); CodeOf(err) != CodeUnavailable || s.Writes() != w {
 			t.Fatalf("fenced Retire = %v, %d writes", err, s.Writes()-w)
@@ -129,7 +129,7 @@ func TestRetireRefusals(t *testing.T) {
 func TestRetireFlight(t *testing.T) {
 	s, _, _ := provisioned(t)
 	activate(t, s, tOwner, tActor, tUID)
-	a := barrierAuthority(t, s, nil)
+	a := testAuthority(t, s, nil)
 	hold, release := make(chan struct{}), make(chan struct{})
 	a.afterStep = func(n int) error {
 		if n == stepFreeze {
@@ -200,7 +200,7 @@ func TestContainment(t *testing.T) {
 	b, s, _, _ := provisionedBroker(t)
 	activate(t, s, tOwner, tActor, tUID)
 	clk := testkit.NewClock(time.Now())
-	a := barrierAuthority(t, s, func(c *Config) { c.Now = clk.Now })
+	a := testAuthority(t, s, func(c *Config) { c.Now = clk.Now })
 	_ = agentConn(t, b, "u_"+strings.Repeat("b", 26), tActor, tUID2, time.Hour) // someone else
 	live := agentConn(t, b, tOwner, tActor, tUID, time.Hour)
 	done := make(chan error, 1)
@@ -270,7 +270,7 @@ func TestContainment(t *testing.T) {
 func TestContainmentNoAnswer(t *testing.T) {
 	b, s, _, _ := provisionedBroker(t)
 	activate(t, s, tOwner, tActor, tUID)
-	a := barrierAuthority(t, s, nil)
+	a := testAuthority(t, s, nil)
 	jwt, kp := b.Space(testSpace).MintUnlimited(t)
 	gone, err := b.Connect(t, jwt, kp)
 	if err != nil {
@@ -307,7 +307,7 @@ func TestContainWaitsForCallouts(t *testing.T) {
 	if err := late.WaitIdle(ctxT(t)); err != nil {
 		t.Fatalf("WaitIdle before Set = %v", err)
 	}
-	a := barrierAuthority(t, s, func(c *Config) { c.Callouts = late })
+	a := testAuthority(t, s, func(c *Config) { c.Callouts = late })
 	activate(t, s, tOwner, tActor, tUID)
 	failing := &idleCounter{err: context.DeadlineExceeded}
 	late.Set(failing)

@@ -88,7 +88,7 @@ func TestBarrierKill(t *testing.T) {
 		t.Run(fmt.Sprintf("step-%d", step), func(t *testing.T) {
 			b, s, _, _ := provisionedBroker(t)
 			activate(t, s, tOwner, tActor, tUID)
-			parent := barrierAuthority(t, s, nil)
+			parent := testAuthority(t, s, nil)
 			op, _ := lifecycle.ManagedRetirementOpID(tUID)
 
 			jwt, kp := b.Space(testSpace).MintUnlimited(t)

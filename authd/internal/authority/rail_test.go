@@ -63,7 +63,7 @@ func railBody(opID, iid string, epoch uint64) []byte {
 // idempotent success.
 func TestRetireRail(t *testing.T) {
 	s, _, _ := provisioned(t)
-	a := barrierAuthority(t, s, nil)
+	a := testAuthority(t, s, nil)
 	ctx := ctxT(t)
 	activate(t, s, tOwner, tActor, tUID)
 	serveGate(t, s, mIID, openGate(cOwner+"."+cActor, 3))
@@ -136,7 +136,7 @@ func TestRetireRail(t *testing.T) {
 	})
 	t.Run("fail/store-unavailable", func(t *testing.T) {
 		s2, _, nc2 := provisioned(t)
-		down := barrierAuthority(t, s2, nil)
+		down := testAuthority(t, s2, nil)
 		nc2.Close()
 		if rep := down.HandleRetireRail(ctx, subj, railBody(op, mIID, 3)); rep.Code != string(CodeUnavailable) || strings.Contains(rep.Error, "nats:") {
 			t.Fatalf("reply %+v, want unavailable without the cause", rep)
@@ -149,7 +149,7 @@ func TestRetireRail(t *testing.T) {
 // reply subject the request names.
 func TestOneFreeze(t *testing.T) {
 	b, s, _, nc := provisionedBroker(t)
-	a := barrierAuthority(t, s, nil)
+	a := testAuthority(t, s, nil)
 	activate(t, s, tOwner, tActor, tUID)
 	serveGate(t, s, mIID, openGate(cOwner+"."+cActor, 0))
 	if _, err := a.ServeRetireRail(ctxT(t), nc); err != nil {
@@ -238,7 +238,7 @@ func TestOneFreeze(t *testing.T) {
 // gate is open is not owed.
 func TestResumeGarbled(t *testing.T) {
 	s, _, _ := provisioned(t)
-	a := barrierAuthority(t, s, nil)
+	a := testAuthority(t, s, nil)
 	ctx := ctxT(t)
 	activate(t, s, tOwner, tActor, tUID)
 	op, _ := lifecycle.ManagedRetirementOpID(tUID)
@@ -256,7 +256,7 @@ func TestResumeGarbled(t *testing.T) {
 	} {
 		t.Run("fail/"+name, func(t *testing.T) {
 			s2, _, _ := provisioned(t)
-			a2 := barrierAuthority(t, s2, nil)
+			a2 := testAuthority(t, s2, nil)
 			if _, err := s2.Create(ctx, space.Auth, key, []byte(value)); err != nil {
 				t.Fatal(err)
 			}
@@ -267,7 +267,7 @@ func TestResumeGarbled(t *testing.T) {
 	}
 	t.Run("fail/not-an-opid", func(t *testing.T) {
 		s2, _, _ := provisioned(t)
-		a2 := barrierAuthority(t, s2, nil)
+		a2 := testAuthority(t, s2, nil)
 		if _, err := s2.Create(ctx, space.Auth, "stage.NOT_AN_OPID", st); err != nil {
 			t.Fatal(err)
 		}

@@ -3,13 +3,9 @@ package authority
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nkeys"
-
-	"github.com/cotalgo/cotal/authd/internal/ledger"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/mtls"
@@ -26,26 +22,15 @@ var (
 	regPrincipal = "m1.s1"
 )
 
-// newAuthority builds an authority on s; held answers the plane check (nil: always held).
+// newAuthority is testAuthority with signer for Mac and held as the plane check (nil: held).
 func newAuthority(t *testing.T, s *Store, signer signerv1.SignerServiceClient, held func() error) *Authority {
 	t.Helper()
-	led, err := ledger.Open(filepath.Join(t.TempDir(), "ledger"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	acct, err := nkeys.CreateAccount()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, _ := acct.PublicKey()
-	if held == nil {
-		held = func() error { return nil }
-	}
-	a, err := New(Config{Store: s, Ledger: led, Space: s.Names().Name(), Account: pub, Signer: signer, Held: held})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
+	return testAuthority(t, s, func(c *Config) {
+		c.Signer = signer
+		if held != nil {
+			c.Held = held
+		}
+	})
 }
 
 func wantCode(t *testing.T, err error, code Code) {

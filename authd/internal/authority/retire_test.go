@@ -53,7 +53,7 @@ func managedRow(t *testing.T, l *ledger.Ledger, owner, actor, uid string) {
 // table with its exact body.
 func TestRetireDoor(t *testing.T) {
 	s, _, _ := provisioned(t)
-	a := barrierAuthority(t, s, nil)
+	a := testAuthority(t, s, nil)
 	h := a.RetireDoor([]byte(doorCap))
 	op2, _ := lifecycle.ManagedRetirementOpID(tUID2)
 	owner2 := "u_" + strings.Repeat("b", 26)
@@ -110,7 +110,7 @@ func TestRetireDoor(t *testing.T) {
 	retiredAt(t, s, tOwner, tActor, tUID)
 
 	t.Run("fail/fenced-503", func(t *testing.T) {
-		fenced := barrierAuthority(t, s, func(c *Config) { c.Held = func() error { return errors.New("fenced") } })
+		fenced := testAuthority(t, s, func(c *Config) { c.Held = func() error { return errors.New("fenced") } })
 		r := s.Reads()
 		status, body := doorPost(t, fenced.RetireDoor([]byte(doorCap)), http.MethodPost, coordJSON(tOwner, tActor, tUID))
 		if status != 503 || !strings.Contains(body, `"code":"unavailable"`) || s.Reads() != r {
@@ -119,7 +119,7 @@ func TestRetireDoor(t *testing.T) {
 	})
 	t.Run("fail/store-unavailable-503", func(t *testing.T) {
 		s2, _, nc2 := provisioned(t)
-		down := barrierAuthority(t, s2, nil)
+		down := testAuthority(t, s2, nil)
 		nc2.Close()
 		status, body := doorPost(t, down.RetireDoor([]byte(doorCap)), http.MethodPost, coordJSON(tOwner, tActor, tUID))
 		if status != 503 || strings.Contains(body, "nats:") {
