@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/cotalgo/cotal/authd/internal/authority/authoritytest"
-	"github.com/cotalgo/cotal/authd/internal/ledger"
 	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/space"
 )
@@ -37,15 +35,8 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	led, err := ledger.Open(filepath.Join(t.TempDir(), "state"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	r := &rig{s: s, sp: sp}
-	r.a, err = New(Config{Store: s, Ledger: led, Space: testSpace, Account: sp.Account, Held: r.held})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r.a = testAuthority(t, s, func(c *Config) { c.Account, c.Held = sp.Account, r.held })
 	return r
 }
 
