@@ -47,7 +47,7 @@ const maxRailInFlight = 64
 // goroutine (at most maxRailInFlight at once) and waits for its flight on the plane's context.
 func (a *Authority) ServeRetireRail(ctx context.Context, nc *nats.Conn) (*nats.Subscription, error) {
 	sem := make(chan struct{}, maxRailInFlight)
-	sub, err := nc.QueueSubscribe(a.names.RetireLifecycleServe(), space.AuthRailQueue, func(m *nats.Msg) {
+	return subscribeRail(ctx, nc, a.names.RetireLifecycleServe(), "retire", func(m *nats.Msg) {
 		select {
 		case sem <- struct{}{}:
 		default:
@@ -59,18 +59,25 @@ func (a *Authority) ServeRetireRail(ctx context.Context, nc *nats.Conn) (*nats.S
 			a.replyRail(nc, m.Subject, a.HandleRetireRail(a.ctx, m.Subject, m.Data))
 		}()
 	})
+}
+
+// subscribeRail subscribes one auth rail's serve pattern in queue space.AuthRailQueue and
+// confirms it with the broker (a flush bounded by ctx and 10 s, then the connection's last
+// error: a refused subscription shows there), unsubscribing again if either fails.
+func subscribeRail(ctx context.Context, nc *nats.Conn, pattern, what string, handle nats.MsgHandler) (*nats.Subscription, error) {
+	sub, err := nc.QueueSubscribe(pattern, space.AuthRailQueue, handle)
 	if err != nil {
-		return nil, fmt.Errorf("authority: subscribe the retire rail: %w", err)
+		return nil, fmt.Errorf("authority: subscribe the %s rail: %w", what, err)
 	}
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := nc.FlushWithContext(fctx); err != nil {
 		_ = sub.Unsubscribe()
-		return nil, fmt.Errorf("authority: flush the retire rail: %w", err)
+		return nil, fmt.Errorf("authority: flush the %s rail: %w", what, err)
 	}
 	if err := nc.LastError(); err != nil {
 		_ = sub.Unsubscribe()
-		return nil, fmt.Errorf("authority: the retire rail subscription was refused: %w", err)
+		return nil, fmt.Errorf("authority: the %s rail subscription was refused: %w", what, err)
 	}
 	return sub, nil
 }

@@ -33,26 +33,14 @@ import (
 const registerRailTimeout = 30 * time.Second
 
 // ServeRegisterManager subscribes the register-manager rail on nc in queue space.AuthRailQueue
-// and confirms the subscription with the broker. Each request runs under ctx (bounded by 30 s);
+// and confirms the subscription with the broker (subscribeRail). Each request runs under ctx (bounded by 30 s);
 // requests are served one at a time. The caller drains or unsubscribes the subscription.
 func (a *Authority) ServeRegisterManager(ctx context.Context, nc *nats.Conn) (*nats.Subscription, error) {
-	sub, err := nc.QueueSubscribe(a.names.RegisterManagerServe(), space.AuthRailQueue, func(m *nats.Msg) {
+	return subscribeRail(ctx, nc, a.names.RegisterManagerServe(), "register-manager", func(m *nats.Msg) {
 		rctx, cancel := context.WithTimeout(ctx, registerRailTimeout)
 		defer cancel()
 		a.answerRegisterManager(rctx, nc, m)
 	})
-	if err != nil {
-		return nil, err
-	}
-	if err := nc.Flush(); err != nil {
-		_ = sub.Unsubscribe()
-		return nil, err
-	}
-	if err := nc.LastError(); err != nil {
-		_ = sub.Unsubscribe()
-		return nil, err
-	}
-	return sub, nil
 }
 
 // answerRegisterManager handles one request and publishes its answer on RailReply(subject).
