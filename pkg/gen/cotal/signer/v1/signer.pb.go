@@ -73,6 +73,12 @@ const (
 	// Requires owner, actor, lifecycle_uid (the caller: a manager serve principal and its lifecycle)
 	// and target.
 	Profile_PROFILE_RETIREMENT_REQUESTER Profile = 16
+	// A service endpoint instance serving its endpoint (seed 002), admitted by the callout's service
+	// arm on a service access bearer: actor svc_<instance_id>, subscribes only
+	// cotal.<t>.sep.<endpoint token>.<instance_id>.> and publishes only
+	// cotal.<t>.sep.reply.<endpoint token>.<instance_id>.>; at most 60 s (the bearer's expiry).
+	// Requires owner, service_endpoint and instance_id.
+	Profile_PROFILE_SERVICE_SERVE Profile = 17
 )
 
 // Enum value maps for Profile.
@@ -95,6 +101,7 @@ var (
 		14: "PROFILE_MEMBERSHIP_OBSERVER",
 		15: "PROFILE_CONNECTION_EVICTOR",
 		16: "PROFILE_RETIREMENT_REQUESTER",
+		17: "PROFILE_SERVICE_SERVE",
 	}
 	Profile_value = map[string]int32{
 		"PROFILE_UNSPECIFIED":          0,
@@ -114,6 +121,7 @@ var (
 		"PROFILE_MEMBERSHIP_OBSERVER":  14,
 		"PROFILE_CONNECTION_EVICTOR":   15,
 		"PROFILE_RETIREMENT_REQUESTER": 16,
+		"PROFILE_SERVICE_SERVE":        17,
 	}
 )
 
@@ -323,6 +331,60 @@ func (MacDomain) EnumDescriptor() ([]byte, []int) {
 	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{2}
 }
 
+// ServiceCredentialKind names which service endpoint token to sign.
+type ServiceCredentialKind int32
+
+const (
+	// Not a kind; always refused.
+	ServiceCredentialKind_SERVICE_CREDENTIAL_KIND_UNSPECIFIED ServiceCredentialKind = 0
+	// The access bearer: typ cotal-service-access+jwt, aud the space, duty "serve"; at most 60 s.
+	ServiceCredentialKind_SERVICE_CREDENTIAL_KIND_ACCESS ServiceCredentialKind = 1
+	// The renewal proof: typ cotal-service-renewal+jwt, aud urn:cotal:service-renewal:<space>,
+	// use "renew"; at most 24 h.
+	ServiceCredentialKind_SERVICE_CREDENTIAL_KIND_RENEWAL ServiceCredentialKind = 2
+)
+
+// Enum value maps for ServiceCredentialKind.
+var (
+	ServiceCredentialKind_name = map[int32]string{
+		0: "SERVICE_CREDENTIAL_KIND_UNSPECIFIED",
+		1: "SERVICE_CREDENTIAL_KIND_ACCESS",
+		2: "SERVICE_CREDENTIAL_KIND_RENEWAL",
+	}
+	ServiceCredentialKind_value = map[string]int32{
+		"SERVICE_CREDENTIAL_KIND_UNSPECIFIED": 0,
+		"SERVICE_CREDENTIAL_KIND_ACCESS":      1,
+		"SERVICE_CREDENTIAL_KIND_RENEWAL":     2,
+	}
+)
+
+func (x ServiceCredentialKind) Enum() *ServiceCredentialKind {
+	p := new(ServiceCredentialKind)
+	*p = x
+	return p
+}
+
+func (x ServiceCredentialKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ServiceCredentialKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_cotal_signer_v1_signer_proto_enumTypes[3].Descriptor()
+}
+
+func (ServiceCredentialKind) Type() protoreflect.EnumType {
+	return &file_cotal_signer_v1_signer_proto_enumTypes[3]
+}
+
+func (x ServiceCredentialKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ServiceCredentialKind.Descriptor instead.
+func (ServiceCredentialKind) EnumDescriptor() ([]byte, []int) {
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{3}
+}
+
 // ProfileParams are the caller-chosen values a profile is built from. signerd validates every
 // value against the name grammars and refuses any that would widen the profile (a wildcard, an
 // invalid token, a parameter the profile does not accept).
@@ -346,7 +408,13 @@ type ProfileParams struct {
 	Capabilities []string `protobuf:"bytes,8,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	// Optional. The lifecycle a retirement requester may ask to retire; required by
 	// PROFILE_RETIREMENT_REQUESTER and refused by every other profile.
-	Target        *RetirementTarget `protobuf:"bytes,9,opt,name=target,proto3" json:"target,omitempty"`
+	Target *RetirementTarget `protobuf:"bytes,9,opt,name=target,proto3" json:"target,omitempty"`
+	// Optional. The dotted service endpoint name; required by PROFILE_SERVICE_SERVE and refused by
+	// every other profile.
+	ServiceEndpoint string `protobuf:"bytes,10,opt,name=service_endpoint,json=serviceEndpoint,proto3" json:"service_endpoint,omitempty"`
+	// Optional. The endpoint instance id ([a-z0-9]{26,32}); required by PROFILE_SERVICE_SERVE and
+	// refused by every other profile.
+	InstanceId    string `protobuf:"bytes,11,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -442,6 +510,20 @@ func (x *ProfileParams) GetTarget() *RetirementTarget {
 		return x.Target
 	}
 	return nil
+}
+
+func (x *ProfileParams) GetServiceEndpoint() string {
+	if x != nil {
+		return x.ServiceEndpoint
+	}
+	return ""
+}
+
+func (x *ProfileParams) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
 }
 
 // RetirementTarget is one exact managed lifecycle.
@@ -2090,11 +2172,204 @@ func (x *MacResponse) GetMac() string {
 	return ""
 }
 
+// SignServiceCredentialRequest names the registration a service token is bound to.
+type SignServiceCredentialRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The space.
+	Space string `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
+	// Required. Which token.
+	Kind ServiceCredentialKind `protobuf:"varint,2,opt,name=kind,proto3,enum=cotal.signer.v1.ServiceCredentialKind" json:"kind,omitempty"`
+	// Required. The registering owner (u_ and 26 base32 characters): the token's sub.
+	Owner string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	// Required. The registration witness (w_ and 52 base32 characters): the token's wit.
+	Witness string `protobuf:"bytes,4,opt,name=witness,proto3" json:"witness,omitempty"`
+	// Required. The dotted endpoint name: the token's ep.
+	Endpoint string `protobuf:"bytes,5,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// Required. The endpoint instance id ([a-z0-9]{26,32}): the token's iid.
+	InstanceId string `protobuf:"bytes,6,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// Required. The native root id (r_ and 26 base32 characters): the token's root.
+	Root string `protobuf:"bytes,7,opt,name=root,proto3" json:"root,omitempty"`
+	// Required. Requested lifetime; capped at 60 s (access) or 24 h (renewal); under 1 s or
+	// negative is refused (TTL_INVALID).
+	Ttl *durationpb.Duration `protobuf:"bytes,8,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// Required. The token never lives past this instant (the earlier of the root's and the
+	// approval's end); one already reached is refused (TTL_INVALID).
+	NotAfter      *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=not_after,json=notAfter,proto3" json:"not_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignServiceCredentialRequest) Reset() {
+	*x = SignServiceCredentialRequest{}
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignServiceCredentialRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignServiceCredentialRequest) ProtoMessage() {}
+
+func (x *SignServiceCredentialRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignServiceCredentialRequest.ProtoReflect.Descriptor instead.
+func (*SignServiceCredentialRequest) Descriptor() ([]byte, []int) {
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *SignServiceCredentialRequest) GetSpace() string {
+	if x != nil {
+		return x.Space
+	}
+	return ""
+}
+
+func (x *SignServiceCredentialRequest) GetKind() ServiceCredentialKind {
+	if x != nil {
+		return x.Kind
+	}
+	return ServiceCredentialKind_SERVICE_CREDENTIAL_KIND_UNSPECIFIED
+}
+
+func (x *SignServiceCredentialRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *SignServiceCredentialRequest) GetWitness() string {
+	if x != nil {
+		return x.Witness
+	}
+	return ""
+}
+
+func (x *SignServiceCredentialRequest) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *SignServiceCredentialRequest) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *SignServiceCredentialRequest) GetRoot() string {
+	if x != nil {
+		return x.Root
+	}
+	return ""
+}
+
+func (x *SignServiceCredentialRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *SignServiceCredentialRequest) GetNotAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotAfter
+	}
+	return nil
+}
+
+// SignServiceCredentialResponse carries the token.
+type SignServiceCredentialResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The token. Treat as a secret: never log it.
+	Token string `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	// The key id that signed it.
+	Kid string `protobuf:"bytes,2,opt,name=kid,proto3" json:"kid,omitempty"`
+	// When it expires.
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// Its jti.
+	Jti           string `protobuf:"bytes,4,opt,name=jti,proto3" json:"jti,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignServiceCredentialResponse) Reset() {
+	*x = SignServiceCredentialResponse{}
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignServiceCredentialResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignServiceCredentialResponse) ProtoMessage() {}
+
+func (x *SignServiceCredentialResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignServiceCredentialResponse.ProtoReflect.Descriptor instead.
+func (*SignServiceCredentialResponse) Descriptor() ([]byte, []int) {
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *SignServiceCredentialResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *SignServiceCredentialResponse) GetKid() string {
+	if x != nil {
+		return x.Kid
+	}
+	return ""
+}
+
+func (x *SignServiceCredentialResponse) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *SignServiceCredentialResponse) GetJti() string {
+	if x != nil {
+		return x.Jti
+	}
+	return ""
+}
+
 var File_cotal_signer_v1_signer_proto protoreflect.FileDescriptor
 
 const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\n" +
-	"\x1ccotal/signer/v1/signer.proto\x12\x0fcotal.signer.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbf\x02\n" +
+	"\x1ccotal/signer/v1/signer.proto\x12\x0fcotal.signer.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\x03\n" +
 	"\rProfileParams\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x14\n" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12#\n" +
@@ -2104,7 +2379,11 @@ const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\x0fallow_subscribe\x18\x06 \x03(\tR\x0eallowSubscribe\x12#\n" +
 	"\rallow_publish\x18\a \x03(\tR\fallowPublish\x12\"\n" +
 	"\fcapabilities\x18\b \x03(\tR\fcapabilities\x129\n" +
-	"\x06target\x18\t \x01(\v2!.cotal.signer.v1.RetirementTargetR\x06target\"c\n" +
+	"\x06target\x18\t \x01(\v2!.cotal.signer.v1.RetirementTargetR\x06target\x12)\n" +
+	"\x10service_endpoint\x18\n" +
+	" \x01(\tR\x0fserviceEndpoint\x12\x1f\n" +
+	"\vinstance_id\x18\v \x01(\tR\n" +
+	"instanceId\"c\n" +
 	"\x10RetirementTarget\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x14\n" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12#\n" +
@@ -2239,7 +2518,24 @@ const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\x06domain\x18\x02 \x01(\x0e2\x1a.cotal.signer.v1.MacDomainR\x06domain\x12\x18\n" +
 	"\apayload\x18\x03 \x01(\fR\apayload\"\x1f\n" +
 	"\vMacResponse\x12\x10\n" +
-	"\x03mac\x18\x01 \x01(\tR\x03mac*\xaf\x03\n" +
+	"\x03mac\x18\x01 \x01(\tR\x03mac\"\xd7\x02\n" +
+	"\x1cSignServiceCredentialRequest\x12\x14\n" +
+	"\x05space\x18\x01 \x01(\tR\x05space\x12:\n" +
+	"\x04kind\x18\x02 \x01(\x0e2&.cotal.signer.v1.ServiceCredentialKindR\x04kind\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\x18\n" +
+	"\awitness\x18\x04 \x01(\tR\awitness\x12\x1a\n" +
+	"\bendpoint\x18\x05 \x01(\tR\bendpoint\x12\x1f\n" +
+	"\vinstance_id\x18\x06 \x01(\tR\n" +
+	"instanceId\x12\x12\n" +
+	"\x04root\x18\a \x01(\tR\x04root\x12+\n" +
+	"\x03ttl\x18\b \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x127\n" +
+	"\tnot_after\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\"\x94\x01\n" +
+	"\x1dSignServiceCredentialResponse\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x10\n" +
+	"\x03kid\x18\x02 \x01(\tR\x03kid\x129\n" +
+	"\n" +
+	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x10\n" +
+	"\x03jti\x18\x04 \x01(\tR\x03jti*\xca\x03\n" +
 	"\aProfile\x12\x17\n" +
 	"\x13PROFILE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rPROFILE_AGENT\x10\x01\x12\x16\n" +
@@ -2258,7 +2554,8 @@ const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\x12PROFILE_AUTH_PLANE\x10\r\x12\x1f\n" +
 	"\x1bPROFILE_MEMBERSHIP_OBSERVER\x10\x0e\x12\x1e\n" +
 	"\x1aPROFILE_CONNECTION_EVICTOR\x10\x0f\x12 \n" +
-	"\x1cPROFILE_RETIREMENT_REQUESTER\x10\x10*\x8a\x05\n" +
+	"\x1cPROFILE_RETIREMENT_REQUESTER\x10\x10\x12\x19\n" +
+	"\x15PROFILE_SERVICE_SERVE\x10\x11*\x8a\x05\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15REASON_CALLER_UNKNOWN\x10\x01\x12\x1a\n" +
@@ -2285,7 +2582,11 @@ const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\x19REASON_SYSTEM_KEY_MISSING\x10\x15*T\n" +
 	"\tMacDomain\x12\x1a\n" +
 	"\x16MAC_DOMAIN_UNSPECIFIED\x10\x00\x12+\n" +
-	"'MAC_DOMAIN_MANAGER_CURRENT_REGISTRATION\x10\x012\x92\x06\n" +
+	"'MAC_DOMAIN_MANAGER_CURRENT_REGISTRATION\x10\x01*\x89\x01\n" +
+	"\x15ServiceCredentialKind\x12'\n" +
+	"#SERVICE_CREDENTIAL_KIND_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1eSERVICE_CREDENTIAL_KIND_ACCESS\x10\x01\x12#\n" +
+	"\x1fSERVICE_CREDENTIAL_KIND_RENEWAL\x10\x022\x8a\a\n" +
 	"\rSignerService\x12C\n" +
 	"\x04Mint\x12\x1c.cotal.signer.v1.MintRequest\x1a\x1d.cotal.signer.v1.MintResponse\x12I\n" +
 	"\x06Remint\x12\x1e.cotal.signer.v1.RemintRequest\x1a\x1f.cotal.signer.v1.RemintResponse\x12O\n" +
@@ -2296,7 +2597,8 @@ const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"SignBearer\x12\".cotal.signer.v1.SignBearerRequest\x1a#.cotal.signer.v1.SignBearerResponse\x12L\n" +
 	"\aGetJWKS\x12\x1f.cotal.signer.v1.GetJWKSRequest\x1a .cotal.signer.v1.GetJWKSResponse\x12X\n" +
 	"\vDeriveOwner\x12#.cotal.signer.v1.DeriveOwnerRequest\x1a$.cotal.signer.v1.DeriveOwnerResponse\x12@\n" +
-	"\x03Mac\x12\x1b.cotal.signer.v1.MacRequest\x1a\x1c.cotal.signer.v1.MacResponseB;Z9github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1;signerv1b\x06proto3"
+	"\x03Mac\x12\x1b.cotal.signer.v1.MacRequest\x1a\x1c.cotal.signer.v1.MacResponse\x12v\n" +
+	"\x15SignServiceCredential\x12-.cotal.signer.v1.SignServiceCredentialRequest\x1a..cotal.signer.v1.SignServiceCredentialResponseB;Z9github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1;signerv1b\x06proto3"
 
 var (
 	file_cotal_signer_v1_signer_proto_rawDescOnce sync.Once
@@ -2310,80 +2612,89 @@ func file_cotal_signer_v1_signer_proto_rawDescGZIP() []byte {
 	return file_cotal_signer_v1_signer_proto_rawDescData
 }
 
-var file_cotal_signer_v1_signer_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_cotal_signer_v1_signer_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_cotal_signer_v1_signer_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_cotal_signer_v1_signer_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_cotal_signer_v1_signer_proto_goTypes = []any{
-	(Profile)(0),                        // 0: cotal.signer.v1.Profile
-	(Reason)(0),                         // 1: cotal.signer.v1.Reason
-	(MacDomain)(0),                      // 2: cotal.signer.v1.MacDomain
-	(*ProfileParams)(nil),               // 3: cotal.signer.v1.ProfileParams
-	(*RetirementTarget)(nil),            // 4: cotal.signer.v1.RetirementTarget
-	(*MintRequest)(nil),                 // 5: cotal.signer.v1.MintRequest
-	(*Credential)(nil),                  // 6: cotal.signer.v1.Credential
-	(*MintResponse)(nil),                // 7: cotal.signer.v1.MintResponse
-	(*RemintRequest)(nil),               // 8: cotal.signer.v1.RemintRequest
-	(*RemintResponse)(nil),              // 9: cotal.signer.v1.RemintResponse
-	(*GetSpaceRequest)(nil),             // 10: cotal.signer.v1.GetSpaceRequest
-	(*GetSpaceResponse)(nil),            // 11: cotal.signer.v1.GetSpaceResponse
-	(*OpenCalloutRequestRequest)(nil),   // 12: cotal.signer.v1.OpenCalloutRequestRequest
-	(*OpenCalloutRequestResponse)(nil),  // 13: cotal.signer.v1.OpenCalloutRequestResponse
-	(*CalloutGrant)(nil),                // 14: cotal.signer.v1.CalloutGrant
-	(*SignCalloutResponseRequest)(nil),  // 15: cotal.signer.v1.SignCalloutResponseRequest
-	(*SignCalloutResponseResponse)(nil), // 16: cotal.signer.v1.SignCalloutResponseResponse
-	(*SignBearerRequest)(nil),           // 17: cotal.signer.v1.SignBearerRequest
-	(*SignBearerResponse)(nil),          // 18: cotal.signer.v1.SignBearerResponse
-	(*GetJWKSRequest)(nil),              // 19: cotal.signer.v1.GetJWKSRequest
-	(*JWK)(nil),                         // 20: cotal.signer.v1.JWK
-	(*GetJWKSResponse)(nil),             // 21: cotal.signer.v1.GetJWKSResponse
-	(*DeriveOwnerRequest)(nil),          // 22: cotal.signer.v1.DeriveOwnerRequest
-	(*DeriveOwnerResponse)(nil),         // 23: cotal.signer.v1.DeriveOwnerResponse
-	(*MacRequest)(nil),                  // 24: cotal.signer.v1.MacRequest
-	(*MacResponse)(nil),                 // 25: cotal.signer.v1.MacResponse
-	(*durationpb.Duration)(nil),         // 26: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 27: google.protobuf.Timestamp
+	(Profile)(0),                          // 0: cotal.signer.v1.Profile
+	(Reason)(0),                           // 1: cotal.signer.v1.Reason
+	(MacDomain)(0),                        // 2: cotal.signer.v1.MacDomain
+	(ServiceCredentialKind)(0),            // 3: cotal.signer.v1.ServiceCredentialKind
+	(*ProfileParams)(nil),                 // 4: cotal.signer.v1.ProfileParams
+	(*RetirementTarget)(nil),              // 5: cotal.signer.v1.RetirementTarget
+	(*MintRequest)(nil),                   // 6: cotal.signer.v1.MintRequest
+	(*Credential)(nil),                    // 7: cotal.signer.v1.Credential
+	(*MintResponse)(nil),                  // 8: cotal.signer.v1.MintResponse
+	(*RemintRequest)(nil),                 // 9: cotal.signer.v1.RemintRequest
+	(*RemintResponse)(nil),                // 10: cotal.signer.v1.RemintResponse
+	(*GetSpaceRequest)(nil),               // 11: cotal.signer.v1.GetSpaceRequest
+	(*GetSpaceResponse)(nil),              // 12: cotal.signer.v1.GetSpaceResponse
+	(*OpenCalloutRequestRequest)(nil),     // 13: cotal.signer.v1.OpenCalloutRequestRequest
+	(*OpenCalloutRequestResponse)(nil),    // 14: cotal.signer.v1.OpenCalloutRequestResponse
+	(*CalloutGrant)(nil),                  // 15: cotal.signer.v1.CalloutGrant
+	(*SignCalloutResponseRequest)(nil),    // 16: cotal.signer.v1.SignCalloutResponseRequest
+	(*SignCalloutResponseResponse)(nil),   // 17: cotal.signer.v1.SignCalloutResponseResponse
+	(*SignBearerRequest)(nil),             // 18: cotal.signer.v1.SignBearerRequest
+	(*SignBearerResponse)(nil),            // 19: cotal.signer.v1.SignBearerResponse
+	(*GetJWKSRequest)(nil),                // 20: cotal.signer.v1.GetJWKSRequest
+	(*JWK)(nil),                           // 21: cotal.signer.v1.JWK
+	(*GetJWKSResponse)(nil),               // 22: cotal.signer.v1.GetJWKSResponse
+	(*DeriveOwnerRequest)(nil),            // 23: cotal.signer.v1.DeriveOwnerRequest
+	(*DeriveOwnerResponse)(nil),           // 24: cotal.signer.v1.DeriveOwnerResponse
+	(*MacRequest)(nil),                    // 25: cotal.signer.v1.MacRequest
+	(*MacResponse)(nil),                   // 26: cotal.signer.v1.MacResponse
+	(*SignServiceCredentialRequest)(nil),  // 27: cotal.signer.v1.SignServiceCredentialRequest
+	(*SignServiceCredentialResponse)(nil), // 28: cotal.signer.v1.SignServiceCredentialResponse
+	(*durationpb.Duration)(nil),           // 29: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),         // 30: google.protobuf.Timestamp
 }
 var file_cotal_signer_v1_signer_proto_depIdxs = []int32{
-	4,  // 0: cotal.signer.v1.ProfileParams.target:type_name -> cotal.signer.v1.RetirementTarget
+	5,  // 0: cotal.signer.v1.ProfileParams.target:type_name -> cotal.signer.v1.RetirementTarget
 	0,  // 1: cotal.signer.v1.MintRequest.profile:type_name -> cotal.signer.v1.Profile
-	3,  // 2: cotal.signer.v1.MintRequest.params:type_name -> cotal.signer.v1.ProfileParams
-	26, // 3: cotal.signer.v1.MintRequest.ttl:type_name -> google.protobuf.Duration
-	27, // 4: cotal.signer.v1.Credential.issued_at:type_name -> google.protobuf.Timestamp
-	27, // 5: cotal.signer.v1.Credential.expires_at:type_name -> google.protobuf.Timestamp
+	4,  // 2: cotal.signer.v1.MintRequest.params:type_name -> cotal.signer.v1.ProfileParams
+	29, // 3: cotal.signer.v1.MintRequest.ttl:type_name -> google.protobuf.Duration
+	30, // 4: cotal.signer.v1.Credential.issued_at:type_name -> google.protobuf.Timestamp
+	30, // 5: cotal.signer.v1.Credential.expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 6: cotal.signer.v1.Credential.profile:type_name -> cotal.signer.v1.Profile
-	6,  // 7: cotal.signer.v1.MintResponse.credential:type_name -> cotal.signer.v1.Credential
-	26, // 8: cotal.signer.v1.RemintRequest.ttl:type_name -> google.protobuf.Duration
-	6,  // 9: cotal.signer.v1.RemintResponse.credential:type_name -> cotal.signer.v1.Credential
+	7,  // 7: cotal.signer.v1.MintResponse.credential:type_name -> cotal.signer.v1.Credential
+	29, // 8: cotal.signer.v1.RemintRequest.ttl:type_name -> google.protobuf.Duration
+	7,  // 9: cotal.signer.v1.RemintResponse.credential:type_name -> cotal.signer.v1.Credential
 	0,  // 10: cotal.signer.v1.CalloutGrant.profile:type_name -> cotal.signer.v1.Profile
-	3,  // 11: cotal.signer.v1.CalloutGrant.params:type_name -> cotal.signer.v1.ProfileParams
-	27, // 12: cotal.signer.v1.CalloutGrant.expires_at:type_name -> google.protobuf.Timestamp
-	14, // 13: cotal.signer.v1.SignCalloutResponseRequest.grant:type_name -> cotal.signer.v1.CalloutGrant
-	26, // 14: cotal.signer.v1.SignBearerRequest.ttl:type_name -> google.protobuf.Duration
-	27, // 15: cotal.signer.v1.SignBearerResponse.expires_at:type_name -> google.protobuf.Timestamp
-	20, // 16: cotal.signer.v1.GetJWKSResponse.keys:type_name -> cotal.signer.v1.JWK
+	4,  // 11: cotal.signer.v1.CalloutGrant.params:type_name -> cotal.signer.v1.ProfileParams
+	30, // 12: cotal.signer.v1.CalloutGrant.expires_at:type_name -> google.protobuf.Timestamp
+	15, // 13: cotal.signer.v1.SignCalloutResponseRequest.grant:type_name -> cotal.signer.v1.CalloutGrant
+	29, // 14: cotal.signer.v1.SignBearerRequest.ttl:type_name -> google.protobuf.Duration
+	30, // 15: cotal.signer.v1.SignBearerResponse.expires_at:type_name -> google.protobuf.Timestamp
+	21, // 16: cotal.signer.v1.GetJWKSResponse.keys:type_name -> cotal.signer.v1.JWK
 	2,  // 17: cotal.signer.v1.MacRequest.domain:type_name -> cotal.signer.v1.MacDomain
-	5,  // 18: cotal.signer.v1.SignerService.Mint:input_type -> cotal.signer.v1.MintRequest
-	8,  // 19: cotal.signer.v1.SignerService.Remint:input_type -> cotal.signer.v1.RemintRequest
-	10, // 20: cotal.signer.v1.SignerService.GetSpace:input_type -> cotal.signer.v1.GetSpaceRequest
-	12, // 21: cotal.signer.v1.SignerService.OpenCalloutRequest:input_type -> cotal.signer.v1.OpenCalloutRequestRequest
-	15, // 22: cotal.signer.v1.SignerService.SignCalloutResponse:input_type -> cotal.signer.v1.SignCalloutResponseRequest
-	17, // 23: cotal.signer.v1.SignerService.SignBearer:input_type -> cotal.signer.v1.SignBearerRequest
-	19, // 24: cotal.signer.v1.SignerService.GetJWKS:input_type -> cotal.signer.v1.GetJWKSRequest
-	22, // 25: cotal.signer.v1.SignerService.DeriveOwner:input_type -> cotal.signer.v1.DeriveOwnerRequest
-	24, // 26: cotal.signer.v1.SignerService.Mac:input_type -> cotal.signer.v1.MacRequest
-	7,  // 27: cotal.signer.v1.SignerService.Mint:output_type -> cotal.signer.v1.MintResponse
-	9,  // 28: cotal.signer.v1.SignerService.Remint:output_type -> cotal.signer.v1.RemintResponse
-	11, // 29: cotal.signer.v1.SignerService.GetSpace:output_type -> cotal.signer.v1.GetSpaceResponse
-	13, // 30: cotal.signer.v1.SignerService.OpenCalloutRequest:output_type -> cotal.signer.v1.OpenCalloutRequestResponse
-	16, // 31: cotal.signer.v1.SignerService.SignCalloutResponse:output_type -> cotal.signer.v1.SignCalloutResponseResponse
-	18, // 32: cotal.signer.v1.SignerService.SignBearer:output_type -> cotal.signer.v1.SignBearerResponse
-	21, // 33: cotal.signer.v1.SignerService.GetJWKS:output_type -> cotal.signer.v1.GetJWKSResponse
-	23, // 34: cotal.signer.v1.SignerService.DeriveOwner:output_type -> cotal.signer.v1.DeriveOwnerResponse
-	25, // 35: cotal.signer.v1.SignerService.Mac:output_type -> cotal.signer.v1.MacResponse
-	27, // [27:36] is the sub-list for method output_type
-	18, // [18:27] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	3,  // 18: cotal.signer.v1.SignServiceCredentialRequest.kind:type_name -> cotal.signer.v1.ServiceCredentialKind
+	29, // 19: cotal.signer.v1.SignServiceCredentialRequest.ttl:type_name -> google.protobuf.Duration
+	30, // 20: cotal.signer.v1.SignServiceCredentialRequest.not_after:type_name -> google.protobuf.Timestamp
+	30, // 21: cotal.signer.v1.SignServiceCredentialResponse.expires_at:type_name -> google.protobuf.Timestamp
+	6,  // 22: cotal.signer.v1.SignerService.Mint:input_type -> cotal.signer.v1.MintRequest
+	9,  // 23: cotal.signer.v1.SignerService.Remint:input_type -> cotal.signer.v1.RemintRequest
+	11, // 24: cotal.signer.v1.SignerService.GetSpace:input_type -> cotal.signer.v1.GetSpaceRequest
+	13, // 25: cotal.signer.v1.SignerService.OpenCalloutRequest:input_type -> cotal.signer.v1.OpenCalloutRequestRequest
+	16, // 26: cotal.signer.v1.SignerService.SignCalloutResponse:input_type -> cotal.signer.v1.SignCalloutResponseRequest
+	18, // 27: cotal.signer.v1.SignerService.SignBearer:input_type -> cotal.signer.v1.SignBearerRequest
+	20, // 28: cotal.signer.v1.SignerService.GetJWKS:input_type -> cotal.signer.v1.GetJWKSRequest
+	23, // 29: cotal.signer.v1.SignerService.DeriveOwner:input_type -> cotal.signer.v1.DeriveOwnerRequest
+	25, // 30: cotal.signer.v1.SignerService.Mac:input_type -> cotal.signer.v1.MacRequest
+	27, // 31: cotal.signer.v1.SignerService.SignServiceCredential:input_type -> cotal.signer.v1.SignServiceCredentialRequest
+	8,  // 32: cotal.signer.v1.SignerService.Mint:output_type -> cotal.signer.v1.MintResponse
+	10, // 33: cotal.signer.v1.SignerService.Remint:output_type -> cotal.signer.v1.RemintResponse
+	12, // 34: cotal.signer.v1.SignerService.GetSpace:output_type -> cotal.signer.v1.GetSpaceResponse
+	14, // 35: cotal.signer.v1.SignerService.OpenCalloutRequest:output_type -> cotal.signer.v1.OpenCalloutRequestResponse
+	17, // 36: cotal.signer.v1.SignerService.SignCalloutResponse:output_type -> cotal.signer.v1.SignCalloutResponseResponse
+	19, // 37: cotal.signer.v1.SignerService.SignBearer:output_type -> cotal.signer.v1.SignBearerResponse
+	22, // 38: cotal.signer.v1.SignerService.GetJWKS:output_type -> cotal.signer.v1.GetJWKSResponse
+	24, // 39: cotal.signer.v1.SignerService.DeriveOwner:output_type -> cotal.signer.v1.DeriveOwnerResponse
+	26, // 40: cotal.signer.v1.SignerService.Mac:output_type -> cotal.signer.v1.MacResponse
+	28, // 41: cotal.signer.v1.SignerService.SignServiceCredential:output_type -> cotal.signer.v1.SignServiceCredentialResponse
+	32, // [32:42] is the sub-list for method output_type
+	22, // [22:32] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_cotal_signer_v1_signer_proto_init() }
@@ -2400,8 +2711,8 @@ func file_cotal_signer_v1_signer_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cotal_signer_v1_signer_proto_rawDesc), len(file_cotal_signer_v1_signer_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   23,
+			NumEnums:      4,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

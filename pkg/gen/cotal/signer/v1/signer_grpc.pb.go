@@ -22,15 +22,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SignerService_Mint_FullMethodName                = "/cotal.signer.v1.SignerService/Mint"
-	SignerService_Remint_FullMethodName              = "/cotal.signer.v1.SignerService/Remint"
-	SignerService_GetSpace_FullMethodName            = "/cotal.signer.v1.SignerService/GetSpace"
-	SignerService_OpenCalloutRequest_FullMethodName  = "/cotal.signer.v1.SignerService/OpenCalloutRequest"
-	SignerService_SignCalloutResponse_FullMethodName = "/cotal.signer.v1.SignerService/SignCalloutResponse"
-	SignerService_SignBearer_FullMethodName          = "/cotal.signer.v1.SignerService/SignBearer"
-	SignerService_GetJWKS_FullMethodName             = "/cotal.signer.v1.SignerService/GetJWKS"
-	SignerService_DeriveOwner_FullMethodName         = "/cotal.signer.v1.SignerService/DeriveOwner"
-	SignerService_Mac_FullMethodName                 = "/cotal.signer.v1.SignerService/Mac"
+	SignerService_Mint_FullMethodName                  = "/cotal.signer.v1.SignerService/Mint"
+	SignerService_Remint_FullMethodName                = "/cotal.signer.v1.SignerService/Remint"
+	SignerService_GetSpace_FullMethodName              = "/cotal.signer.v1.SignerService/GetSpace"
+	SignerService_OpenCalloutRequest_FullMethodName    = "/cotal.signer.v1.SignerService/OpenCalloutRequest"
+	SignerService_SignCalloutResponse_FullMethodName   = "/cotal.signer.v1.SignerService/SignCalloutResponse"
+	SignerService_SignBearer_FullMethodName            = "/cotal.signer.v1.SignerService/SignBearer"
+	SignerService_GetJWKS_FullMethodName               = "/cotal.signer.v1.SignerService/GetJWKS"
+	SignerService_DeriveOwner_FullMethodName           = "/cotal.signer.v1.SignerService/DeriveOwner"
+	SignerService_Mac_FullMethodName                   = "/cotal.signer.v1.SignerService/Mac"
+	SignerService_SignServiceCredential_FullMethodName = "/cotal.signer.v1.SignerService/SignServiceCredential"
 )
 
 // SignerServiceClient is the client API for SignerService service.
@@ -81,6 +82,12 @@ type SignerServiceClient interface {
 	// Mac returns a domain-separated HMAC for registration proofs. Only frozen domains are accepted.
 	// May call: authd of that space only (the lifecycle authority computes and verifies every proof).
 	Mac(ctx context.Context, in *MacRequest, opts ...grpc.CallOption) (*MacResponse, error)
+	// SignServiceCredential issues one service endpoint token (seed 002): an access bearer
+	// (typ cotal-service-access+jwt, at most 60 s) or a renewal proof (typ
+	// cotal-service-renewal+jwt, at most 24 h), never outliving not_after (the root's or the
+	// approval's end). signerd builds the closed claim set itself.
+	// May call: authd of that space only.
+	SignServiceCredential(ctx context.Context, in *SignServiceCredentialRequest, opts ...grpc.CallOption) (*SignServiceCredentialResponse, error)
 }
 
 type signerServiceClient struct {
@@ -181,6 +188,16 @@ func (c *signerServiceClient) Mac(ctx context.Context, in *MacRequest, opts ...g
 	return out, nil
 }
 
+func (c *signerServiceClient) SignServiceCredential(ctx context.Context, in *SignServiceCredentialRequest, opts ...grpc.CallOption) (*SignServiceCredentialResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SignServiceCredentialResponse)
+	err := c.cc.Invoke(ctx, SignerService_SignServiceCredential_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SignerServiceServer is the server API for SignerService service.
 // All implementations must embed UnimplementedSignerServiceServer
 // for forward compatibility.
@@ -229,6 +246,12 @@ type SignerServiceServer interface {
 	// Mac returns a domain-separated HMAC for registration proofs. Only frozen domains are accepted.
 	// May call: authd of that space only (the lifecycle authority computes and verifies every proof).
 	Mac(context.Context, *MacRequest) (*MacResponse, error)
+	// SignServiceCredential issues one service endpoint token (seed 002): an access bearer
+	// (typ cotal-service-access+jwt, at most 60 s) or a renewal proof (typ
+	// cotal-service-renewal+jwt, at most 24 h), never outliving not_after (the root's or the
+	// approval's end). signerd builds the closed claim set itself.
+	// May call: authd of that space only.
+	SignServiceCredential(context.Context, *SignServiceCredentialRequest) (*SignServiceCredentialResponse, error)
 	mustEmbedUnimplementedSignerServiceServer()
 }
 
@@ -265,6 +288,9 @@ func (UnimplementedSignerServiceServer) DeriveOwner(context.Context, *DeriveOwne
 }
 func (UnimplementedSignerServiceServer) Mac(context.Context, *MacRequest) (*MacResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Mac not implemented")
+}
+func (UnimplementedSignerServiceServer) SignServiceCredential(context.Context, *SignServiceCredentialRequest) (*SignServiceCredentialResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SignServiceCredential not implemented")
 }
 func (UnimplementedSignerServiceServer) mustEmbedUnimplementedSignerServiceServer() {}
 func (UnimplementedSignerServiceServer) testEmbeddedByValue()                       {}
@@ -449,6 +475,24 @@ func _SignerService_Mac_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SignerService_SignServiceCredential_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SignServiceCredentialRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SignerServiceServer).SignServiceCredential(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SignerService_SignServiceCredential_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SignerServiceServer).SignServiceCredential(ctx, req.(*SignServiceCredentialRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SignerService_ServiceDesc is the grpc.ServiceDesc for SignerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -491,6 +535,10 @@ var SignerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Mac",
 			Handler:    _SignerService_Mac_Handler,
+		},
+		{
+			MethodName: "SignServiceCredential",
+			Handler:    _SignerService_SignServiceCredential_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file cotal/signer/v1/signer.proto.
  */
 export const file_cotal_signer_v1_signer: GenFile = /*@__PURE__*/
-  fileDesc("Chxjb3RhbC9zaWduZXIvdjEvc2lnbmVyLnByb3RvEg9jb3RhbC5zaWduZXIudjEi3gEKDVByb2ZpbGVQYXJhbXMSDQoFb3duZXIYASABKAkSDQoFYWN0b3IYAiABKAkSFQoNbGlmZWN5Y2xlX3VpZBgDIAEoCRIMCgRyb2xlGAQgASgJEhEKCXN1YnNjcmliZRgFIAMoCRIXCg9hbGxvd19zdWJzY3JpYmUYBiADKAkSFQoNYWxsb3dfcHVibGlzaBgHIAMoCRIUCgxjYXBhYmlsaXRpZXMYCCADKAkSMQoGdGFyZ2V0GAkgASgLMiEuY290YWwuc2lnbmVyLnYxLlJldGlyZW1lbnRUYXJnZXQiRwoQUmV0aXJlbWVudFRhcmdldBINCgVvd25lchgBIAEoCRINCgVhY3RvchgCIAEoCRIVCg1saWZlY3ljbGVfdWlkGAMgASgJIswBCgtNaW50UmVxdWVzdBINCgVzcGFjZRgBIAEoCRIpCgdwcm9maWxlGAIgASgOMhguY290YWwuc2lnbmVyLnYxLlByb2ZpbGUSFwoPdXNlcl9wdWJsaWNfa2V5GAMgASgJEi4KBnBhcmFtcxgEIAEoCzIeLmNvdGFsLnNpZ25lci52MS5Qcm9maWxlUGFyYW1zEiYKA3R0bBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgpyZXF1ZXN0X2lkGAYgASgJIooCCgpDcmVkZW50aWFsEgsKA2p3dBgBIAEoCRILCgNqdGkYAiABKAkSFwoPdXNlcl9wdWJsaWNfa2V5GAMgASgJEhYKDmlzc3Vlcl9hY2NvdW50GAQgASgJEhMKC3NpZ25pbmdfa2V5GAUgASgJEi0KCWlzc3VlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZXhwaXJlc19hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKdHRsX2NhcHBlZBgIIAEoCBIpCgdwcm9maWxlGAkgASgOMhguY290YWwuc2lnbmVyLnYxLlByb2ZpbGUiPwoMTWludFJlc3BvbnNlEi8KCmNyZWRlbnRpYWwYASABKAsyGy5jb3RhbC5zaWduZXIudjEuQ3JlZGVudGlhbCJ+Cg1SZW1pbnRSZXF1ZXN0Eg0KBXNwYWNlGAEgASgJEgsKA2p3dBgCIAEoCRIaChJwcm9vZl91bml4X3NlY29uZHMYAyABKAMSDQoFcHJvb2YYBCABKAwSJgoDdHRsGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIkEKDlJlbWludFJlc3BvbnNlEi8KCmNyZWRlbnRpYWwYASABKAsyGy5jb3RhbC5zaWduZXIudjEuQ3JlZGVudGlhbCIgCg9HZXRTcGFjZVJlcXVlc3QSDQoFc3BhY2UYASABKAkirwIKEEdldFNwYWNlUmVzcG9uc2USDQoFc3BhY2UYASABKAkSDQoFdG9rZW4YAiABKAkSGgoSYWNjb3VudF9wdWJsaWNfa2V5GAMgASgJEhMKC2FjY291bnRfand0GAQgASgJEhsKE3NpZ25pbmdfcHVibGljX2tleXMYBSADKAkSIgoaY2FsbG91dF9hY2NvdW50X3B1YmxpY19rZXkYBiABKAkSGwoTY2FsbG91dF9hY2NvdW50X2p3dBgHIAEoCRIiChpjYWxsb3V0X3NpZ25pbmdfcHVibGljX2tleRgIIAEoCRIXCg94a2V5X3B1YmxpY19rZXkYCSABKAkSFAoMc2VudGluZWxfand0GAogASgJEhsKE29wZXJhdG9yX3B1YmxpY19rZXkYCyABKAkiVwoZT3BlbkNhbGxvdXRSZXF1ZXN0UmVxdWVzdBINCgVzcGFjZRgBIAEoCRIWCg5zZWFsZWRfcmVxdWVzdBgCIAEoDBITCgtzZXJ2ZXJfeGtleRgDIAEoCSLfAQoaT3BlbkNhbGxvdXRSZXF1ZXN0UmVzcG9uc2USEQoJdXNlcl9ua2V5GAEgASgJEhEKCXNlcnZlcl9pZBgCIAEoCRITCgtzZXJ2ZXJfbmFtZRgDIAEoCRITCgtzZXJ2ZXJfeGtleRgEIAEoCRISCgphdXRoX3Rva2VuGAUgASgJEhcKD2Nvbm5lY3Rpb25fbmFtZRgGIAEoCRITCgtjbGllbnRfaG9zdBgHIAEoCRISCgpjbGllbnRfand0GAggASgJEhsKE3JlcXVlc3RfY2xhaW1zX2pzb24YCSABKAwimQEKDENhbGxvdXRHcmFudBIpCgdwcm9maWxlGAEgASgOMhguY290YWwuc2lnbmVyLnYxLlByb2ZpbGUSLgoGcGFyYW1zGAIgASgLMh4uY290YWwuc2lnbmVyLnYxLlByb2ZpbGVQYXJhbXMSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAipQEKGlNpZ25DYWxsb3V0UmVzcG9uc2VSZXF1ZXN0Eg0KBXNwYWNlGAEgASgJEhYKDnNlYWxlZF9yZXF1ZXN0GAIgASgMEhMKC3NlcnZlcl94a2V5GAMgASgJEi4KBWdyYW50GAQgASgLMh0uY290YWwuc2lnbmVyLnYxLkNhbGxvdXRHcmFudEgAEg8KBWVycm9yGAUgASgJSABCCgoIZGVjaXNpb24iSAobU2lnbkNhbGxvdXRSZXNwb25zZVJlc3BvbnNlEhcKD3NlYWxlZF9yZXNwb25zZRgBIAEoDBIQCgh1c2VyX2p0aRgCIAEoCSLgAQoRU2lnbkJlYXJlclJlcXVlc3QSDQoFc3BhY2UYASABKAkSDQoFb3duZXIYAiABKAkSDQoFYWN0b3IYAyABKAkSDQoFc2NvcGUYBCADKAkSDgoGcGFyZW50GAUgASgJEhUKDWxpZmVjeWNsZV91aWQYBiABKAkSFQoNY3JlZGVudGlhbF9pZBgHIAEoCRIMCgR2aWV3GAggASgJEiYKA3R0bBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIbChNtYW5hZ2VyX2luc3RhbmNlX2lkGAogASgJImAKElNpZ25CZWFyZXJSZXNwb25zZRINCgV0b2tlbhgBIAEoCRILCgNraWQYAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiHwoOR2V0SldLU1JlcXVlc3QSDQoFc3BhY2UYASABKAkiUQoDSldLEgsKA2t0eRgBIAEoCRILCgNjcnYYAiABKAkSCQoBeBgDIAEoCRILCgNraWQYBCABKAkSCwoDYWxnGAUgASgJEgsKA3VzZRgGIAEoCSI1Cg9HZXRKV0tTUmVzcG9uc2USIgoEa2V5cxgBIAMoCzIULmNvdGFsLnNpZ25lci52MS5KV0siSAoSRGVyaXZlT3duZXJSZXF1ZXN0Eg0KBXNwYWNlGAEgASgJEhIKCmlkcF9pc3N1ZXIYAiABKAkSDwoHc3ViamVjdBgDIAEoCSIkChNEZXJpdmVPd25lclJlc3BvbnNlEg0KBW93bmVyGAEgASgJIlgKCk1hY1JlcXVlc3QSDQoFc3BhY2UYASABKAkSKgoGZG9tYWluGAIgASgOMhouY290YWwuc2lnbmVyLnYxLk1hY0RvbWFpbhIPCgdwYXlsb2FkGAMgASgMIhoKC01hY1Jlc3BvbnNlEgsKA21hYxgBIAEoCSqvAwoHUHJvZmlsZRIXChNQUk9GSUxFX1VOU1BFQ0lGSUVEEAASEQoNUFJPRklMRV9BR0VOVBABEhYKElBST0ZJTEVfU1VQRVJWSVNPUhACEhcKE1BST0ZJTEVfUFJPVklTSU9ORVIQAxIZChVQUk9GSUxFX0RFUFJPVklTSU9ORVIQBBIUChBQUk9GSUxFX0RFTElWRVJZEAUSFAoQUFJPRklMRV9PQlNFUlZFUhAGEhEKDVBST0ZJTEVfQURNSU4QBxIUChBQUk9GSUxFX09QRVJBVE9SEAgSEQoNUFJPRklMRV9QUk9CRRAJEhgKFFBST0ZJTEVfQVVUSF9DQUxMT1VUEAoSFAoQUFJPRklMRV9TRU5USU5FTBALEhkKFVBST0ZJTEVfTUVNQkVSU0hJUF9SVxAMEhYKElBST0ZJTEVfQVVUSF9QTEFORRANEh8KG1BST0ZJTEVfTUVNQkVSU0hJUF9PQlNFUlZFUhAOEh4KGlBST0ZJTEVfQ09OTkVDVElPTl9FVklDVE9SEA8SIAocUFJPRklMRV9SRVRJUkVNRU5UX1JFUVVFU1RFUhAQKooFCgZSZWFzb24SFgoSUkVBU09OX1VOU1BFQ0lGSUVEEAASGQoVUkVBU09OX0NBTExFUl9VTktOT1dOEAESGgoWUkVBU09OX1JQQ19OT1RfQUxMT1dFRBACEhwKGFJFQVNPTl9TUEFDRV9OT1RfQUxMT1dFRBADEh4KGlJFQVNPTl9QUk9GSUxFX05PVF9BTExPV0VEEAQSHAoYUkVBU09OX09XTkVSX05PVF9BTExPV0VEEAUSHgoaUkVBU09OX0NIQU5ORUxfTk9UX0FMTE9XRUQQBhIbChdSRUFTT05fUk9MRV9OT1RfQUxMT1dFRBAHEiEKHVJFQVNPTl9DQVBBQklMSVRZX05PVF9BTExPV0VEEAgSHQoZUkVBU09OX1JFTUlOVF9OT1RfQUxMT1dFRBAJEiAKHFJFQVNPTl9SRU1JTlRfRk9SRUlHTl9NSU5URVIQChIXChNSRUFTT05fUkFURV9MSU1JVEVEEAsSFgoSUkVBU09OX1RUTF9JTlZBTElEEAwSGwoXUkVBU09OX0lOVkFMSURfQVJHVU1FTlQQDRIYChRSRUFTT05fVU5LTk9XTl9TUEFDRRAOEh0KGVJFQVNPTl9GT1JFSUdOX0NSRURFTlRJQUwQDxIdChlSRUFTT05fQ1JFREVOVElBTF9FWFBJUkVEEBASFAoQUkVBU09OX0JBRF9QUk9PRhAREhYKElJFQVNPTl9TVEFMRV9QUk9PRhASEh4KGlJFQVNPTl9SRVFVRVNUX0lEX0NPTkZMSUNUEBMSIQodUkVBU09OX01BQ19ET01BSU5fTk9UX0FMTE9XRUQQFBIdChlSRUFTT05fU1lTVEVNX0tFWV9NSVNTSU5HEBUqVAoJTWFjRG9tYWluEhoKFk1BQ19ET01BSU5fVU5TUEVDSUZJRUQQABIrCidNQUNfRE9NQUlOX01BTkFHRVJfQ1VSUkVOVF9SRUdJU1RSQVRJT04QATKSBgoNU2lnbmVyU2VydmljZRJDCgRNaW50EhwuY290YWwuc2lnbmVyLnYxLk1pbnRSZXF1ZXN0Gh0uY290YWwuc2lnbmVyLnYxLk1pbnRSZXNwb25zZRJJCgZSZW1pbnQSHi5jb3RhbC5zaWduZXIudjEuUmVtaW50UmVxdWVzdBofLmNvdGFsLnNpZ25lci52MS5SZW1pbnRSZXNwb25zZRJPCghHZXRTcGFjZRIgLmNvdGFsLnNpZ25lci52MS5HZXRTcGFjZVJlcXVlc3QaIS5jb3RhbC5zaWduZXIudjEuR2V0U3BhY2VSZXNwb25zZRJtChJPcGVuQ2FsbG91dFJlcXVlc3QSKi5jb3RhbC5zaWduZXIudjEuT3BlbkNhbGxvdXRSZXF1ZXN0UmVxdWVzdBorLmNvdGFsLnNpZ25lci52MS5PcGVuQ2FsbG91dFJlcXVlc3RSZXNwb25zZRJwChNTaWduQ2FsbG91dFJlc3BvbnNlEisuY290YWwuc2lnbmVyLnYxLlNpZ25DYWxsb3V0UmVzcG9uc2VSZXF1ZXN0GiwuY290YWwuc2lnbmVyLnYxLlNpZ25DYWxsb3V0UmVzcG9uc2VSZXNwb25zZRJVCgpTaWduQmVhcmVyEiIuY290YWwuc2lnbmVyLnYxLlNpZ25CZWFyZXJSZXF1ZXN0GiMuY290YWwuc2lnbmVyLnYxLlNpZ25CZWFyZXJSZXNwb25zZRJMCgdHZXRKV0tTEh8uY290YWwuc2lnbmVyLnYxLkdldEpXS1NSZXF1ZXN0GiAuY290YWwuc2lnbmVyLnYxLkdldEpXS1NSZXNwb25zZRJYCgtEZXJpdmVPd25lchIjLmNvdGFsLnNpZ25lci52MS5EZXJpdmVPd25lclJlcXVlc3QaJC5jb3RhbC5zaWduZXIudjEuRGVyaXZlT3duZXJSZXNwb25zZRJACgNNYWMSGy5jb3RhbC5zaWduZXIudjEuTWFjUmVxdWVzdBocLmNvdGFsLnNpZ25lci52MS5NYWNSZXNwb25zZUI7WjlnaXRodWIuY29tL2NvdGFsZ28vY290YWwvcGtnL2dlbi9jb3RhbC9zaWduZXIvdjE7c2lnbmVydjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Chxjb3RhbC9zaWduZXIvdjEvc2lnbmVyLnByb3RvEg9jb3RhbC5zaWduZXIudjEijQIKDVByb2ZpbGVQYXJhbXMSDQoFb3duZXIYASABKAkSDQoFYWN0b3IYAiABKAkSFQoNbGlmZWN5Y2xlX3VpZBgDIAEoCRIMCgRyb2xlGAQgASgJEhEKCXN1YnNjcmliZRgFIAMoCRIXCg9hbGxvd19zdWJzY3JpYmUYBiADKAkSFQoNYWxsb3dfcHVibGlzaBgHIAMoCRIUCgxjYXBhYmlsaXRpZXMYCCADKAkSMQoGdGFyZ2V0GAkgASgLMiEuY290YWwuc2lnbmVyLnYxLlJldGlyZW1lbnRUYXJnZXQSGAoQc2VydmljZV9lbmRwb2ludBgKIAEoCRITCgtpbnN0YW5jZV9pZBgLIAEoCSJHChBSZXRpcmVtZW50VGFyZ2V0Eg0KBW93bmVyGAEgASgJEg0KBWFjdG9yGAIgASgJEhUKDWxpZmVjeWNsZV91aWQYAyABKAkizAEKC01pbnRSZXF1ZXN0Eg0KBXNwYWNlGAEgASgJEikKB3Byb2ZpbGUYAiABKA4yGC5jb3RhbC5zaWduZXIudjEuUHJvZmlsZRIXCg91c2VyX3B1YmxpY19rZXkYAyABKAkSLgoGcGFyYW1zGAQgASgLMh4uY290YWwuc2lnbmVyLnYxLlByb2ZpbGVQYXJhbXMSJgoDdHRsGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhIKCnJlcXVlc3RfaWQYBiABKAkiigIKCkNyZWRlbnRpYWwSCwoDand0GAEgASgJEgsKA2p0aRgCIAEoCRIXCg91c2VyX3B1YmxpY19rZXkYAyABKAkSFgoOaXNzdWVyX2FjY291bnQYBCABKAkSEwoLc2lnbmluZ19rZXkYBSABKAkSLQoJaXNzdWVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpleHBpcmVzX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgp0dGxfY2FwcGVkGAggASgIEikKB3Byb2ZpbGUYCSABKA4yGC5jb3RhbC5zaWduZXIudjEuUHJvZmlsZSI/CgxNaW50UmVzcG9uc2USLwoKY3JlZGVudGlhbBgBIAEoCzIbLmNvdGFsLnNpZ25lci52MS5DcmVkZW50aWFsIn4KDVJlbWludFJlcXVlc3QSDQoFc3BhY2UYASABKAkSCwoDand0GAIgASgJEhoKEnByb29mX3VuaXhfc2Vjb25kcxgDIAEoAxINCgVwcm9vZhgEIAEoDBImCgN0dGwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iQQoOUmVtaW50UmVzcG9uc2USLwoKY3JlZGVudGlhbBgBIAEoCzIbLmNvdGFsLnNpZ25lci52MS5DcmVkZW50aWFsIiAKD0dldFNwYWNlUmVxdWVzdBINCgVzcGFjZRgBIAEoCSKvAgoQR2V0U3BhY2VSZXNwb25zZRINCgVzcGFjZRgBIAEoCRINCgV0b2tlbhgCIAEoCRIaChJhY2NvdW50X3B1YmxpY19rZXkYAyABKAkSEwoLYWNjb3VudF9qd3QYBCABKAkSGwoTc2lnbmluZ19wdWJsaWNfa2V5cxgFIAMoCRIiChpjYWxsb3V0X2FjY291bnRfcHVibGljX2tleRgGIAEoCRIbChNjYWxsb3V0X2FjY291bnRfand0GAcgASgJEiIKGmNhbGxvdXRfc2lnbmluZ19wdWJsaWNfa2V5GAggASgJEhcKD3hrZXlfcHVibGljX2tleRgJIAEoCRIUCgxzZW50aW5lbF9qd3QYCiABKAkSGwoTb3BlcmF0b3JfcHVibGljX2tleRgLIAEoCSJXChlPcGVuQ2FsbG91dFJlcXVlc3RSZXF1ZXN0Eg0KBXNwYWNlGAEgASgJEhYKDnNlYWxlZF9yZXF1ZXN0GAIgASgMEhMKC3NlcnZlcl94a2V5GAMgASgJIt8BChpPcGVuQ2FsbG91dFJlcXVlc3RSZXNwb25zZRIRCgl1c2VyX25rZXkYASABKAkSEQoJc2VydmVyX2lkGAIgASgJEhMKC3NlcnZlcl9uYW1lGAMgASgJEhMKC3NlcnZlcl94a2V5GAQgASgJEhIKCmF1dGhfdG9rZW4YBSABKAkSFwoPY29ubmVjdGlvbl9uYW1lGAYgASgJEhMKC2NsaWVudF9ob3N0GAcgASgJEhIKCmNsaWVudF9qd3QYCCABKAkSGwoTcmVxdWVzdF9jbGFpbXNfanNvbhgJIAEoDCKZAQoMQ2FsbG91dEdyYW50EikKB3Byb2ZpbGUYASABKA4yGC5jb3RhbC5zaWduZXIudjEuUHJvZmlsZRIuCgZwYXJhbXMYAiABKAsyHi5jb3RhbC5zaWduZXIudjEuUHJvZmlsZVBhcmFtcxIuCgpleHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKlAQoaU2lnbkNhbGxvdXRSZXNwb25zZVJlcXVlc3QSDQoFc3BhY2UYASABKAkSFgoOc2VhbGVkX3JlcXVlc3QYAiABKAwSEwoLc2VydmVyX3hrZXkYAyABKAkSLgoFZ3JhbnQYBCABKAsyHS5jb3RhbC5zaWduZXIudjEuQ2FsbG91dEdyYW50SAASDwoFZXJyb3IYBSABKAlIAEIKCghkZWNpc2lvbiJIChtTaWduQ2FsbG91dFJlc3BvbnNlUmVzcG9uc2USFwoPc2VhbGVkX3Jlc3BvbnNlGAEgASgMEhAKCHVzZXJfanRpGAIgASgJIuABChFTaWduQmVhcmVyUmVxdWVzdBINCgVzcGFjZRgBIAEoCRINCgVvd25lchgCIAEoCRINCgVhY3RvchgDIAEoCRINCgVzY29wZRgEIAMoCRIOCgZwYXJlbnQYBSABKAkSFQoNbGlmZWN5Y2xlX3VpZBgGIAEoCRIVCg1jcmVkZW50aWFsX2lkGAcgASgJEgwKBHZpZXcYCCABKAkSJgoDdHRsGAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhsKE21hbmFnZXJfaW5zdGFuY2VfaWQYCiABKAkiYAoSU2lnbkJlYXJlclJlc3BvbnNlEg0KBXRva2VuGAEgASgJEgsKA2tpZBgCIAEoCRIuCgpleHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIfCg5HZXRKV0tTUmVxdWVzdBINCgVzcGFjZRgBIAEoCSJRCgNKV0sSCwoDa3R5GAEgASgJEgsKA2NydhgCIAEoCRIJCgF4GAMgASgJEgsKA2tpZBgEIAEoCRILCgNhbGcYBSABKAkSCwoDdXNlGAYgASgJIjUKD0dldEpXS1NSZXNwb25zZRIiCgRrZXlzGAEgAygLMhQuY290YWwuc2lnbmVyLnYxLkpXSyJIChJEZXJpdmVPd25lclJlcXVlc3QSDQoFc3BhY2UYASABKAkSEgoKaWRwX2lzc3VlchgCIAEoCRIPCgdzdWJqZWN0GAMgASgJIiQKE0Rlcml2ZU93bmVyUmVzcG9uc2USDQoFb3duZXIYASABKAkiWAoKTWFjUmVxdWVzdBINCgVzcGFjZRgBIAEoCRIqCgZkb21haW4YAiABKA4yGi5jb3RhbC5zaWduZXIudjEuTWFjRG9tYWluEg8KB3BheWxvYWQYAyABKAwiGgoLTWFjUmVzcG9uc2USCwoDbWFjGAEgASgJIo8CChxTaWduU2VydmljZUNyZWRlbnRpYWxSZXF1ZXN0Eg0KBXNwYWNlGAEgASgJEjQKBGtpbmQYAiABKA4yJi5jb3RhbC5zaWduZXIudjEuU2VydmljZUNyZWRlbnRpYWxLaW5kEg0KBW93bmVyGAMgASgJEg8KB3dpdG5lc3MYBCABKAkSEAoIZW5kcG9pbnQYBSABKAkSEwoLaW5zdGFuY2VfaWQYBiABKAkSDAoEcm9vdBgHIAEoCRImCgN0dGwYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLQoJbm90X2FmdGVyGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ4Ch1TaWduU2VydmljZUNyZWRlbnRpYWxSZXNwb25zZRINCgV0b2tlbhgBIAEoCRILCgNraWQYAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDanRpGAQgASgJKsoDCgdQcm9maWxlEhcKE1BST0ZJTEVfVU5TUEVDSUZJRUQQABIRCg1QUk9GSUxFX0FHRU5UEAESFgoSUFJPRklMRV9TVVBFUlZJU09SEAISFwoTUFJPRklMRV9QUk9WSVNJT05FUhADEhkKFVBST0ZJTEVfREVQUk9WSVNJT05FUhAEEhQKEFBST0ZJTEVfREVMSVZFUlkQBRIUChBQUk9GSUxFX09CU0VSVkVSEAYSEQoNUFJPRklMRV9BRE1JThAHEhQKEFBST0ZJTEVfT1BFUkFUT1IQCBIRCg1QUk9GSUxFX1BST0JFEAkSGAoUUFJPRklMRV9BVVRIX0NBTExPVVQQChIUChBQUk9GSUxFX1NFTlRJTkVMEAsSGQoVUFJPRklMRV9NRU1CRVJTSElQX1JXEAwSFgoSUFJPRklMRV9BVVRIX1BMQU5FEA0SHwobUFJPRklMRV9NRU1CRVJTSElQX09CU0VSVkVSEA4SHgoaUFJPRklMRV9DT05ORUNUSU9OX0VWSUNUT1IQDxIgChxQUk9GSUxFX1JFVElSRU1FTlRfUkVRVUVTVEVSEBASGQoVUFJPRklMRV9TRVJWSUNFX1NFUlZFEBEqigUKBlJlYXNvbhIWChJSRUFTT05fVU5TUEVDSUZJRUQQABIZChVSRUFTT05fQ0FMTEVSX1VOS05PV04QARIaChZSRUFTT05fUlBDX05PVF9BTExPV0VEEAISHAoYUkVBU09OX1NQQUNFX05PVF9BTExPV0VEEAMSHgoaUkVBU09OX1BST0ZJTEVfTk9UX0FMTE9XRUQQBBIcChhSRUFTT05fT1dORVJfTk9UX0FMTE9XRUQQBRIeChpSRUFTT05fQ0hBTk5FTF9OT1RfQUxMT1dFRBAGEhsKF1JFQVNPTl9ST0xFX05PVF9BTExPV0VEEAcSIQodUkVBU09OX0NBUEFCSUxJVFlfTk9UX0FMTE9XRUQQCBIdChlSRUFTT05fUkVNSU5UX05PVF9BTExPV0VEEAkSIAocUkVBU09OX1JFTUlOVF9GT1JFSUdOX01JTlRFUhAKEhcKE1JFQVNPTl9SQVRFX0xJTUlURUQQCxIWChJSRUFTT05fVFRMX0lOVkFMSUQQDBIbChdSRUFTT05fSU5WQUxJRF9BUkdVTUVOVBANEhgKFFJFQVNPTl9VTktOT1dOX1NQQUNFEA4SHQoZUkVBU09OX0ZPUkVJR05fQ1JFREVOVElBTBAPEh0KGVJFQVNPTl9DUkVERU5USUFMX0VYUElSRUQQEBIUChBSRUFTT05fQkFEX1BST09GEBESFgoSUkVBU09OX1NUQUxFX1BST09GEBISHgoaUkVBU09OX1JFUVVFU1RfSURfQ09ORkxJQ1QQExIhCh1SRUFTT05fTUFDX0RPTUFJTl9OT1RfQUxMT1dFRBAUEh0KGVJFQVNPTl9TWVNURU1fS0VZX01JU1NJTkcQFSpUCglNYWNEb21haW4SGgoWTUFDX0RPTUFJTl9VTlNQRUNJRklFRBAAEisKJ01BQ19ET01BSU5fTUFOQUdFUl9DVVJSRU5UX1JFR0lTVFJBVElPThABKokBChVTZXJ2aWNlQ3JlZGVudGlhbEtpbmQSJwojU0VSVklDRV9DUkVERU5USUFMX0tJTkRfVU5TUEVDSUZJRUQQABIiCh5TRVJWSUNFX0NSRURFTlRJQUxfS0lORF9BQ0NFU1MQARIjCh9TRVJWSUNFX0NSRURFTlRJQUxfS0lORF9SRU5FV0FMEAIyigcKDVNpZ25lclNlcnZpY2USQwoETWludBIcLmNvdGFsLnNpZ25lci52MS5NaW50UmVxdWVzdBodLmNvdGFsLnNpZ25lci52MS5NaW50UmVzcG9uc2USSQoGUmVtaW50Eh4uY290YWwuc2lnbmVyLnYxLlJlbWludFJlcXVlc3QaHy5jb3RhbC5zaWduZXIudjEuUmVtaW50UmVzcG9uc2USTwoIR2V0U3BhY2USIC5jb3RhbC5zaWduZXIudjEuR2V0U3BhY2VSZXF1ZXN0GiEuY290YWwuc2lnbmVyLnYxLkdldFNwYWNlUmVzcG9uc2USbQoST3BlbkNhbGxvdXRSZXF1ZXN0EiouY290YWwuc2lnbmVyLnYxLk9wZW5DYWxsb3V0UmVxdWVzdFJlcXVlc3QaKy5jb3RhbC5zaWduZXIudjEuT3BlbkNhbGxvdXRSZXF1ZXN0UmVzcG9uc2UScAoTU2lnbkNhbGxvdXRSZXNwb25zZRIrLmNvdGFsLnNpZ25lci52MS5TaWduQ2FsbG91dFJlc3BvbnNlUmVxdWVzdBosLmNvdGFsLnNpZ25lci52MS5TaWduQ2FsbG91dFJlc3BvbnNlUmVzcG9uc2USVQoKU2lnbkJlYXJlchIiLmNvdGFsLnNpZ25lci52MS5TaWduQmVhcmVyUmVxdWVzdBojLmNvdGFsLnNpZ25lci52MS5TaWduQmVhcmVyUmVzcG9uc2USTAoHR2V0SldLUxIfLmNvdGFsLnNpZ25lci52MS5HZXRKV0tTUmVxdWVzdBogLmNvdGFsLnNpZ25lci52MS5HZXRKV0tTUmVzcG9uc2USWAoLRGVyaXZlT3duZXISIy5jb3RhbC5zaWduZXIudjEuRGVyaXZlT3duZXJSZXF1ZXN0GiQuY290YWwuc2lnbmVyLnYxLkRlcml2ZU93bmVyUmVzcG9uc2USQAoDTWFjEhsuY290YWwuc2lnbmVyLnYxLk1hY1JlcXVlc3QaHC5jb3RhbC5zaWduZXIudjEuTWFjUmVzcG9uc2USdgoVU2lnblNlcnZpY2VDcmVkZW50aWFsEi0uY290YWwuc2lnbmVyLnYxLlNpZ25TZXJ2aWNlQ3JlZGVudGlhbFJlcXVlc3QaLi5jb3RhbC5zaWduZXIudjEuU2lnblNlcnZpY2VDcmVkZW50aWFsUmVzcG9uc2VCO1o5Z2l0aHViLmNvbS9jb3RhbGdvL2NvdGFsL3BrZy9nZW4vY290YWwvc2lnbmVyL3YxO3NpZ25lcnYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * ProfileParams are the caller-chosen values a profile is built from. signerd validates every
@@ -88,6 +88,22 @@ export type ProfileParams = Message<"cotal.signer.v1.ProfileParams"> & {
    * @generated from field: cotal.signer.v1.RetirementTarget target = 9;
    */
   target?: RetirementTarget | undefined;
+
+  /**
+   * Optional. The dotted service endpoint name; required by PROFILE_SERVICE_SERVE and refused by
+   * every other profile.
+   *
+   * @generated from field: string service_endpoint = 10;
+   */
+  serviceEndpoint: string;
+
+  /**
+   * Optional. The endpoint instance id ([a-z0-9]{26,32}); required by PROFILE_SERVICE_SERVE and
+   * refused by every other profile.
+   *
+   * @generated from field: string instance_id = 11;
+   */
+  instanceId: string;
 };
 
 /**
@@ -1039,6 +1055,127 @@ export const MacResponseSchema: GenMessage<MacResponse> = /*@__PURE__*/
   messageDesc(file_cotal_signer_v1_signer, 22);
 
 /**
+ * SignServiceCredentialRequest names the registration a service token is bound to.
+ *
+ * @generated from message cotal.signer.v1.SignServiceCredentialRequest
+ */
+export type SignServiceCredentialRequest = Message<"cotal.signer.v1.SignServiceCredentialRequest"> & {
+  /**
+   * Required. The space.
+   *
+   * @generated from field: string space = 1;
+   */
+  space: string;
+
+  /**
+   * Required. Which token.
+   *
+   * @generated from field: cotal.signer.v1.ServiceCredentialKind kind = 2;
+   */
+  kind: ServiceCredentialKind;
+
+  /**
+   * Required. The registering owner (u_ and 26 base32 characters): the token's sub.
+   *
+   * @generated from field: string owner = 3;
+   */
+  owner: string;
+
+  /**
+   * Required. The registration witness (w_ and 52 base32 characters): the token's wit.
+   *
+   * @generated from field: string witness = 4;
+   */
+  witness: string;
+
+  /**
+   * Required. The dotted endpoint name: the token's ep.
+   *
+   * @generated from field: string endpoint = 5;
+   */
+  endpoint: string;
+
+  /**
+   * Required. The endpoint instance id ([a-z0-9]{26,32}): the token's iid.
+   *
+   * @generated from field: string instance_id = 6;
+   */
+  instanceId: string;
+
+  /**
+   * Required. The native root id (r_ and 26 base32 characters): the token's root.
+   *
+   * @generated from field: string root = 7;
+   */
+  root: string;
+
+  /**
+   * Required. Requested lifetime; capped at 60 s (access) or 24 h (renewal); under 1 s or
+   * negative is refused (TTL_INVALID).
+   *
+   * @generated from field: google.protobuf.Duration ttl = 8;
+   */
+  ttl?: Duration | undefined;
+
+  /**
+   * Required. The token never lives past this instant (the earlier of the root's and the
+   * approval's end); one already reached is refused (TTL_INVALID).
+   *
+   * @generated from field: google.protobuf.Timestamp not_after = 9;
+   */
+  notAfter?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message cotal.signer.v1.SignServiceCredentialRequest.
+ * Use `create(SignServiceCredentialRequestSchema)` to create a new message.
+ */
+export const SignServiceCredentialRequestSchema: GenMessage<SignServiceCredentialRequest> = /*@__PURE__*/
+  messageDesc(file_cotal_signer_v1_signer, 23);
+
+/**
+ * SignServiceCredentialResponse carries the token.
+ *
+ * @generated from message cotal.signer.v1.SignServiceCredentialResponse
+ */
+export type SignServiceCredentialResponse = Message<"cotal.signer.v1.SignServiceCredentialResponse"> & {
+  /**
+   * The token. Treat as a secret: never log it.
+   *
+   * @generated from field: string token = 1;
+   */
+  token: string;
+
+  /**
+   * The key id that signed it.
+   *
+   * @generated from field: string kid = 2;
+   */
+  kid: string;
+
+  /**
+   * When it expires.
+   *
+   * @generated from field: google.protobuf.Timestamp expires_at = 3;
+   */
+  expiresAt?: Timestamp | undefined;
+
+  /**
+   * Its jti.
+   *
+   * @generated from field: string jti = 4;
+   */
+  jti: string;
+};
+
+/**
+ * Describes the message cotal.signer.v1.SignServiceCredentialResponse.
+ * Use `create(SignServiceCredentialResponseSchema)` to create a new message.
+ */
+export const SignServiceCredentialResponseSchema: GenMessage<SignServiceCredentialResponse> = /*@__PURE__*/
+  messageDesc(file_cotal_signer_v1_signer, 24);
+
+/**
  * Profile names a credential shape from signerd's profile matrix. Callers choose a profile; the
  * permissions are signerd's.
  *
@@ -1171,6 +1308,17 @@ export enum Profile {
    * @generated from enum value: PROFILE_RETIREMENT_REQUESTER = 16;
    */
   RETIREMENT_REQUESTER = 16,
+
+  /**
+   * A service endpoint instance serving its endpoint (seed 002), admitted by the callout's service
+   * arm on a service access bearer: actor svc_<instance_id>, subscribes only
+   * cotal.<t>.sep.<endpoint token>.<instance_id>.> and publishes only
+   * cotal.<t>.sep.reply.<endpoint token>.<instance_id>.>; at most 60 s (the bearer's expiry).
+   * Requires owner, service_endpoint and instance_id.
+   *
+   * @generated from enum value: PROFILE_SERVICE_SERVE = 17;
+   */
+  SERVICE_SERVE = 17,
 }
 
 /**
@@ -1375,6 +1523,41 @@ export const MacDomainSchema: GenEnum<MacDomain> = /*@__PURE__*/
   enumDesc(file_cotal_signer_v1_signer, 2);
 
 /**
+ * ServiceCredentialKind names which service endpoint token to sign.
+ *
+ * @generated from enum cotal.signer.v1.ServiceCredentialKind
+ */
+export enum ServiceCredentialKind {
+  /**
+   * Not a kind; always refused.
+   *
+   * @generated from enum value: SERVICE_CREDENTIAL_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The access bearer: typ cotal-service-access+jwt, aud the space, duty "serve"; at most 60 s.
+   *
+   * @generated from enum value: SERVICE_CREDENTIAL_KIND_ACCESS = 1;
+   */
+  ACCESS = 1,
+
+  /**
+   * The renewal proof: typ cotal-service-renewal+jwt, aud urn:cotal:service-renewal:<space>,
+   * use "renew"; at most 24 h.
+   *
+   * @generated from enum value: SERVICE_CREDENTIAL_KIND_RENEWAL = 2;
+   */
+  RENEWAL = 2,
+}
+
+/**
+ * Describes the enum cotal.signer.v1.ServiceCredentialKind.
+ */
+export const ServiceCredentialKindSchema: GenEnum<ServiceCredentialKind> = /*@__PURE__*/
+  enumDesc(file_cotal_signer_v1_signer, 3);
+
+/**
  * SignerService signs on behalf of callers authenticated by mutual TLS. The caller identity is
  * the URI SAN (a SPIFFE ID) of its verified client certificate; a per-caller policy decides which
  * RPCs, spaces, profiles, parameters and lifetimes it may use. Every decision, granted or denied,
@@ -1493,6 +1676,20 @@ export const SignerService: GenService<{
     methodKind: "unary";
     input: typeof MacRequestSchema;
     output: typeof MacResponseSchema;
+  },
+  /**
+   * SignServiceCredential issues one service endpoint token (seed 002): an access bearer
+   * (typ cotal-service-access+jwt, at most 60 s) or a renewal proof (typ
+   * cotal-service-renewal+jwt, at most 24 h), never outliving not_after (the root's or the
+   * approval's end). signerd builds the closed claim set itself.
+   * May call: authd of that space only.
+   *
+   * @generated from rpc cotal.signer.v1.SignerService.SignServiceCredential
+   */
+  signServiceCredential: {
+    methodKind: "unary";
+    input: typeof SignServiceCredentialRequestSchema;
+    output: typeof SignServiceCredentialResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_cotal_signer_v1_signer, 0);
