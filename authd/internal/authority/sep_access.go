@@ -35,7 +35,9 @@ type sepCurrent struct {
 // (code, reason, message); err is a store failure.
 func (a *Authority) sepStanding(ctx context.Context, endpoint, iid, witness, owner string) (sepCurrent, [3]string, error) {
 	var c sepCurrent
-	deny := func(code, reason, msg string) (sepCurrent, [3]string, error) { return c, [3]string{code, reason, msg}, nil }
+	deny := func(code, reason, msg string) (sepCurrent, [3]string, error) {
+		return c, [3]string{code, reason, msg}, nil
+	}
 	s, srev, sfound, err := a.store.Spec(ctx, endpoint, iid)
 	if err != nil {
 		return c, [3]string{}, err
@@ -373,4 +375,3 @@ func sepOutcomeKind(o lifecycle.ServiceOutcome, current string) serviceaccess.An
 	}
 	return ""
 }
-

@@ -56,14 +56,19 @@ func newSepRig(t *testing.T) *sepRig {
 	if temp {
 		t.Log("signerd does not implement SignServiceCredential yet: sepTempSigner stands in")
 	}
-	manifest, _ := json.Marshal(serviceaccess.Manifest{V: 1, Root: serviceaccess.Member{URN: sepEP, Kind: "endpoint"}, Members: []serviceaccess.Member{}})
-	d := digestOf(manifest)
-	x.contract = serviceaccess.Contract{Closures: []string{d}, Artifacts: []serviceaccess.Artifact{{Digest: d, Bytes: manifest}}}
+	x.contract = sepContract()
 	if sepTempInstall(x.a, serviceaccess.Snapshot{V: 1, Account: x.a.cfg.Account, Space: testSpace, Owner: sepOwner, Endpoint: sepEP,
 		Instance: regIID, Generation: 1, Contract: x.contract}) {
 		t.Log("pkg/serviceaccess is a floor: the sepTemp functions stand in")
 	}
 	return x
+}
+
+// sepContract is the endpoint's one-closure contract: its manifest, rooted at the endpoint.
+func sepContract() serviceaccess.Contract {
+	manifest, _ := json.Marshal(serviceaccess.Manifest{V: 1, Root: serviceaccess.Member{URN: sepEP, Kind: "endpoint"}, Members: []serviceaccess.Member{}})
+	d := digestOf(manifest)
+	return serviceaccess.Contract{Closures: []string{d}, Artifacts: []serviceaccess.Artifact{{Digest: d, Bytes: manifest}}}
 }
 
 func digestOf(b []byte) string {
@@ -98,7 +103,9 @@ func (x *sepRig) decide(iid, rid, proposal string, d serviceaccess.Decision, sec
 	return r
 }
 
-func idp(owner string) ServiceCaller { return ServiceCaller{Proof: serviceaccess.ProofIDP, Owner: owner} }
+func idp(owner string) ServiceCaller {
+	return ServiceCaller{Proof: serviceaccess.ProofIDP, Owner: owner}
+}
 
 var operator = ServiceCaller{Proof: serviceaccess.ProofOperator}
 
