@@ -38,6 +38,11 @@ func (a *Authority) sepRegister(ctx context.Context, req *serviceaccess.Request,
 	if err := a.sepFn().check(req.Contract, req.Endpoint); err != nil {
 		return nil, refuse(CodeBadRequest, "contract: %v", err)
 	}
+	for _, art := range req.Contract.Artifacts {
+		if len(art.Bytes) > lifecycle.MaxServiceArtifactBytes {
+			return sepDenied(req, serviceaccess.CodeTooLarge, "artifact", fmt.Sprintf("an artifact is over %d bytes", lifecycle.MaxServiceArtifactBytes)), nil
+		}
+	}
 	cd, err := contractDigest(req.Contract)
 	if err != nil {
 		return nil, refuse(CodeBadRequest, "contract: %v", err)

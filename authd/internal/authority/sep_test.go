@@ -665,3 +665,101 @@ func TestServiceRecovery(t *testing.T) {
 		}, serviceaccess.ReasonOvertaken)
 	})
 }
+
+// TestServiceWriteFaults: a fault at each write outside the barrier answers 503 and writes
+// nothing further; the replay of the same request finishes it (name-bind, propose, ledger bind,
+// artifact, decide, root, revoke's root end).
+func TestServiceWriteFaults(t *testing.T) {
+	x := newSepRig(t)
+	ctx := context.Background()
+	faultOnce := func(point string) {
+		x.a.sep.fault = func(p string) error {
+			if p == point {
+				x.a.sep.fault = nil
+				return errors.New("injected")
+			}
+			return nil
+		}
+	}
+	t.Run("ok/name-bind", func(t *testing.T) {
+		nb := x.req(serviceaccess.KindNameBind, "bind-0001", "")
+		nb.Instance, nb.Owner = "", sepOwner
+		faultOnce("name-bind")
+		wantKind(t, x.do(t, nb, operator), serviceaccess.AnswerUnavailable, "")
+		wantKind(t, x.do(t, nb, operator), serviceaccess.AnswerBound, "")
+	})
+	for i, point := range []string{"propose", "ledger-bind"} {
+		t.Run("ok/register "+point, func(t *testing.T) {
+			iid := iidN(300 + i)
+			reg := x.req(serviceaccess.KindRegister, "reg-00001", iid)
+			faultOnce(point)
+			wantKind(t, x.do(t, reg, idp(sepOwner)), serviceaccess.AnswerUnavailable, "")
+			a := x.do(t, reg, idp(sepOwner))
+			wantKind(t, a, serviceaccess.AnswerApprovalRequired, "")
+			p, _, found, err := x.s.ServiceProposal(ctx, sepEP, iid)
+			if err != nil || !found || p.Proposal != a.Proposal || p.RequestID != "reg-00001" {
+				t.Fatalf("proposal %+v found %v %v; want %s", p, found, err, a.Proposal)
+			}
+		})
+	}
+	for i, point := range []string{"artifact", "decide"} {
+		t.Run("ok/decide "+point, func(t *testing.T) {
+			iid := iidN(310 + i)
+			ans := x.do(t, x.req(serviceaccess.KindRegister, "reg-00001", iid), idp(sepOwner))
+			dec := x.decide(iid, "decide-0001", ans.Proposal, serviceaccess.DecisionApprove, 0)
+			if point == "artifact" {
+				// The artifact row is shared by digest; give this instance its own.
+				c := x.contract
+				m, _ := json.Marshal(serviceaccess.Manifest{V: 1, Root: serviceaccess.Member{URN: sepEP, Kind: "endpoint"},
+					Members: []serviceaccess.Member{{URN: sepEP + ".x", Kind: "type"}}})
+				c = serviceaccess.Contract{Closures: []string{digestOf(m)}, Artifacts: []serviceaccess.Artifact{{Digest: digestOf(m), Bytes: m}}}
+				x.contract = c
+				defer func() { x.contract = sepContract() }()
+				ans = x.do(t, x.req(serviceaccess.KindRegister, "reg-00002", iid), idp(sepOwner))
+				dec = x.decide(iid, "decide-0001", ans.Proposal, serviceaccess.DecisionApprove, 0)
+			}
+			faultOnce(point)
+			wantKind(t, x.do(t, dec, idp(sepOwner)), serviceaccess.AnswerUnavailable, "")
+			d := x.do(t, dec, idp(sepOwner))
+			wantKind(t, d, serviceaccess.AnswerDecided, "")
+			p, _, _, _ := x.s.ServiceProposal(ctx, sepEP, iid)
+			if p.State != lifecycle.ProposalApproved || p.ApprovalExpiresAt != d.ApprovalExpiresAt {
+				t.Fatalf("proposal %+v after the replay; want approved until %d", p, d.ApprovalExpiresAt)
+			}
+			if _, _, found, err := x.s.ServiceArtifact(ctx, x.contract.Artifacts[0].Digest); err != nil || !found {
+				t.Fatalf("artifact found %v, %v", found, err)
+			}
+		})
+	}
+	t.Run("ok/activate root then revoke root-end", func(t *testing.T) {
+		iid := iidN(320)
+		r := x.registered(t, iid, "reg-00001", 1)
+		act := x.req(serviceaccess.KindActivate, "act-00001", iid)
+		act.Witness = r.Witness
+		faultOnce("root")
+		wantKind(t, x.do(t, act, idp(sepOwner)), serviceaccess.AnswerUnavailable, "")
+		if _, _, found, _ := x.s.ServiceRoot(ctx, sepEP, iid); found {
+			t.Fatal("a root was written past the fault")
+		}
+		c := x.do(t, act, idp(sepOwner))
+		wantKind(t, c, serviceaccess.AnswerCredential, "")
+		p, _, _, _ := x.s.ServiceProposal(ctx, sepEP, iid)
+		rv := x.decide(iid, "revoke-001", p.Proposal, serviceaccess.DecisionRevoke, 0)
+		faultOnce("root-end")
+		wantKind(t, x.do(t, rv, idp(sepOwner)), serviceaccess.AnswerUnavailable, "")
+		if root, _, _, _ := x.s.ServiceRoot(ctx, sepEP, iid); root.ExpiresAt <= x.now().Unix() {
+			t.Fatal("the root ended past the fault")
+		}
+		wantKind(t, x.do(t, rv, idp(sepOwner)), serviceaccess.AnswerDecided, "")
+		if root, _, _, _ := x.s.ServiceRoot(ctx, sepEP, iid); root.ExpiresAt > x.now().Unix() || root.Root != c.Root {
+			t.Fatalf("root after the replayed revoke: %+v", root)
+		}
+	})
+	t.Run("fail/an artifact over its bound is too-large", func(t *testing.T) {
+		big := make([]byte, lifecycle.MaxServiceArtifactBytes+1)
+		c := serviceaccess.Contract{Closures: []string{digestOf(big)}, Artifacts: []serviceaccess.Artifact{{Digest: digestOf(big), Bytes: big}}}
+		r := x.req(serviceaccess.KindRegister, "reg-00001", iidN(330))
+		r.Contract = &c
+		wantKind(t, x.do(t, r, idp(sepOwner)), serviceaccess.AnswerDenied, serviceaccess.CodeTooLarge)
+	})
+}
