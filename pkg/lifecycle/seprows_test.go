@@ -140,3 +140,75 @@ func TestServiceRows(t *testing.T) {
 		}
 	})
 }
+
+// FuzzDecodeServiceRows: whatever a service row decoder accepts is within its bound, is byte for
+// byte its own canonical encoding and is read at its own key; whatever it refuses wraps
+// ErrCorrupt.
+func FuzzDecodeServiceRows(f *testing.F) {
+	ep := "svc.echo"
+	art := []byte("manifest")
+	sum := sha256.Sum256(art)
+	artDig := "sha256:" + hex.EncodeToString(sum[:])
+	seed := func(fam uint8, key string, b []byte, err error) {
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(fam, key, b)
+		f.Add(fam, key, b[:len(b)/2])
+		f.Add(fam, key, append(append([]byte{}, b[:len(b)-1]...), `,"x":null}`...))
+	}
+	b, err := EncodeServiceName(ServiceName{Endpoint: ep, Owner: tOwner, RequestID: sReq, Digest: sDig})
+	seed(0, mustKey(ServiceNameKey(ep)), b, err)
+	b, err = EncodeServiceLedger(ServiceLedger{Endpoint: ep, InstanceID: tIID, Entries: []ServiceLedgerEntry{
+		{RequestID: sReq, Operation: "register", Digest: sDig, Outcome: ServiceOutcome{Kind: OutcomeRegistered, Proposal: sProp, Witness: sWit, Generation: 3, Epoch: 1}},
+		{RequestID: "req-0002", Operation: "decide", Digest: sDig, Outcome: ServiceOutcome{Kind: OutcomeDecided, Proposal: sProp, Decision: "approve", ApprovalExpiresAt: 9}}}})
+	seed(1, mustKey(ServiceLedgerKey(ep, tIID)), b, err)
+	b, err = EncodeServiceProposal(ServiceProposal{Proposal: sProp, Endpoint: ep, InstanceID: tIID, Owner: tOwner, ContractDigest: sDig,
+		RequestID: sReq, State: ProposalOpen, CreatedAt: 10, ExpiresAt: 20})
+	seed(2, mustKey(ServiceProposalKey(ep, tIID)), b, err)
+	b, err = EncodeServiceRoot(ServiceRoot{Root: sRoot, Witness: sWit, Generation: 1, CreatedAt: 5, ExpiresAt: 9})
+	seed(3, mustKey(ServiceRootKey(ep, tIID)), b, err)
+	b, err = EncodeServiceArtifact(ServiceArtifact{Digest: artDig, Bytes: art})
+	seed(4, mustKey(ServiceArtifactKey(artDig)), b, err)
+	f.Fuzz(func(t *testing.T, fam uint8, key string, b []byte) {
+		var enc func() ([]byte, error)
+		var err error
+		max := MaxServiceRowBytes
+		switch fam % 5 {
+		case 0:
+			var v ServiceName
+			v, err = DecodeServiceName(key, b)
+			enc = func() ([]byte, error) { return EncodeServiceName(v) }
+		case 1:
+			var v ServiceLedger
+			v, err = DecodeServiceLedger(key, b)
+			enc = func() ([]byte, error) { return EncodeServiceLedger(v) }
+		case 2:
+			var v ServiceProposal
+			v, err = DecodeServiceProposal(key, b)
+			enc = func() ([]byte, error) { return EncodeServiceProposal(v) }
+		case 3:
+			var v ServiceRoot
+			v, err = DecodeServiceRoot(key, b)
+			enc = func() ([]byte, error) { return EncodeServiceRoot(v) }
+		case 4:
+			var v ServiceArtifact
+			v, err = DecodeServiceArtifact(key, b)
+			enc = func() ([]byte, error) { return EncodeServiceArtifact(v) }
+			max = MaxServiceArtifactRowBytes
+		}
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("refusal does not wrap ErrCorrupt: %v", err)
+			}
+			return
+		}
+		if len(b) > max {
+			t.Fatalf("accepted %d bytes", len(b))
+		}
+		out, err := enc()
+		if err != nil || !bytes.Equal(out, b) {
+			t.Fatalf("accepted row re-encodes as %q, %v; read %q", out, err, b)
+		}
+	})
+}
