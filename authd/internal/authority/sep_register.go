@@ -65,7 +65,12 @@ func (a *Authority) sepRegister(ctx context.Context, req *serviceaccess.Request,
 	if err != nil {
 		return nil, err
 	}
-	if (nfound && n.Owner != owner) || (pfound && p.Owner != owner) || (sfound && (s.Service == nil || s.Service.Owner != owner)) {
+	// Another owner's proposal stands in the way while it is approved, or open and not
+	// overridden by this owner's name binding.
+	now := a.now().Unix()
+	pOther := pfound && p.Owner != owner && (approvalCurrent(p, pfound, now) ||
+		(p.State == lifecycle.ProposalOpen && p.ExpiresAt > now && !nfound))
+	if (nfound && n.Owner != owner) || pOther || (sfound && (s.Service == nil || s.Service.Owner != owner)) {
 		return sepDenied(req, serviceaccess.CodePermissionDenied, "owner", "the endpoint or instance belongs to another owner"), nil
 	}
 	_, _, rfound, err := a.store.ServiceRoot(ctx, req.Endpoint, req.Instance)
@@ -92,8 +97,7 @@ func (a *Authority) sepRegister(ctx context.Context, req *serviceaccess.Request,
 		if ans := sepExpected(req, s, sfound); ans != nil {
 			return ans, nil
 		}
-		now := a.now().Unix()
-		reuse := pfound && p.ContractDigest == cd &&
+		reuse := pfound && p.Owner == owner && p.ContractDigest == cd &&
 			((p.State == lifecycle.ProposalOpen && p.ExpiresAt > now) || approvalCurrent(p, pfound, now))
 		if !reuse {
 			if p, err = a.sepPropose(ctx, req, owner, cd, prev); err != nil {
@@ -118,9 +122,8 @@ func (a *Authority) sepRegister(ctx context.Context, req *serviceaccess.Request,
 	if e.Outcome.Kind == lifecycle.OutcomeRegistering {
 		return a.sepBarrier(ctx, req, owner, e.Outcome.Proposal)
 	}
-	now := a.now().Unix()
 	switch {
-	case !pfound || p.Proposal != e.Outcome.Proposal:
+	case !pfound || p.Proposal != e.Outcome.Proposal || p.Owner != owner:
 		return sepDenied(req, serviceaccess.CodeFailedPrecondition, "proposal-superseded", "the request's proposal was superseded; propose again under a new requestId"), nil
 	case p.State == lifecycle.ProposalRefused || p.State == lifecycle.ProposalRevoked:
 		return sepDenied(req, serviceaccess.CodeFailedPrecondition, "proposal-"+p.State, "the proposal is "+p.State+"; propose again under a new requestId"), nil
@@ -302,6 +305,14 @@ func (a *Authority) sepBarrier(ctx context.Context, req *serviceaccess.Request, 
 			}
 			if ans := sepExpected(req, s, sfound); ans != nil {
 				return ans, nil
+			}
+			// A fresh barrier stands on the request's proposal, approved and current.
+			p, _, pfound, err := a.store.ServiceProposal(ctx, req.Endpoint, req.Instance)
+			if err != nil {
+				return nil, err
+			}
+			if !approvalCurrent(p, pfound, a.now().Unix()) || p.Proposal != proposal || p.Owner != owner {
+				return sepDenied(req, serviceaccess.CodeFailedPrecondition, "approval", "the request's proposal is no longer approved; propose again under a new requestId"), nil
 			}
 			if gfound {
 				epoch, gen = g.ProcessEpoch+1, g.Generation+2

@@ -65,8 +65,10 @@ func newSepRig(t *testing.T) *sepRig {
 }
 
 // sepContract is the endpoint's one-closure contract: its manifest, rooted at the endpoint.
-func sepContract() serviceaccess.Contract {
-	manifest, _ := json.Marshal(serviceaccess.Manifest{V: 1, Root: serviceaccess.Member{URN: sepEP, Kind: "endpoint"}, Members: []serviceaccess.Member{}})
+func sepContract() serviceaccess.Contract { return sepContractOf(sepEP) }
+
+func sepContractOf(ep string) serviceaccess.Contract {
+	manifest, _ := json.Marshal(serviceaccess.Manifest{V: 1, Root: serviceaccess.Member{URN: ep, Kind: "endpoint"}, Members: []serviceaccess.Member{}})
 	d := digestOf(manifest)
 	return serviceaccess.Contract{Closures: []string{d}, Artifacts: []serviceaccess.Artifact{{Digest: d, Bytes: manifest}}}
 }
@@ -409,6 +411,27 @@ func TestServiceRefusals(t *testing.T) {
 	})
 	t.Run("fail/register of another owner than the name's", func(t *testing.T) {
 		wantKind(t, x.do(t, x.req(serviceaccess.KindRegister, "reg-00009", iidN(11)), idp(sepOwner2)), serviceaccess.AnswerDenied, serviceaccess.CodePermissionDenied)
+	})
+	t.Run("ok/the name's owner replaces another owner's open proposal", func(t *testing.T) {
+		const ep = "svc.two"
+		c := sepContractOf(ep)
+		reg := func(rid, owner string) *serviceaccess.Answer {
+			r := x.req(serviceaccess.KindRegister, rid, iidN(20))
+			r.Endpoint, r.Contract = ep, &c
+			return x.do(t, r, idp(owner))
+		}
+		first := reg("reg-other-1", sepOwner2)
+		wantKind(t, first, serviceaccess.AnswerApprovalRequired, "")
+		wantKind(t, reg("reg-mine-01", sepOwner), serviceaccess.AnswerDenied, serviceaccess.CodePermissionDenied)
+		bind := x.req(serviceaccess.KindNameBind, "bind-two-1", "")
+		bind.Endpoint, bind.Instance, bind.Owner = ep, "", sepOwner
+		wantKind(t, x.do(t, bind, operator), serviceaccess.AnswerBound, "")
+		mine := reg("reg-mine-02", sepOwner)
+		wantKind(t, mine, serviceaccess.AnswerApprovalRequired, "")
+		if mine.Proposal == first.Proposal {
+			t.Fatal("the name's owner got the other owner's proposal")
+		}
+		wantKind(t, reg("reg-other-1", sepOwner2), serviceaccess.AnswerDenied, serviceaccess.CodePermissionDenied)
 	})
 	t.Run("fail/refused proposal is 412 on replay", func(t *testing.T) {
 		reg := x.req(serviceaccess.KindRegister, "reg-00002", iidN(12))
