@@ -26,7 +26,6 @@ type sepCurrent struct {
 	spec     lifecycle.Spec
 	proposal lifecycle.ServiceProposal
 	root     lifecycle.ServiceRoot
-	rootRev  uint64
 	hasRoot  bool
 }
 
@@ -82,7 +81,7 @@ func (a *Authority) sepStanding(ctx context.Context, endpoint, iid, witness, own
 	if !nfound || n.Owner != s.Service.Owner {
 		return deny(serviceaccess.CodeFailedPrecondition, "name", "the endpoint name is not bound to the registration's owner")
 	}
-	r, rrev, rfound, err := a.store.ServiceRoot(ctx, endpoint, iid)
+	r, _, rfound, err := a.store.ServiceRoot(ctx, endpoint, iid)
 	if err != nil {
 		return c, [3]string{}, err
 	}
@@ -93,7 +92,7 @@ func (a *Authority) sepStanding(ctx context.Context, endpoint, iid, witness, own
 		if r.ExpiresAt <= now {
 			return deny(serviceaccess.CodeFailedPrecondition, "root-ended", "the root has ended")
 		}
-		c.root, c.rootRev, c.hasRoot = r, rrev, true
+		c.root, c.hasRoot = r, true
 	}
 	return c, [3]string{}, nil
 }
@@ -249,21 +248,6 @@ func (a *Authority) sepServeCheck(ctx context.Context, x *serviceaccess.AccessCl
 		return [3]string{serviceaccess.CodePermissionDenied, "root", "the bearer names another root"}, nil
 	}
 	return [3]string{}, nil
-}
-
-// CheckServe re-reads what a service access bearer stands on (the registration it names, the
-// endpoint gate, the root, the approval, the name binding) for the callout's service arm: nil
-// admits, an *Error refuses (permission-denied for a bearer the rows no longer back, unavailable
-// when they cannot be read).
-func (a *Authority) CheckServe(ctx context.Context, c *serviceaccess.AccessClaims) error {
-	d, err := a.sepServeCheck(ctx, c)
-	if err != nil {
-		return &Error{Code: CodeUnavailable, Msg: "the service registration could not be read", Err: err}
-	}
-	if d[0] != "" {
-		return refuse(CodePermissionDenied, "service access refused (%s): %s", d[1], d[2])
-	}
-	return nil
 }
 
 // sepStatus reads an instance or one bound request.

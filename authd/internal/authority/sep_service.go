@@ -106,53 +106,6 @@ func (a *Authority) sepWrite(ctx context.Context, point, key string, value []byt
 	return a.store.putSep(ctx, key, value, rev, rowMax)
 }
 
-// ServiceRequest runs one authorized service endpoint request against the sep. rows and the
-// endpoint gate, and returns its answer (any kind, denials included). An error is only what
-// the route answers 503 without an answer of its own.
-func (a *Authority) ServiceRequest(ctx context.Context, req *serviceaccess.Request, caller ServiceCaller) (*serviceaccess.Answer, error) {
-	if req == nil {
-		return nil, refuse(CodeBadRequest, "no request")
-	}
-	if req.Account != a.cfg.Account || req.Space != a.cfg.Space {
-		return sepDenied(req, serviceaccess.CodePermissionDenied, "another-space", "the request names another account or space"), nil
-	}
-	if !sepProofAllowed(req, caller) {
-		return sepDenied(req, serviceaccess.CodePermissionDenied, "proof", "this proof does not authorize this request"), nil
-	}
-	var ans *serviceaccess.Answer
-	var err error
-	switch req.Kind {
-	case serviceaccess.KindNameBind:
-		ans, err = a.sepNameBind(ctx, req)
-	case serviceaccess.KindRegister:
-		ans, err = a.sepRegister(ctx, req, caller.Owner)
-	case serviceaccess.KindDecide:
-		ans, err = a.sepDecide(ctx, req, caller.Owner)
-	case serviceaccess.KindActivate, serviceaccess.KindRenew:
-		ans, err = a.sepCredential(ctx, req, caller)
-	case serviceaccess.KindReady:
-		ans, err = a.sepReady(ctx, req, caller)
-	case serviceaccess.KindStatus:
-		ans, err = a.sepStatus(ctx, req, caller)
-	default:
-		return sepDenied(req, serviceaccess.CodeBadRequest, "kind", "unknown request kind"), nil
-	}
-	if err != nil {
-		var e *Error
-		if errors.As(err, &e) && e.Code == CodeBadRequest {
-			ans = sepDenied(req, serviceaccess.CodeBadRequest, "request", e.Msg)
-		} else {
-			a.log.Warn("service endpoint request unavailable", "kind", string(req.Kind), "endpoint", req.Endpoint,
-				"instance", req.Instance, "requestId", req.RequestID, "err", err)
-			ans = &serviceaccess.Answer{Kind: serviceaccess.AnswerUnavailable, RequestID: req.RequestID,
-				Message: "the authority could not complete the request; replay the same request"}
-		}
-	}
-	a.log.Info("service endpoint request", "kind", string(req.Kind), "endpoint", req.Endpoint, "instance", req.Instance,
-		"requestId", req.RequestID, "proof", string(caller.Proof), "answer", string(ans.Kind), "code", ans.Code, "reason", ans.Reason)
-	return ans, nil
-}
-
 // sepProofAllowed is the kind x proof matrix (the route checks it first; this is its echo).
 func sepProofAllowed(req *serviceaccess.Request, c ServiceCaller) bool {
 	switch c.Proof {
