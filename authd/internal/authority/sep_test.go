@@ -655,7 +655,7 @@ func TestServiceRecovery(t *testing.T) {
 		}
 		x.a.sep.fault = nil
 	})
-	lost := func(t *testing.T, move func(g lifecycle.EndpointGate) lifecycle.EndpointGate, reason string) {
+	lost := func(t *testing.T, move func(g lifecycle.EndpointGate) lifecycle.EndpointGate, reason string) (*serviceaccess.Request, string) {
 		re, r, iid := reRegister(t, "reg-lost")
 		gkey, _ := lifecycle.EndpointGateKey(sepEP, iid)
 		x.a.sep.fault = func(p string) error {
@@ -676,9 +676,15 @@ func TestServiceRecovery(t *testing.T) {
 		if a.Witness != r.Witness {
 			t.Fatalf("conflict names %q, want %q", a.Witness, r.Witness)
 		}
+		return re, iid
 	}
-	t.Run("fail/lost freeze to a moved gate is gate-moved", func(t *testing.T) {
-		lost(t, func(g lifecycle.EndpointGate) lifecycle.EndpointGate { g.Generation += 2; return g }, serviceaccess.ReasonGateMoved)
+	t.Run("fail/lost freeze to a moved gate is gate-moved, and its replay registers", func(t *testing.T) {
+		re, iid := lost(t, func(g lifecycle.EndpointGate) lifecycle.EndpointGate { g.Generation += 2; return g }, serviceaccess.ReasonGateMoved)
+		a := x.do(t, re, idp(sepOwner))
+		wantKind(t, a, serviceaccess.AnswerRegistered, "")
+		if g := x.gate(t, iid); a.Generation != 5 || g.Generation != 5 || g.ProcessEpoch != 1 {
+			t.Fatalf("the replay after gate-moved: answer %d, gate %+v; want 5 at epoch 1", a.Generation, g)
+		}
 	})
 	t.Run("fail/lost freeze to a registration is overtaken", func(t *testing.T) {
 		lost(t, func(g lifecycle.EndpointGate) lifecycle.EndpointGate {
