@@ -10,6 +10,7 @@ package authority
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -37,9 +38,30 @@ func (a *Authority) sepStanding(ctx context.Context, endpoint, iid, witness, own
 	deny := func(code, reason, msg string) (sepCurrent, [3]string, error) {
 		return c, [3]string{code, reason, msg}, nil
 	}
-	s, srev, sfound, err := a.store.Spec(ctx, endpoint, iid)
-	if err != nil {
-		return c, [3]string{}, err
+	// The five rows are read at once (a callout waits on them); they are checked in order.
+	var (
+		s                      lifecycle.Spec
+		g                      lifecycle.EndpointGate
+		p                      lifecycle.ServiceProposal
+		n                      lifecycle.ServiceName
+		r                      lifecycle.ServiceRoot
+		srev                   uint64
+		sfound, gfound, pfound bool
+		nfound, rfound         bool
+		errs                   [5]error
+		wg                     sync.WaitGroup
+	)
+	wg.Add(5)
+	go func() { defer wg.Done(); s, srev, sfound, errs[0] = a.store.Spec(ctx, endpoint, iid) }()
+	go func() { defer wg.Done(); g, _, gfound, errs[1] = a.store.EndpointGate(ctx, endpoint, iid) }()
+	go func() { defer wg.Done(); p, _, pfound, errs[2] = a.store.ServiceProposal(ctx, endpoint, iid) }()
+	go func() { defer wg.Done(); n, _, nfound, errs[3] = a.store.ServiceName(ctx, endpoint) }()
+	go func() { defer wg.Done(); r, _, rfound, errs[4] = a.store.ServiceRoot(ctx, endpoint, iid) }()
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return c, [3]string{}, err
+		}
 	}
 	if !sfound || s.Service == nil {
 		return deny(serviceaccess.CodeNotFound, "unregistered", "the instance has no service registration")
@@ -50,10 +72,6 @@ func (a *Authority) sepStanding(ctx context.Context, endpoint, iid, witness, own
 	}
 	if owner != "" && s.Service.Owner != owner {
 		return deny(serviceaccess.CodePermissionDenied, "owner", "the registration belongs to another owner")
-	}
-	g, _, gfound, err := a.store.EndpointGate(ctx, endpoint, iid)
-	if err != nil {
-		return c, [3]string{}, err
 	}
 	switch {
 	case !gfound:
@@ -66,24 +84,12 @@ func (a *Authority) sepStanding(ctx context.Context, endpoint, iid, witness, own
 		return deny(serviceaccess.CodeFailedPrecondition, "witness", "the registration is not the gate's current one")
 	}
 	now := a.now().Unix()
-	p, _, pfound, err := a.store.ServiceProposal(ctx, endpoint, iid)
-	if err != nil {
-		return c, [3]string{}, err
-	}
 	if !approvalCurrent(p, pfound, now) || p.Owner != s.Service.Owner || p.ContractDigest != s.Service.Contract {
 		return deny(serviceaccess.CodeFailedPrecondition, "approval", "the registration has no current approval")
 	}
 	c.proposal = p
-	n, _, nfound, err := a.store.ServiceName(ctx, endpoint)
-	if err != nil {
-		return c, [3]string{}, err
-	}
 	if !nfound || n.Owner != s.Service.Owner {
 		return deny(serviceaccess.CodeFailedPrecondition, "name", "the endpoint name is not bound to the registration's owner")
-	}
-	r, _, rfound, err := a.store.ServiceRoot(ctx, endpoint, iid)
-	if err != nil {
-		return c, [3]string{}, err
 	}
 	if rfound {
 		if r.Witness != witness {
