@@ -5,9 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
-	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/serviceaccess"
 	"github.com/cotalgo/cotal/pkg/space"
 )
@@ -89,33 +89,37 @@ func AuthorizeGuestServeGrant(in GrantInput) (*Grant, error) {
 		return nil, refusef(RefuseAccount, "the authority serves another account")
 	}
 	reg := in.Registration
-	epTok, err := lifecycle.EndpointToken(reg.Endpoint)
+	epTok, err := serviceaccess.EndpointTokenOf(reg.Endpoint)
 	if err != nil {
 		return nil, refuse(RefuseRegistration, err)
 	}
 	if err := space.ValidateUID(reg.Instance); err != nil {
 		return nil, refuse(RefuseRegistration, err)
 	}
-	// The embedded contract must hold by itself: every closure read at its digest.
-	if _, err := reg.Contract.Check(reg.Endpoint); err != nil {
-		return nil, refuse(RefuseClosureDigest, err)
-	}
-	snap, err := parseSnapshot(reg.Snapshot)
+	loose, err := looseSnapshot(reg.Snapshot)
 	if err != nil {
 		return nil, refuse(RefuseRegistration, err)
 	}
 	switch {
-	case snap.Account != in.AccountPublicKey:
+	case loose.Account != in.AccountPublicKey:
 		return nil, refusef(RefuseAccount, "the registered snapshot names another account")
-	case snap.Space != auth.space:
+	case loose.Space != auth.space:
 		return nil, refusef(RefuseSpace, "the registered snapshot names another space")
-	case snap.Endpoint != reg.Endpoint || snap.Instance != reg.Instance:
+	case loose.Endpoint != reg.Endpoint || loose.Instance != reg.Instance:
 		return nil, refusef(RefuseEndpoint, "the registered snapshot names another endpoint instance")
-	case space.ValidateDerivedOwner(snap.Owner) != nil:
-		return nil, refusef(RefuseRegistration, "the registered snapshot's owner is not a derived owner")
 	}
-	if err := sameContract(snap.Contract, reg.Contract); err != nil {
+	// The embedded contract must hold by itself: every closure read at its digest.
+	if _, err := reg.Contract.Check(reg.Endpoint); err != nil {
+		return nil, refuse(RefuseClosureDigest, err)
+	}
+	// The registered contract is compared with the embedded one before the snapshot is parsed
+	// closed, so a foreign closure set or artifact is named as such.
+	if err := sameContract(loose.Contract, reg.Contract); err != nil {
 		return nil, err
+	}
+	snap, err := serviceaccess.ParseSnapshot(reg.Snapshot)
+	if err != nil {
+		return nil, refuse(RefuseRegistration, err)
 	}
 	witness := serviceaccess.WitnessOf(reg.Snapshot)
 
@@ -201,44 +205,33 @@ func classify(err error) error {
 	var te *serviceaccess.TokenError
 	if errors.As(err, &te) {
 		switch te.Check {
-		case "iss":
+		case serviceaccess.CheckIss:
 			return refuse(RefuseIssuer, err)
-		case "aud":
+		case serviceaccess.CheckAud:
 			return refuse(RefuseSpace, err)
-		case "sub":
+		case serviceaccess.CheckSub:
 			return refuse(RefuseSubject, err)
-		case "kid", "signature":
+		case serviceaccess.CheckKID, serviceaccess.CheckSignature:
 			return refuse(RefuseKey, err)
-		case "duty":
-			return refuse(RefuseDuty, err)
-		case "wit":
-			return refuse(RefuseWitness, err)
+		case serviceaccess.CheckClaims:
+			// The validator names the claim first in its reason ("duty is not serve").
+			if te.Err != nil && strings.HasPrefix(te.Err.Error(), "duty ") {
+				return refuse(RefuseDuty, err)
+			}
 		}
 	}
 	return refuse(RefuseBearer, err)
 }
 
-// parseSnapshot decodes the registered snapshot and requires its bytes to be canonical, which
-// also refuses unknown, duplicated or re-cased keys and trailing data.
-func parseSnapshot(b []byte) (*serviceaccess.Snapshot, error) {
+// looseSnapshot decodes the registered snapshot for its contract only; ParseSnapshot then
+// checks it closed.
+func looseSnapshot(b []byte) (*serviceaccess.Snapshot, error) {
 	if len(b) == 0 {
 		return nil, errors.New("serve: the registration holds no snapshot")
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
 	var s serviceaccess.Snapshot
-	if err := dec.Decode(&s); err != nil {
+	if err := json.Unmarshal(b, &s); err != nil {
 		return nil, errors.New("serve: the registered snapshot does not parse")
-	}
-	if s.V != 1 {
-		return nil, errors.New("serve: the registered snapshot's version is not 1")
-	}
-	canon, err := s.Canonical()
-	if err != nil {
-		return nil, errors.New("serve: the registered snapshot has no canonical form")
-	}
-	if !bytes.Equal(canon, b) {
-		return nil, errors.New("serve: the registered snapshot is not canonical")
 	}
 	return &s, nil
 }
