@@ -292,6 +292,8 @@ func (e *Endpoint) renewOnce(ctx context.Context, exp time.Time) (*nats.Conn, er
 // bind connects with tok, subscribes the responder and flushes, so the broker has the
 // subscription (or has refused it) before the caller moves on.
 func (e *Endpoint) bind(ctx context.Context, tok string) (*nats.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
 	nc, err := e.opts.dial(ctx, tok)
 	if err != nil {
 		return nil, fmt.Errorf("serve: connect: %w", err)
