@@ -73,13 +73,13 @@ type Endpoint struct {
 	serve       string
 	replyPrefix string
 
-	mu      sync.Mutex
-	conn    *nats.Conn
-	token   string // the latest bearer the grant accepted; presented on (re)connect
-	iat     time.Time
-	exp     time.Time
-	live    map[*nats.Conn]chan struct{}
-	err     error
+	mu    sync.Mutex
+	conn  *nats.Conn
+	token string // the latest bearer the grant accepted; presented on (re)connect
+	iat   time.Time
+	exp   time.Time
+	live  map[*nats.Conn]chan struct{}
+	err   error
 
 	dropped   atomic.Uint64
 	rotations atomic.Uint64
