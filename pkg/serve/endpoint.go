@@ -49,7 +49,8 @@ type EndpointOptions struct {
 	// Grant is the verified serving grant; every bearer is checked by it before it is presented.
 	Grant *Grant
 	// Handler answers one request with msg.Respond. It only sees requests whose reply subject
-	// is in the instance's reply family.
+	// is in the instance's reply family. While an old and a new connection overlap it may run
+	// on both at once.
 	Handler nats.MsgHandler
 	// Ready tells the authority the instance is bound (the Provider's ready request with the
 	// access bearer as proof). It is called once, after the first bind.
@@ -58,10 +59,6 @@ type EndpointOptions struct {
 	Now func() time.Time
 	// NatsOptions are added to every connection's options (TLS, name, ...).
 	NatsOptions []nats.Option
-
-	// dial replaces the broker connect (tests); frac the renewal point in [RenewFrom, RenewTo).
-	dial func(ctx context.Context, token string) (*nats.Conn, error)
-	frac func() float64
 }
 
 // Endpoint is one serving endpoint instance. It runs until Close, or until it cannot bind a
@@ -94,11 +91,11 @@ type Endpoint struct {
 // until Close. It refuses missing options and a bearer the grant refuses.
 func ServeEndpoint(ctx context.Context, o EndpointOptions) (*Endpoint, error) {
 	switch {
-	case len(o.URLs) == 0 && o.dial == nil:
+	case len(o.URLs) == 0:
 		return nil, errors.New("serve: no broker URL")
 	case o.Bearer == nil:
 		return nil, errors.New("serve: no bearer source")
-	case o.SentinelCreds == nil && o.dial == nil:
+	case o.SentinelCreds == nil:
 		return nil, errors.New("serve: no sentinel")
 	case o.Grant == nil || o.Grant.v == nil:
 		return nil, errors.New("serve: no serving grant")
@@ -131,12 +128,6 @@ func ServeEndpoint(ctx context.Context, o EndpointOptions) (*Endpoint, error) {
 	if e.now == nil {
 		e.now = time.Now
 	}
-	if e.opts.frac == nil {
-		e.opts.frac = func() float64 { return RenewFrom + rand.Float64()*(RenewTo-RenewFrom) }
-	}
-	if e.opts.dial == nil {
-		e.opts.dial = e.connect
-	}
 
 	tok, err := o.Bearer(ctx)
 	if err != nil {
@@ -149,7 +140,7 @@ func ServeEndpoint(ctx context.Context, o EndpointOptions) (*Endpoint, error) {
 	e.mu.Lock()
 	e.token, e.iat, e.exp = tok, time.Unix(c.Iat, 0), time.Unix(c.Exp, 0)
 	e.mu.Unlock()
-	nc, err := e.bind(ctx, tok)
+	nc, err := e.bind(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +148,7 @@ func ServeEndpoint(ctx context.Context, o EndpointOptions) (*Endpoint, error) {
 	e.conn = nc
 	e.mu.Unlock()
 	if err := o.Ready(ctx, tok); err != nil {
-		e.closeAll(ctx)
+		_ = e.closeAll(ctx)
 		return nil, fmt.Errorf("serve: ready: %w", err)
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -208,7 +199,8 @@ func (e *Endpoint) run(ctx context.Context) {
 		e.mu.Lock()
 		iat, exp := e.iat, e.exp
 		e.mu.Unlock()
-		at := iat.Add(time.Duration(e.opts.frac() * float64(exp.Sub(iat))))
+		frac := RenewFrom + rand.Float64()*(RenewTo-RenewFrom)
+		at := iat.Add(time.Duration(frac * float64(exp.Sub(iat))))
 		if !e.sleep(ctx, at.Sub(e.now())) {
 			return
 		}
@@ -279,7 +271,7 @@ func (e *Endpoint) renewOnce(ctx context.Context, exp time.Time) (*nats.Conn, er
 	e.mu.Lock()
 	e.token = tok
 	e.mu.Unlock()
-	nc, err := e.bind(ctx, tok)
+	nc, err := e.bind(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -289,12 +281,12 @@ func (e *Endpoint) renewOnce(ctx context.Context, exp time.Time) (*nats.Conn, er
 	return nc, nil
 }
 
-// bind connects with tok, subscribes the responder and flushes, so the broker has the
+// bind connects with the latest checked bearer, subscribes the responder and flushes, so the broker has the
 // subscription (or has refused it) before the caller moves on.
-func (e *Endpoint) bind(ctx context.Context, tok string) (*nats.Conn, error) {
+func (e *Endpoint) bind(ctx context.Context) (*nats.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
-	nc, err := e.opts.dial(ctx, tok)
+	nc, err := e.connect(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("serve: connect: %w", err)
 	}
@@ -371,7 +363,7 @@ func (e *Endpoint) present() string {
 
 // connect is the broker connect through the callout: the sentinel as user JWT (a bearer JWT,
 // so the throwaway key's nonce signature is not checked), the bearer as auth token.
-func (e *Endpoint) connect(ctx context.Context, _ string) (*nats.Conn, error) {
+func (e *Endpoint) connect(ctx context.Context) (*nats.Conn, error) {
 	sentinel, err := e.opts.SentinelCreds(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("serve: sentinel: %w", err)
