@@ -325,3 +325,37 @@ func checkPayload(payload []byte, space string, r kindRules, now time.Time) (*cl
 	}
 	return &c, nil
 }
+
+// ErrUnknownKey is what StaticKeys answers for a kid it does not hold.
+var ErrUnknownKey = errors.New("serviceaccess: unknown key id")
+
+// StaticKeys is a fixed KeySource: kid to Ed25519 public key (a pinned Info's keys).
+type StaticKeys map[string]ed25519.PublicKey
+
+var _ KeySource = StaticKeys(nil)
+
+// Key returns the key kid names, or ErrUnknownKey.
+func (s StaticKeys) Key(_ context.Context, kid string) (ed25519.PublicKey, error) {
+	if k, ok := s[kid]; ok {
+		return k, nil
+	}
+	return nil, ErrUnknownKey
+}
+
+// KeysOf returns the keys of an Info as a KeySource, refusing a key that is not an OKP Ed25519
+// EdDSA signing key with 32 bytes of x under its thumbprint kid (as ParseInfo does).
+func KeysOf(in *Info) (StaticKeys, error) {
+	if in == nil || len(in.Keys) == 0 {
+		return nil, errors.New("serviceaccess: the info publishes no keys")
+	}
+	out := make(StaticKeys, len(in.Keys))
+	for i, k := range in.Keys {
+		x, err := b64.DecodeString(k.X)
+		if k.Kty != "OKP" || k.Crv != "Ed25519" || k.Alg != "EdDSA" || k.Use != "sig" || err != nil ||
+			len(x) != ed25519.PublicKeySize || k.Kid != Thumbprint(k.X) {
+			return nil, fmt.Errorf("serviceaccess: info key %d is not an Ed25519 signing key under its thumbprint kid", i)
+		}
+		out[k.Kid] = ed25519.PublicKey(x)
+	}
+	return out, nil
+}

@@ -1,9 +1,6 @@
 package serviceaccess
 
-import (
-	"encoding/json"
-	"errors"
-)
+import "encoding/json"
 
 // Path is the route both authd faces serve when service endpoints are on.
 const Path = "/service-endpoint-authority"
@@ -238,18 +235,3 @@ type JWK struct {
 	Alg string `json:"alg"`
 	Use string `json:"use"`
 }
-
-var errFloor = errors.New("serviceaccess: not implemented yet")
-
-// ParseEnvelope parses a POST body closed (see the package doc) and validates the request for
-// its kind and the proof for its kind. It does not check authorization.
-func ParseEnvelope(b []byte) (*Envelope, error) { return nil, errFloor }
-
-// ParseAnswer parses an answer closed and validates its fields for its kind.
-func ParseAnswer(b []byte) (*Answer, error) { return nil, errFloor }
-
-// ParseInfo parses a GET answer closed.
-func ParseInfo(b []byte) (*Info, error) { return nil, errFloor }
-
-// HTTPStatus is the status an answer travels with (see AnswerKind and the denial codes).
-func (a *Answer) HTTPStatus() int { return 0 }
