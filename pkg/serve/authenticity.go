@@ -1,9 +1,7 @@
 package serve
 
 import (
-	"context"
 	"crypto/ed25519"
-	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -53,19 +51,6 @@ func (a Authenticity) Kids() []string {
 
 func (a Authenticity) zero() bool { return a.issuer == "" || len(a.keys) == 0 }
 
-// Key implements serviceaccess.KeySource over the pinned keys.
-type pinnedKeys map[string]ed25519.PublicKey
-
-func (p pinnedKeys) Key(_ context.Context, kid string) (ed25519.PublicKey, error) {
-	k, ok := p[kid]
-	if !ok {
-		return nil, errors.New("serve: the authority publishes no key with this kid")
-	}
-	return k, nil
-}
-
-var _ serviceaccess.KeySource = pinnedKeys(nil)
-
 // ServeAuthenticityOf pins the issuer and keys of an authority's GET answer. It refuses a nil
 // answer, a version other than 1, an invalid space or account, an answer with no issuer or no
 // keys (ErrNotPublished: the authority does not publish them yet), an issuer other than
@@ -103,7 +88,7 @@ func ServeAuthenticityOf(info *serviceaccess.Info) (Authenticity, error) {
 		if err != nil || len(x) != ed25519.PublicKeySize {
 			return Authenticity{}, fmt.Errorf("serve: authority key %d: x is not 32 bytes of base64url", i)
 		}
-		if k.Kid != Thumbprint(k.X) {
+		if k.Kid != serviceaccess.Thumbprint(k.X) {
 			return Authenticity{}, fmt.Errorf("serve: authority key %d: kid is not the key's RFC 7638 thumbprint", i)
 		}
 		if _, dup := keys[k.Kid]; dup {
@@ -112,11 +97,4 @@ func ServeAuthenticityOf(info *serviceaccess.Info) (Authenticity, error) {
 		keys[k.Kid] = ed25519.PublicKey(x)
 	}
 	return Authenticity{account: info.Account, space: info.Space, issuer: info.Issuer, keys: keys}, nil
-}
-
-// Thumbprint is the RFC 7638 thumbprint of an Ed25519 OKP key with base64url x: the unpadded
-// base64url SHA-256 of {"crv":"Ed25519","kty":"OKP","x":x}.
-func Thumbprint(x string) string {
-	sum := sha256.Sum256([]byte(`{"crv":"Ed25519","kty":"OKP","x":"` + x + `"}`))
-	return base64.RawURLEncoding.EncodeToString(sum[:])
 }

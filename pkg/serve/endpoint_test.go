@@ -83,7 +83,7 @@ func startBroker(t *testing.T, f *fixture) *broker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &broker{witness: f.witness, v: &serviceaccess.Validator{Space: f.space, Keys: pinnedKeys(f.authenticity().keys)}}
+	b := &broker{witness: f.witness, v: &serviceaccess.Validator{Space: f.space, Keys: serviceaccess.StaticKeys(f.authenticity().keys)}}
 	if b.serve, err = names.ServiceServe(epTok, f.instance); err != nil {
 		t.Fatal(err)
 	}

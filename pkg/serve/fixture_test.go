@@ -49,7 +49,7 @@ func seedKey(label string) ed25519.PrivateKey {
 
 func jwkOf(pub ed25519.PublicKey) serviceaccess.JWK {
 	x := base64.RawURLEncoding.EncodeToString(pub)
-	return serviceaccess.JWK{Kty: "OKP", Crv: "Ed25519", X: x, Kid: Thumbprint(x), Alg: "EdDSA", Use: "sig"}
+	return serviceaccess.JWK{Kty: "OKP", Crv: "Ed25519", X: x, Kid: serviceaccess.Thumbprint(x), Alg: "EdDSA", Use: "sig"}
 }
 
 func accountKey(t testing.TB) string {

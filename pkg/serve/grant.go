@@ -148,7 +148,7 @@ func AuthorizeGuestServeGrant(in GrantInput) (*Grant, error) {
 		owner:    snap.Owner,
 		witness:  witness,
 		root:     res.Root,
-		v:        &serviceaccess.Validator{Space: auth.space, Keys: pinnedKeys(auth.keys), Now: now},
+		v:        &serviceaccess.Validator{Space: auth.space, Keys: serviceaccess.StaticKeys(auth.keys), Now: now},
 	}
 	c, err := g.check(res.Access.Token)
 	if err != nil {
