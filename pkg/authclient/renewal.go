@@ -149,9 +149,10 @@ type RenewalSource struct {
 
 // pull is one request in flight; done closes when ans or err is set.
 type pull struct {
-	done chan struct{}
-	ans  *serviceaccess.Answer
-	err  error
+	done    chan struct{}
+	ans     *serviceaccess.Answer
+	err     error
+	waiters int // callers joined; mu guards it
 }
 
 // ServiceEndpointRenewal returns the renewal source of one registered instance: the only way to
@@ -267,6 +268,7 @@ func (s *RenewalSource) join(ctx context.Context) (*serviceaccess.Answer, error)
 		s.flight = f
 		go s.run(f)
 	}
+	f.waiters++
 	s.mu.Unlock()
 	select {
 	case <-f.done:
