@@ -89,7 +89,7 @@ func newFakeAuthority(t testing.TB) *fakeAuthority {
 	}
 	a := &fakeAuthority{
 		t: t, account: acct, owner: "u_" + randID(t, 16)[:26], root: "r_" + randID(t, 16),
-		kid: "k_" + randID(t, 5), priv: priv, renewalTTL: time.Hour,
+		kid: serviceaccess.Thumbprint(base64.RawURLEncoding.EncodeToString(priv.Public().(ed25519.PublicKey))), priv: priv, renewalTTL: time.Hour,
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc(serviceaccess.Path, a.serve)
@@ -137,9 +137,13 @@ func (a *fakeAuthority) tokens() []string {
 }
 
 func write(w http.ResponseWriter, ans *serviceaccess.Answer) {
+	raw, err := ans.Marshal()
+	if err != nil {
+		panic(err)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(ans.HTTPStatus())
-	_ = json.NewEncoder(w).Encode(ans)
+	_, _ = w.Write(raw)
 }
 
 func denied(reqID, code string) *serviceaccess.Answer {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -403,7 +402,7 @@ func boundTo(req *serviceaccess.Request, ans *serviceaccess.Answer) error {
 type infoKeys struct {
 	p    *Provider
 	mu   sync.Mutex
-	keys map[string]ed25519.PublicKey
+	keys serviceaccess.StaticKeys
 }
 
 func (k *infoKeys) Key(ctx context.Context, kid string) (ed25519.PublicKey, error) {
@@ -437,16 +436,9 @@ func (k *infoKeys) refreshLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m := make(map[string]ed25519.PublicKey, len(info.Keys))
-	for _, j := range info.Keys {
-		if j.Kty != "OKP" || j.Crv != "Ed25519" || j.Kid == "" {
-			continue
-		}
-		x, err := base64.RawURLEncoding.DecodeString(j.X)
-		if err != nil || len(x) != ed25519.PublicKeySize {
-			continue
-		}
-		m[j.Kid] = ed25519.PublicKey(x)
+	m, err := serviceaccess.KeysOf(info)
+	if err != nil {
+		return authorityErr(AuthorityMalformed, 0, err)
 	}
 	k.keys = m
 	return nil

@@ -475,6 +475,9 @@ func TestRenewalSource(t *testing.T) {
 			}
 		}
 		r.clk.set(11 * time.Second) // the machine was off: the renewal proof is dead by this clock
+		r.a.mu.Lock()
+		r.a.renewalTTL = time.Hour
+		r.a.mu.Unlock()
 		if _, err := r.bearer(s); err != nil {
 			t.Fatal(err)
 		}

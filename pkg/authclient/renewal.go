@@ -460,7 +460,7 @@ func expOf(t *serviceaccess.Token) time.Time {
 // tokenCause classifies a refused token: expiry by the caller's clock, else the authority's.
 func tokenCause(err error) string {
 	var te *serviceaccess.TokenError
-	if errors.As(err, &te) && te.Check == "exp" {
+	if errors.As(err, &te) && te.Check == serviceaccess.CheckExp {
 		return CauseCredentialExpired
 	}
 	return CauseAuthority
