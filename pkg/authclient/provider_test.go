@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
 	"github.com/cotalgo/cotal/pkg/authclient"
@@ -843,6 +844,17 @@ func TestRenewalSource(t *testing.T) {
 		opts, err := s.SentinelCreds()
 		if err != nil || len(opts) != 1 {
 			t.Fatalf("SentinelCreds: %d options, %v", len(opts), err)
+		}
+		o := nats.GetDefaultOptions()
+		if err := opts[0](&o); err != nil {
+			t.Fatal(err)
+		}
+		got, err := o.UserJWT()
+		if err != nil || got != sentinel || o.SignatureCB == nil {
+			t.Fatalf("the options present %.20q, %v; want the sentinel with a signer", got, err)
+		}
+		if sig, err := o.SignatureCB([]byte("nonce")); err != nil || len(sig) == 0 {
+			t.Fatalf("signature callback: %d bytes, %v", len(sig), err)
 		}
 		if _, err := r.source(t).SentinelCreds(); err == nil {
 			t.Fatal("SentinelCreds without a sentinel succeeded")

@@ -256,6 +256,9 @@ func (s *RenewalSource) SentinelCreds() ([]nats.Option, error) {
 
 // join joins the pull in flight or starts one, and waits for it or for ctx.
 func (s *RenewalSource) join(ctx context.Context) (*serviceaccess.Answer, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	if st := s.state.State; st == SourceEnded || st == SourceClosed {
 		err := &SourceError{State: st, Cause: s.state.Cause}
