@@ -144,7 +144,6 @@ type RenewalSource struct {
 	mu     sync.Mutex
 	state  SourceState
 	flight *pull
-	last   *serviceaccess.Answer // the last validated credential, without its renewal proof
 }
 
 // pull is one request in flight; done closes when ans or err is set.
@@ -294,7 +293,6 @@ func (s *RenewalSource) run(f *pull) {
 		s.state.State, s.state.Cause, s.state.RenewalExp = st.State, st.Cause, st.RenewalExp
 		if st.State == SourceReady {
 			s.state.AccessExp = time.Unix(ans.Access.Exp, 0)
-			s.last = ans
 			f.ans = ans
 		} else {
 			f.err = &SourceError{State: st.State, Cause: st.Cause}
