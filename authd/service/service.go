@@ -134,7 +134,7 @@ func Start(ctx context.Context, in Inputs, opts RuntimeOptions) (*Service, error
 		s.teardown(context.Background())
 		return nil, s.refuse(err)
 	}
-	s.log.Info("authd ready", "space", cfg.Space, "url", s.url, "pid", s.pid, "hosted", s.hosted != nil)
+	s.log.Info("authd ready", "space", cfg.Space, "url", s.url, "public_url", s.publicURL, "pid", s.pid, "hosted", s.hosted != nil)
 	if s.hooks.OnReady != nil {
 		s.hooks.OnReady()
 	}

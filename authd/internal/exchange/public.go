@@ -1,38 +1,5 @@
 package exchange
 
-// The public face (auth.md §4 "Optional public listener"): a second listener, on a loopback
-// address, that a TLS-terminating reverse proxy publishes at PublicConfig.URL. It serves
-// GET /health, GET /jwks, POST /exchange without the cap, GET /.well-known/cotal-mesh and, when
-// PublicConfig.ServiceEndpoints is set, serviceaccess.Path; every other path is 404, the
-// loopback lifecycle doors (ManagedActivatePath, ManagedRetirePath, and any door added to the
-// loopback face later) included. /manager-service-authority, which upstream serves on this face
-// too, does not exist in this project yet (issue 25) and is 404 here like every unknown path.
-//
-// /exchange takes no cap (the 0600 discovery file's cap means nothing to a remote caller: the IdP
-// token or the actor token is the proof) and no view: every view is refused 403 before any
-// credential is looked at (PublicView), so elevated operator surfaces stay loopback-only. The
-// Origin (403), media type (415) and size (413) guards and the refusal throttle are the loopback
-// face's, with a throttle table of its own, so refusals on one face never spend the other's budget.
-//
-// Limits, applied in this order before any route runs:
-//   - per peer, a token bucket (PeerRate a second, PeerBurst at most) in a table of MaxPeers
-//     peers (least recently seen evicted): a request past its peer's bucket is 429 with
-//     Retry-After;
-//   - at most MaxInFlight requests being served at once across all peers: one more is 503
-//     with Retry-After: 1 (busy, not the caller's fault: upstream answers 503 too). A request's
-//     slot is held until its handler returns, past its deadline if it overruns;
-//   - a deadline of Deadline per request: the request's context ends then, and a request still
-//     unanswered gets 503 {"error": "request deadline exceeded"}. NewPublicServer's timeouts cut
-//     a client that drips its headers or body.
-//
-// The peer is the remote address's host. The face binds loopback only (the proxy is its one
-// direct peer), so by default every client of the proxy is one peer: X-Forwarded-For is NOT
-// trusted, because any client can write it. PublicConfig.TrustForwardedFor (config
-// public_trust_forwarded_for) makes the peer the LAST X-Forwarded-For hop, the address the
-// operator's own proxy appended; set it only when that proxy is the only way to the listener and
-// it appends the hop. The request's RemoteAddr is then that hop for every handler behind the
-// face (the refusal throttle and the service-endpoint door count per it).
-
 import (
 	"container/list"
 	"context"
@@ -102,7 +69,7 @@ type PublicConfig struct {
 	// ServiceEndpoints, if set, serves serviceaccess.Path behind this face's limits (its own
 	// guards, Origin included); nil answers it 404.
 	ServiceEndpoints http.Handler
-	// TrustForwardedFor makes the peer the last X-Forwarded-For hop (see the package doc).
+	// TrustForwardedFor makes the peer the last X-Forwarded-For hop (see the Public doc).
 	TrustForwardedFor bool
 	// PeerRate and PeerBurst are a peer's token bucket; zero means DefaultPeerRate and
 	// DefaultPeerBurst.
@@ -129,10 +96,43 @@ type publicFace struct {
 	sentinel string // the checked sentinel JWT, once signerd served it
 }
 
-// Public is the public face's handler: the limits, then the routes. Construct it with NewPublic.
+// Public is the public face (auth.md §4 "Optional public listener"): the handler of a second
+// listener, on a loopback address, that a TLS-terminating reverse proxy publishes at
+// PublicConfig.URL. It serves GET /health, GET /jwks, POST /exchange without the cap,
+// GET /.well-known/cotal-mesh (Bundle; 503 while no IdP is pinned or signerd does not serve the
+// sentinel) and, when PublicConfig.ServiceEndpoints is set, serviceaccess.Path (routed before the
+// face's Origin guard: that door keeps its own guard order); every other path is 404, the
+// loopback lifecycle doors (ManagedActivatePath, ManagedRetirePath, and any door added to the
+// loopback face later) included. /manager-service-authority, which upstream serves on this face
+// too, does not exist in this project yet (issue 25) and is 404 here like every unknown path.
+//
+// /exchange takes no cap (the 0600 discovery file's cap means nothing to a remote caller: the IdP
+// token or the actor token is the proof) and no view: every view is refused 403 before any
+// credential is looked at (PublicView), so elevated operator surfaces stay loopback-only. The
+// Origin (403), media type (415) and size (413) guards and the refusal throttle are the loopback
+// face's, with a throttle table of its own, so refusals on one face never spend the other's budget.
+//
+// Construct it with NewPublic and serve it with NewPublicServer. Limits, applied in this order
+// before any route runs:
+//   - per peer, a token bucket (PeerRate a second, PeerBurst at most) in a table of MaxPeers
+//     peers (least recently seen evicted): a request past its peer's bucket is 429 with
+//     Retry-After;
+//   - at most MaxInFlight requests being served at once across all peers: one more is 503
+//     with Retry-After: 1 (busy, not the caller's fault: upstream answers 503 too). A request's
+//     slot is held until its handler returns, past its deadline if it overruns;
+//   - a deadline of Deadline per request: the request's context ends then, and a request still
+//     unanswered gets 503 {"error": "request deadline exceeded"}. NewPublicServer's timeouts cut
+//     a client that drips its headers or body.
+//
+// The peer is the remote address's host. The face binds loopback only (the proxy is its one
+// direct peer), so by default every client of the proxy is one peer: X-Forwarded-For is NOT
+// trusted, because any client can write it. PublicConfig.TrustForwardedFor (config
+// public_trust_forwarded_for) makes the peer the LAST X-Forwarded-For hop, the address the
+// operator's own proxy appended; set it only when that proxy is the only way to the listener and
+// it appends the hop. The request's RemoteAddr is then that hop for every handler behind the
+// face (the refusal throttle and the service-endpoint door count per it).
 type Public struct {
 	h        *Handler
-	routes   http.Handler
 	peers    *peerLimiter
 	slots    chan struct{}
 	deadline time.Duration
@@ -192,7 +192,7 @@ func (p *Public) URL() string { return p.h.public.url }
 // Deadline is the per-request deadline in force.
 func (p *Public) Deadline() time.Duration { return p.deadline }
 
-// ServeHTTP applies the limits in the package doc's order, then routes.
+// ServeHTTP applies the limits in the order the Public doc gives, then routes.
 func (p *Public) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	peer := p.h.public.peer(r)
 	if p.h.public.trustXFF {
