@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/cotalgo/cotal/pkg/serviceaccess"
@@ -213,11 +212,8 @@ func classify(err error) error {
 			return refuse(RefuseSubject, err)
 		case serviceaccess.CheckKID, serviceaccess.CheckSignature:
 			return refuse(RefuseKey, err)
-		case serviceaccess.CheckClaims:
-			// The validator names the claim first in its reason ("duty is not serve").
-			if te.Err != nil && strings.HasPrefix(te.Err.Error(), "duty ") {
-				return refuse(RefuseDuty, err)
-			}
+		case serviceaccess.CheckPurpose:
+			return refuse(RefuseDuty, err)
 		}
 	}
 	return refuse(RefuseBearer, err)

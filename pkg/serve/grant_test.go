@@ -238,7 +238,7 @@ func TestAuthorizeGuestServeGrant(t *testing.T) {
 			in.Registration.Snapshot = snapshotOf(t, f.account, f.space, "u_zzzzzzzzzzzzzzzzzzzzzzzzzz", f.endpoint, f.instance, f.contract)
 			return in
 		}, RefuseWitness, ""},
-		{"fail/bearer with another duty", func() GrantInput { return f.input(claimsWith("duty", "read")) }, RefuseDuty, serviceaccess.CheckClaims},
+		{"fail/bearer with another duty", func() GrantInput { return f.input(claimsWith("duty", "read")) }, RefuseDuty, serviceaccess.CheckPurpose},
 		{"fail/bearer with no duty", func() GrantInput { return f.input(claimsWith("duty", nil)) }, RefuseBearer, serviceaccess.CheckPayload},
 		{"fail/bearer for another endpoint", func() GrantInput { return f.input(claimsWith("ep", "billing.other")) }, RefuseEndpoint, ""},
 		{"fail/bearer for another instance", func() GrantInput {
