@@ -140,7 +140,9 @@ func TestSignServiceCredential(t *testing.T) {
 		sign(t, svcReq(renewal, func(r *signerv1.SignServiceCredentialRequest) { r.Ttl = durationpb.New(25 * time.Hour) }), life(24*time.Hour))
 	})
 	t.Run("ok/ttl-whole-seconds", func(t *testing.T) {
-		sign(t, svcReq(access, func(r *signerv1.SignServiceCredentialRequest) { r.Ttl = durationpb.New(10*time.Second + 900*time.Millisecond) }), life(10*time.Second))
+		sign(t, svcReq(access, func(r *signerv1.SignServiceCredentialRequest) {
+			r.Ttl = durationpb.New(10*time.Second + 900*time.Millisecond)
+		}), life(10*time.Second))
 	})
 	t.Run("ok/access-capped-by-not-after", func(t *testing.T) {
 		na := time.Now().Add(20*time.Second + 500*time.Millisecond)
