@@ -84,6 +84,10 @@ type Service struct {
 	ln        net.Listener
 	http      *http.Server
 	url       string
+	// The public face (public.go), when public_listen is set.
+	pubLn     net.Listener
+	pubHTTP   *http.Server
+	publicURL string
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -130,7 +134,7 @@ func Start(ctx context.Context, in Inputs, opts RuntimeOptions) (*Service, error
 		s.teardown(context.Background())
 		return nil, s.refuse(err)
 	}
-	s.log.Info("authd ready", "space", cfg.Space, "url", s.url, "pid", s.pid, "hosted", s.hosted != nil)
+	s.log.Info("authd ready", "space", cfg.Space, "url", s.url, "public_url", s.publicURL, "pid", s.pid, "hosted", s.hosted != nil)
 	if s.hooks.OnReady != nil {
 		s.hooks.OnReady()
 	}
@@ -285,6 +289,11 @@ func (s *Service) start(ctx, runCtx context.Context, in RuntimeOptions) error {
 			s.stop(fmt.Errorf("authd: exchange listener: %w", err))
 		}
 	}()
+
+	if err := s.startPublic(exchange.Config{Space: cfg.Space, Signer: s.signer, Ledger: led, IdP: idpv, Selector: selector, Now: in.Now, Logger: s.log,
+		Activator: s.authority}, nil); err != nil { // no service-endpoint door on the public face yet
+		return err
+	}
 
 	if err := s.plane.SetReady(ctx, true); err != nil {
 		return fail(CodePlane, "plane claim could not be marked ready", err)
@@ -489,6 +498,7 @@ func (s *Service) teardown(ctx context.Context) {
 	} else if s.ln != nil {
 		_ = s.ln.Close()
 	}
+	s.closePublic(ctx)
 	if s.cancel != nil {
 		s.cancel()
 	}
