@@ -122,7 +122,7 @@ func (a *Authority) sepCredential(ctx context.Context, req *serviceaccess.Reques
 	if req.Kind == serviceaccess.KindRenew && !c.hasRoot {
 		return sepDenied(req, serviceaccess.CodeFailedPrecondition, "not-activated", "the instance has not activated"), nil
 	}
-	digest, err := a.sepFn().bodyDigest(req)
+	digest, err := serviceaccess.BodyDigest(req)
 	if err != nil {
 		return nil, err
 	}
@@ -211,7 +211,7 @@ func (a *Authority) sepReady(ctx context.Context, req *serviceaccess.Request, ca
 	if err := sepKeys(req); err != nil {
 		return nil, err
 	}
-	digest, err := a.sepFn().bodyDigest(req)
+	digest, err := serviceaccess.BodyDigest(req)
 	if err != nil {
 		return nil, err
 	}

@@ -49,8 +49,6 @@ func runSepChild() int {
 		return fail(err)
 	}
 	c := sepContract()
-	sepTempInstall(a, serviceaccess.Snapshot{V: 1, Account: a.cfg.Account, Space: testSpace, Owner: sepOwner, Endpoint: sepEP,
-		Instance: os.Getenv("IID"), Generation: 1, Contract: c})
 	point := os.Getenv("POINT")
 	a.sep.fault = func(p string) error {
 		if p == point {

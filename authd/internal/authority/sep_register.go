@@ -35,19 +35,19 @@ func (a *Authority) sepRegister(ctx context.Context, req *serviceaccess.Request,
 	if req.Contract == nil {
 		return nil, refuse(CodeBadRequest, "register carries the contract")
 	}
-	if err := a.sepFn().check(req.Contract, req.Endpoint); err != nil {
-		return nil, refuse(CodeBadRequest, "contract: %v", err)
-	}
 	for _, art := range req.Contract.Artifacts {
 		if len(art.Bytes) > lifecycle.MaxServiceArtifactBytes {
 			return sepDenied(req, serviceaccess.CodeTooLarge, "artifact", fmt.Sprintf("an artifact is over %d bytes", lifecycle.MaxServiceArtifactBytes)), nil
 		}
 	}
+	if _, err := req.Contract.Check(req.Endpoint); err != nil {
+		return nil, refuse(CodeBadRequest, "contract: %v", err)
+	}
 	cd, err := contractDigest(req.Contract)
 	if err != nil {
 		return nil, refuse(CodeBadRequest, "contract: %v", err)
 	}
-	digest, err := a.sepFn().bodyDigest(req)
+	digest, err := serviceaccess.BodyDigest(req)
 	if err != nil {
 		return nil, err
 	}
@@ -206,11 +206,11 @@ func (a *Authority) sepRegistered(req *serviceaccess.Request, owner, witness str
 func (a *Authority) sepSnapshot(req *serviceaccess.Request, owner string, gen uint64) ([]byte, string, error) {
 	snap := serviceaccess.Snapshot{V: 1, Account: a.cfg.Account, Space: a.cfg.Space, Owner: owner, Endpoint: req.Endpoint,
 		Instance: req.Instance, Generation: gen, Contract: *req.Contract}
-	b, err := a.sepFn().canonical(snap)
+	b, err := snap.Canonical()
 	if err != nil {
 		return nil, "", err
 	}
-	w := a.sepFn().witnessOf(b)
+	w := serviceaccess.WitnessOf(b)
 	if w == "" {
 		return nil, "", errors.New("authority: no witness for the snapshot")
 	}

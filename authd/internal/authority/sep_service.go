@@ -58,30 +58,6 @@ type sepState struct {
 	// fault, set only by tests, runs before each service write with its point name; an error
 	// stops the request there as a store failure would (unavailable).
 	fault func(point string) error
-	// fns, set only by tests while pkg/serviceaccess is a floor, replaces its functions.
-	fns *sepFuncs
-}
-
-// sepFuncs are the pkg/serviceaccess functions the state calls.
-type sepFuncs struct {
-	check      func(c *serviceaccess.Contract, endpoint string) error
-	canonical  func(s serviceaccess.Snapshot) ([]byte, error)
-	witnessOf  func(canonical []byte) string
-	bodyDigest func(r *serviceaccess.Request) (string, error)
-}
-
-var realSepFuncs = sepFuncs{
-	check:      func(c *serviceaccess.Contract, ep string) error { _, err := c.Check(ep); return err },
-	canonical:  serviceaccess.Snapshot.Canonical,
-	witnessOf:  serviceaccess.WitnessOf,
-	bodyDigest: serviceaccess.BodyDigest,
-}
-
-func (a *Authority) sepFn() *sepFuncs {
-	if a.sep.fns != nil {
-		return a.sep.fns
-	}
-	return &realSepFuncs
 }
 
 // sepFault is the test hook before a write.
@@ -289,7 +265,7 @@ func (a *Authority) sepNameBind(ctx context.Context, req *serviceaccess.Request)
 	if space.ValidateDerivedOwner(req.Owner) != nil || !sepRequestID(req.RequestID) {
 		return nil, refuse(CodeBadRequest, "owner or requestId is outside its grammar")
 	}
-	digest, err := a.sepFn().bodyDigest(req)
+	digest, err := serviceaccess.BodyDigest(req)
 	if err != nil {
 		return nil, err
 	}
@@ -362,7 +338,7 @@ func (a *Authority) sepDecide(ctx context.Context, req *serviceaccess.Request, o
 		if req.Contract == nil {
 			return nil, refuse(CodeBadRequest, "approve carries the contract")
 		}
-		if err := a.sepFn().check(req.Contract, req.Endpoint); err != nil {
+		if _, err := req.Contract.Check(req.Endpoint); err != nil {
 			return nil, refuse(CodeBadRequest, "contract: %v", err)
 		}
 		cd, err := contractDigest(req.Contract)
@@ -384,7 +360,7 @@ func (a *Authority) sepDecide(ctx context.Context, req *serviceaccess.Request, o
 	default:
 		return nil, refuse(CodeBadRequest, "decision is not approve, refuse or revoke")
 	}
-	digest, err := a.sepFn().bodyDigest(req)
+	digest, err := serviceaccess.BodyDigest(req)
 	if err != nil {
 		return nil, err
 	}

@@ -51,16 +51,8 @@ func newSepRig(t *testing.T) *sepRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	var temp bool
-	x.a.cfg.Signer, temp = sepTempSignerOr(c.API(), x.now)
-	if temp {
-		t.Log("signerd does not implement SignServiceCredential yet: sepTempSigner stands in")
-	}
+	x.a.cfg.Signer = c.API()
 	x.contract = sepContract()
-	if sepTempInstall(x.a, serviceaccess.Snapshot{V: 1, Account: x.a.cfg.Account, Space: testSpace, Owner: sepOwner, Endpoint: sepEP,
-		Instance: regIID, Generation: 1, Contract: x.contract}) {
-		t.Log("pkg/serviceaccess is a floor: the sepTemp functions stand in")
-	}
 	return x
 }
 
@@ -132,6 +124,18 @@ func (x *sepRig) do(t *testing.T, r *serviceaccess.Request, c ServiceCaller) *se
 	}
 	if ans.RequestID != r.RequestID {
 		t.Fatalf("%s answered requestId %q, want %q", r.Kind, ans.RequestID, r.RequestID)
+	}
+	// Every answer is one the wire parser accepts, unchanged.
+	b, err := json.Marshal(ans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := serviceaccess.ParseAnswer(b)
+	if err != nil {
+		t.Fatalf("%s answer %s does not parse: %v", r.Kind, ans.Kind, err)
+	}
+	if again, _ := json.Marshal(back); string(again) != string(b) {
+		t.Fatalf("%s answer %s parses as another: %s, was %s", r.Kind, ans.Kind, again, b)
 	}
 	return ans
 }
@@ -221,12 +225,12 @@ func TestServiceSeedSequence(t *testing.T) {
 
 	r := x.do(t, reg, idp(sepOwner))
 	wantKind(t, r, serviceaccess.AnswerRegistered, "")
-	canon, err := x.a.sepFn().canonical(serviceaccess.Snapshot{V: 1, Account: x.a.cfg.Account, Space: testSpace, Owner: sepOwner,
-		Endpoint: sepEP, Instance: iid, Generation: 1, Contract: x.contract})
+	canon, err := (serviceaccess.Snapshot{V: 1, Account: x.a.cfg.Account, Space: testSpace, Owner: sepOwner,
+		Endpoint: sepEP, Instance: iid, Generation: 1, Contract: x.contract}).Canonical()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Generation != 1 || string(r.Snapshot) != string(canon) || r.Witness != x.a.sepFn().witnessOf(canon) {
+	if r.Generation != 1 || string(r.Snapshot) != string(canon) || r.Witness != serviceaccess.WitnessOf(canon) {
 		t.Fatalf("registered = %+v; want generation 1, the snapshot's bytes and witness", r)
 	}
 	t.Run("ok/register replay after registration is the bound outcome", func(t *testing.T) {
