@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/serviceaccess"
@@ -42,7 +43,7 @@ const (
 	ProposalLifetime = 7 * 24 * time.Hour
 	// DefaultApproval and MaxApproval bound an approval (decide's approvalSeconds).
 	DefaultApproval = 30 * 24 * time.Hour
-	MaxApproval     = 365 * 24 * time.Hour
+	MaxApproval     = serviceaccess.MaxApprovalSeconds * time.Second
 	// StaleFreeze is how long a registration barrier may hold its freeze before another
 	// register rolls it forward or aborts it; its own replay adopts it at any age.
 	StaleFreeze = 30 * time.Second
@@ -122,7 +123,21 @@ func sepProofAllowed(req *serviceaccess.Request, c ServiceCaller) bool {
 }
 
 func sepDenied(req *serviceaccess.Request, code, reason, msg string) *serviceaccess.Answer {
-	return &serviceaccess.Answer{Kind: serviceaccess.AnswerDenied, RequestID: req.RequestID, Code: code, Reason: reason, Message: msg}
+	return &serviceaccess.Answer{Kind: serviceaccess.AnswerDenied, RequestID: req.RequestID, Code: code, Reason: reason, Message: sepClip(msg)}
+}
+
+// sepClip bounds a message (a refusal may quote a validator's error) well inside the wire's
+// MaxMessageBytes, at a rune boundary.
+func sepClip(msg string) string {
+	const max = 512
+	if len(msg) <= max {
+		return msg
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "..."
 }
 
 func sepConflict(req *serviceaccess.Request, reason, witness, msg string) *serviceaccess.Answer {
