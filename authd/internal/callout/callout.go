@@ -553,7 +553,7 @@ func (r *Responder) decide(ctx context.Context, opened *signerv1.OpenCalloutRequ
 		if errors.As(err, &te) && te.Check != "" {
 			check = te.Check
 		}
-		r.log.Info("callout: bearer refused", "user", opened.GetUserNkey(), "check", check)
+		r.log.Info("callout: bearer refused", "user", opened.GetUserNkey(), "check", check, "detail", "the token's header does not parse")
 		return nil, "bearer refused: " + check
 	case typ == serviceaccess.TypUser:
 		return r.decideUser(ctx, opened, token)
