@@ -47,13 +47,14 @@
 //	      membership-observer: {ttl_max: 1h, remint: none}
 //	      connection-evictor: {ttl_max: 5m, remint: none}
 //	  - id: spiffe://cotal.local/authd/{space}
-//	    rpcs: [Mint, Remint, GetSpace, OpenCalloutRequest, SignCalloutResponse, SignBearer, GetJWKS, DeriveOwner, Mac]
+//	    rpcs: [Mint, Remint, GetSpace, OpenCalloutRequest, SignCalloutResponse, SignBearer, GetJWKS, DeriveOwner, Mac, SignServiceCredential]
 //	    spaces: ["{space}"]
 //	    rate: {per_second: 200, burst: 400}
 //	    profiles:
 //	      auth-callout: {ttl_max: 1h}
 //	      auth-plane: {ttl_max: 1h}
 //	      retirement-requester: {ttl_max: 5m, any_owner: true, remint: none}
+//	      service-serve: {ttl_max: 1m, any_owner: true, remint: none}
 //	      agent: {ttl_max: 12h, any_owner: true, channels: [">"], capabilities: [spawn, run, admin], remint: any}
 //	      observer: {ttl_max: 12h, any_owner: true}
 //	      operator: {ttl_max: 15m, any_owner: true, channels: [">"]}
