@@ -44,9 +44,10 @@ const (
 )
 
 // testPolicy is signerdtest's default policy with the admin profile added for authd (the admin
-// view), the agent capabilities the tests grant, and the channel subtree team.> for authd's
-// agents (a ledger row may hold a channel pattern; signerd grants it only where a policy pattern
-// covers its broker reach, and team.* does not cover team.>).
+// view), the service tokens and service-serve grants authd makes (the service arm), the agent
+// capabilities the tests grant, and the channel subtree team.> for authd's agents (a ledger row
+// may hold a channel pattern; signerd grants it only where a policy pattern covers its broker
+// reach, and team.* does not cover team.>).
 const testPolicy = `version: 1
 callers:
   - id: spiffe://cotal.local/managerd/{space}
@@ -57,11 +58,12 @@ callers:
       agent: {ttl_max: 1h, any_owner: true, channels: ["general", "team.*"], capabilities: [spawn]}
       provisioner: {ttl_max: 5m, any_owner: true}
   - id: spiffe://cotal.local/authd/{space}
-    rpcs: [Mint, Remint, GetSpace, OpenCalloutRequest, SignCalloutResponse, SignBearer, GetJWKS, DeriveOwner]
+    rpcs: [Mint, Remint, GetSpace, OpenCalloutRequest, SignCalloutResponse, SignBearer, GetJWKS, DeriveOwner, SignServiceCredential]
     spaces: ["{space}"]
     rate: {per_second: 10000, burst: 20000}
     profiles:
       auth-callout: {ttl_max: 24h}
+      service-serve: {ttl_max: 1m, any_owner: true, remint: none}
       agent: {ttl_max: 1h, any_owner: true, channels: ["general", "team.>"], capabilities: [spawn, run]}
       admin: {ttl_max: 1h, any_owner: true}
 `

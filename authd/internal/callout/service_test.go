@@ -2,6 +2,7 @@ package callout
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -12,13 +13,16 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cotalgo/cotal/authd/internal/bearer"
 	"github.com/cotalgo/cotal/authd/internal/bearer/bearertest"
 	"github.com/cotalgo/cotal/authd/internal/ledger"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/serviceaccess"
+	"github.com/cotalgo/cotal/pkg/testkit"
 )
 
 // What the service tokens of these tests name.
@@ -326,4 +330,157 @@ func TestServiceArmDecide(t *testing.T) {
 			t.Fatalf("decide = %v, %q; want %q", g, refusal, refuseService)
 		}
 	})
+}
+
+// serviceToken mints a service token of kind for the test instance through signerd's
+// SignServiceCredential (authd's client), living ttl.
+func (e *env) serviceToken(t testing.TB, kind signerv1.ServiceCredentialKind, ttl time.Duration) (string, time.Time) {
+	t.Helper()
+	resp, err := e.authd.API().SignServiceCredential(ctxT(t), &signerv1.SignServiceCredentialRequest{
+		Space: testSpace, Kind: kind, Owner: owner, Witness: svcWitness, Endpoint: svcEndpoint, InstanceId: svcInstance,
+		Root: svcRoot, Ttl: durationpb.New(ttl), NotAfter: timestamppb.New(time.Now().Add(time.Hour)),
+	})
+	if err != nil {
+		t.Fatalf("SignServiceCredential: %v", err)
+	}
+	return resp.GetToken(), resp.GetExpiresAt().AsTime()
+}
+
+// svcName is a fresh connection name for a service connect (the service arm does not read it).
+func svcName() string { return "svc-" + rand.Text() }
+
+// TestCalloutServiceConnect is the service arm on the real broker with real signerd: an access
+// bearer signerd minted, admitted by the service gate, lands as service-serve with exactly the
+// bearer's owner, endpoint and instance and its exp (the broker drops it then); it may subscribe
+// its serve family and publish its reply family, and reaches no inbox. A refusing gate, a
+// renewal proof, a user bearer without typ, tokens relabelled as another kind and an access
+// bearer of another issuer key are each denied with a signed refusal, and no grant is asked.
+func TestCalloutServiceConnect(t *testing.T) {
+	top := t
+	gate := &serviceGate{}
+	e := startEnv(t, envOptions{services: gate})
+	epTok, err := lifecycle.EndpointToken(svcEndpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve, _ := e.names.ServiceServe(epTok, svcInstance)
+	reply, _ := e.names.ServiceReply(epTok, svcInstance)
+
+	tok, exp := e.serviceToken(t, signerv1.ServiceCredentialKind_SERVICE_CREDENTIAL_KIND_ACCESS, time.Minute)
+	name := svcName()
+	c, err := e.connect(t, tok, name)
+	if err != nil {
+		t.Fatalf("service connect: %v", err)
+	}
+	t.Run("ok/lands as service-serve with exactly the bearer's coordinates", func(t *testing.T) {
+		if ci := e.connInfo(t, name); ci.Account != e.gs.GetAccountPublicKey() {
+			t.Fatalf("account %s, want the data account %s", ci.Account, e.gs.GetAccountPublicKey())
+		}
+		if g, want := e.rec.grant(t, name), serviceGrant(exp.Unix()); !proto.Equal(g, want) {
+			t.Fatalf("grant = %v, want exactly %v", g, want)
+		}
+		seen := gate.calls()
+		if len(seen) != 1 || seen[0].Sub != owner || seen[0].Wit != svcWitness || seen[0].Root != svcRoot ||
+			seen[0].Ep != svcEndpoint || seen[0].Iid != svcInstance || seen[0].Exp != exp.Unix() {
+			t.Fatalf("gate asked %+v, want once with the bearer's claims", seen)
+		}
+	})
+	t.Run("ok/subscribes its serve family and publishes its reply family", func(t *testing.T) {
+		if _, err := c.SubscribeSync(serve); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Publish(strings.TrimSuffix(reply, ">")+"r1", []byte("answer")); err != nil {
+			t.Fatal(err)
+		}
+		c.noErrors(t)
+	})
+	t.Run("fail/no inbox, not even the one its connection name spells", func(t *testing.T) {
+		subject := "_INBOX_" + name + ".x"
+		if _, err := c.SubscribeSync(subject); err != nil {
+			t.Fatal(err)
+		}
+		c.waitError(t, testkit.SubscribeViolation(subject))
+	})
+	t.Run("fail/publish outside its reply family", func(t *testing.T) {
+		subject := strings.TrimSuffix(serve, ">") + "x"
+		if err := c.Publish(subject, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		c.waitError(t, testkit.PublishViolation(subject))
+	})
+	t.Run("ok/dropped at the bearer's exp", func(t *testing.T) {
+		short, _ := e.serviceToken(t, signerv1.ServiceCredentialKind_SERVICE_CREDENTIAL_KIND_ACCESS, 2*time.Second)
+		sc, err := e.connect(t, short, svcName())
+		if err != nil {
+			t.Fatalf("service connect: %v", err)
+		}
+		select {
+		case <-sc.closed:
+		case <-time.After(15 * time.Second):
+			t.Fatal("connection still open long after the bearer expired")
+		}
+		sc.waitError(t, "expired")
+	})
+
+	other := startEnvSigner(t)
+	otherTok, _ := other.serviceToken(t, signerv1.ServiceCredentialKind_SERVICE_CREDENTIAL_KIND_ACCESS, time.Minute)
+	userTok, _ := e.bearerFor(t, e.grant(t, row("laptop")), time.Minute, nil)
+	for _, tc := range []struct {
+		name    string
+		token   func() string
+		refusal string
+		gateErr error
+	}{
+		{"fail/gate refuses", func() string {
+			tok, _ := e.serviceToken(t, signerv1.ServiceCredentialKind_SERVICE_CREDENTIAL_KIND_ACCESS, time.Minute)
+			return tok
+		}, refuseService, errors.New("approval revoked")},
+		{"fail/renewal proof as auth_token", func() string {
+			tok, _ := e.serviceToken(t, signerv1.ServiceCredentialKind_SERVICE_CREDENTIAL_KIND_RENEWAL, time.Hour)
+			return tok
+		}, "bearer refused: " + checkTyp, nil},
+		{"fail/user bearer without typ", func() string {
+			return relabel(userTok, `{"alg":"EdDSA","kid":"`+kidOf(t, userTok)+`"}`)
+		}, "bearer refused: " + checkTyp, nil},
+		{"fail/user bearer relabelled typ access", func() string {
+			return relabel(userTok, `{"alg":"EdDSA","kid":"`+kidOf(t, userTok)+`","typ":"`+serviceaccess.TypAccess+`"}`)
+		}, "service access bearer refused: " + serviceaccess.CheckSignature, nil},
+		{"fail/access bearer relabelled typ JWT", func() string {
+			return relabel(tok, `{"alg":"EdDSA","kid":"`+kidOf(t, tok)+`","typ":"JWT"}`)
+		}, "bearer refused: " + string(bearer.CheckSignature), nil},
+		{"fail/access bearer of another issuer key", func() string { return otherTok }, "service access bearer refused: " + serviceaccess.CheckKID, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gate.set(tc.gateErr)
+			defer gate.set(nil)
+			n := svcName()
+			sc, err := e.connect(t, tc.token(), n)
+			wantDenied(t, sc, err)
+			if got := e.rec.refusal(n); got != tc.refusal {
+				t.Fatalf("refusal signed: %q, want %q", got, tc.refusal)
+			}
+			if g := e.rec.askedGrant(n); g != nil {
+				t.Fatalf("a grant was asked for a refused token: %v", g)
+			}
+		})
+	}
+	if log := logOf(top); strings.Contains(log, tok) || strings.Contains(log, "eyJ") {
+		t.Fatal("the responder logged a token")
+	}
+}
+
+// kidOf is the kid in token's header.
+func kidOf(t testing.TB, token string) string {
+	t.Helper()
+	hdr, err := base64.RawURLEncoding.DecodeString(strings.SplitN(token, ".", 2)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h struct {
+		Kid string `json:"kid"`
+	}
+	if err := json.Unmarshal(hdr, &h); err != nil || h.Kid == "" {
+		t.Fatalf("token header has no kid: %v", err)
+	}
+	return h.Kid
 }
