@@ -409,7 +409,9 @@ func TestCalloutServiceConnect(t *testing.T) {
 		c.waitError(t, testkit.PublishViolation(subject))
 	})
 	t.Run("ok/dropped at the bearer's exp", func(t *testing.T) {
-		short, _ := e.serviceToken(t, signerv1.ServiceCredentialKind_SERVICE_CREDENTIAL_KIND_ACCESS, 2*time.Second)
+		// iat and exp are whole seconds and signerd mints no grant under a second, so the
+		// bearer keeps a margin for a slow connect.
+		short, _ := e.serviceToken(t, signerv1.ServiceCredentialKind_SERVICE_CREDENTIAL_KIND_ACCESS, 5*time.Second)
 		sc, err := e.connect(t, short, svcName())
 		if err != nil {
 			t.Fatalf("service connect: %v", err)
