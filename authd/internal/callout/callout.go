@@ -41,19 +41,20 @@
 //     the broker drops the connection when the bearer expires. A grant signerd refuses (its
 //     policy) becomes a refusal.
 //
-// The service arm (seed 002, a service endpoint instance serving its endpoint):
+// The service arm (seed 002: a service endpoint instance serving its endpoint) takes steps 1-3
+// and then:
 //
-//	S1. serviceaccess.Validator.Access verifies the access bearer against the same issuer keys
-//	    as user bearers (Config.JWKS): typ, kid, EdDSA signature, closed claims, iss and aud of
-//	    this space, iat at most 5 s ahead, no grace on exp, at most 60 s of life.
-//	S2. Config.Services.CheckServe re-reads what the bearer stands on: the registration it names
-//	    (its witness), the endpoint gate (open), the root, the approval and the name binding
-//	    (owner == sub). Without Config.Services every service connect is refused.
-//	S3. SignCalloutResponse mints the service-serve profile with exactly owner (sub),
-//	    service_endpoint (ep) and instance_id (iid); expires_at is the bearer's exp. The profile
-//	    names its own actor (svc_<iid>), serves only its instance's subjects and has no inbox:
-//	    the connection name is not read and grants nothing, and no ledger row, view or inbox
-//	    nonce is involved.
+//  1. serviceaccess.Validator.Access verifies the access bearer against the same issuer keys as
+//     user bearers (Config.JWKS): typ, kid, EdDSA signature, closed claims, iss and aud of this
+//     space, iat at most 5 s ahead, no grace on exp, at most 60 s of life.
+//  2. Config.Services.CheckServe re-reads what the bearer stands on: the registration it names
+//     (its witness), the endpoint gate (open), the root, the approval and the name binding
+//     (owner == sub). Without Config.Services every service connect is refused.
+//  3. SignCalloutResponse mints the service-serve profile with exactly owner (sub),
+//     service_endpoint (ep) and instance_id (iid); expires_at is the bearer's exp. The profile
+//     names its own actor (svc_<iid>), serves only its instance's subjects and has no inbox:
+//     the connection name is not read and grants nothing, and no ledger row, view or inbox
+//     nonce is involved.
 //
 // Both arms share the budgets, the in-flight bound and WaitIdle, and the same logs (which never
 // hold a token).
@@ -214,7 +215,7 @@ type Config struct {
 	JWKS *bearer.Cache
 	// Lifecycle reads managed rows' issuance gates (step 8). nil refuses every managed row.
 	Lifecycle GateReader
-	// Services admits verified service access bearers (the service arm's S2). nil refuses
+	// Services admits verified service access bearers (the service arm's step 2). nil refuses
 	// every service connect.
 	Services ServiceGate
 	// AllowedServers lists the broker server ids (N... public keys) whose requests are
@@ -565,7 +566,7 @@ func (r *Responder) decide(ctx context.Context, opened *signerv1.OpenCalloutRequ
 	return nil, "bearer refused: " + checkTyp
 }
 
-// decideService is the service arm (S1-S3) for an auth_token whose typ is a service access
+// decideService is the service arm (its steps 1-3) for an auth_token whose typ is a service access
 // bearer's.
 func (r *Responder) decideService(ctx context.Context, opened *signerv1.OpenCalloutRequestResponse, token string) (*signerv1.CalloutGrant, string) {
 	c, err := r.access.Access(ctx, token)
