@@ -486,3 +486,67 @@ func kidOf(t testing.TB, token string) string {
 	}
 	return h.Kid
 }
+
+// TestCalloutServiceBudgets: the service arm spends the same local budgets as the user arm, on a
+// clock that stands still (the buckets never refill, so the counts are exact): a refused service
+// connect is charged to the refusal budget and, past it, gets no reply and no signature; a
+// granted one costs an open and a grant and nothing of the refusal budget; past the open budget
+// signerd is not asked at all (nor the service gate). WaitIdle returns once the service connects
+// are answered.
+func TestCalloutServiceBudgets(t *testing.T) {
+	e := startEnv(t, envOptions{noResponder: true})
+	gate := &serviceGate{err: errors.New("root expired")}
+	frozen := time.Now()
+	c := &counting{Signer: e.authd.API()}
+	cache, err := bearer.NewCache(bearer.CacheConfig{Space: testSpace, Signer: e.authd.API()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Config{Space: testSpace, Signer: e.authd, Ledger: e.ledger, JWKS: cache, Services: gate,
+		OpenRate: Rate{PerSecond: 1, Burst: 4}, RefusalRate: Rate{PerSecond: 1, Burst: 1},
+		Now: func() time.Time { return frozen }, Logger: testLogger(t), signer: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctxT(t), e.svc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	tok, _ := e.serviceToken(t, signerv1.ServiceCredentialKind_SERVICE_CREDENTIAL_KIND_ACCESS, time.Minute)
+	connect := func(t *testing.T) error {
+		t.Helper()
+		cl, err := e.connect(t, tok, svcName())
+		if err == nil {
+			cl.Close()
+		}
+		return err
+	}
+	counts := func() [3]int64 { return [3]int64{c.opens.Load(), c.grants.Load(), c.refusals.Load()} }
+	step := func(name string, admit bool, want [3]int64) {
+		t.Run(name, func(t *testing.T) {
+			if admit {
+				gate.set(nil)
+			} else {
+				gate.set(errors.New("root expired"))
+			}
+			err := connect(t)
+			if admit != (err == nil) {
+				t.Fatalf("connect: %v, want admitted %v", err, admit)
+			}
+			if err := r.WaitIdle(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+			if got := counts(); got != want {
+				t.Fatalf("signerd calls (opens, grants, refusals) = %v, want %v", got, want)
+			}
+		})
+	}
+	step("ok/a refused service connect is signed within the refusal budget", false, [3]int64{1, 0, 1})
+	step("fail/past the refusal budget it gets no reply or signature", false, [3]int64{2, 0, 1})
+	step("ok/a granted service connect costs an open and a grant", true, [3]int64{3, 1, 1})
+	step("ok/and another", true, [3]int64{4, 2, 1})
+	step("fail/past the open budget signerd is not asked", false, [3]int64{4, 2, 1})
+	if n := len(gate.calls()); n != 4 {
+		t.Fatalf("service gate asked %d times, want 4 (not for the request past the open budget)", n)
+	}
+}
