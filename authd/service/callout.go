@@ -49,7 +49,8 @@ func (c calloutPart) close() {
 // startCallout reads the callout seed (mode and owner checked by pkg/creds), starts the rail on
 // it, connects, fetches the bearer JWKS once (a signerd that cannot serve it shows at start, not
 // at the first connect) and starts the responder, which returns once its subscription is
-// flushed. The seed is wiped once the rail has decoded its key. The responder lives until runCtx
+// flushed. The responder's service arm checks service access bearers against the same JWKS
+// and asks the lifecycle authority (CheckServe) before it grants service-serve. The seed is wiped once the rail has decoded its key. The responder lives until runCtx
 // ends or close.
 func startCallout(ctx, runCtx context.Context, s *Service, in RuntimeOptions, led *ledger.Ledger) (calloutPart, error) {
 	var c calloutPart
@@ -78,8 +79,14 @@ func startCallout(ctx, runCtx context.Context, s *Service, in RuntimeOptions, le
 	if err := jwks.Refresh(ctx); err != nil {
 		return c, &StartError{Code: CodeSigner, Reason: "signerd did not serve the bearer JWKS", Err: err}
 	}
+	// The service arm asks the authority whether a service access bearer's registration, gate,
+	// root, approval and name binding still stand; without it every service connect is refused.
+	var services callout.ServiceGate
+	if s.authority != nil {
+		services = s.authority
+	}
 	if c.resp, err = callout.New(callout.Config{
-		Space: s.cfg.Space, Signer: s.signer, Ledger: led, JWKS: jwks, Lifecycle: s.authority.Store(),
+		Space: s.cfg.Space, Signer: s.signer, Ledger: led, JWKS: jwks, Lifecycle: s.authority.Store(), Services: services,
 		AllowedServers: s.cfg.AllowedServers, MaxInFlight: s.cfg.MaxInFlight, Now: in.Now, Logger: s.log,
 		OpenRate: s.cfg.CalloutOpens.Callout(), RefusalRate: s.cfg.CalloutRefusals.Callout(),
 		Gate: s.gate.open, Warn: s.calloutWarn,

@@ -3,19 +3,19 @@
 // reference/auth.md §3 checks 9-12), against the issuer keys signerd's GetJWKS publishes.
 //
 // It refuses, each with a *Error naming the check: a token that is not three unpadded base64url
-// segments or is longer than MaxTokenBytes; a header that is not a JSON object of alg, kid and
-// typ only (jku, jwk, x5u and x5c are refused by name: a key never comes from the token), alg
-// other than EdDSA, typ other than JWT; a kid the issuer's JWKS does not hold after one refetch;
-// a bad signature; a payload with a duplicated key, a key spelled in another case, or any field
-// signerd does not write; iss other than urn:cotal:auth:<space>; aud other than exactly the space
-// (a string or a one-element list); exp, iat or nbf missing or not integers; iat more than 5 s in
-// the future, nbf not yet reached, exp reached, exp more than cap+5 s from now or exp-iat over
-// the cap (900 s, 300 s for transfer-writer); ver other than 1; sub not a derived owner or not
-// act.owner; act.actor outside the actor grammar; act.scope not equal to the top-level scope;
-// scope words outside signerd's grammar; act.parent not one <u_...>.<actor>; act.view outside
-// the closed enum (pkg authd/internal/views); managerInstanceId, session or transferWriter
-// without their view, or that view without them; lifecycleUid or credentialId outside their
-// grammars.
+// segments or is longer than MaxTokenBytes; a header that is not a JSON object of alg, kid and typ
+// only (jku, jwk, x5u and x5c are refused by name: a key never comes from the token), alg other
+// than EdDSA, typ missing or other than JWT (a service access bearer or renewal proof, signed by
+// the same issuer key, is never a user bearer); a kid the issuer's JWKS does not hold after one
+// refetch; a bad signature; a payload with a duplicated key, a key spelled in another case, or any
+// field signerd does not write; iss other than urn:cotal:auth:<space>; aud other than exactly the
+// space (a string or a one-element list); exp, iat or nbf missing or not integers; iat more than
+// 5 s in the future, nbf not yet reached, exp reached, exp more than cap+5 s from now or exp-iat
+// over the cap (900 s, 300 s for transfer-writer); ver other than 1; sub not a derived owner or
+// not act.owner; act.actor outside the actor grammar; act.scope not equal to the top-level scope;
+// scope words outside signerd's grammar; act.parent not one <u_...>.<actor>; act.view outside the
+// closed enum (pkg authd/internal/views); managerInstanceId, session or transferWriter without
+// their view, or that view without them; lifecycleUid or credentialId outside their grammars.
 //
 // Verification is pure apart from the key lookup: no ledger, no profile. The callout applies the
 // ledger and view decisions to the Claims it returns.
@@ -41,8 +41,11 @@ import (
 
 // Wire constants shared with signerd's SignBearer.
 const (
-	Version        = 1
-	IssuerPrefix   = "urn:cotal:auth:"
+	Version      = 1
+	IssuerPrefix = "urn:cotal:auth:"
+	// Typ is the header typ every user bearer carries (required since service tokens share the
+	// issuer key: serviceaccess.TypUser).
+	Typ            = "JWT"
 	ClockTolerance = 5 * time.Second
 	// MaxLifetime is the longest any bearer lives (views.MaxBearerTTL).
 	MaxLifetime = views.MaxBearerTTL
@@ -243,8 +246,11 @@ func split(s string) (*token, error) {
 	if err := str(fields, "kid", &kid, true); err != nil || kid == "" || len(kid) > maxKIDLen {
 		return nil, refuse(CheckKID, "kid missing or not 1 to %d bytes", maxKIDLen)
 	}
-	if err := str(fields, "typ", &typ, false); err != nil || (typ != "" && typ != "JWT") {
-		return nil, refuse(CheckHeader, "typ is not JWT")
+	// typ is required: the callout dispatches on it, and a service token (typ
+	// cotal-service-access+jwt, cotal-service-renewal+jwt) or a token without one never passes
+	// as a user bearer.
+	if err := str(fields, "typ", &typ, true); err != nil || typ != Typ {
+		return nil, refuse(CheckHeader, "typ is not %s", Typ)
 	}
 	return &token{kid: kid, signingInput: []byte(parts[0] + "." + parts[1]), payload: payload, sig: sig}, nil
 }

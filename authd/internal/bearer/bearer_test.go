@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cotalgo/cotal/authd/internal/bearer"
 	"github.com/cotalgo/cotal/authd/internal/bearer/bearertest"
@@ -145,6 +146,22 @@ func TestVerifySignerdBearers(t *testing.T) {
 		_, err := v.Verify(ctxT(t), other.sign(t, nil))
 		wantCheck(t, err, bearer.CheckKID)
 	})
+	// Service tokens share the issuer key (GetJWKS publishes it) and so verify under it: only
+	// their typ keeps them from passing as user bearers.
+	for _, kind := range []signerv1.ServiceCredentialKind{signerv1.ServiceCredentialKind_SERVICE_CREDENTIAL_KIND_ACCESS, signerv1.ServiceCredentialKind_SERVICE_CREDENTIAL_KIND_RENEWAL} {
+		t.Run("fail/service token "+kind.String(), func(t *testing.T) {
+			resp, err := e.client.API().SignServiceCredential(ctxT(t), &signerv1.SignServiceCredentialRequest{
+				Space: testSpace, Kind: kind, Owner: owner, Witness: "w_" + strings.Repeat("a", 52), Endpoint: "billing.api",
+				InstanceId: uid, Root: "r_" + strings.Repeat("a", 26), Ttl: durationpb.New(time.Minute),
+				NotAfter: timestamppb.New(time.Now().Add(time.Hour)),
+			})
+			if err != nil {
+				t.Fatalf("SignServiceCredential: %v", err)
+			}
+			_, err = v.Verify(ctxT(t), resp.GetToken())
+			wantCheck(t, err, bearer.CheckHeader)
+		})
+	}
 	t.Run("fail/format", func(t *testing.T) {
 		for _, tok := range []string{"", "a.b", "a.b.c.d", strings.Repeat("a", bearer.MaxTokenBytes+1)} {
 			_, err := v.Verify(ctxT(t), tok)

@@ -18,8 +18,11 @@
 // out, and whoever crafted the request learns nothing. From here on the answer is a signed,
 // sealed refusal naming the failed check in one short sentence, or a grant:
 //
-//  4. The bearer in auth_token is verified (steps 9-12, package bearer); none is "no user token
-//     presented".
+//  4. The auth_token's JOSE header typ picks the arm (serviceaccess.TypOf, which reads the header
+//     only): "JWT" is a user bearer, verified (steps 9-12, package bearer) and decided by steps
+//     5-9; cotal-service-access+jwt is a service access bearer, decided by the service arm below;
+//     anything else (a renewal proof, no typ, an unknown typ, a header that does not parse) is
+//     refused, so no token kind passes as another. No token is "no user token presented".
 //  5. A view must map to a profile (package views; only admin does) and the bearer's scope must
 //     carry the view's required capability.
 //  6. The ledger's connect arm (step 13): the row exists in exactly one space, the bearer's scope
@@ -37,6 +40,24 @@
 //     capabilities), with the admin view the admin profile; expires_at is the bearer's exp, so
 //     the broker drops the connection when the bearer expires. A grant signerd refuses (its
 //     policy) becomes a refusal.
+//
+// The service arm (seed 002: a service endpoint instance serving its endpoint) takes steps 1-3
+// and then:
+//
+//  1. serviceaccess.Validator.Access verifies the access bearer against the same issuer keys as
+//     user bearers (Config.JWKS): typ, kid, EdDSA signature, closed claims, iss and aud of this
+//     space, iat at most 5 s ahead, no grace on exp, at most 60 s of life.
+//  2. Config.Services.CheckServe re-reads what the bearer stands on: the registration it names
+//     (its witness), the endpoint gate (open), the root, the approval and the name binding
+//     (owner == sub). Without Config.Services every service connect is refused.
+//  3. SignCalloutResponse mints the service-serve profile with exactly owner (sub),
+//     service_endpoint (ep) and instance_id (iid); expires_at is the bearer's exp. The profile
+//     names its own actor (svc_<iid>), serves only its instance's subjects and has no inbox:
+//     the connection name is not read and grants nothing, and no ledger row, view or inbox
+//     nonce is involved.
+//
+// Both arms share the budgets, the in-flight bound and WaitIdle, and the same logs (which never
+// hold a token).
 //
 // Local budgets keep signerd's capacity for grants. The sentinel is a public credential, so
 // anyone who reaches the broker can make authd ask signerd about a connect; signerd charges
@@ -81,6 +102,7 @@ import (
 	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/nkey"
 	"github.com/cotalgo/cotal/pkg/profiles"
+	"github.com/cotalgo/cotal/pkg/serviceaccess"
 	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/pkg/space"
 )
@@ -149,6 +171,17 @@ const (
 	refuseNonce       = "connection name is not an inbox nonce bound to this principal (<tag>-<suffix>)"
 	refuseSigner      = "the signer refused the grant"
 	refuseGate        = "managed lifecycle is not active (its issuance gate is not open)"
+	// refuseService: the service arm's re-read of the registration, gate, root, approval or
+	// name binding did not admit the bearer (or no service authority is configured).
+	refuseService = "service endpoint instance is not admitted to serve"
+)
+
+// Checks the callout logs (check=...) and names in a refusal when it refuses a token before
+// either arm's verifier: a token whose header does not parse (serviceaccess.TypOf's check,
+// format when it names none), and a typ neither arm takes.
+const (
+	checkFormat = "format"
+	checkTyp    = "typ"
 )
 
 // Signer is the part of signerd the responder calls; signerv1.SignerServiceClient implements it.
@@ -164,6 +197,13 @@ type GateReader interface {
 	Gate(ctx context.Context, uid string) (g lifecycle.Gate, revision uint64, found bool, err error)
 }
 
+// ServiceGate decides whether a verified service access bearer may serve now: it re-reads the
+// registration the bearer names (witness), the endpoint gate, the root, the approval and the
+// name binding; nil admits. *authority.Authority implements it (CheckServe).
+type ServiceGate interface {
+	CheckServe(ctx context.Context, c *serviceaccess.AccessClaims) error
+}
+
 // Config is what New needs. Space, Signer, Ledger and JWKS are required.
 type Config struct {
 	Space string
@@ -175,6 +215,9 @@ type Config struct {
 	JWKS *bearer.Cache
 	// Lifecycle reads managed rows' issuance gates (step 8). nil refuses every managed row.
 	Lifecycle GateReader
+	// Services admits verified service access bearers (the service arm's step 2). nil refuses
+	// every service connect.
+	Services ServiceGate
 	// AllowedServers lists the broker server ids (N... public keys) whose requests are
 	// answered. Empty answers any server that signed its request; New logs a warning then,
 	// because any holder of a server key the broker trusts no more than any other could ask.
@@ -213,6 +256,8 @@ type Responder struct {
 	ledger   *ledger.Ledger
 	gates    GateReader
 	verifier *bearer.Verifier
+	access   *serviceaccess.Validator
+	services ServiceGate
 	allowed  map[string]bool
 	timeout  time.Duration
 	log      *slog.Logger
@@ -297,7 +342,9 @@ func New(cfg Config) (*Responder, error) {
 	}
 	return &Responder{
 		space: cfg.Space, signer: signer, ledger: cfg.Ledger, gates: cfg.Lifecycle, verifier: v, allowed: allowed,
-		timeout: cfg.RequestTimeout, log: log, sem: make(chan struct{}, cfg.MaxInFlight), now: now,
+		access:   &serviceaccess.Validator{Space: cfg.Space, Keys: cfg.JWKS, Now: cfg.Now},
+		services: cfg.Services,
+		timeout:  cfg.RequestTimeout, log: log, sem: make(chan struct{}, cfg.MaxInFlight), now: now,
 		opens:    rate.NewLimiter(rate.Limit(cfg.OpenRate.PerSecond), cfg.OpenRate.Burst),
 		refusals: rate.NewLimiter(rate.Limit(cfg.RefusalRate.PerSecond), cfg.RefusalRate.Burst),
 		gate:     cfg.Gate,
@@ -466,14 +513,16 @@ func (r *Responder) answer(ctx context.Context, xkey string, sealed []byte) (rep
 		resp, err := r.signer.SignCalloutResponse(ctx, req)
 		if err == nil {
 			r.log.Debug("callout: granted", "user", opened.GetUserNkey(), "owner", grant.GetParams().GetOwner(),
-				"actor", grant.GetParams().GetActor(), "profile", grant.GetProfile().String(), "jti", resp.GetUserJti())
+				"actor", grant.GetParams().GetActor(), "endpoint", grant.GetParams().GetServiceEndpoint(),
+				"instance", grant.GetParams().GetInstanceId(), "profile", grant.GetProfile().String(), "jti", resp.GetUserJti())
 			return resp.GetSealedResponse(), "granted"
 		}
 		if unreachable(err) {
 			r.signerUnreachable(err)
 			return nil, "grant not signed: " + statusMessage(err)
 		}
-		r.log.Warn("callout: signerd refused the grant", "owner", grant.GetParams().GetOwner(), "actor", grant.GetParams().GetActor(), "err", err)
+		r.log.Warn("callout: signerd refused the grant", "owner", grant.GetParams().GetOwner(), "actor", grant.GetParams().GetActor(),
+			"profile", grant.GetProfile().String(), "err", err)
 		refusal = refuseSigner
 	}
 	if !r.refusals.AllowN(r.now(), 1) {
@@ -491,12 +540,64 @@ func (r *Responder) answer(ctx context.Context, xkey string, sealed []byte) (rep
 	return resp.GetSealedResponse(), "refused: " + refusal
 }
 
-// decide applies steps 4-8 to an opened request: a grant, or the refusal sentence.
+// decide picks the arm by the token's typ (step 4): a grant, or the refusal sentence.
 func (r *Responder) decide(ctx context.Context, opened *signerv1.OpenCalloutRequestResponse) (*signerv1.CalloutGrant, string) {
 	token := opened.GetAuthToken()
 	if token == "" {
 		return nil, refuseNoToken
 	}
+	typ, err := serviceaccess.TypOf(token)
+	switch {
+	case err != nil:
+		check := checkFormat
+		var te *serviceaccess.TokenError
+		if errors.As(err, &te) && te.Check != "" {
+			check = te.Check
+		}
+		r.log.Info("callout: bearer refused", "user", opened.GetUserNkey(), "check", check, "detail", "the token's header does not parse")
+		return nil, "bearer refused: " + check
+	case typ == serviceaccess.TypUser:
+		return r.decideUser(ctx, opened, token)
+	case typ == serviceaccess.TypAccess:
+		return r.decideService(ctx, opened, token)
+	}
+	// A renewal proof, no typ or another typ. The typ is not logged: it is the client's text.
+	r.log.Info("callout: bearer refused", "user", opened.GetUserNkey(), "check", checkTyp, "detail", "typ is neither a user bearer's nor a service access bearer's")
+	return nil, "bearer refused: " + checkTyp
+}
+
+// decideService is the service arm (its steps 1-3) for an auth_token whose typ is a service access
+// bearer's.
+func (r *Responder) decideService(ctx context.Context, opened *signerv1.OpenCalloutRequestResponse, token string) (*signerv1.CalloutGrant, string) {
+	c, err := r.access.Access(ctx, token)
+	if err != nil {
+		check := "claims"
+		var te *serviceaccess.TokenError
+		if errors.As(err, &te) && te.Check != "" {
+			check = te.Check
+		}
+		r.log.Info("callout: service access bearer refused", "user", opened.GetUserNkey(), "check", check, "err", err)
+		return nil, "service access bearer refused: " + check
+	}
+	if r.services == nil {
+		r.log.Info("callout: service access bearer refused", "user", opened.GetUserNkey(), "owner", c.Sub,
+			"endpoint", c.Ep, "instance", c.Iid, "reason", "no service endpoint authority configured")
+		return nil, refuseService
+	}
+	if err := r.services.CheckServe(ctx, c); err != nil {
+		r.log.Info("callout: service endpoint instance refused", "user", opened.GetUserNkey(), "owner", c.Sub,
+			"endpoint", c.Ep, "instance", c.Iid, "err", err)
+		return nil, refuseService
+	}
+	return &signerv1.CalloutGrant{
+		Profile:   signerv1.Profile_PROFILE_SERVICE_SERVE,
+		Params:    &signerv1.ProfileParams{Owner: c.Sub, ServiceEndpoint: c.Ep, InstanceId: c.Iid},
+		ExpiresAt: timestamppb.New(time.Unix(c.Exp, 0)),
+	}, ""
+}
+
+// decideUser applies steps 4-9 to a user bearer.
+func (r *Responder) decideUser(ctx context.Context, opened *signerv1.OpenCalloutRequestResponse, token string) (*signerv1.CalloutGrant, string) {
 	c, err := r.verifier.Verify(ctx, token)
 	if err != nil {
 		var be *bearer.Error

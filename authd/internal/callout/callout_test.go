@@ -27,6 +27,7 @@ import (
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
 	"github.com/cotalgo/cotal/pkg/profiles"
+	"github.com/cotalgo/cotal/pkg/serviceaccess"
 	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
@@ -383,6 +384,14 @@ func TestCalloutBearerMatrix(t *testing.T) {
 			// The refusal is logged with the check that failed (a signed refusal is published
 			// after its log line, so the line is there once the connect has failed).
 			marker := "check=" + string(tc.Want) + " "
+			// A typ other than JWT never reaches the user arm: the dispatch refuses it (check=typ),
+			// or the service arm's validator does (a user payload under the access typ).
+			if typ, err := serviceaccess.TypOf(tc.Token); err == nil && typ != serviceaccess.TypUser {
+				marker = "check=" + checkTyp + " "
+				if typ == serviceaccess.TypAccess {
+					marker = "check=" + serviceaccess.CheckPayload + " "
+				}
+			}
 			before := strings.Count(logOf(parent), marker)
 			c, err := e.connect(t, tc.Token, nonceFor(t, tc.Token))
 			if tc.Want != "" {

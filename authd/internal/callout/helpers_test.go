@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -43,9 +44,10 @@ const (
 )
 
 // testPolicy is signerdtest's default policy with the admin profile added for authd (the admin
-// view), the agent capabilities the tests grant, and the channel subtree team.> for authd's
-// agents (a ledger row may hold a channel pattern; signerd grants it only where a policy pattern
-// covers its broker reach, and team.* does not cover team.>).
+// view), the service tokens and service-serve grants authd makes (the service arm), the agent
+// capabilities the tests grant, and the channel subtree team.> for authd's agents (a ledger row
+// may hold a channel pattern; signerd grants it only where a policy pattern covers its broker
+// reach, and team.* does not cover team.>).
 const testPolicy = `version: 1
 callers:
   - id: spiffe://cotal.local/managerd/{space}
@@ -56,11 +58,12 @@ callers:
       agent: {ttl_max: 1h, any_owner: true, channels: ["general", "team.*"], capabilities: [spawn]}
       provisioner: {ttl_max: 5m, any_owner: true}
   - id: spiffe://cotal.local/authd/{space}
-    rpcs: [Mint, Remint, GetSpace, OpenCalloutRequest, SignCalloutResponse, SignBearer, GetJWKS, DeriveOwner]
+    rpcs: [Mint, Remint, GetSpace, OpenCalloutRequest, SignCalloutResponse, SignBearer, GetJWKS, DeriveOwner, SignServiceCredential]
     spaces: ["{space}"]
     rate: {per_second: 10000, burst: 20000}
     profiles:
       auth-callout: {ttl_max: 24h}
+      service-serve: {ttl_max: 1m, any_owner: true, remint: none}
       agent: {ttl_max: 1h, any_owner: true, channels: ["general", "team.>"], capabilities: [spawn, run]}
       admin: {ttl_max: 1h, any_owner: true}
 `
@@ -98,6 +101,25 @@ type envOptions struct {
 	jwks bearer.JWKSFetcher
 	// lifecycle is the responder's issuance gate reader (nil: managed rows are refused).
 	lifecycle GateReader
+	// services is the responder's service gate (nil: every service connect is refused).
+	services ServiceGate
+	// extraKeys are issuer keys the responder's JWKS serves besides signerd's (test keys that
+	// sign service tokens).
+	extraKeys []*signerv1.JWK
+}
+
+// plusKeys is a GetJWKS that serves the inner set and extra keys.
+type plusKeys struct {
+	inner bearer.JWKSFetcher
+	extra []*signerv1.JWK
+}
+
+func (p plusKeys) GetJWKS(ctx context.Context, in *signerv1.GetJWKSRequest, opts ...grpc.CallOption) (*signerv1.GetJWKSResponse, error) {
+	resp, err := p.inner.GetJWKS(ctx, in, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &signerv1.GetJWKSResponse{Keys: append(slices.Clone(resp.GetKeys()), p.extra...)}, nil
 }
 
 func startEnv(t testing.TB, o envOptions) *env {
@@ -129,6 +151,9 @@ func startEnv(t testing.TB, o envOptions) *env {
 	if o.jwks != nil {
 		fetcher = o.jwks
 	}
+	if len(o.extraKeys) > 0 {
+		fetcher = plusKeys{inner: fetcher, extra: o.extraKeys}
+	}
 	cache, err := bearer.NewCache(bearer.CacheConfig{Space: testSpace, Signer: fetcher})
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +164,7 @@ func startEnv(t testing.TB, o envOptions) *env {
 	}
 	e.rec = newRecorder(viaProxy.API())
 	e.r, err = New(Config{Space: testSpace, Signer: viaProxy, Ledger: e.ledger, JWKS: cache,
-		AllowedServers: allowed, MaxInFlight: o.maxInFlight, Logger: testLogger(t), signer: e.rec, Lifecycle: o.lifecycle})
+		AllowedServers: allowed, MaxInFlight: o.maxInFlight, Logger: testLogger(t), signer: e.rec, Lifecycle: o.lifecycle, Services: o.services})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,11 +411,13 @@ type recorder struct {
 	mu       sync.Mutex
 	names    map[string]string // sealed request -> connection name
 	grants   map[string]*signerv1.CalloutGrant
-	refusals map[string]string // connection name -> refusal sentence signed
+	asked    map[string]*signerv1.CalloutGrant // every grant sent, signed or refused by signerd
+	refusals map[string]string                 // connection name -> refusal sentence signed
 }
 
 func newRecorder(inner Signer) *recorder {
-	return &recorder{Signer: inner, names: map[string]string{}, grants: map[string]*signerv1.CalloutGrant{}, refusals: map[string]string{}}
+	return &recorder{Signer: inner, names: map[string]string{}, grants: map[string]*signerv1.CalloutGrant{},
+		asked: map[string]*signerv1.CalloutGrant{}, refusals: map[string]string{}}
 }
 
 func (r *recorder) OpenCalloutRequest(ctx context.Context, in *signerv1.OpenCalloutRequestRequest, opts ...grpc.CallOption) (*signerv1.OpenCalloutRequestResponse, error) {
@@ -404,6 +431,11 @@ func (r *recorder) OpenCalloutRequest(ctx context.Context, in *signerv1.OpenCall
 }
 
 func (r *recorder) SignCalloutResponse(ctx context.Context, in *signerv1.SignCalloutResponseRequest, opts ...grpc.CallOption) (*signerv1.SignCalloutResponseResponse, error) {
+	if in.GetGrant() != nil {
+		r.mu.Lock()
+		r.asked[r.names[string(in.GetSealedRequest())]] = in.GetGrant()
+		r.mu.Unlock()
+	}
 	resp, err := r.Signer.SignCalloutResponse(ctx, in, opts...)
 	if err == nil {
 		r.mu.Lock()
@@ -423,6 +455,14 @@ func (r *recorder) refusal(name string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.refusals[name]
+}
+
+// askedGrant returns the grant the responder sent signerd for the connection named name (nil
+// if none), whether signerd signed it or not.
+func (r *recorder) askedGrant(name string) *signerv1.CalloutGrant {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.asked[name]
 }
 
 func (r *recorder) grant(t testing.TB, name string) *signerv1.CalloutGrant {
