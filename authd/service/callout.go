@@ -20,6 +20,9 @@ type calloutPart struct {
 	r    *signerclient.Rail
 	nc   *nats.Conn
 	resp *callout.Responder
+	// keys is the bearer JWKS cache the responder verifies with; the service endpoint doors
+	// verify service tokens with it too.
+	keys *bearer.Cache
 }
 
 func (c calloutPart) rail() *signerclient.Rail { return c.r }
@@ -78,6 +81,7 @@ func startCallout(ctx, runCtx context.Context, s *Service, in RuntimeOptions, le
 	if err := jwks.Refresh(ctx); err != nil {
 		return c, &StartError{Code: CodeSigner, Reason: "signerd did not serve the bearer JWKS", Err: err}
 	}
+	c.keys = jwks
 	if c.resp, err = callout.New(callout.Config{
 		Space: s.cfg.Space, Signer: s.signer, Ledger: led, JWKS: jwks, Lifecycle: s.authority.Store(),
 		AllowedServers: s.cfg.AllowedServers, MaxInFlight: s.cfg.MaxInFlight, Now: in.Now, Logger: s.log,

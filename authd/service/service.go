@@ -78,6 +78,7 @@ type Service struct {
 	plane     *lease.Lease
 	gate      *planeGate           // closes the callout while the claim is unproven (reclaim.go)
 	authority *authority.Authority // the lifecycle authority on dataNC (authority.go)
+	account   string               // the space's data account (GetSpace), set by startAuthority
 	rails     []*nats.Subscription // the auth rails on the plane connection (authority.go)
 	retire    retirement           // boot resume and the retire door (retire.go)
 	callout   calloutPart
@@ -267,8 +268,13 @@ func (s *Service) start(ctx, runCtx context.Context, in RuntimeOptions) error {
 	if err != nil {
 		return fail(CodeConfig, "manager selection refused", err)
 	}
+	throttle := exchange.NewFailureThrottle()
+	sep, err := s.serviceEndpoints(idpv, led, throttle, capHex, true, in.Now)
+	if err != nil {
+		return fail(CodeConfig, "service endpoint door refused", err)
+	}
 	h, err := exchange.New(exchange.Config{Space: cfg.Space, Signer: s.signer, Ledger: led, IdP: idpv, Selector: selector, Cap: capHex, Now: in.Now, Logger: s.log,
-		Activator: s.authority, Lifecycle: doors})
+		Activator: s.authority, Lifecycle: doors, ServiceEndpoints: sep, Throttle: throttle})
 	if err != nil {
 		return fail(CodeConfig, "exchange refused", err)
 	}
