@@ -454,6 +454,10 @@ func (e *env) doFrom(from, url, method, path string, body []byte, hdr map[string
 func wantDenied(t *testing.T, a answer, status int, code, reason string) serviceaccess.Answer {
 	t.Helper()
 	ans := a.answer(t)
+	// The client's own parser accepts it.
+	if _, err := serviceaccess.ParseAnswer(bytes.TrimSuffix(a.body, []byte("\n"))); err != nil {
+		t.Fatalf("ParseAnswer(%s): %v", a.body, err)
+	}
 	if a.status != status || ans.Kind != serviceaccess.AnswerDenied || ans.Code != code || ans.Reason != reason || ans.Message == "" {
 		t.Fatalf("answer = %d %s, want %d denied %s/%s", a.status, a.body, status, code, reason)
 	}

@@ -134,12 +134,11 @@ func TestInfo(t *testing.T) {
 			if a.status != http.StatusOK || a.header.Get("Content-Type") != "application/json" {
 				t.Fatalf("GET = %d %q %s", a.status, a.header.Get("Content-Type"), a.body)
 			}
-			var info serviceaccess.Info
-			dec := json.NewDecoder(bytes.NewReader(a.body))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&info); err != nil {
-				t.Fatalf("GET body %s: %v", a.body, err)
+			parsed, err := serviceaccess.ParseInfo(bytes.TrimSuffix(a.body, []byte("\n")))
+			if err != nil {
+				t.Fatalf("ParseInfo(%s): %v", a.body, err)
 			}
+			info := *parsed
 			if info.V != 1 || info.Account != e.account || info.Space != spaceName || info.Issuer != "urn:cotal:service-access:"+spaceName {
 				t.Fatalf("info = %+v", info)
 			}
@@ -244,12 +243,10 @@ func TestGuards(t *testing.T) {
 			e.verify.calls.Load(), e.idp.Fetches.Load(), verified, fetched)
 	}
 	t.Run("ok/2MiB-is-parsed", func(t *testing.T) {
-		// Exactly the limit passes the size guard and reaches the proof check (a token of 2 MiB
-		// is no IdP token: 401).
+		// Exactly the limit passes the size guard and reaches the parser, which refuses a token
+		// of 2 MiB (400, not 413).
 		a := e.do(e.pubURL, http.MethodPost, serviceaccess.Path, big(serviceaccess.MaxEnvelopeBytes), nil)
-		if a.status == http.StatusRequestEntityTooLarge {
-			t.Fatalf("a body of exactly %d bytes = 413", serviceaccess.MaxEnvelopeBytes)
-		}
+		wantDenied(t, a, 400, serviceaccess.CodeBadRequest, sepdoor.ReasonEnvelope)
 	})
 	t.Run("fail/unknown-key", func(t *testing.T) {
 		body := bytes.Replace(good, []byte(`"request":{`), []byte(`"request":{"bogus":1,`), 1)
@@ -634,6 +631,38 @@ func TestFailureWindow(t *testing.T) {
 	}
 }
 
+// TestRegisteredSnapshot: a registered answer's snapshot travels as the exact canonical bytes its
+// witness hashes.
+func TestRegisteredSnapshot(t *testing.T) {
+	e := newEnv(t)
+	sub := "snapshot-user"
+	owner := e.owner(sub)
+	e.grant(owner, "cli")
+	tg := newTarget(owner)
+	snap := serviceaccess.Snapshot{V: 1, Account: e.account, Space: spaceName, Owner: owner, Endpoint: tg.endpoint, Instance: tg.instance,
+		Generation: 3, Contract: *contract(tg.endpoint)}
+	canonical, err := snap.Canonical()
+	if err != nil {
+		t.Fatal(err)
+	}
+	witness := serviceaccess.WitnessOf(canonical)
+	e.auth.setAnswer(func(*serviceaccess.Request) (*serviceaccess.Answer, error) {
+		return &serviceaccess.Answer{Kind: serviceaccess.AnswerRegistered, Witness: witness, Generation: 3, Snapshot: canonical}, nil
+	})
+	req := e.request(serviceaccess.KindRegister, tg)
+	a := e.post(e.loopURL, req, serviceaccess.Proof{Kind: serviceaccess.ProofIDP, Token: e.idpToken(sub)}, nil)
+	ans, err := serviceaccess.ParseAnswer(bytes.TrimSuffix(a.body, []byte("\n")))
+	if err != nil || a.status != http.StatusOK {
+		t.Fatalf("registered = %d %s: %v", a.status, a.body, err)
+	}
+	if ans.Kind != serviceaccess.AnswerRegistered || ans.RequestID != req.RequestID || ans.Witness != witness || !bytes.Equal(ans.Snapshot, canonical) {
+		t.Fatalf("registered answer = %s, want snapshot %s", a.body, canonical)
+	}
+	if !bytes.Contains(a.body, canonical) {
+		t.Fatalf("the snapshot did not travel byte for byte: %s", a.body)
+	}
+}
+
 // TestAnswers: the authority's answer travels with its status and echoes the requestId; an
 // authority error is 503 unavailable.
 func TestAnswers(t *testing.T) {
@@ -668,6 +697,9 @@ func TestAnswers(t *testing.T) {
 			req := e.request(serviceaccess.KindRegister, tg)
 			a := e.post(e.loopURL, req, serviceaccess.Proof{Kind: serviceaccess.ProofIDP, Token: e.idpToken(sub)}, nil)
 			ans := a.answer(t)
+			if _, err := serviceaccess.ParseAnswer(bytes.TrimSuffix(a.body, []byte("\n"))); err != nil {
+				t.Fatalf("ParseAnswer(%s): %v", a.body, err)
+			}
 			if a.status != tc.status || ans.RequestID != req.RequestID || len(e.auth.take()) != 1 {
 				t.Fatalf("answer = %d %s, want %d echoing %s", a.status, a.body, tc.status, req.RequestID)
 			}
