@@ -83,8 +83,18 @@ func TestAuthPlaneLifecycleRows(t *testing.T) {
 		{recordsBucket, recordsStream, must(lifecycle.UIDKey(uid))},
 		{recordsBucket, recordsStream, must(lifecycle.FrontierKey(uid))},
 		{recordsBucket, recordsStream, must(lifecycle.SpecKey(lifecycle.ManagerEndpoint, iid))},
+		// Seed 002's service endpoint rows (issue 24), one of each family.
+		{authBucket, authStream, must(lifecycle.ServiceNameKey(svcEndpoint))},
+		{authBucket, authStream, must(lifecycle.ServiceLedgerKey(svcEndpoint, svcIID))},
+		{authBucket, authStream, must(lifecycle.ServiceProposalKey(svcEndpoint, svcIID))},
+		{authBucket, authStream, must(lifecycle.ServiceRootKey(svcEndpoint, svcIID))},
+		{authBucket, authStream, must(lifecycle.ServiceArtifactKey("sha256:" + strings.Repeat("ab", 32)))},
 	} {
-		t.Run("ok/writes-and-reads-"+tc.key[:strings.IndexByte(tc.key, '.')], func(t *testing.T) {
+		family := tc.key[:strings.IndexByte(tc.key, '.')]
+		if family == "sep" {
+			family += "-" + strings.Split(tc.key, ".")[1]
+		}
+		t.Run("ok/writes-and-reads-"+family, func(t *testing.T) {
 			kv := kvFor(t, ap, tc.bucket)
 			rev, err := kv.Create(ctx, tc.key, []byte(`{"v":1,"n":1}`))
 			if err != nil {
@@ -145,6 +155,10 @@ func TestAuthPlaneLifecycleRows(t *testing.T) {
 		{"fail/put-auth-gate-extra-token", must(n.KV(space.Auth, "gate."+uid+".x"))},
 		{"fail/put-auth-epgate-short", must(n.KV(space.Auth, "epgate.manager"))},
 		{"fail/put-auth-bare-gate", must(n.KV(space.Auth, "gate"))},
+		{"fail/put-auth-sep-other-family", must(n.KV(space.Auth, "sep.other."+svcTok))},
+		{"fail/put-auth-sep-name-extra-token", must(n.KV(space.Auth, "sep.name."+svcTok+"."+svcIID))},
+		{"fail/put-auth-sep-root-short", must(n.KV(space.Auth, "sep.root."+svcTok))},
+		{"fail/put-auth-sep-bare", must(n.KV(space.Auth, "sep"))},
 		{"fail/put-records-other-key", must(n.KV(space.Records, "other"))},
 		{"fail/put-records-head-short", must(n.KV(space.Records, "lifecycle.o1"))},
 		{"fail/put-records-uid-extra-token", must(n.KV(space.Records, "uid."+uid+".x"))},

@@ -41,8 +41,10 @@ type Spec struct {
 // profile does not accept; Owner without Actor or the reverse; a value failing its pkg/space
 // grammar (owner, actor, lifecycle UID, role, channel pattern, inbox nonce); a channel list longer
 // than MaxChannels; a Subscribe pattern no AllowSubscribe pattern covers; a capability word
-// outside the closed set; and, for the retirement requester, an Actor that is not a manager serve
-// actor or a Target that fails its grammars or names another owner than Owner. Channel lists take patterns (space.ValidateChannelPattern: "team.>",
+// outside the closed set; for the retirement requester, an Actor that is not a manager serve
+// actor or a Target that fails its grammars or names another owner than Owner; and, for
+// service-serve, an Owner that is not a derived owner, a ServiceEndpoint outside the endpoint
+// grammar or an InstanceID outside the uid grammar (its Actor, svc_<InstanceID>, is derived). Channel lists take patterns (space.ValidateChannelPattern: "team.>",
 // "team.*"); only the agent accepts them, and Build does not judge how wide a pattern may be: that
 // is the caller's policy (signerd grants a pattern only where one of the caller's allowed patterns
 // covers it and it reaches no excluded channel). An unknown profile is refused with *UnknownProfileError. Channels and capabilities
@@ -79,7 +81,9 @@ func Build(spaceName string, name Name, p Params) (*Spec, error) {
 	}
 	if np.Owner != "" && !r.target {
 		s.Tags = append(s.Tags, "owner:"+np.Owner, "actor:"+np.Actor, "principal:"+np.Owner+"."+np.Actor)
-		if np.InboxNonce != "" {
+		// A callout mint names its JWT after the principal so CONNZ attributes the connection:
+		// the inbox-nonce path, and service-serve, which is only ever a callout mint.
+		if np.InboxNonce != "" || r.service {
 			s.JWTName = np.Owner + "-" + np.Actor
 		}
 	}
@@ -131,6 +135,8 @@ func set(p Params) field {
 	add(fInboxNonce, p.InboxNonce != "")
 	add(fDataAccount, p.DataAccount != "")
 	add(fTarget, p.Target != nil)
+	add(fServiceEndpoint, p.ServiceEndpoint != "")
+	add(fInstanceID, p.InstanceID != "")
 	return f
 }
 
@@ -146,7 +152,8 @@ func normalize(name Name, r rule, p Params) (Params, error) {
 			return Params{}, refuse(name, fn.name, "is required by this profile")
 		}
 	}
-	if (have&fOwner != 0) != (have&fActor != 0) {
+	// A service-serve credential's actor is derived (svc_<InstanceID>), never a parameter.
+	if !r.service && (have&fOwner != 0) != (have&fActor != 0) {
 		if have&fOwner == 0 {
 			return Params{}, refuse(name, "Owner", "is required with Actor")
 		}
@@ -170,6 +177,11 @@ func normalize(name Name, r rule, p Params) (Params, error) {
 			return Params{}, paramErr(name, c.field, err)
 		}
 	}
+	if r.service {
+		if err := serviceCoords(name, p); err != nil {
+			return Params{}, err
+		}
+	}
 	if p.DataAccount != "" {
 		if err := nkey.CheckAccount(p.DataAccount); err != nil {
 			return Params{}, refuse(name, "DataAccount", "%.64q is not an account public nkey (%v)", p.DataAccount, err)
@@ -188,6 +200,10 @@ func normalize(name Name, r rule, p Params) (Params, error) {
 	out := Params{
 		Owner: p.Owner, Actor: p.Actor, LifecycleUID: p.LifecycleUID, Role: p.Role,
 		InboxNonce: p.InboxNonce, DataAccount: p.DataAccount,
+	}
+	if r.service {
+		out.Actor = ServiceActorPrefix + p.InstanceID
+		out.ServiceEndpoint, out.InstanceID = p.ServiceEndpoint, p.InstanceID
 	}
 	if p.Target != nil {
 		t, err := retirementTarget(name, p)
@@ -218,6 +234,24 @@ func normalize(name Name, r rule, p Params) (Params, error) {
 	}
 	out.Capabilities = sortedSet(p.Capabilities)
 	return out, nil
+}
+
+// serviceCoords checks a service-serve credential's parameters (the rule already made Owner,
+// ServiceEndpoint and InstanceID required and refused every other): the owner is a derived owner
+// (the access bearer's sub), the endpoint fits pkg/lifecycle's EndpointToken grammar and the
+// instance id space.ValidateUID, so svc_<InstanceID> is a valid actor and both subject families
+// hold exactly one endpoint instance.
+func serviceCoords(name Name, p Params) error {
+	if err := space.ValidateDerivedOwner(p.Owner); err != nil {
+		return paramErr(name, "Owner", err)
+	}
+	if _, err := lifecycle.EndpointToken(p.ServiceEndpoint); err != nil {
+		return paramErr(name, "ServiceEndpoint", err)
+	}
+	if err := space.ValidateUID(p.InstanceID); err != nil {
+		return paramErr(name, "InstanceID", err)
+	}
+	return nil
 }
 
 // retirementTarget checks a retirement requester's caller and target (the rule already made every
@@ -315,8 +349,9 @@ func (b *builder) sub(s string, err error)  { b.add(&b.subAllow, s, err) }
 // sign), the spec's name, permissions and tags, bearer flag, iat = now and exp = now+ttl.
 //
 // ttl must be at least one second and at most Lifetime.Max; for the NoExpiry profile (the
-// sentinel) it must be zero and the claims carry no exp. Data- and system-account profiles also
-// get their reply inbox, _INBOX_<InboxNonce or userPub>.>, first in the subscribe allow list. Claims refuses
+// sentinel) it must be zero and the claims carry no exp. Data- and system-account profiles but
+// service-serve also get their reply inbox, _INBOX_<InboxNonce or userPub>.>, first in the
+// subscribe allow list; service-serve gets none, and a spec of it carrying a nonce is refused. Claims refuses
 // a spec whose profile, account, lifetime or bearer flag disagree with the matrix, and one whose
 // publish or subscribe permission would be empty (which the broker reads as allow-all).
 //
@@ -353,7 +388,10 @@ func (s *Spec) Claims(userPub, issuerAccount string, now time.Time, ttl time.Dur
 	uc.IssuerAccount = issuerAccount
 	uc.Pub = jwt.Permission{Allow: clone(s.Pub.Allow), Deny: clone(s.Pub.Deny)}
 	uc.Sub = jwt.Permission{Allow: clone(s.Sub.Allow), Deny: clone(s.Sub.Deny)}
-	if s.Account == AccountData || s.Account == AccountSystem {
+	if r.service && s.InboxNonce != "" {
+		return nil, refuse(s.Profile, "InboxNonce", "is set on a profile without a reply inbox")
+	}
+	if (s.Account == AccountData || s.Account == AccountSystem) && !r.service {
 		tok := s.InboxNonce
 		if tok == "" {
 			tok = userPub

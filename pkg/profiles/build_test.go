@@ -12,7 +12,7 @@ import (
 )
 
 func TestParseAndAll(t *testing.T) {
-	want := []Name{Admin, Agent, AuthCallout, AuthPlane, ConnectionEvictor, Delivery, Deprovisioner, MembershipObserver, MembershipRW, Observer, Operator, Probe, Provisioner, RetirementRequester, Sentinel, Supervisor}
+	want := []Name{Admin, Agent, AuthCallout, AuthPlane, ConnectionEvictor, Delivery, Deprovisioner, MembershipObserver, MembershipRW, Observer, Operator, Probe, Provisioner, RetirementRequester, Sentinel, ServiceServe, Supervisor}
 	if got := All(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("All() = %v, want %v", got, want)
 	}
@@ -55,6 +55,7 @@ func TestMatrixClasses(t *testing.T) {
 		{MembershipObserver, AccountSystem, d24},
 		{ConnectionEvictor, AccountSystem, m5},
 		{RetirementRequester, AccountData, m5},
+		{ServiceServe, AccountData, Lifetime{Default: time.Minute, Max: time.Minute}},
 	}
 	if len(tests) != len(All()) {
 		t.Fatalf("table covers %d profiles, matrix has %d", len(tests), len(All()))
@@ -554,6 +555,12 @@ func TestLifecycleAuthorityRowsOnlyAuthPlane(t *testing.T) {
 		"auth get": "$JS.API.STREAM.MSG.GET.KV_cotal_auth_" + tk,
 		"rec get":  "$JS.API.STREAM.MSG.GET.KV_cotal_records_" + tk,
 		"answer":   "cotal." + tk + ".ep.one.auth.register-manager.local.manager.n1.reply",
+		// Seed 002's service endpoint rows (issue 24).
+		"sep name":     "$KV.cotal_auth_" + tk + ".sep.name.billing_api-v2",
+		"sep ledger":   "$KV.cotal_auth_" + tk + ".sep.req.billing_api-v2." + mxSvcIID,
+		"sep proposal": "$KV.cotal_auth_" + tk + ".sep.prop.billing_api-v2." + mxSvcIID,
+		"sep root":     "$KV.cotal_auth_" + tk + ".sep.root.billing_api-v2." + mxSvcIID,
+		"sep artifact": "$KV.cotal_auth_" + tk + ".sep.art." + strings.Repeat("ab", 32),
 	}
 	register := "cotal." + tk + ".ep.one.auth.register-manager.local.manager.n1"
 	retire := "cotal." + tk + ".ep.one.auth.retire-lifecycle.handle.local.bob.cccccccccccccccccccccccccc.local.manager_serve_" + mxIID + "." + mxUID + ".n1"

@@ -77,14 +77,18 @@ func TestClaimsEveryProfile(t *testing.T) {
 			} else if uc.Expires != mxNow.Add(ttl).Unix() {
 				t.Fatalf("exp = %d, want %d", uc.Expires, mxNow.Add(ttl).Unix())
 			}
-			// Data- and system-account users get exactly one private inbox row, first; AUTH users none.
+			// Data- and system-account users get exactly one private inbox row, first; AUTH users
+			// and service-serve none.
 			var inboxes []string
 			for _, sub := range uc.Sub.Allow {
 				if strings.HasPrefix(sub, "_INBOX") {
 					inboxes = append(inboxes, sub)
 				}
 			}
-			if name.Account() != AccountAuth {
+			if name.HasInbox() != (name.Account() != AccountAuth && name != ServiceServe) {
+				t.Fatalf("%s: HasInbox() = %v", name, name.HasInbox())
+			}
+			if name.HasInbox() {
 				tok := s.InboxNonce
 				if tok == "" {
 					tok = k.userPub
@@ -94,7 +98,7 @@ func TestClaimsEveryProfile(t *testing.T) {
 					t.Fatalf("inbox rows %v (first %q), want exactly %q first", inboxes, uc.Sub.Allow[0], want)
 				}
 			} else if len(inboxes) != 0 {
-				t.Fatalf("AUTH-account user got inbox rows %v", inboxes)
+				t.Fatalf("%s user got inbox rows %v", name, inboxes)
 			}
 			// The spec is not aliased: mutating the claims leaves it untouched.
 			before := mxSpecJSON(t, s)

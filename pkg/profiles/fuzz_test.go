@@ -15,6 +15,9 @@ import (
 // mxFuzzValues are the raw values a fuzz case draws its parameters from.
 type mxFuzzValues struct {
 	owner, actor, uid, role, ch1, ch2, ch3, capw, nonce string
+	// ep is the service endpoint, drawn from the ch3 value (no profile takes both a channel
+	// list and an endpoint).
+	ep string
 }
 
 // params builds Params holding exactly the fields in include.
@@ -52,6 +55,12 @@ func (v mxFuzzValues) params(include field) Params {
 		// drawn from the role value, its uid from the uid value.
 		p.Target = &RetirementTarget{Owner: v.owner, Actor: v.role, LifecycleUID: v.uid}
 	}
+	if include&fServiceEndpoint != 0 {
+		p.ServiceEndpoint = v.ep
+	}
+	if include&fInstanceID != 0 {
+		p.InstanceID = v.uid
+	}
 	return p
 }
 
@@ -82,9 +91,16 @@ func (v mxFuzzValues) canonical() mxFuzzValues {
 	if strings.HasPrefix(v.actor, "manager_serve_") {
 		actor = "manager_serve_" + strings.Repeat("i", 26) // the one actor shape a retirement requester takes
 	}
+	owner := keep(v.owner, "own")
+	if space.ValidateDerivedOwner(v.owner) == nil {
+		owner = "u_" + strings.Repeat("o", 26) // the owner shape service-serve takes
+	}
+	// An endpoint accepted by the grammar has no wildcard, and its token is one subject token,
+	// so any valid endpoint has the shape of the fuzzed one.
 	return mxFuzzValues{
-		owner: keep(v.owner, "own"), actor: actor, uid: keep(v.uid, strings.Repeat("u", 26)), role: keep(v.role, "role"),
-		ch1: ch[v.ch1], ch2: ch[v.ch2], ch3: ch[v.ch3], capw: v.capw, nonce: mxFuzzNonce("own", "act", v.nonce),
+		owner: owner, actor: actor, uid: keep(v.uid, strings.Repeat("u", 26)), role: keep(v.role, "role"),
+		ch1: ch[v.ch1], ch2: ch[v.ch2], ch3: ch[v.ch3], capw: v.capw, nonce: mxFuzzNonce(owner, "act", v.nonce),
+		ep: keep(v.ep, "ep"),
 	}
 }
 
@@ -157,7 +173,7 @@ func mxShapes(list []string) []string {
 // the same build with fixed, known-good values (each channel's literal tokens replaced, its
 // wildcard tokens kept), and yields claims that validate.
 func FuzzBuild(f *testing.F) {
-	good := mxFuzzValues{"local", "bob", mxUID, "review", "general", "team.backend", "general", CapSpawn, ""}
+	good := mxFuzzValues{"local", "bob", mxUID, "review", "general", "team.backend", "general", CapSpawn, "", "general"}
 	for i := range All() {
 		f.Add("demo space", uint8(i), uint16(0), uint16(0), good.owner, good.actor, good.uid, good.role, good.ch1, good.ch2, good.ch3, good.capw, good.nonce)
 	}
@@ -171,6 +187,8 @@ func FuzzBuild(f *testing.F) {
 	}
 	f.Add("s", uint8(0), uint16(0), uint16(0), "o", "a", mxUID, "r", "c", "c", "c", "run", bound)
 	f.Add("s", uint8(slices.Index(All(), RetirementRequester)), uint16(0), uint16(0), "o", "manager_serve_"+mxIID, mxUID, "bob", "c", "c", "c", "run", "")
+	f.Add("s", uint8(slices.Index(All(), ServiceServe)), uint16(0), uint16(0), "u_abcdefghijklmnopqrstuvwxyz", "", mxSvcIID, "", "c", "c", mxEndpoint, "", "")
+	f.Add("s", uint8(slices.Index(All(), ServiceServe)), uint16(0), uint16(fActor|fInboxNonce), "u_abcdefghijklmnopqrstuvwxyz", "svc_x", mxSvcIID, "", "c", "c", "a.*", "", "n")
 	k := mxKeys(f)
 	f.Fuzz(func(t *testing.T, spaceName string, pidx uint8, drop, extra uint16,
 		owner, actor, uid, role, ch1, ch2, ch3, capw, nonce string) {
@@ -178,7 +196,7 @@ func FuzzBuild(f *testing.F) {
 		name := all[int(pidx)%len(all)]
 		r := matrix[name]
 		include := (r.accepts &^ field(drop)) | (field(extra) &^ r.accepts)
-		v := mxFuzzValues{owner, actor, uid, role, ch1, ch2, ch3, capw, nonce}
+		v := mxFuzzValues{owner, actor, uid, role, ch1, ch2, ch3, capw, nonce, ch3}
 		s, err := Build(spaceName, name, v.params(include))
 		if err != nil {
 			var pe *ParamError

@@ -19,6 +19,10 @@ const (
 	mxUID   = "abcdefghijklmnopqrstuvwxyz"
 	// mxIID is the manager instance id the retirement requester's golden caller serves.
 	mxIID = "bbbbbbbbbbbbbbbbbbbbbbbbbb"
+	// mxEndpoint and mxSvcIID are the service endpoint and instance the service-serve golden
+	// serves (endpoint token billing_api-v2).
+	mxEndpoint = "billing.api-v2"
+	mxSvcIID   = "dddddddddddddddddddddddddd"
 	// mxDataAccount is the data account the system-account goldens name.
 	mxDataAccount = "AAT6LL2VLE3SZW5AIYXT5MZHX2I7BRWM5T4HBYVAKRQZSWH7JBFP3V7E"
 )
@@ -48,6 +52,7 @@ var mxGoldenParams = map[Name]Params{
 		Owner: "local", Actor: "manager_serve_" + mxIID, LifecycleUID: mxUID,
 		Target: &RetirementTarget{Owner: "local", Actor: "bob", LifecycleUID: "cccccccccccccccccccccccccc"},
 	},
+	ServiceServe: {Owner: "u_abcdefghijklmnopqrstuvwxyz", ServiceEndpoint: mxEndpoint, InstanceID: mxSvcIID},
 
 	MembershipObserver: {DataAccount: mxDataAccount},
 	ConnectionEvictor:  {DataAccount: mxDataAccount},

@@ -27,6 +27,7 @@ var inboxParams = map[profiles.Name]profiles.Params{
 	profiles.MembershipRW:        none,
 	profiles.AuthPlane:           none,
 	profiles.RetirementRequester: retirementRequesterM1,
+	profiles.ServiceServe:        serviceServeS1,
 }
 
 // TestBrokerNoInboxTakeover is the broker's word on issue 20 item 1: no credential of any

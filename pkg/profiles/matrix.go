@@ -444,7 +444,9 @@ func authCalloutPerms(b *builder) {
 //   - writes, as publishes to $KV.<bucket>.<key> (create, CAS update and CAS delete are all
 //     publishes there, with headers the broker checks), to exactly these key families and no
 //     other key: cotal_auth_<t>'s plane claim "plane" and gate.<uid>, stage.<opId> and
-//     epgate.<endpoint>.<instanceId>; cotal_records_<t>'s lifecycle.<owner>.<actor>, uid.<uid>,
+//     epgate.<endpoint>.<instanceId>, and the service endpoint rows of seed 002
+//     (pkg/lifecycle's ServiceAuthKeyPatterns: sep.name.<epTok>, sep.req.<epTok>.<iid>,
+//     sep.prop.<epTok>.<iid>, sep.root.<epTok>.<iid>, sep.art.<hex>); cotal_records_<t>'s lifecycle.<owner>.<actor>, uid.<uid>,
 //     frontier.<uid> and svc.<endpoint>.<instanceId> (pkg/lifecycle's AuthKeyPatterns and
 //     RecordsKeyPatterns: each row pins the family's prefix and token count, so a key of another
 //     family, say cred.<x> or an ad hoc key, is refused by the broker);
@@ -484,6 +486,9 @@ func authPlanePerms(b *builder) {
 	for _, k := range lifecycle.AuthKeyPatterns() {
 		b.pub(n.KVKeys(space.Auth, k))
 	}
+	for _, k := range lifecycle.ServiceAuthKeyPatterns() {
+		b.pub(n.KVKeys(space.Auth, k))
+	}
 	for _, k := range lifecycle.RecordsKeyPatterns() {
 		b.pub(n.KVKeys(space.Records, k))
 	}
@@ -519,6 +524,24 @@ func retirementRequesterPerms(b *builder) {
 	})
 	b.pub(grant, err)
 	b.sub(space.RailReplyGrant(grant), err)
+}
+
+// serviceServePerms is a service endpoint instance's serving credential (seed 002): authd's
+// callout grants it on a verified service access bearer for owner Owner (the bearer's sub) and
+// actor svc_<InstanceID>. It subscribes only cotal.<t>.sep.<epTok>.<iid>.>, the requests of its
+// own endpoint instance, and publishes only cotal.<t>.sep.reply.<epTok>.<iid>.>, its answers
+// there; epTok is the endpoint's key token (pkg/lifecycle.EndpointToken). It holds no reply
+// inbox (Claims adds none), no JetStream verb and nothing else, so another instance's or
+// endpoint's requests, the space's chat, KV and API subjects are all refused by the broker.
+func serviceServePerms(b *builder) {
+	n, p := b.n, b.p
+	epTok, err := lifecycle.EndpointToken(p.ServiceEndpoint)
+	if err != nil {
+		b.sub("", err)
+		return
+	}
+	b.sub(n.ServiceServe(epTok, p.InstanceID))
+	b.pub(n.ServiceReply(epTok, p.InstanceID))
 }
 
 // PlaneKey is the key of cotal_auth_<space> that holds authd's plane claim.

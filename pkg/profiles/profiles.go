@@ -18,6 +18,8 @@
 //     than on the principal keeps two credentials of one principal (say, two incarnations) from
 //     reading each other's replies. The AUTH-account users (auth-callout, sentinel) get no inbox:
 //     the callout only answers on server-chosen reply subjects and the sentinel may do nothing.
+//     Nor does service-serve (seed 002): a service instance only hears its own serve subjects
+//     and answers on their reply family, so it needs no inbox and is bound to no nonce.
 //   - No profile sets resp (response permissions): replies ride explicit .reply.> rows, as upstream.
 //   - Tags are owner:<o>, actor:<a>, principal:<o>.<a> when the credential holder is a principal,
 //     and always profile:<name>. jwt.TagList.Add lower-cases tags; Claims assigns the list as is so
@@ -68,7 +70,8 @@
 //   - The auth-plane profile (authd's data-account connection; authd is the lifecycle authority and
 //     the only writer of lifecycle rows) holds no consumer verb and no subscription on a bucket.
 //     It writes only the plane claim and the lifecycle key families of cotal_auth_<space> (gate.*,
-//     stage.*, epgate.*.*) and cotal_records_<space> (lifecycle.*.*, uid.*, frontier.*, svc.*.*),
+//     stage.*, epgate.*.*, and seed 002's sep.name.*, sep.req.*.*, sep.prop.*.*, sep.root.*.*,
+//     sep.art.*) and cotal_records_<space> (lifecycle.*.*, uid.*, frontier.*, svc.*.*),
 //     each row pinning a family's prefix and token count. It reads those two buckets and the
 //     manager bucket with the leader-served STREAM.MSG.GET, whose key rides the body and so reaches
 //     every key of each: granted because the holder is the authority that must read every
@@ -81,7 +84,10 @@
 //     it reclaims a held plane claim early and the retirement barrier's containment poll. The
 //     retirement requester (a manager's serve principal, one target) publishes only its one
 //     retire-lifecycle subject and the supervisor only its own register-manager subject; each
-//     hears only those subjects' answers. The daemon profiles
+//     hears only those subjects' answers. The service-serve credential (seed 002; actor
+//     svc_<instanceId>, granted only through the callout on a verified service access bearer,
+//     at most 60 s) subscribes only cotal.<t>.sep.<epTok>.<iid>.> and publishes only
+//     cotal.<t>.sep.reply.<epTok>.<iid>.>: no inbox, no JetStream, no bucket. The daemon profiles
 //     (supervisor, delivery, membership-rw), minted by policy only to their daemons, keep
 //     upstream's watch rows where they list a bucket; delivery follows its own lease key the
 //     non-daemon way (see deliveryPerms).
@@ -162,6 +168,8 @@ const (
 	fInboxNonce
 	fDataAccount
 	fTarget
+	fServiceEndpoint
+	fInstanceID
 )
 
 // fieldNames maps each field bit to its Params field name, in declaration order.
@@ -180,6 +188,8 @@ var fieldNames = []struct {
 	{fInboxNonce, "InboxNonce"},
 	{fDataAccount, "DataAccount"},
 	{fTarget, "Target"},
+	{fServiceEndpoint, "ServiceEndpoint"},
+	{fInstanceID, "InstanceID"},
 }
 
 const (
@@ -187,6 +197,13 @@ const (
 	standing = day
 	oneShot  = 5 * time.Minute
 )
+
+// ServiceServeLifetime is the service-serve profile's lifetime (default and maximum): an access
+// bearer's cap, which the callout's grant never exceeds.
+const ServiceServeLifetime = 60 * time.Second
+
+// ServiceActorPrefix starts a service-serve credential's actor: svc_<instanceId>.
+const ServiceActorPrefix = "svc_"
 
 // rule is one row of the matrix.
 type rule struct {
@@ -199,8 +216,12 @@ type rule struct {
 	// target marks profiles whose Owner/Actor/LifecycleUID name the credential's target (the
 	// deprovisioner's departed agent), not its holder: they get no principal tags or name.
 	target bool
-	bearer bool
-	perms  func(*builder)
+	// service marks the service-serve profile: its Owner is a derived owner, its Actor is not a
+	// parameter but svc_<InstanceID>, it gets no reply inbox, and it is granted only through the
+	// auth callout (CalloutOnly).
+	service bool
+	bearer  bool
+	perms   func(*builder)
 }
 
 func lt(d time.Duration) Lifetime { return Lifetime{Default: d, Max: d} }
@@ -283,6 +304,14 @@ var matrix = map[Name]rule{
 		requires: fOwner | fActor | fUID | fTarget, accepts: fOwner | fActor | fUID | fTarget,
 		perms: retirementRequesterPerms,
 	},
+	// A service endpoint instance's serving connection (seed 002): authd's callout grants it on a
+	// verified service access bearer, for at most the bearer's remaining life (<= 60 s).
+	ServiceServe: {
+		account: AccountData, lifetime: lt(ServiceServeLifetime),
+		requires: fOwner | fServiceEndpoint | fInstanceID, accepts: fOwner | fServiceEndpoint | fInstanceID,
+		service: true,
+		perms:   serviceServePerms,
+	},
 	// The delivery daemon's two $SYS users (upstream's membership-observer and
 	// connection-evictor, static 30-day credentials there). Ours are short: deliveryd mints the
 	// observer for its feed connection and renews it by minting again, and mints the evictor per
@@ -327,6 +356,18 @@ func All() []Name {
 
 // Account is the account the profile's users live in; zero for an unknown name.
 func (n Name) Account() AccountKind { return matrix[n].account }
+
+// CalloutOnly reports whether the profile is granted only through the auth callout
+// (SignCalloutResponse), never by Mint or Remint: service-serve, whose grant follows a verified
+// service access bearer.
+func (n Name) CalloutOnly() bool { return matrix[n].service }
+
+// HasInbox reports whether the profile's credentials carry a reply-inbox row (Claims adds it):
+// every data-account and system-account profile but service-serve.
+func (n Name) HasInbox() bool {
+	r, ok := matrix[n]
+	return ok && (r.account == AccountData || r.account == AccountSystem) && !r.service
+}
 
 // Lifetime is the profile's lifetime class; the zero Lifetime for an unknown name (which Claims
 // refuses, since its Max is zero).

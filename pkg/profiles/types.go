@@ -33,6 +33,11 @@ const (
 	// it may publish its one retire-lifecycle rail subject (target and caller pinned, any nonce)
 	// and hear that subject's replies, and nothing else.
 	RetirementRequester Name = "retirement-requester"
+	// ServiceServe is a service endpoint instance's serving credential (seed 002), granted only
+	// by authd's callout on a service access bearer: actor svc_<instanceId>, it may hear only its
+	// own serve subjects and answer only on their reply family, with no inbox and no JetStream,
+	// for at most 60 s.
+	ServiceServe Name = "service-serve"
 	// MembershipRW is the delivery daemon's membership-feed writer (upstream membership-rw).
 	MembershipRW Name = "membership-rw"
 	// MembershipObserver is the delivery daemon's $SYS reader: it asks the broker for the
@@ -130,6 +135,12 @@ type Params struct {
 	// the retirement-requester profile accepts it (and requires it); nil is unset, and a non-nil
 	// Target with empty fields is set and refused.
 	Target *RetirementTarget
+	// ServiceEndpoint is the dotted endpoint name a service-serve credential serves
+	// (pkg/lifecycle's EndpointToken grammar). Only service-serve accepts it (and requires it).
+	ServiceEndpoint string
+	// InstanceID is that endpoint instance's id ([a-z0-9]{26,32}). Only service-serve accepts it
+	// (and requires it); the credential's actor is svc_<InstanceID>.
+	InstanceID string
 }
 
 // RetirementTarget names one exact lifecycle: owner and actor tokens and its lifecycle uid.

@@ -67,7 +67,7 @@ callers:
       membership-observer: {ttl_max: 24h, remint: none}
       connection-evictor: {ttl_max: 5m, remint: none}
   - id: spiffe://cotal.local/authd/{space}
-    rpcs: [Mint, Remint, GetSpace, OpenCalloutRequest, SignCalloutResponse, SignBearer, GetJWKS, DeriveOwner, Mac]
+    rpcs: [Mint, Remint, GetSpace, OpenCalloutRequest, SignCalloutResponse, SignBearer, GetJWKS, DeriveOwner, Mac, SignServiceCredential]
     spaces: ["{space}"]
     rate: {per_second: 1000, burst: 1000}
     profiles:

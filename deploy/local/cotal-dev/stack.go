@@ -55,7 +55,7 @@ callers:
       membership-observer: {ttl_max: 24h, remint: none}
       connection-evictor: {ttl_max: 5m, remint: none}
   - id: spiffe://cotal.local/authd/{space}
-    rpcs: [Mint, Remint, GetSpace, OpenCalloutRequest, SignCalloutResponse, SignBearer, GetJWKS, DeriveOwner, Mac]
+    rpcs: [Mint, Remint, GetSpace, OpenCalloutRequest, SignCalloutResponse, SignBearer, GetJWKS, DeriveOwner, Mac, SignServiceCredential]
     spaces: ["{space}"]
     rate: {per_second: 50, burst: 100}
     profiles:

@@ -10,10 +10,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/cotalgo/cotal/pkg/jsjson"
+	"github.com/cotalgo/cotal/pkg/serviceaccess"
 )
 
 // This file holds the operations of a Space that use its bearer issuer key, its owner secret and
@@ -180,12 +182,31 @@ func (sp *Space) IssuerJWKs() ([]JWK, error) {
 	}}, nil
 }
 
+// Token types: the closed set of JOSE header typ values SignBearer writes. A user bearer carries
+// TypUser; the two service endpoint tokens (seed 002) carry their own, so no token of one kind
+// can pass a verifier of another (every verifier requires its typ exactly).
+const (
+	// TypUser is a Cotal user bearer's typ.
+	TypUser = serviceaccess.TypUser
+	// TypServiceAccess is a service access bearer's typ.
+	TypServiceAccess = serviceaccess.TypAccess
+	// TypServiceRenewal is a service renewal proof's typ.
+	TypServiceRenewal = serviceaccess.TypRenewal
+)
+
+// bearerTyps is the closed typ set; each is JSON-safe as written (no escaping needed).
+var bearerTyps = []string{TypUser, TypServiceAccess, TypServiceRenewal}
+
 // SignBearer signs claims, a JSON object the caller built and validated, as a compact JWS with
-// the header {"alg":"EdDSA","kid":<issuer thumbprint>,"typ":"JWT"}, and returns the token and
-// the kid. The header is fixed here so no caller can add jku, jwk, x5u or x5c, which verifiers
-// refuse. It refuses claims that are not a single JSON object or exceed MaxBearerClaimsBytes,
-// and every call after the store was closed (ErrSpaceClosed).
-func (sp *Space) SignBearer(claims []byte) (token, kid string, err error) {
+// the header {"alg":"EdDSA","kid":<issuer thumbprint>,"typ":<typ>}, and returns the token and
+// the kid. typ must be one of TypUser, TypServiceAccess and TypServiceRenewal. The header is
+// fixed here so no caller can add jku, jwk, x5u or x5c, which verifiers refuse, or a typ outside
+// the set. It refuses another typ, claims that are not a single JSON object or exceed
+// MaxBearerClaimsBytes, and every call after the store was closed (ErrSpaceClosed).
+func (sp *Space) SignBearer(typ string, claims []byte) (token, kid string, err error) {
+	if !slices.Contains(bearerTyps, typ) {
+		return "", "", &InputError{Field: "typ", Reason: "is not one of " + strings.Join(bearerTyps, ", ")}
+	}
 	if len(claims) > MaxBearerClaimsBytes {
 		return "", "", &InputError{Field: "claims", Reason: fmt.Sprintf("is longer than %d bytes", MaxBearerClaimsBytes)}
 	}
@@ -196,8 +217,9 @@ func (sp *Space) SignBearer(claims []byte) (token, kid string, err error) {
 		return "", "", ErrSpaceClosed
 	}
 	enc := base64.RawURLEncoding
-	// The kid is base64url, so it needs no JSON escaping.
-	header := `{"alg":"` + JWKAlgorithm + `","kid":"` + sp.issuerKID + `","typ":"JWT"}`
+	// The kid is base64url and every typ of the set is plain ASCII without quotes or
+	// backslashes, so neither needs JSON escaping.
+	header := `{"alg":"` + JWKAlgorithm + `","kid":"` + sp.issuerKID + `","typ":"` + typ + `"}`
 	signing := enc.EncodeToString([]byte(header)) + "." + enc.EncodeToString(claims)
 	sig := ed25519.Sign(sp.issuer, []byte(signing))
 	return signing + "." + enc.EncodeToString(sig), sp.issuerKID, nil

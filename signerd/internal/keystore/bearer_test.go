@@ -251,32 +251,44 @@ func TestIssuer(t *testing.T) {
 			t.Fatalf("IssuerJWKs = %+v, want [%+v]", keys, want)
 		}
 	})
-	t.Run("ok/sign", func(t *testing.T) {
-		claims := []byte(`{"sub":"u_aaaaaaaaaaaaaaaaaaaaaaaaaa","ver":1}`)
-		token, gotKID, err := sp.SignBearer(claims)
-		if err != nil {
-			t.Fatal(err)
-		}
-		parts := strings.Split(token, ".")
-		if gotKID != kid || len(parts) != 3 {
-			t.Fatalf("kid %q (want %q), %d parts", gotKID, kid, len(parts))
-		}
-		header, err1 := base64.RawURLEncoding.DecodeString(parts[0])
-		body, err2 := base64.RawURLEncoding.DecodeString(parts[1])
-		sig, err3 := base64.RawURLEncoding.DecodeString(parts[2])
-		if err := errors.Join(err1, err2, err3); err != nil {
-			t.Fatal(err)
-		}
-		if want := `{"alg":"EdDSA","kid":"` + kid + `","typ":"JWT"}`; string(header) != want {
-			t.Fatalf("header %s, want %s", header, want)
-		}
-		if !bytes.Equal(body, claims) {
-			t.Fatalf("payload %s, want %s", body, claims)
-		}
-		if !ed25519.Verify(pub, []byte(parts[0]+"."+parts[1]), sig) {
-			t.Fatal("signature does not verify with the issuer public key")
-		}
-	})
+	// The closed typ set, each spelled out so a change to the constants breaks this test.
+	for _, typ := range []string{"JWT", "cotal-service-access+jwt", "cotal-service-renewal+jwt"} {
+		t.Run("ok/sign-"+typ, func(t *testing.T) {
+			claims := []byte(`{"sub":"u_aaaaaaaaaaaaaaaaaaaaaaaaaa","ver":1}`)
+			token, gotKID, err := sp.SignBearer(typ, claims)
+			if err != nil {
+				t.Fatal(err)
+			}
+			parts := strings.Split(token, ".")
+			if gotKID != kid || len(parts) != 3 {
+				t.Fatalf("kid %q (want %q), %d parts", gotKID, kid, len(parts))
+			}
+			header, err1 := base64.RawURLEncoding.DecodeString(parts[0])
+			body, err2 := base64.RawURLEncoding.DecodeString(parts[1])
+			sig, err3 := base64.RawURLEncoding.DecodeString(parts[2])
+			if err := errors.Join(err1, err2, err3); err != nil {
+				t.Fatal(err)
+			}
+			if want := `{"alg":"EdDSA","kid":"` + kid + `","typ":"` + typ + `"}`; string(header) != want {
+				t.Fatalf("header %s, want %s", header, want)
+			}
+			if !bytes.Equal(body, claims) {
+				t.Fatalf("payload %s, want %s", body, claims)
+			}
+			if !ed25519.Verify(pub, []byte(parts[0]+"."+parts[1]), sig) {
+				t.Fatal("signature does not verify with the issuer public key")
+			}
+		})
+	}
+	for _, typ := range []string{"", "jwt", "JWT ", "at+jwt", "cotal-service-access+JWT", `JWT","jku":"x`} {
+		t.Run(fmt.Sprintf("fail/typ-%q", typ), func(t *testing.T) {
+			token, kid, err := sp.SignBearer(typ, []byte(`{"sub":"u_aaaaaaaaaaaaaaaaaaaaaaaaaa"}`))
+			var ie *keystore.InputError
+			if !errors.As(err, &ie) || ie.Field != "typ" || token != "" || kid != "" {
+				t.Fatalf("SignBearer = %q, %q, %v; want an InputError on typ", token, kid, err)
+			}
+		})
+	}
 	for _, tc := range []struct {
 		name   string
 		claims []byte
@@ -288,7 +300,7 @@ func TestIssuer(t *testing.T) {
 		{"fail/too-long", []byte(`{"a":"` + strings.Repeat("x", keystore.MaxBearerClaimsBytes) + `"}`)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			token, kid, err := sp.SignBearer(tc.claims)
+			token, kid, err := sp.SignBearer(keystore.TypUser, tc.claims)
 			var ie *keystore.InputError
 			if !errors.As(err, &ie) || ie.Field != "claims" || token != "" || kid != "" {
 				t.Fatalf("SignBearer = %q, %q, %v; want an InputError on claims", token, kid, err)
@@ -316,7 +328,7 @@ func TestBearerOpsAfterClose(t *testing.T) {
 	}{
 		{"fail/derive-owner", func() (string, error) { return sp.DeriveOwner("https://idp.example.com", "alice") }},
 		{"fail/mac", func() (string, error) { return sp.Mac(keystore.MacDomainManagerCurrentRegistration, []byte("p")) }},
-		{"fail/sign-bearer", func() (string, error) { tok, _, err := sp.SignBearer([]byte(`{}`)); return tok, err }},
+		{"fail/sign-bearer", func() (string, error) { tok, _, err := sp.SignBearer(keystore.TypUser, []byte(`{}`)); return tok, err }},
 		{"fail/jwks", func() (string, error) {
 			keys, err := sp.IssuerJWKs()
 			if len(keys) != 0 {

@@ -47,7 +47,7 @@
 //	      membership-observer: {ttl_max: 1h, remint: none}
 //	      connection-evictor: {ttl_max: 5m, remint: none}
 //	  - id: spiffe://cotal.local/authd/{space}
-//	    rpcs: [Mint, Remint, GetSpace, OpenCalloutRequest, SignCalloutResponse, SignBearer, GetJWKS, DeriveOwner, Mac]
+//	    rpcs: [Mint, Remint, GetSpace, OpenCalloutRequest, SignCalloutResponse, SignBearer, GetJWKS, DeriveOwner, Mac, SignServiceCredential]
 //	    spaces: ["{space}"]
 //	    rate: {per_second: 200, burst: 400}
 //	    profiles:

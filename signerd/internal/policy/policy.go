@@ -43,11 +43,13 @@ const (
 	RPCGetJWKS             RPC = "GetJWKS"
 	RPCDeriveOwner         RPC = "DeriveOwner"
 	RPCMac                 RPC = "Mac"
+	// RPCSignServiceCredential signs a service endpoint token (seed 002); authd's alone.
+	RPCSignServiceCredential RPC = "SignServiceCredential"
 )
 
 var allRPCs = []RPC{
 	RPCMint, RPCRemint, RPCGetSpace, RPCOpenCalloutRequest, RPCSignCalloutResponse,
-	RPCSignBearer, RPCGetJWKS, RPCDeriveOwner, RPCMac,
+	RPCSignBearer, RPCGetJWKS, RPCDeriveOwner, RPCMac, RPCSignServiceCredential,
 }
 
 // RPCs returns the closed set of RPC names, in a stable order.

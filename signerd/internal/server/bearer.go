@@ -183,7 +183,7 @@ func (s *Service) signBearer(c *call, req *signerv1.SignBearerRequest) (*signerv
 	if err != nil {
 		return nil, fmt.Errorf("server: encode bearer claims: %w", err)
 	}
-	token, kid, err := sp.SignBearer(claims)
+	token, kid, err := sp.SignBearer(keystore.TypUser, claims)
 	if err != nil {
 		return nil, keystoreError(err)
 	}
