@@ -82,6 +82,7 @@ type Service struct {
 	rails     []*nats.Subscription // the auth rails on the plane connection (authority.go)
 	retire    retirement           // boot resume and the retire door (retire.go)
 	callout   calloutPart
+	failures  *exchange.Throttle // the failure window of /exchange and the service endpoint doors
 	ln        net.Listener
 	http      *http.Server
 	url       string
@@ -268,13 +269,13 @@ func (s *Service) start(ctx, runCtx context.Context, in RuntimeOptions) error {
 	if err != nil {
 		return fail(CodeConfig, "manager selection refused", err)
 	}
-	throttle := exchange.NewFailureThrottle()
-	sep, err := s.serviceEndpoints(idpv, led, throttle, capHex, true, in.Now)
+	s.failures = exchange.NewFailureThrottle()
+	sep, err := s.serviceEndpoints(idpv, led, true, in.Now)
 	if err != nil {
 		return fail(CodeConfig, "service endpoint door refused", err)
 	}
 	h, err := exchange.New(exchange.Config{Space: cfg.Space, Signer: s.signer, Ledger: led, IdP: idpv, Selector: selector, Cap: capHex, Now: in.Now, Logger: s.log,
-		Activator: s.authority, Lifecycle: doors, ServiceEndpoints: sep, Throttle: throttle})
+		Activator: s.authority, Lifecycle: doors, ServiceEndpoints: sep, Throttle: s.failures})
 	if err != nil {
 		return fail(CodeConfig, "exchange refused", err)
 	}

@@ -236,6 +236,14 @@ func randB32(n int) string {
 	return strings.ToLower(b32.EncodeToString(b))[:n]
 }
 
+// b32Of is the lowercase unpadded base32 of n random bytes (a witness hashes 32, a root, a
+// proposal and a jti are 16).
+func b32Of(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return strings.ToLower(b32.EncodeToString(b))
+}
+
 // owner derives the owner of an IdP subject through signerd, as the door does.
 func (e *env) owner(sub string) string {
 	e.t.Helper()
@@ -321,7 +329,7 @@ type target struct {
 }
 
 func newTarget(owner string) target {
-	return target{endpoint: "svc.echo", instance: randB32(26), witness: "w_" + randB32(52), owner: owner}
+	return target{endpoint: "svc.echo", instance: randB32(26), witness: "w_" + b32Of(32), owner: owner}
 }
 
 // serviceToken signs a service token of typ under the test issuer key with exactly the claims
@@ -331,7 +339,7 @@ func (e *env) serviceToken(typ string, tg target, edit func(map[string]any)) str
 	e.t.Helper()
 	now := e.clock.Now().Unix()
 	c := map[string]any{"iss": serviceaccess.Issuer(spaceName), "sub": tg.owner, "wit": tg.witness, "ep": tg.endpoint, "iid": tg.instance,
-		"root": "r_" + randB32(26), "ver": 1, "iat": now, "nbf": now, "jti": randB32(26)}
+		"root": "r_" + b32Of(16), "ver": 1, "iat": now, "nbf": now, "jti": b32Of(16)}
 	if typ == serviceaccess.TypAccess {
 		c["aud"], c["duty"], c["exp"] = spaceName, serviceaccess.DutyServe, now+60
 	} else {
@@ -377,7 +385,7 @@ func (e *env) request(k serviceaccess.Kind, tg target) serviceaccess.Request {
 	case serviceaccess.KindNameBind:
 		r.Owner = tg.owner
 	case serviceaccess.KindDecide:
-		r.Instance, r.Proposal, r.Contract, r.Decision = tg.instance, "p_"+randB32(26), contract(tg.endpoint), serviceaccess.DecisionApprove
+		r.Instance, r.Proposal, r.Contract, r.Decision = tg.instance, "p_"+b32Of(16), contract(tg.endpoint), serviceaccess.DecisionApprove
 	}
 	return r
 }

@@ -8,8 +8,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/cotalgo/cotal/authd/internal/authority"
 	"github.com/cotalgo/cotal/authd/internal/exchange"
@@ -474,7 +479,7 @@ func TestServiceClaims(t *testing.T) {
 	otherEp := tg
 	otherEp.endpoint = "svc.other"
 	otherWit := tg
-	otherWit.witness = "w_" + randB32(52)
+	otherWit.witness = "w_" + b32Of(32)
 	for _, tc := range []struct {
 		name  string
 		kind  serviceaccess.Kind
@@ -671,7 +676,7 @@ func TestAnswers(t *testing.T) {
 	owner := e.owner(sub)
 	e.grant(owner, "cli")
 	tg := newTarget(owner)
-	proposal := "p_" + randB32(26)
+	proposal := "p_" + b32Of(16)
 	for _, tc := range []struct {
 		name   string
 		ans    *serviceaccess.Answer
@@ -712,6 +717,64 @@ func TestAnswers(t *testing.T) {
 			}
 			if tc.ans == nil && (ans.Message == "" || strings.Contains(ans.Message, "store down")) {
 				t.Fatalf("unavailable message %q", ans.Message)
+			}
+		})
+	}
+}
+
+// TestSignerdTokens: renewal proofs and access bearers signerd signs (SignServiceCredential,
+// under the bearer issuer key GetJWKS publishes) pass the door as themselves and as nothing
+// else, verified through authd's bearer JWKS cache alone.
+func TestSignerdTokens(t *testing.T) {
+	e := newEnv(t)
+	tg := newTarget(e.owner("signerd-user"))
+	sign := func(kind signerv1.ServiceCredentialKind, ttl time.Duration) string {
+		t.Helper()
+		resp, err := e.client.API().SignServiceCredential(context.Background(), &signerv1.SignServiceCredentialRequest{
+			Space: spaceName, Kind: kind, Owner: tg.owner, Witness: tg.witness, Endpoint: tg.endpoint, InstanceId: tg.instance,
+			Root: "r_" + b32Of(16), Ttl: durationpb.New(ttl), NotAfter: timestamppb.New(time.Now().Add(time.Hour)),
+		})
+		if err != nil {
+			t.Fatalf("SignServiceCredential: %v", err)
+		}
+		return resp.GetToken()
+	}
+	renewal := sign(signerv1.ServiceCredentialKind_SERVICE_CREDENTIAL_KIND_RENEWAL, time.Hour)
+	access := sign(signerv1.ServiceCredentialKind_SERVICE_CREDENTIAL_KIND_ACCESS, time.Minute)
+	// The door of this test knows signerd's keys only.
+	d, err := sepdoor.New(sepdoor.Config{Space: spaceName, Account: e.account, Signer: e.client.API(), IdP: e.verify, Ledger: e.ledger,
+		Keys: e.keys.cache, Authority: e.auth, Now: e.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d)
+	t.Cleanup(srv.Close)
+	for _, tc := range []struct {
+		name  string
+		kind  serviceaccess.Kind
+		proof serviceaccess.Proof
+		ok    bool
+	}{
+		{"ok/renew-renewal", serviceaccess.KindRenew, serviceaccess.Proof{Kind: serviceaccess.ProofRenewal, Token: renewal}, true},
+		{"ok/activate-renewal", serviceaccess.KindActivate, serviceaccess.Proof{Kind: serviceaccess.ProofRenewal, Token: renewal}, true},
+		{"ok/ready-access", serviceaccess.KindReady, serviceaccess.Proof{Kind: serviceaccess.ProofAccess, Token: access}, true},
+		{"ok/status-access", serviceaccess.KindStatus, serviceaccess.Proof{Kind: serviceaccess.ProofAccess, Token: access}, true},
+		{"fail/renewal-as-access", serviceaccess.KindReady, serviceaccess.Proof{Kind: serviceaccess.ProofAccess, Token: renewal}, false},
+		{"fail/access-as-renewal", serviceaccess.KindRenew, serviceaccess.Proof{Kind: serviceaccess.ProofRenewal, Token: access}, false},
+		{"fail/renewal-as-idp", serviceaccess.KindActivate, serviceaccess.Proof{Kind: serviceaccess.ProofIDP, Token: renewal}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := e.post(srv.URL, e.request(tc.kind, tg), tc.proof, nil)
+			calls := e.auth.take()
+			if !tc.ok {
+				wantDenied(t, a, 401, serviceaccess.CodeUnauthenticated, sepdoor.ReasonProof)
+				if len(calls) != 0 {
+					t.Fatal("reached the authority")
+				}
+				return
+			}
+			if a.status != http.StatusOK || len(calls) != 1 || calls[0].caller.Owner != tg.owner || calls[0].caller.Proof != tc.proof.Kind {
+				t.Fatalf("%s = %d %s, calls %+v", tc.name, a.status, a.body, calls)
 			}
 		})
 	}
