@@ -281,8 +281,9 @@ type Snapshot struct {
 }
 
 // Canonical returns the snapshot's canonical bytes: JSON with keys sorted at every level, no
-// insignificant whitespace, HTML characters unescaped, integers plain and artifact bytes in
-// standard padded base64 (as encoding/json writes []byte). The same snapshot gives the same
+// insignificant whitespace, HTML characters unescaped (strings otherwise as encoding/json
+// writes them: U+2028 and U+2029 escaped), integers plain and artifact bytes in standard padded
+// base64 (as encoding/json writes []byte). The same snapshot gives the same
 // bytes everywhere. A nil list is written as [] and nil bytes as "". It does not validate; see
 // ParseSnapshot and Contract.Check.
 func (s Snapshot) Canonical() ([]byte, error) {

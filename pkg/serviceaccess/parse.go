@@ -304,7 +304,7 @@ func answerFields(k AnswerKind) (fields, optional []string, ok bool) {
 	case AnswerDecided:
 		return []string{"requestId", "proposal", "decision", "approvalExpiresAt"}, []string{"approvalExpiresAt"}, true
 	case AnswerConflict:
-		return []string{"requestId", "reason", "witness"}, []string{"witness"}, true
+		return []string{"requestId", "reason", "witness", "message"}, []string{"witness", "message"}, true
 	case AnswerUnavailable:
 		return []string{"requestId", "message"}, []string{"requestId"}, true
 	case AnswerDenied:

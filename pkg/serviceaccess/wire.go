@@ -189,7 +189,7 @@ type OperationStatus struct {
 //	status             instance? | operation?
 //	bound              requestId, endpoint, owner
 //	decided            requestId, proposal, decision, approvalExpiresAt?
-//	conflict           requestId, reason, witness?
+//	conflict           requestId, reason, witness?, message?
 //	unavailable        requestId?, message
 //	denied             requestId?, code, reason, message
 //

@@ -277,6 +277,7 @@ func answers(t testing.TB) map[string]string {
 		"decided revoke":    `{"kind":"decided","requestId":"` + testReqID + `","proposal":"` + testProposal + `","decision":"revoke"}`,
 		"conflict":          `{"kind":"conflict","requestId":"` + testReqID + `","witness":"` + testWitness + `","reason":"overtaken"}`,
 		"conflict bare":     `{"kind":"conflict","requestId":"` + testReqID + `","reason":"body-changed"}`,
+		"conflict message":  `{"kind":"conflict","requestId":"` + testReqID + `","reason":"body-changed","message":"The requestId is bound to another body."}`,
 		"unavailable":       `{"kind":"unavailable","requestId":"` + testReqID + `","message":"The authority is unavailable; replay the same request."}`,
 		"unavailable bare":  `{"kind":"unavailable","message":"unavailable"}`,
 		"denied":            `{"kind":"denied","requestId":"` + testReqID + `","code":"failed-precondition","reason":"proposal-refused","message":"The proposal was refused."}`,
@@ -287,7 +288,7 @@ func answers(t testing.TB) map[string]string {
 func TestParseAnswer(t *testing.T) {
 	status := map[string]int{"approval-required": 202, "registered": 200, "credential": 200, "credential bare": 200, "ready": 200,
 		"status instance": 200, "status absent": 200, "status proposed": 200, "status operation": 200, "status unbound": 200,
-		"bound": 200, "decided": 200, "decided revoke": 200, "conflict": 409, "conflict bare": 409, "unavailable": 503,
+		"bound": 200, "decided": 200, "decided revoke": 200, "conflict": 409, "conflict bare": 409, "conflict message": 409, "unavailable": 503,
 		"unavailable bare": 503, "denied": 412, "denied bare": 400}
 	for name, body := range answers(t) {
 		t.Run("ok/"+name, func(t *testing.T) {
