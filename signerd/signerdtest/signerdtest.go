@@ -39,7 +39,8 @@ const TrustDomain = "cotal.local"
 // and the one-shot provisioner and deprovisioner, deliveryd its delivery and membership-rw credentials and its two $SYS users (membership observer,
 // connection evictor), authd its
 // callout user and plane credential, the callout answers (agents and observers), bearers, owner
-// ids and registration MACs (authd alone calls Mac), and one-shot retirement requesters.
+// ids and registration MACs (authd alone calls Mac), one-shot retirement requesters, service
+// endpoint tokens (authd alone calls SignServiceCredential) and service-serve callout grants.
 const DefaultPolicy = `version: 1
 callers:
   - id: spiffe://cotal.local/managerd/{space}
@@ -74,6 +75,7 @@ callers:
       auth-callout: {ttl_max: 24h}
       auth-plane: {ttl_max: 24h}
       retirement-requester: {ttl_max: 5m, any_owner: true, remint: none}
+      service-serve: {ttl_max: 1m, any_owner: true, remint: none}
       agent:
         ttl_max: 1h
         any_owner: true

@@ -32,7 +32,8 @@ type options struct {
 // docs/connecting.md) on a few channels, and the one-shot provisioner and deprovisioner; deliveryd its
 // delivery and membership-rw credentials and its two $SYS users; authd its callout and plane credentials, the callout
 // answers (agents and observers of any derived owner: the ledger decides who), bearers, owner ids,
-// MACs (authd alone calls Mac) and one-shot retirement requesters. Anything else is denied.
+// MACs (authd alone calls Mac), one-shot retirement requesters, service endpoint tokens and the
+// callout's service-serve grants (authd alone calls SignServiceCredential). Anything else is denied.
 const devPolicy = `version: 1
 callers:
   - id: spiffe://cotal.local/managerd/{space}
@@ -62,6 +63,7 @@ callers:
       auth-callout: {ttl_max: 24h}
       auth-plane: {ttl_max: 24h}
       retirement-requester: {ttl_max: 5m, any_owner: true, remint: none}
+      service-serve: {ttl_max: 1m, any_owner: true, remint: none}
       agent: {ttl_max: 1h, any_owner: true, channels: ["general", "team.*"], capabilities: [spawn]}
       observer: {ttl_max: 1h, any_owner: true}
 `

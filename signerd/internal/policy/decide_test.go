@@ -323,7 +323,7 @@ func TestReasonsAndRPCs(t *testing.T) {
 			profileRPCs = append(profileRPCs, r)
 		}
 	}
-	if len(RPCs()) != 9 || len(profileRPCs) != 3 {
+	if len(RPCs()) != 10 || len(profileRPCs) != 3 {
 		t.Errorf("RPCs = %v, profile RPCs = %v", RPCs(), profileRPCs)
 	}
 	if RPC("mint").Valid() {

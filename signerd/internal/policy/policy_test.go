@@ -28,6 +28,11 @@ const readOnly = `  - id: spiffe://td/reader
 var retirementParams = profiles.Params{Owner: "local", Actor: "manager_serve_iiiiiiiiiiiiiiiiiiiiiiiiii", LifecycleUID: "mmmmmmmmmmmmmmmmmmmmmmmmmm",
 	Target: &profiles.RetirementTarget{Owner: "local", Actor: "bob", LifecycleUID: "abcdefghijklmnopqrstuvwxyz"}}
 
+// serviceServeParams are a service-serve grant's parameters: instance s…s of endpoint billing.api
+// for a derived owner.
+var serviceServeParams = profiles.Params{Owner: "u_abcdefghijklmnopqrstuvwxyz", ServiceEndpoint: "billing.api",
+	InstanceID: "ssssssssssssssssssssssssss"}
+
 func TestParseExample(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("testdata", "example.yaml"))
 	if err != nil {
@@ -85,6 +90,16 @@ func TestParseExample(t *testing.T) {
 			Params: retirementParams}, ReasonProfileNotAllowed},
 		{"fail/deliveryd-retirement-requester", Request{Caller: "spiffe://cotal.local/deliveryd/alpha", RPC: RPCMint, Space: "alpha", Profile: profiles.RetirementRequester,
 			Params: retirementParams}, ReasonProfileNotAllowed},
+		{"ok/authd-sign-service-credential", Request{Caller: "spiffe://cotal.local/authd/alpha", RPC: RPCSignServiceCredential, Space: "alpha"}, ReasonAllowed},
+		{"fail/authd-sign-service-credential-other-space", Request{Caller: "spiffe://cotal.local/authd/alpha", RPC: RPCSignServiceCredential, Space: "beta"}, ReasonSpaceNotAllowed},
+		{"fail/manager-sign-service-credential", Request{Caller: "spiffe://cotal.local/managerd/alpha", RPC: RPCSignServiceCredential, Space: "alpha"}, ReasonRPCNotAllowed},
+		{"fail/deliveryd-sign-service-credential", Request{Caller: "spiffe://cotal.local/deliveryd/alpha", RPC: RPCSignServiceCredential, Space: "alpha"}, ReasonRPCNotAllowed},
+		{"ok/authd-service-serve-grant", Request{Caller: "spiffe://cotal.local/authd/alpha", RPC: RPCSignCalloutResponse, Space: "alpha", Profile: profiles.ServiceServe,
+			TTL: time.Minute, Params: serviceServeParams}, ReasonAllowed},
+		{"fail/authd-remints-service-serve", Request{Caller: "spiffe://cotal.local/authd/alpha", RPC: RPCRemint, Space: "alpha", Profile: profiles.ServiceServe,
+			Params: serviceServeParams, Minter: "spiffe://cotal.local/authd/alpha"}, ReasonRemintNotAllowed},
+		{"fail/manager-service-serve", Request{Caller: "spiffe://cotal.local/managerd/alpha", RPC: RPCMint, Space: "alpha", Profile: profiles.ServiceServe,
+			Params: serviceServeParams}, ReasonProfileNotAllowed},
 		{"ok/monitor", Request{Caller: "spiffe://cotal.local/monitor", RPC: RPCGetJWKS, Space: "anything"}, ReasonAllowed},
 		{"fail/monitor-staging", Request{Caller: "spiffe://cotal.local/monitor", RPC: RPCGetJWKS, Space: "staging"}, ReasonSpaceNotAllowed},
 		{"ok/canary", Request{Caller: "spiffe://cotal.local/canary/c1", RPC: RPCGetSpace, Space: "alpha"}, ReasonAllowed},

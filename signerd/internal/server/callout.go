@@ -265,13 +265,16 @@ func (s *Service) signCallout(c *call, req *signerv1.SignCalloutResponseRequest)
 	// The client chose the nonce, sent it as its connection name and uses _INBOX_<nonce> as its
 	// inbox prefix. It must be bound to the principal the grant names (space.ValidateBoundInboxNonce):
 	// the grammar alone would let a client name a minted credential's _INBOX_<user key> or
-	// another principal's nonce, and so read their replies.
-	nonce := ac.ConnectOptions.Name
+	// another principal's nonce, and so read their replies. A profile without an inbox
+	// (service-serve) takes no nonce, so its connection name is not read.
 	params := in.params
-	if err := space.ValidateBoundInboxNonce(nonce, params.Owner, params.Actor); err != nil {
-		return nil, invalid("the request's connection name is not an inbox nonce bound to the granted principal (<tag>-<suffix>, pkg/space)")
+	if in.profile.HasInbox() {
+		nonce := ac.ConnectOptions.Name
+		if err := space.ValidateBoundInboxNonce(nonce, params.Owner, params.Actor); err != nil {
+			return nil, invalid("the request's connection name is not an inbox nonce bound to the granted principal (<tag>-<suffix>, pkg/space)")
+		}
+		params.InboxNonce = nonce
 	}
-	params.InboxNonce = nonce
 	spec, err := profiles.Build(in.space, in.profile, params)
 	if err != nil {
 		return nil, invalid("grant: " + err.Error())

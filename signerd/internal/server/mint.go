@@ -61,6 +61,11 @@ func parseMint(req *signerv1.MintRequest) (*mintInput, error) {
 		return nil, invalid(err.Error())
 	}
 	in.profile = name
+	if name.CalloutOnly() {
+		// service-serve follows a verified service access bearer: only authd's callout grant
+		// (SignCalloutResponse) may carry it.
+		return nil, invalid(fmt.Sprintf("profile %s is granted only through SignCalloutResponse", name))
+	}
 	if err := nkey.CheckUser(in.subject); err != nil {
 		return nil, invalid("user_public_key is " + err.Error())
 	}
@@ -242,7 +247,7 @@ func systemSpec(sp *keystore.Space, name profiles.Name, p profiles.Params) (*pro
 func setParams(p profiles.Params) bool {
 	return p.Owner != "" || p.Actor != "" || p.LifecycleUID != "" || p.Role != "" || p.InboxNonce != "" ||
 		len(p.Subscribe) > 0 || len(p.AllowSubscribe) > 0 || len(p.AllowPublish) > 0 || len(p.Capabilities) > 0 ||
-		p.Target != nil
+		p.Target != nil || p.ServiceEndpoint != "" || p.InstanceID != ""
 }
 
 // paramsOf copies a request's parameters. A target message that is present counts as set even
@@ -252,7 +257,7 @@ func paramsOf(p *signerv1.ProfileParams) profiles.Params {
 	out := profiles.Params{
 		Owner: p.GetOwner(), Actor: p.GetActor(), LifecycleUID: p.GetLifecycleUid(), Role: p.GetRole(),
 		Subscribe: p.GetSubscribe(), AllowSubscribe: p.GetAllowSubscribe(), AllowPublish: p.GetAllowPublish(),
-		Capabilities: p.GetCapabilities(),
+		Capabilities: p.GetCapabilities(), ServiceEndpoint: p.GetServiceEndpoint(), InstanceID: p.GetInstanceId(),
 	}
 	if t := p.GetTarget(); t != nil {
 		out.Target = &profiles.RetirementTarget{Owner: t.GetOwner(), Actor: t.GetActor(), LifecycleUID: t.GetLifecycleUid()}

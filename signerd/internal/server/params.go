@@ -41,6 +41,8 @@ const (
 	paramTargetOwner    = "target_owner"
 	paramTargetActor    = "target_actor"
 	paramTargetUID      = "target_uid"
+	paramServiceEp      = "service_endpoint"
+	paramInstanceID     = "instance_id"
 )
 
 // errNoParams marks a credential minted before signerd recorded parameters.
@@ -68,6 +70,8 @@ func paramTags(p profiles.Params) []string {
 		add(paramTargetActor, t.Actor)
 		add(paramTargetUID, t.LifecycleUID)
 	}
+	add(paramServiceEp, p.ServiceEndpoint)
+	add(paramInstanceID, p.InstanceID)
 	return tags
 }
 
@@ -128,6 +132,10 @@ func paramsFromTags(tags jwt.TagList) (profiles.Params, error) {
 			default:
 				p.Target.LifecycleUID = v
 			}
+		case paramServiceEp:
+			p.ServiceEndpoint = v
+		case paramInstanceID:
+			p.InstanceID = v
 		default:
 			return profiles.Params{}, fmt.Errorf("unknown parameter %.40q", field)
 		}

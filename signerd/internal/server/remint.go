@@ -92,6 +92,11 @@ func (s *Service) remint(c *call, req *signerv1.RemintRequest) (*signerv1.Remint
 		// evictor per eviction); it is never renewed in place.
 		return nil, invalid("a " + string(name) + " credential is not renewable; mint a new one")
 	}
+	if name.CalloutOnly() {
+		// A service-serve credential lives as long as the access bearer it was granted on; the
+		// service renews by connecting again with a fresh bearer, through the callout.
+		return nil, invalid("a " + string(name) + " credential is granted only through the auth callout and is not renewable")
+	}
 	key, account := s.accountKey(sp, name.Account())
 	signers := sp.Trust.DataSigningKeys()
 	if name.Account() == profiles.AccountAuth {
