@@ -111,6 +111,9 @@ type Spec struct {
 	// Principal is the serving connection's <owner>.<actor>.
 	Principal    string `json:"principal"`
 	ProcessEpoch uint64 `json:"processEpoch"`
+	// Service is present only on a service endpoint's registration (seed 002): the manager's
+	// specs carry none and encode byte for byte as before.
+	Service *SpecService `json:"service,omitempty"`
 }
 
 // Gate is the value of gate.<uid> (auth bucket): a managed lifecycle's issuance gate. It is born
@@ -235,6 +238,14 @@ func (s *Spec) validate() error {
 	}
 	if s.ProcessEpoch > MaxSafeInteger {
 		return errors.New("processEpoch is above 2^53-1")
+	}
+	if s.Service != nil {
+		if s.Endpoint == ManagerEndpoint {
+			return errors.New("the manager's spec carries a service registration")
+		}
+		if err := s.Service.validate(s.Principal, s.InstanceID); err != nil {
+			return fmt.Errorf("service: %w", err)
+		}
 	}
 	return nil
 }
@@ -371,11 +382,19 @@ func isStreamName(s string) bool {
 type validator interface{ validate() error }
 
 // encodeRow validates r and writes its canonical form: {"v":1, then the fields in declaration
-// order, no HTML escaping, no trailing newline.
+// order, no HTML escaping, no trailing newline; at most MaxRowBytes.
 func encodeRow[T any, P interface {
 	*T
 	validator
 }](what string, r T) ([]byte, error) {
+	return encodeRowMax[T, P](what, r, MaxRowBytes)
+}
+
+// encodeRowMax is encodeRow with its own bound (the service rows' are larger).
+func encodeRowMax[T any, P interface {
+	*T
+	validator
+}](what string, r T, max int) ([]byte, error) {
 	if err := P(&r).validate(); err != nil {
 		return nil, fmt.Errorf("lifecycle: encode %s: %w", what, err)
 	}
@@ -387,8 +406,8 @@ func encodeRow[T any, P interface {
 	}
 	b := bytes.TrimSuffix(buf.Bytes(), []byte{'\n'})
 	out := append([]byte(rowPrefix), b[1:]...)
-	if len(out) > MaxRowBytes {
-		return nil, fmt.Errorf("lifecycle: encode %s: %d bytes (at most %d)", what, len(out), MaxRowBytes)
+	if len(out) > max {
+		return nil, fmt.Errorf("lifecycle: encode %s: %d bytes (at most %d)", what, len(out), max)
 	}
 	return out, nil
 }
@@ -401,9 +420,17 @@ func decodeRow[T any, P interface {
 	*T
 	validator
 }](what string, b []byte) (T, error) {
+	return decodeRowMax[T, P](what, b, MaxRowBytes)
+}
+
+// decodeRowMax is decodeRow with its own bound.
+func decodeRowMax[T any, P interface {
+	*T
+	validator
+}](what string, b []byte, max int) (T, error) {
 	var zero, r T
-	if len(b) > MaxRowBytes {
-		return zero, fmt.Errorf("%w: %s of %d bytes (at most %d)", ErrCorrupt, what, len(b), MaxRowBytes)
+	if len(b) > max {
+		return zero, fmt.Errorf("%w: %s of %d bytes (at most %d)", ErrCorrupt, what, len(b), max)
 	}
 	if !bytes.HasPrefix(b, []byte(rowPrefix)) {
 		return zero, fmt.Errorf("%w: %s does not start with %s", ErrCorrupt, what, rowPrefix)
@@ -420,7 +447,7 @@ func decodeRow[T any, P interface {
 	if err := P(&r).validate(); err != nil {
 		return zero, fmt.Errorf("%w: %s: %v", ErrCorrupt, what, err)
 	}
-	enc, err := encodeRow[T, P](what, r)
+	enc, err := encodeRowMax[T, P](what, r, max)
 	if err != nil || !bytes.Equal(enc, b) {
 		return zero, fmt.Errorf("%w: %s is not in canonical form", ErrCorrupt, what)
 	}

@@ -130,6 +130,8 @@ type Authority struct {
 	// confirming read.
 	beforeConfirm func()
 
+	sep sepState // service endpoint state: in-flight registrations and test hooks (sep_service.go)
+
 	ctx     context.Context // the plane's: flights run on it (Config.Context)
 	flights flights         // retirement flights by opId (flight.go)
 	barrierTuning

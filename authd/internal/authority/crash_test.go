@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		os.Exit(runBarrierChild())
 	}
+	if os.Getenv(sepChildEnv) == "1" {
+		os.Exit(runSepChild())
+	}
 	os.Exit(m.Run())
 }
 

@@ -100,6 +100,11 @@ type msgGetResponse struct {
 // kind is space.Manager, whose lease rows expire and are released by design: there a marker reads
 // as absent.
 func (s *Store) GetRaw(ctx context.Context, kind space.BucketKind, key string) (Entry, bool, error) {
+	return s.getRaw(ctx, kind, key, maxMsgBytes)
+}
+
+// getRaw is GetRaw with the bound of its answer (the service rows' are larger).
+func (s *Store) getRaw(ctx context.Context, kind space.BucketKind, key string, maxAnswer int) (Entry, bool, error) {
 	subj, err := s.names.KV(kind, key)
 	if err != nil {
 		return Entry{}, false, fmt.Errorf("authority: %w", err)
@@ -120,7 +125,7 @@ func (s *Store) GetRaw(ctx context.Context, kind space.BucketKind, key string) (
 	if err != nil {
 		return Entry{}, false, fmt.Errorf("%w: read %s: %v", ErrUnavailable, key, err)
 	}
-	if len(msg.Data) > maxMsgBytes {
+	if len(msg.Data) > maxAnswer {
 		return Entry{}, false, fmt.Errorf("%w: %s: answer of %d bytes", ErrCorrupt, key, len(msg.Data))
 	}
 	var resp msgGetResponse
@@ -179,10 +184,15 @@ type pubAck struct {
 }
 
 func (s *Store) put(ctx context.Context, kind space.BucketKind, key string, value []byte, rev uint64) (uint64, error) {
+	return s.putMax(ctx, kind, key, value, rev, lifecycle.MaxRowBytes)
+}
+
+// putMax is put with the bound of its value (the service rows' are larger).
+func (s *Store) putMax(ctx context.Context, kind space.BucketKind, key string, value []byte, rev uint64, max int) (uint64, error) {
 	if kind == space.Manager {
 		return 0, errors.New("authority: the manager bucket is read-only here")
 	}
-	if len(value) == 0 || len(value) > lifecycle.MaxRowBytes {
+	if len(value) == 0 || len(value) > max {
 		return 0, fmt.Errorf("authority: %s: a row of %d bytes", key, len(value))
 	}
 	subj, err := s.names.KV(kind, key)
