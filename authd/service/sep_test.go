@@ -31,7 +31,7 @@ func send(t *testing.T, method, url string, body []byte, hdr map[string]string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, bytes.TrimSuffix(b, []byte("\n"))
+	return resp.StatusCode, b
 }
 
 // TestServiceEndpointsSwitch: service_endpoints off (the default) leaves the route an unknown

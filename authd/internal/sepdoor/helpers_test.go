@@ -463,7 +463,7 @@ func wantDenied(t *testing.T, a answer, status int, code, reason string) service
 	t.Helper()
 	ans := a.answer(t)
 	// The client's own parser accepts it.
-	if _, err := serviceaccess.ParseAnswer(bytes.TrimSuffix(a.body, []byte("\n"))); err != nil {
+	if _, err := serviceaccess.ParseAnswer(a.body); err != nil {
 		t.Fatalf("ParseAnswer(%s): %v", a.body, err)
 	}
 	if a.status != status || ans.Kind != serviceaccess.AnswerDenied || ans.Code != code || ans.Reason != reason || ans.Message == "" {

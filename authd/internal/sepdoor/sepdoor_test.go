@@ -139,7 +139,7 @@ func TestInfo(t *testing.T) {
 			if a.status != http.StatusOK || a.header.Get("Content-Type") != "application/json" {
 				t.Fatalf("GET = %d %q %s", a.status, a.header.Get("Content-Type"), a.body)
 			}
-			parsed, err := serviceaccess.ParseInfo(bytes.TrimSuffix(a.body, []byte("\n")))
+			parsed, err := serviceaccess.ParseInfo(a.body)
 			if err != nil {
 				t.Fatalf("ParseInfo(%s): %v", a.body, err)
 			}
@@ -656,7 +656,7 @@ func TestRegisteredSnapshot(t *testing.T) {
 	})
 	req := e.request(serviceaccess.KindRegister, tg)
 	a := e.post(e.loopURL, req, serviceaccess.Proof{Kind: serviceaccess.ProofIDP, Token: e.idpToken(sub)}, nil)
-	ans, err := serviceaccess.ParseAnswer(bytes.TrimSuffix(a.body, []byte("\n")))
+	ans, err := serviceaccess.ParseAnswer(a.body)
 	if err != nil || a.status != http.StatusOK {
 		t.Fatalf("registered = %d %s: %v", a.status, a.body, err)
 	}
@@ -702,7 +702,7 @@ func TestAnswers(t *testing.T) {
 			req := e.request(serviceaccess.KindRegister, tg)
 			a := e.post(e.loopURL, req, serviceaccess.Proof{Kind: serviceaccess.ProofIDP, Token: e.idpToken(sub)}, nil)
 			ans := a.answer(t)
-			if _, err := serviceaccess.ParseAnswer(bytes.TrimSuffix(a.body, []byte("\n"))); err != nil {
+			if _, err := serviceaccess.ParseAnswer(a.body); err != nil {
 				t.Fatalf("ParseAnswer(%s): %v", a.body, err)
 			}
 			if a.status != tc.status || ans.RequestID != req.RequestID || len(e.auth.take()) != 1 {
