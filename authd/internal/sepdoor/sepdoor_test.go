@@ -779,3 +779,41 @@ func TestSignerdTokens(t *testing.T) {
 		})
 	}
 }
+
+// TestIdPUnavailable: an idp proof with no IdP pinned, or while the IdP's keys cannot be
+// fetched, is 503 (replay later), counted nowhere; no other proof needs the IdP.
+func TestIdPUnavailable(t *testing.T) {
+	e := newEnv(t)
+	sub := "unpinned-user"
+	owner := e.owner(sub)
+	e.grant(owner, "cli")
+	tg := newTarget(owner)
+	d, err := sepdoor.New(sepdoor.Config{Space: spaceName, Account: e.account, Signer: e.client.API(), Ledger: e.ledger,
+		Keys: e.keys, Authority: e.auth, Now: e.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d)
+	t.Cleanup(srv.Close)
+	req := e.request(serviceaccess.KindStatus, tg)
+	for i := range exchange.MaxFailures + 1 {
+		a := e.post(srv.URL, req, serviceaccess.Proof{Kind: serviceaccess.ProofIDP, Token: e.idpToken(sub)}, nil)
+		if ans := a.answer(t); a.status != http.StatusServiceUnavailable || ans.Kind != serviceaccess.AnswerUnavailable || ans.Message == "" {
+			t.Fatalf("idp proof #%d without an IdP = %d %s, want 503 unavailable (never 429)", i+1, a.status, a.body)
+		}
+	}
+	if a := e.post(srv.URL, req, serviceaccess.Proof{Kind: serviceaccess.ProofAccess, Token: e.serviceToken(serviceaccess.TypAccess, tg, nil)}, nil); a.status != http.StatusOK {
+		t.Fatalf("an access proof without an IdP = %d %s", a.status, a.body)
+	}
+	t.Run("fail/idp-keys-down", func(t *testing.T) {
+		e.idp.SetDown(true)
+		defer e.idp.SetDown(false)
+		a := e.post(e.pubURL, req, serviceaccess.Proof{Kind: serviceaccess.ProofIDP, Token: e.idpToken(sub)}, nil)
+		if ans := a.answer(t); a.status != http.StatusServiceUnavailable || ans.Kind != serviceaccess.AnswerUnavailable {
+			t.Fatalf("idp proof while the IdP is down = %d %s", a.status, a.body)
+		}
+	})
+	if n := len(e.auth.take()); n != 1 {
+		t.Fatalf("authority calls = %d, want 1", n)
+	}
+}
