@@ -3,6 +3,7 @@ package serviceaccess_test
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -182,6 +183,28 @@ func FuzzContractCheck(f *testing.F) {
 		again, _ := back.Canonical()
 		if !bytes.Equal(again, canon) {
 			t.Fatal("canonical bytes changed on a round trip")
+		}
+	})
+}
+
+// FuzzParseInfo: arbitrary GET answers never panic; an accepted one yields a key source with one
+// key per published key.
+func FuzzParseInfo(f *testing.F) {
+	s := newSigner(f, "x")
+	f.Add([]byte(infoJSON(s.priv.Public().(ed25519.PublicKey))))
+	f.Add([]byte(`{"v":1,"account":"","space":"","issuer":"","keys":[]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		in, err := serviceaccess.ParseInfo(b)
+		if err != nil {
+			var pe *serviceaccess.Error
+			if in != nil || !errors.As(err, &pe) {
+				t.Fatalf("info %v, err %v", in, err)
+			}
+			return
+		}
+		ks, err := serviceaccess.KeysOf(in)
+		if err != nil || len(ks) != len(in.Keys) || in.Issuer != serviceaccess.Issuer(in.Space) {
+			t.Fatalf("accepted info %+v gives keys %v, %v", in, ks, err)
 		}
 	})
 }

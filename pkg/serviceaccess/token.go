@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/cotalgo/cotal/pkg/space"
 )
 
 // Token types (the JOSE header typ) and their claim constants.
@@ -228,6 +230,9 @@ func TypOf(token string) (string, error) {
 func (v *Validator) verify(ctx context.Context, token, typ string) (*claims, error) {
 	if v == nil || v.Keys == nil {
 		return nil, refuse(CheckKID, "the validator has no key source")
+	}
+	if space.ValidateName(v.Space) != nil {
+		return nil, refuse(CheckIss, "the validator has no valid space")
 	}
 	s, err := split(token)
 	if err != nil {

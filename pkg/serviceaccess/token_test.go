@@ -394,6 +394,13 @@ func TestValidatorKindsApart(t *testing.T) {
 			}
 		}
 	})
+	t.Run("fail/validator without a space", func(t *testing.T) {
+		v := &serviceaccess.Validator{Keys: s.keys(), Now: func() time.Time { return testNow }}
+		var te *serviceaccess.TokenError
+		if _, err := v.Access(ctx, access); !errors.As(err, &te) || te.Check != serviceaccess.CheckIss {
+			t.Fatalf("err %v, want check iss", err)
+		}
+	})
 	t.Run("fail/no key source", func(t *testing.T) {
 		v := &serviceaccess.Validator{Space: testSpace}
 		if _, err := v.Access(ctx, access); err == nil {
