@@ -24,6 +24,7 @@ FUZZ_TARGETS ?= \
 	signerd/internal/server:FuzzParseSignBearer \
 	signerd/internal/server:FuzzVerifyCalloutRequest \
 	signerd/internal/server:FuzzParseSignCallout \
+	signerd/internal/server:FuzzParseServiceCredential \
 	signerd/internal/keystore:FuzzDeriveOwner \
 	signerd/internal/keystore:FuzzOpenCallout \
 	signerd/internal/policy:FuzzParse \

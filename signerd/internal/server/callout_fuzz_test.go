@@ -93,6 +93,9 @@ func FuzzParseSignCallout(f *testing.F) {
 			Profile: signerv1.Profile_PROFILE_OBSERVER, ExpiresAt: timestamppb.New(fuzzNow.Add(-time.Hour))}}},
 		{Space: "alpha", SealedRequest: []byte("box"), ServerXkey: xpub, Decision: &signerv1.SignCalloutResponseRequest_Error{Error: "refused"}},
 		{Space: "alpha", SealedRequest: []byte("box"), ServerXkey: "XBAD", Decision: &signerv1.SignCalloutResponseRequest_Error{Error: "a\tb"}},
+		{Space: "alpha", SealedRequest: []byte("box"), ServerXkey: xpub, Decision: &signerv1.SignCalloutResponseRequest_Grant{Grant: &signerv1.CalloutGrant{
+			Profile: signerv1.Profile_PROFILE_SERVICE_SERVE, ExpiresAt: timestamppb.New(fuzzNow.Add(time.Minute)),
+			Params: &signerv1.ProfileParams{Owner: "u_abcdefghijklmnopqrstuvwxyz", ServiceEndpoint: "billing.api", InstanceId: "ssssssssssssssssssssssssss"}}}},
 		{Space: "a.b"},
 	} {
 		b, err := proto.Marshal(req)

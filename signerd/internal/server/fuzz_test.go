@@ -36,6 +36,9 @@ func FuzzParseMint(f *testing.F) {
 		{Space: "alpha", Profile: signerv1.Profile_PROFILE_RETIREMENT_REQUESTER, UserPublicKey: pub, Params: &signerv1.ProfileParams{
 			Owner: "o", Actor: "manager_serve_iiiiiiiiiiiiiiiiiiiiiiiiii", LifecycleUid: "mmmmmmmmmmmmmmmmmmmmmmmmmm",
 			Target: &signerv1.RetirementTarget{Owner: "o", Actor: "a", LifecycleUid: "abcdefghijklmnopqrstuvwxyz"}}},
+		// service-serve is callout-only: Mint refuses it whatever its parameters.
+		{Space: "alpha", Profile: signerv1.Profile_PROFILE_SERVICE_SERVE, UserPublicKey: pub, Params: &signerv1.ProfileParams{
+			Owner: "u_abcdefghijklmnopqrstuvwxyz", ServiceEndpoint: "billing.api", InstanceId: "ssssssssssssssssssssssssss"}},
 	} {
 		b, err := proto.Marshal(req)
 		if err != nil {

@@ -12,12 +12,12 @@ import (
 )
 
 // The lifetime rule, the same for every RPC that takes a lifetime (Mint, Remint,
-// SignCalloutResponse, SignBearer):
+// SignCalloutResponse, SignBearer, SignServiceCredential):
 //
 //   - a negative lifetime, or one above zero but under MinTTL, is refused with TTL_INVALID
 //     (INVALID_ARGUMENT): JWT times are whole seconds, so it would be granted as exp = iat;
-//   - zero or absent asks for the default (the profile's; SignBearer, whose proto makes the
-//     lifetime required, has none and refuses it);
+//   - zero or absent asks for the default (the profile's; SignBearer and SignServiceCredential,
+//     whose protos make the lifetime required, have none and refuse it);
 //   - above the profile maximum or the caller's policy cap it is capped, and the credential says
 //     ttl_capped.
 //

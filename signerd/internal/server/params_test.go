@@ -16,7 +16,8 @@ func sameParams(a, b profiles.Params) bool {
 	return a.Owner == b.Owner && a.Actor == b.Actor && a.LifecycleUID == b.LifecycleUID && a.Role == b.Role &&
 		a.InboxNonce == b.InboxNonce && slices.Equal(a.Subscribe, b.Subscribe) && slices.Equal(a.AllowSubscribe, b.AllowSubscribe) &&
 		slices.Equal(a.AllowPublish, b.AllowPublish) && slices.Equal(a.Capabilities, b.Capabilities) &&
-		(a.Target == nil) == (b.Target == nil) && (a.Target == nil || *a.Target == *b.Target)
+		(a.Target == nil) == (b.Target == nil) && (a.Target == nil || *a.Target == *b.Target) &&
+		a.ServiceEndpoint == b.ServiceEndpoint && a.InstanceID == b.InstanceID
 }
 
 func TestParamTags(t *testing.T) {
@@ -35,6 +36,7 @@ func TestParamTags(t *testing.T) {
 		{"ok/full-case-kept", full},
 		{"ok/retirement-target", profiles.Params{Owner: "o", Actor: "manager_serve_iiiiiiiiiiiiiiiiiiiiiiiiii", LifecycleUID: "mmmmmmmmmmmmmmmmmmmmmmmmmm",
 			Target: &profiles.RetirementTarget{Owner: "o", Actor: "Bob", LifecycleUID: "abcdefghijklmnopqrstuvwxyz"}}},
+		{"ok/service-serve", profiles.Params{Owner: "u_abcdefghijklmnopqrstuvwxyz", ServiceEndpoint: "billing.api-v2", InstanceID: "ssssssssssssssssssssssssss"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tags := paramTags(tc.p)

@@ -13,6 +13,7 @@ import (
 
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/lifecycle"
+	"github.com/cotalgo/cotal/pkg/profiles"
 	"github.com/cotalgo/cotal/pkg/serviceaccess"
 	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/signerd/internal/keystore"
@@ -120,7 +121,9 @@ func parseServiceCredential(req *signerv1.SignServiceCredentialRequest, now time
 	if ttl == 0 {
 		return nil, ttlInvalid("ttl is required")
 	}
-	ttl = min(ttl, limit)
+	if ttl, _, err = GrantTTL(ttl, profiles.Lifetime{Max: limit}, 0); err != nil {
+		return nil, err
+	}
 	na := req.GetNotAfter()
 	if na == nil {
 		return nil, invalid("not_after is required")

@@ -5,11 +5,13 @@ import (
 	"encoding/base32"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -307,4 +309,131 @@ callers:
 	if got := len(auditRecords(t, s.AuditPath)); got != lines {
 		t.Fatalf("a refusal past the rate wrote %d audit lines", got-lines)
 	}
+}
+
+// serviceGrant is the grant authd's callout makes on a verified access bearer: service-serve
+// for the bearer's owner, endpoint and instance, until the bearer's exp.
+func serviceGrant(expires time.Time) *signerv1.CalloutGrant {
+	return &signerv1.CalloutGrant{
+		Profile:   signerv1.Profile_PROFILE_SERVICE_SERVE,
+		Params:    &signerv1.ProfileParams{Owner: derivedOwner, ServiceEndpoint: svcEp, InstanceId: svcIID},
+		ExpiresAt: timestamppb.New(expires),
+	}
+}
+
+// TestServiceServeGrant: service-serve (issue 24 item 6) is minted only through
+// SignCalloutResponse's grant. The user JWT holds exactly the instance's serve subscription and
+// reply publication, no inbox whatever the connection name, lives until the grant's expires_at
+// (the bearer's exp) and never past 60 s; Mint refuses the profile, and a grant's parameters
+// must fit it.
+func TestServiceServeGrant(t *testing.T) {
+	s := signerdtest.Start(t, signerdtest.Options{})
+	authd := dialAs(t, s, authdAlpha)
+	gs, err := authd.GetSpace(ctxT(t), &signerv1.GetSpaceRequest{Space: "alpha"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newForgedServer(t)
+	const (
+		serve = "cotal.alpha.sep.billing_api-v2." + svcIID + ".>"
+		reply = "cotal.alpha.sep.reply.billing_api-v2." + svcIID + ".>"
+	)
+	grantFor := func(t *testing.T, connName string, g *signerv1.CalloutGrant) (*jwt.UserClaims, string) {
+		t.Helper()
+		sealed, user := srv.request(t, gs, connName, nil)
+		resp, err := authd.SignCalloutResponse(ctxT(t), &signerv1.SignCalloutResponseRequest{Space: "alpha", SealedRequest: sealed,
+			ServerXkey: srv.xkey, Decision: &signerv1.SignCalloutResponseRequest_Grant{Grant: g}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc := srv.openResponse(t, gs, resp.GetSealedResponse())
+		uc, err := jwt.DecodeUserClaims(rc.Jwt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uc.Subject != user || uc.IssuerAccount != gs.GetAccountPublicKey() || uc.ID != resp.GetUserJti() {
+			t.Fatalf("user JWT = {sub %s issuer_account %s jti %s}, want %s in %s, jti %s", uc.Subject, uc.IssuerAccount, uc.ID, user, gs.GetAccountPublicKey(), resp.GetUserJti())
+		}
+		if !slices.Equal(uc.Sub.Allow, []string{serve}) || !slices.Equal(uc.Pub.Allow, []string{reply}) ||
+			len(uc.Sub.Deny)+len(uc.Pub.Deny) != 0 || uc.Resp != nil || uc.BearerToken {
+			t.Fatalf("user JWT permissions pub %+v sub %+v resp %v bearer %v, want only %s and %s", uc.Pub, uc.Sub, uc.Resp, uc.BearerToken, serve, reply)
+		}
+		principal := derivedOwner + ".svc_" + svcIID
+		if uc.Name != derivedOwner+"-svc_"+svcIID || !slices.Contains(uc.Tags, "principal:"+principal) || !slices.Contains(uc.Tags, "profile:service-serve") {
+			t.Fatalf("user JWT name %q tags %v, want principal %s", uc.Name, uc.Tags, principal)
+		}
+		r := lastAudit(t, s)
+		if r.Decision != audit.Granted || r.RPC != "SignCalloutResponse" || r.Profile != "service-serve" || r.JTI != uc.ID || r.Expiry.Unix() != uc.Expires {
+			t.Fatalf("audit line %+v, want a service-serve grant of jti %s until %d", r, uc.ID, uc.Expires)
+		}
+		return uc, user
+	}
+
+	t.Run("ok/expires-with-the-bearer", func(t *testing.T) {
+		expires := time.Now().Add(45 * time.Second)
+		uc, _ := grantFor(t, "any-connection-name", serviceGrant(expires))
+		if uc.Expires > expires.Unix() || uc.Expires < expires.Unix()-1 {
+			t.Fatalf("exp %d, want the grant's expires_at %d", uc.Expires, expires.Unix())
+		}
+	})
+	t.Run("ok/capped-at-60s", func(t *testing.T) {
+		uc, _ := grantFor(t, "svc", serviceGrant(time.Now().Add(10*time.Minute)))
+		if life := uc.Expires - uc.IssuedAt; life > 60 || life < 58 {
+			t.Fatalf("lifetime %d s, want the 60 s profile cap", life)
+		}
+	})
+	t.Run("ok/connection-name-grants-no-inbox", func(t *testing.T) {
+		// A nonce bound to the granted principal, or to another, still yields no inbox row
+		// (grantFor checks the subscribe list is the serve family alone).
+		grantFor(t, boundNonce(derivedOwner, "svc_"+svcIID), serviceGrant(time.Now().Add(30*time.Second)))
+		grantFor(t, boundNonce("o1", "a1"), serviceGrant(time.Now().Add(30*time.Second)))
+	})
+
+	valid := func() []byte { return firstOf(srv.request(t, gs, "svc", nil)) }
+	withParams := func(edit func(p *signerv1.ProfileParams)) *signerv1.CalloutGrant {
+		g := serviceGrant(time.Now().Add(30 * time.Second))
+		edit(g.Params)
+		return g
+	}
+	for _, tc := range []struct {
+		name  string
+		grant *signerv1.CalloutGrant
+	}{
+		{"fail/owner-not-derived", withParams(func(p *signerv1.ProfileParams) { p.Owner = "local" })},
+		{"fail/no-endpoint", withParams(func(p *signerv1.ProfileParams) { p.ServiceEndpoint = "" })},
+		{"fail/no-instance", withParams(func(p *signerv1.ProfileParams) { p.InstanceId = "" })},
+		{"fail/endpoint-wildcard", withParams(func(p *signerv1.ProfileParams) { p.ServiceEndpoint = "billing.>" })},
+		{"fail/instance-wildcard", withParams(func(p *signerv1.ProfileParams) { p.InstanceId = "*" })},
+		{"fail/actor-given", withParams(func(p *signerv1.ProfileParams) { p.Actor = "svc_" + svcIID })},
+		{"fail/channels-given", withParams(func(p *signerv1.ProfileParams) { p.AllowSubscribe = []string{"general"} })},
+		{"fail/agent-with-endpoint", &signerv1.CalloutGrant{Profile: signerv1.Profile_PROFILE_AGENT,
+			Params:    &signerv1.ProfileParams{Owner: "o1", Actor: "a1", LifecycleUid: uid, ServiceEndpoint: svcEp},
+			ExpiresAt: timestamppb.New(time.Now().Add(time.Minute))}},
+		{"fail/agent-with-instance", &signerv1.CalloutGrant{Profile: signerv1.Profile_PROFILE_AGENT,
+			Params:    &signerv1.ProfileParams{Owner: "o1", Actor: "a1", LifecycleUid: uid, InstanceId: svcIID},
+			ExpiresAt: timestamppb.New(time.Now().Add(time.Minute))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := authd.SignCalloutResponse(ctxT(t), &signerv1.SignCalloutResponseRequest{Space: "alpha", SealedRequest: valid(),
+				ServerXkey: srv.xkey, Decision: &signerv1.SignCalloutResponseRequest_Grant{Grant: tc.grant}})
+			wantRefusal(t, err, codes.InvalidArgument, "INVALID_ARGUMENT")
+			wantNoCredential(t, resp)
+		})
+	}
+	t.Run("fail/mint", func(t *testing.T) {
+		_, pub := newUser(t)
+		resp, err := authd.Mint(ctxT(t), &signerv1.MintRequest{Space: "alpha", Profile: signerv1.Profile_PROFILE_SERVICE_SERVE, UserPublicKey: pub,
+			Params: &signerv1.ProfileParams{Owner: derivedOwner, ServiceEndpoint: svcEp, InstanceId: svcIID}})
+		wantRefusal(t, err, codes.InvalidArgument, "INVALID_ARGUMENT")
+		wantNoCredential(t, resp)
+		if r := lastAudit(t, s); r.RPC != "Mint" || r.Decision != audit.Denied || r.Profile != "service-serve" {
+			t.Fatalf("audit line %+v, want a denied service-serve Mint", r)
+		}
+	})
+	t.Run("fail/mint-by-manager", func(t *testing.T) {
+		_, pub := newUser(t)
+		_, err := dialAs(t, s, managerAlpha).Mint(ctxT(t), &signerv1.MintRequest{Space: "alpha", Profile: signerv1.Profile_PROFILE_SERVICE_SERVE,
+			UserPublicKey: pub, Params: &signerv1.ProfileParams{Owner: derivedOwner, ServiceEndpoint: svcEp, InstanceId: svcIID}})
+		wantRefusal(t, err, codes.InvalidArgument, "INVALID_ARGUMENT")
+	})
 }
