@@ -61,7 +61,11 @@ func (a *Authority) sepRegister(ctx context.Context, req *serviceaccess.Request,
 	if err != nil {
 		return nil, err
 	}
-	s, _, sfound, err := a.store.Spec(ctx, req.Endpoint, req.Instance)
+	s, srev, sfound, err := a.store.Spec(ctx, req.Endpoint, req.Instance)
+	if err != nil {
+		return nil, err
+	}
+	g, _, gfound, err := a.store.EndpointGate(ctx, req.Endpoint, req.Instance)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +98,9 @@ func (a *Authority) sepRegister(ctx context.Context, req *serviceaccess.Request,
 		if rfound {
 			return sepDenied(req, serviceaccess.CodeFailedPrecondition, "activated", "the instance has activated; its registration cannot change"), nil
 		}
-		if ans := sepExpected(req, s, sfound); ans != nil {
+		// Under a registration's freeze the barrier checks expected once the freeze is resolved.
+		midBarrier := gfound && g.State == lifecycle.GateFrozen && g.Op != nil && g.Op.Kind == lifecycle.OpRegistration
+		if ans := sepExpected(req, sepCurrentWitness(s, srev, sfound, g, gfound)); ans != nil && !midBarrier {
 			return ans, nil
 		}
 		reuse := pfound && p.Owner == owner && p.ContractDigest == cd &&
@@ -141,13 +147,18 @@ func (a *Authority) sepRegister(ctx context.Context, req *serviceaccess.Request,
 	return a.sepBarrier(ctx, req, owner, p.Proposal)
 }
 
-// sepExpected checks a new register's precondition against the current registration: none
-// without expected, the expected witness with it.
-func sepExpected(req *serviceaccess.Request, s lifecycle.Spec, sfound bool) *serviceaccess.Answer {
-	current := ""
-	if sfound && s.Service != nil {
-		current = s.Service.Witness
+// sepCurrentWitness is the witness of the registration the gate stands on: the spec's, when the
+// gate is open at the spec's epoch and revision ("" otherwise: none, or a barrier in between).
+func sepCurrentWitness(s lifecycle.Spec, srev uint64, sfound bool, g lifecycle.EndpointGate, gfound bool) string {
+	if sfound && gfound && s.Service != nil && g.State == lifecycle.GateOpen && g.ProcessEpoch == s.ProcessEpoch && g.RegistrationRevision == srev {
+		return s.Service.Witness
 	}
+	return ""
+}
+
+// sepExpected checks a new register's precondition against the current registration's witness:
+// none without expected, the expected witness with it.
+func sepExpected(req *serviceaccess.Request, current string) *serviceaccess.Answer {
 	switch {
 	case req.Expected == nil && current == "":
 		return nil
@@ -303,7 +314,7 @@ func (a *Authority) sepBarrier(ctx context.Context, req *serviceaccess.Request, 
 				}
 				continue
 			}
-			if ans := sepExpected(req, s, sfound); ans != nil {
+			if ans := sepExpected(req, sepCurrentWitness(s, srev, sfound, g, gfound)); ans != nil {
 				return ans, nil
 			}
 			// A fresh barrier stands on the request's proposal, approved and current.
@@ -450,15 +461,17 @@ func (a *Authority) sepLost(ctx context.Context, req *serviceaccess.Request, rea
 }
 
 // sepRecoverFreeze ends a stale freeze of another request: rolled forward when its spec is
-// written (the gate reopens on it at its epoch and generation), else aborted (the gate reopens
-// at its epoch of before).
+// written (the spec at the next epoch carries the freeze's next generation and, if the freeze's
+// entry is known, its witness: the gate reopens on it), else aborted (the gate reopens at its
+// epoch of before, on the spec it stood on).
 func (a *Authority) sepRecoverFreeze(ctx context.Context, req *serviceaccess.Request, g lifecycle.EndpointGate, grev uint64,
 	s lifecycle.Spec, srev uint64, o lifecycle.ServiceLedgerEntry, owned bool) error {
 	gkey, _ := lifecycle.EndpointGateKey(req.Endpoint, req.Instance)
 	open := g
 	open.State, open.Op, open.Generation = lifecycle.GateOpen, nil, g.Generation+1
 	point := "abort"
-	if owned && s.ProcessEpoch == g.ProcessEpoch+1 && s.Service != nil && s.Service.Witness == o.Outcome.Witness {
+	if s.ProcessEpoch == g.ProcessEpoch+1 && s.Service != nil && s.Service.Generation == g.Generation+1 &&
+		(!owned || s.Service.Witness == o.Outcome.Witness) {
 		open.ProcessEpoch, open.RegistrationRevision, point = g.ProcessEpoch+1, srev, "roll-forward"
 	}
 	_, err := a.sepWriteGate(ctx, point, gkey, open, grev)

@@ -655,7 +655,7 @@ func TestServiceRecovery(t *testing.T) {
 		}
 		x.a.sep.fault = nil
 	})
-	lost := func(t *testing.T, move func(g lifecycle.EndpointGate) lifecycle.EndpointGate, reason string) {
+	lost := func(t *testing.T, move func(g lifecycle.EndpointGate) lifecycle.EndpointGate, reason string) (*serviceaccess.Request, string) {
 		re, r, iid := reRegister(t, "reg-lost")
 		gkey, _ := lifecycle.EndpointGateKey(sepEP, iid)
 		x.a.sep.fault = func(p string) error {
@@ -676,9 +676,15 @@ func TestServiceRecovery(t *testing.T) {
 		if a.Witness != r.Witness {
 			t.Fatalf("conflict names %q, want %q", a.Witness, r.Witness)
 		}
+		return re, iid
 	}
-	t.Run("fail/lost freeze to a moved gate is gate-moved", func(t *testing.T) {
-		lost(t, func(g lifecycle.EndpointGate) lifecycle.EndpointGate { g.Generation += 2; return g }, serviceaccess.ReasonGateMoved)
+	t.Run("fail/lost freeze to a moved gate is gate-moved, and its replay registers", func(t *testing.T) {
+		re, iid := lost(t, func(g lifecycle.EndpointGate) lifecycle.EndpointGate { g.Generation += 2; return g }, serviceaccess.ReasonGateMoved)
+		a := x.do(t, re, idp(sepOwner))
+		wantKind(t, a, serviceaccess.AnswerRegistered, "")
+		if g := x.gate(t, iid); a.Generation != 5 || g.Generation != 5 || g.ProcessEpoch != 1 {
+			t.Fatalf("the replay after gate-moved: answer %d, gate %+v; want 5 at epoch 1", a.Generation, g)
+		}
 	})
 	t.Run("fail/lost freeze to a registration is overtaken", func(t *testing.T) {
 		lost(t, func(g lifecycle.EndpointGate) lifecycle.EndpointGate {
@@ -785,4 +791,93 @@ func TestServiceWriteFaults(t *testing.T) {
 		r.Contract = &c
 		wantKind(t, x.do(t, r, idp(sepOwner)), serviceaccess.AnswerDenied, serviceaccess.CodeTooLarge)
 	})
+}
+
+// TestServiceBarrierEdges: a first activate landing between a re-registration's read and its
+// freeze undoes the freeze (412, the gate open at its epoch); a fault in a stale freeze's
+// recovery answers 503 and the next register recovers it.
+func TestServiceBarrierEdges(t *testing.T) {
+	x := newSepRig(t)
+	ctx := context.Background()
+	t.Run("fail/activate racing a re-registration", func(t *testing.T) {
+		iid := iidN(400)
+		r := x.registered(t, iid, "reg-00001", 1)
+		re := x.req(serviceaccess.KindRegister, "reg-00002", iid)
+		re.Expected = &serviceaccess.Expected{State: "registered", Witness: r.Witness}
+		act := x.req(serviceaccess.KindActivate, "act-00001", iid)
+		act.Witness = r.Witness
+		x.a.sep.fault = func(p string) error {
+			if p == "freeze" {
+				x.a.sep.fault = nil
+				if a, _ := x.a.ServiceRequest(ctx, act, idp(sepOwner)); a.Kind != serviceaccess.AnswerCredential {
+					return fmt.Errorf("the racing activate answered %s %s", a.Kind, a.Code)
+				}
+			}
+			return nil
+		}
+		wantKind(t, x.do(t, re, idp(sepOwner)), serviceaccess.AnswerDenied, serviceaccess.CodeFailedPrecondition)
+		if g := x.gate(t, iid); g.State != lifecycle.GateOpen || g.ProcessEpoch != 0 || g.Generation != 3 {
+			t.Fatalf("gate after the undone freeze = %+v; want open at epoch 0, generation 3", g)
+		}
+		if err := x.a.CheckServe(ctx, accessClaims(sepOwner, iid, r.Witness, mustRoot(t, x, iid))); err != nil {
+			t.Fatalf("the activated registration no longer serves: %v", err)
+		}
+	})
+	for _, point := range []string{"abort", "roll-forward"} {
+		t.Run("ok/fault in the stale freeze's "+point, func(t *testing.T) {
+			iid := iidN(410)
+			if point == "roll-forward" {
+				iid = iidN(411)
+			}
+			r := x.registered(t, iid, "reg-00001", 1)
+			stuck := x.req(serviceaccess.KindRegister, "reg-stuck", iid)
+			stuck.Expected = &serviceaccess.Expected{State: "registered", Witness: r.Witness}
+			crash := "spec"
+			if point == "roll-forward" {
+				crash = "reopen"
+			}
+			x.a.sep.fault = func(p string) error {
+				if p == crash {
+					return errors.New("injected")
+				}
+				return nil
+			}
+			wantKind(t, x.do(t, stuck, idp(sepOwner)), serviceaccess.AnswerUnavailable, "")
+			x.advance(StaleFreeze + 2*time.Second)
+			x.a.sep.fault = func(p string) error {
+				if p == point {
+					return errors.New("injected")
+				}
+				return nil
+			}
+			other := x.req(serviceaccess.KindRegister, "reg-other", iid)
+			other.Expected = &serviceaccess.Expected{State: "registered", Witness: r.Witness}
+			wantKind(t, x.do(t, other, idp(sepOwner)), serviceaccess.AnswerUnavailable, "")
+			if g := x.gate(t, iid); g.State != lifecycle.GateFrozen {
+				t.Fatalf("gate after the failed recovery = %+v; want still frozen", g)
+			}
+			x.a.sep.fault = nil
+			a := x.do(t, other, idp(sepOwner))
+			if point == "abort" {
+				wantKind(t, a, serviceaccess.AnswerRegistered, "")
+				if a.Generation != 5 {
+					t.Fatalf("after the abort the other registered at %d, want 5", a.Generation)
+				}
+			} else {
+				wantKind(t, a, serviceaccess.AnswerConflict, serviceaccess.ReasonExpected)
+				if g := x.gate(t, iid); g.State != lifecycle.GateOpen || g.Generation != 3 || g.ProcessEpoch != 1 {
+					t.Fatalf("rolled forward gate = %+v", g)
+				}
+			}
+		})
+	}
+}
+
+func mustRoot(t *testing.T, x *sepRig, iid string) string {
+	t.Helper()
+	r, _, found, err := x.s.ServiceRoot(context.Background(), sepEP, iid)
+	if err != nil || !found {
+		t.Fatalf("root: found %v, %v", found, err)
+	}
+	return r.Root
 }
