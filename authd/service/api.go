@@ -173,8 +173,9 @@ type RuntimeOptions struct {
 // authorizes the loopback host actions, so keep it in the authority process. Never log it.
 func (s *Service) Cap() string { return s.capHex }
 
-// PublicURL is the public exchange face; "" because authd has no public face yet.
-func (s *Service) PublicURL() string { return "" }
+// PublicURL is the public face's published https URL (config public_url), "" without a public
+// face (no public_listen).
+func (s *Service) PublicURL() string { return s.publicURL }
 
 // State is the current state (see the package doc).
 func (s *Service) State() State { return s.tr.State() }

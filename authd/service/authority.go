@@ -138,15 +138,16 @@ func (s *Service) lifecycleDoors(capHex string) (http.Handler, error) {
 
 // serviceEndpoints is the service endpoint door of one face (authd/internal/sepdoor), nil when
 // service_endpoints is off; call it once per face. The loopback door takes the cap (operator
-// proofs; s.capHex must be set); every door counts its failed proofs in s.failures, the failure
-// window /exchange counts in. It needs the authority and the callout's bearer JWKS cache.
-func (s *Service) serviceEndpoints(idpv exchange.IdP, led *ledger.Ledger, loopback bool, now func() time.Time) (http.Handler, error) {
+// proofs; s.capHex must be set); a door counts its failed proofs in throttle, the failure
+// window its face's /exchange counts in. It needs the authority and the callout's bearer JWKS
+// cache.
+func (s *Service) serviceEndpoints(idpv exchange.IdP, led *ledger.Ledger, throttle *exchange.Throttle, loopback bool, now func() time.Time) (http.Handler, error) {
 	if !s.cfg.ServiceEndpoints {
 		return nil, nil
 	}
 	cfg := sepdoor.Config{
 		Space: s.cfg.Space, Account: s.account, Signer: s.signer.API(), IdP: idpv, Ledger: led,
-		Keys: s.callout.keys, Authority: s.authority, Loopback: loopback, Throttle: s.failures, Now: now, Logger: s.log,
+		Keys: s.callout.keys, Authority: s.authority, Loopback: loopback, Throttle: throttle, Now: now, Logger: s.log,
 	}
 	if loopback {
 		cfg.Cap = s.capHex

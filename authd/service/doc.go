@@ -33,8 +33,9 @@
 // credential's own, else CodeAccount); the boot resume of retirements a previous authd left
 // owed (an intent that does not decode is CodeStore) and the retire-lifecycle rail; the callout
 // connection on the auth-callout credential for authd's registered callout user key and the
-// responder subscribed and flushed; the exchange listener bound; the claim marked ready; and
-// last the discovery file auth-service.json {ver, url, pid, cap, state} (the CLI path only). A
+// responder subscribed and flushed; the exchange listener bound, then the public face's when
+// public_listen is set; the claim marked ready; and last the discovery file auth-service.json
+// {ver, url, pid, cap, state, publicUrl?} (the CLI path only). A
 // refused start is a *StartError (errors.As) with a stable Code (CodeConfig, CodeSigner,
 // CodePlaneHeld, CodeAccount, CodeStore, ...); on the CLI path it is also written to
 // auth-service-refusal.json {ver, pid, code, reason, details} (a second authd names the holder
@@ -44,7 +45,9 @@
 //
 // URL is the loopback exchange face. Cap is the per-start capability that authorizes the
 // loopback host actions (auth-service.json's cap); it is never logged, and a host keeps it in
-// the authority process. PublicURL is "" (authd has no public face yet). State and Ready say
+// the authority process. PublicURL is public_url, the https URL a TLS proxy publishes the
+// public face at (exchange.NewPublic: /health, /jwks, /exchange without the cap or a view,
+// /.well-known/cotal-mesh; no loopback door), or "" without public_listen. State and Ready say
 // whether to route to this instance; Done is closed once it has stopped and Err says why. Close
 // withdraws serving, releases the plane claim if it is still this instance's, closes every
 // connection, and reports whether the release was confirmed (ErrReleaseUnconfirmed when the
@@ -73,12 +76,13 @@
 //
 // # Service endpoints
 //
-// With service_endpoints (Config.ServiceEndpoints, default off) the loopback face also serves
-// GET and POST /service-endpoint-authority (seed 002; authd/internal/sepdoor): GET names the
-// space's data account, the service token issuer and the keys /jwks publishes; POST takes a
-// {request, proof} envelope, checks the proof against the kind x proof matrix (an operator proof
-// needs the cap, and only this face accepts one) and hands the request to the lifecycle
-// authority. Its failed proofs count in /exchange's failure window. Off, the route is 404.
+// With service_endpoints (Config.ServiceEndpoints, default off) both faces also serve GET and
+// POST /service-endpoint-authority (seed 002; authd/internal/sepdoor): GET names the space's
+// data account, the service token issuer and the keys /jwks publishes; POST takes a {request,
+// proof} envelope, checks the proof against the kind x proof matrix (an operator proof needs the
+// cap, and only the loopback face accepts one) and hands the request to the lifecycle
+// authority. A door's failed proofs count in its face's /exchange failure window. Off, the
+// route is 404 on both faces.
 //
 // # Readiness and events
 //

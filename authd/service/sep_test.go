@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/cotalgo/cotal/authd/internal/sepdoor"
+	"github.com/cotalgo/cotal/authd/service"
 	"github.com/cotalgo/cotal/pkg/serviceaccess"
 	"github.com/cotalgo/cotal/pkg/signerclient"
+	"github.com/cotalgo/cotal/pkg/testkit"
 )
 
 // send sends one request to the running service and returns the status and body.
@@ -40,20 +44,29 @@ func send(t *testing.T, method, url string, body []byte, hdr map[string]string) 
 // cap only).
 func TestServiceEndpointsSwitch(t *testing.T) {
 	e := newEnv(t)
+	// startFaces starts authd with both faces and returns it with its public face's URL.
+	startFaces := func(t *testing.T, on bool) (*service.Service, string) {
+		cfg := e.config(t)
+		cfg.ServiceEndpoints = on
+		cfg.PublicListen, cfg.PublicURL = "127.0.0.1:0", "https://auth.example/tenant-a/"
+		logs := &testkit.SyncBuffer{}
+		s := startWith(t, service.Inputs{Config: cfg}, service.RuntimeOptions{Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+		return s, "http://" + publicAddr(t, logs)
+	}
 	t.Run("ok/off-is-404", func(t *testing.T) {
-		s := start(t, e.config(t))
-		for _, method := range []string{http.MethodGet, http.MethodPost} {
-			status, body := send(t, method, s.URL()+serviceaccess.Path, []byte("{}"), map[string]string{"Content-Type": "application/json"})
-			if status != http.StatusNotFound || !strings.Contains(string(body), "no such route") {
-				t.Fatalf("%s off = %d %s", method, status, body)
+		s, pub := startFaces(t, false)
+		for _, url := range []string{s.URL(), pub} {
+			for _, method := range []string{http.MethodGet, http.MethodPost} {
+				status, body := send(t, method, url+serviceaccess.Path, []byte("{}"), map[string]string{"Content-Type": "application/json"})
+				if status != http.StatusNotFound || !strings.Contains(string(body), "no such route") {
+					t.Fatalf("%s %s off = %d %s", method, url, status, body)
+				}
 			}
 		}
 		closeNow(s)
 	})
 	t.Run("ok/on", func(t *testing.T) {
-		cfg := e.config(t)
-		cfg.ServiceEndpoints = true
-		s := start(t, cfg)
+		s, pub := startFaces(t, true)
 		status, body := send(t, http.MethodGet, s.URL()+serviceaccess.Path, nil, nil)
 		info, err := serviceaccess.ParseInfo(body)
 		if status != http.StatusOK || err != nil {
@@ -92,6 +105,15 @@ func TestServiceEndpointsSwitch(t *testing.T) {
 		status, body = send(t, http.MethodPost, s.URL()+serviceaccess.Path, env, map[string]string{"Content-Type": "application/json", "Origin": "null"})
 		if ans, err := serviceaccess.ParseAnswer(body); status != http.StatusForbidden || err != nil || ans.Code != serviceaccess.CodePermissionDenied {
 			t.Fatalf("Origin = %d %s (%v)", status, body, err)
+		}
+		// The public face serves the same GET, and refuses the operator proof even with the cap.
+		status, pubBody := send(t, http.MethodGet, pub+serviceaccess.Path, nil, nil)
+		if pubInfo, err := serviceaccess.ParseInfo(pubBody); status != http.StatusOK || err != nil || pubInfo.Account != info.Account || pubInfo.Keys[0] != info.Keys[0] {
+			t.Fatalf("public GET = %d %s (%v)", status, pubBody, err)
+		}
+		status, body = send(t, http.MethodPost, pub+serviceaccess.Path, env, map[string]string{"Content-Type": "application/json", "Authorization": "Bearer " + s.Cap()})
+		if ans, err := serviceaccess.ParseAnswer(body); status != http.StatusForbidden || err != nil || ans.Reason != sepdoor.ReasonLoopback {
+			t.Fatalf("operator proof on the public face = %d %s (%v)", status, body, err)
 		}
 		// With the cap the request reaches the lifecycle authority, whose answer (any kind)
 		// travels with its status and echoes the requestId.

@@ -82,10 +82,13 @@ type Service struct {
 	rails     []*nats.Subscription // the auth rails on the plane connection (authority.go)
 	retire    retirement           // boot resume and the retire door (retire.go)
 	callout   calloutPart
-	failures  *exchange.Throttle // the failure window of /exchange and the service endpoint doors
 	ln        net.Listener
 	http      *http.Server
 	url       string
+	// The public face (public.go), when public_listen is set.
+	pubLn     net.Listener
+	pubHTTP   *http.Server
+	publicURL string
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -132,7 +135,7 @@ func Start(ctx context.Context, in Inputs, opts RuntimeOptions) (*Service, error
 		s.teardown(context.Background())
 		return nil, s.refuse(err)
 	}
-	s.log.Info("authd ready", "space", cfg.Space, "url", s.url, "pid", s.pid, "hosted", s.hosted != nil)
+	s.log.Info("authd ready", "space", cfg.Space, "url", s.url, "public_url", s.publicURL, "pid", s.pid, "hosted", s.hosted != nil)
 	if s.hooks.OnReady != nil {
 		s.hooks.OnReady()
 	}
@@ -269,13 +272,14 @@ func (s *Service) start(ctx, runCtx context.Context, in RuntimeOptions) error {
 	if err != nil {
 		return fail(CodeConfig, "manager selection refused", err)
 	}
-	s.failures = exchange.NewFailureThrottle()
-	sep, err := s.serviceEndpoints(idpv, led, true, in.Now)
+	// Each face has one failure window, its /exchange's and its service endpoint door's.
+	failures, pubFailures := exchange.NewFailureThrottle(), exchange.NewThrottle(exchange.MaxFailures, exchange.FailureWindow, exchange.DefaultMaxPeers)
+	sep, err := s.serviceEndpoints(idpv, led, failures, true, in.Now)
 	if err != nil {
 		return fail(CodeConfig, "service endpoint door refused", err)
 	}
 	h, err := exchange.New(exchange.Config{Space: cfg.Space, Signer: s.signer, Ledger: led, IdP: idpv, Selector: selector, Cap: capHex, Now: in.Now, Logger: s.log,
-		Activator: s.authority, Lifecycle: doors, ServiceEndpoints: sep, Throttle: s.failures})
+		Activator: s.authority, Lifecycle: doors, ServiceEndpoints: sep, Throttle: failures})
 	if err != nil {
 		return fail(CodeConfig, "exchange refused", err)
 	}
@@ -292,6 +296,15 @@ func (s *Service) start(ctx, runCtx context.Context, in RuntimeOptions) error {
 			s.stop(fmt.Errorf("authd: exchange listener: %w", err))
 		}
 	}()
+
+	pubSep, err := s.serviceEndpoints(idpv, led, pubFailures, false, in.Now)
+	if err != nil {
+		return fail(CodeConfig, "public service endpoint door refused", err)
+	}
+	if err := s.startPublic(exchange.Config{Space: cfg.Space, Signer: s.signer, Ledger: led, IdP: idpv, Selector: selector, Now: in.Now, Logger: s.log,
+		Activator: s.authority, Throttle: pubFailures}, pubSep); err != nil {
+		return err
+	}
 
 	if err := s.plane.SetReady(ctx, true); err != nil {
 		return fail(CodePlane, "plane claim could not be marked ready", err)
@@ -496,6 +509,7 @@ func (s *Service) teardown(ctx context.Context) {
 	} else if s.ln != nil {
 		_ = s.ln.Close()
 	}
+	s.closePublic(ctx)
 	if s.cancel != nil {
 		s.cancel()
 	}

@@ -101,7 +101,7 @@ func (s *Service) writeLocked(st State) {
 	if s.hosted != nil || s.withdrawn || st == StateStopped {
 		return
 	}
-	if err := daemon.WriteDiscovery(s.cfg.StateDir, FileName, daemon.Discovery{URL: s.url, PID: s.pid, Cap: s.capHex, State: st}); err != nil {
+	if err := daemon.WriteDiscovery(s.cfg.StateDir, FileName, daemon.Discovery{URL: s.url, PID: s.pid, Cap: s.capHex, State: st, PublicURL: s.publicURL}); err != nil {
 		s.log.Warn("discovery file not rewritten", "state", st, "err", err)
 		s.warn(CodeDiscovery, "discovery file not rewritten with state "+string(st), err)
 	}
@@ -115,7 +115,7 @@ func (s *Service) publish() error {
 	st := s.wantLocked()
 	// Withdrawn: a stop raced the start, and its teardown has removed the file for good.
 	if s.hosted == nil && !s.withdrawn {
-		if err := daemon.WriteDiscovery(s.cfg.StateDir, FileName, daemon.Discovery{URL: s.url, PID: s.pid, Cap: s.capHex, State: st}); err != nil {
+		if err := daemon.WriteDiscovery(s.cfg.StateDir, FileName, daemon.Discovery{URL: s.url, PID: s.pid, Cap: s.capHex, State: st, PublicURL: s.publicURL}); err != nil {
 			return err
 		}
 	}

@@ -12,6 +12,11 @@
 // sentinel that is not a bearer user JWT; and, on connect or reconnect, presenting a bearer it
 // knows has expired: the connect fails on the client with ErrExpired instead of costing the
 // broker a callout round trip that can only deny.
+//
+// Provider is the client of a space's /service-endpoint-authority (seed 002): it is pinned to the
+// authority URL with its tenant path, refuses the same insecure URLs, follows no redirect, bounds
+// every answer and returns only answers bound to their request. Its renewal source is a serving
+// instance's bearer loop, keeping its requestIds in a private store before it sends them.
 package authclient
 
 import (

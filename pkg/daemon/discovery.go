@@ -19,12 +19,14 @@ const FileVersion = 1
 // StateUnavailable while it is alive but may not serve; the daemon rewrites the file atomically
 // at each change, and a file without it (an older daemon's) means ready. Cap is the capability a
 // local caller presents to the daemon; it is why the file is 0600 and why Ready never returns it.
+// PublicURL is the https URL of authd's public face, when it has one (auth.md §5 publicUrl).
 type Discovery struct {
-	Ver   int    `json:"ver"`
-	URL   string `json:"url"`
-	PID   int    `json:"pid"`
-	Cap   string `json:"cap,omitempty"`
-	State State  `json:"state,omitempty"`
+	Ver       int    `json:"ver"`
+	URL       string `json:"url"`
+	PID       int    `json:"pid"`
+	Cap       string `json:"cap,omitempty"`
+	State     State  `json:"state,omitempty"`
+	PublicURL string `json:"publicUrl,omitempty"`
 }
 
 // Refusal is the file a daemon writes when it refuses to start (auth-service-refusal.json): a

@@ -127,6 +127,8 @@ const (
 	CheckLifetime  = "lifetime"
 	CheckVer       = "ver"
 	CheckClaims    = "claims"
+	// CheckPurpose is a duty (access) or use (renewal) claim other than the kind's.
+	CheckPurpose = "purpose"
 )
 
 const maxKIDLen = 128
@@ -305,7 +307,7 @@ func checkPayload(payload []byte, space string, r kindRules, now time.Time) (*cl
 	case verErr != nil || ver != Version:
 		return nil, refuse(CheckVer, "not %d", Version)
 	case c.purpose != r.purpose:
-		return nil, refuse(CheckClaims, "%s is not %s", r.purposeKey, r.purpose)
+		return nil, refuse(CheckPurpose, "%s is not %s", r.purposeKey, r.purpose)
 	case !ValidWitness(c.wit):
 		return nil, refuse(CheckClaims, "wit is not a witness")
 	case !ValidEndpoint(c.ep):

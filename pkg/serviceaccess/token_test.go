@@ -266,7 +266,7 @@ func TestValidatorFail(t *testing.T) {
 		{"fail/sub not derived", with(acc, func(m map[string]any) { m["sub"] = "alice" }), serviceaccess.CheckSub},
 		{"fail/ver 2", with(acc, func(m map[string]any) { m["ver"] = 2 }), serviceaccess.CheckVer},
 		{"fail/ver string", with(acc, func(m map[string]any) { m["ver"] = "1" }), serviceaccess.CheckVer},
-		{"fail/duty other", with(acc, func(m map[string]any) { m["duty"] = "call" }), serviceaccess.CheckClaims},
+		{"fail/duty other", with(acc, func(m map[string]any) { m["duty"] = "call" }), serviceaccess.CheckPurpose},
 		{"fail/wit bad", with(acc, func(m map[string]any) { m["wit"] = "w_x" }), serviceaccess.CheckClaims},
 		{"fail/ep bad", with(acc, func(m map[string]any) { m["ep"] = "Billing" }), serviceaccess.CheckClaims},
 		{"fail/iid bad", with(acc, func(m map[string]any) { m["iid"] = "short" }), serviceaccess.CheckClaims},
@@ -308,7 +308,7 @@ func TestValidatorFail(t *testing.T) {
 	}{
 		{"fail/renewal lifetime 24 h + 1 s", with(serviceaccess.TypRenewal, func(m map[string]any) { m["exp"] = testNow.Unix() + 24*3600 + 1 }), serviceaccess.CheckLifetime},
 		{"fail/renewal aud the space", with(serviceaccess.TypRenewal, func(m map[string]any) { m["aud"] = testSpace }), serviceaccess.CheckAud},
-		{"fail/renewal use other", with(serviceaccess.TypRenewal, func(m map[string]any) { m["use"] = "serve" }), serviceaccess.CheckClaims},
+		{"fail/renewal use other", with(serviceaccess.TypRenewal, func(m map[string]any) { m["use"] = "serve" }), serviceaccess.CheckPurpose},
 		{"fail/renewal carrying duty", with(serviceaccess.TypRenewal, func(m map[string]any) { m["duty"] = "serve" }), serviceaccess.CheckPayload},
 		{"fail/access token as renewal", good, serviceaccess.CheckTyp},
 	}

@@ -3,7 +3,10 @@
 //
 // It refuses: a missing required key (named), a callout budget (callout_opens,
 // callout_refusals) with a rate or burst that is not positive or above its bound, a space name pkg/space refuses, a broker URL that
-// is not nats:// or tls://, an exchange listener that is not a loopback address, a callout seed
+// is not nats:// or tls://, an exchange listener that is not a loopback address, a public face
+// that is half configured (public_url, public_server or public_trust_forwarded_for without
+// public_listen, public_listen without public_url) or whose listener is not a loopback address,
+// whose URL is not https or whose advertised server is not a broker URL, a callout seed
 // file looser than 0600 or its directory looser than 0700, or either owned by another uid (as
 // signerd checks its seeds), and a
 // configuration file or state directory holding an operator, account or curve seed or a private
@@ -12,6 +15,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -57,6 +61,22 @@ type Config struct {
 	StateDir string `yaml:"state_dir"`
 	// Listen is the exchange listener, a loopback host:port. Default DefaultListen.
 	Listen string `yaml:"listen"`
+	// PublicListen, if set, is the public face's listener (auth.md §4), a loopback host:port: the
+	// face sits behind a TLS-terminating reverse proxy, which is its only direct peer. Unset,
+	// authd has no public face.
+	PublicListen string `yaml:"public_listen"`
+	// PublicURL is the https URL the proxy publishes the public face at, a tenant path allowed
+	// (no trailing slash kept). Required with public_listen, refused without it.
+	PublicURL string `yaml:"public_url"`
+	// PublicServer is the broker URL the public face's discovery bundle advertises (nats://,
+	// tls://, ws:// or wss://): what participants dial through the proxy. Only with
+	// public_listen; default the first of brokers.
+	PublicServer string `yaml:"public_server"`
+	// PublicTrustForwardedFor makes the public face key its per-peer limits by the last
+	// X-Forwarded-For hop instead of the socket's address. Set it only when the proxy is the one
+	// way to public_listen and appends that hop; default false (the header is ignored). Only
+	// with public_listen.
+	PublicTrustForwardedFor bool `yaml:"public_trust_forwarded_for"`
 	// AllowedServers, if set, are the only broker server ids whose callout requests authd
 	// answers.
 	AllowedServers []string `yaml:"allowed_servers"`
@@ -112,6 +132,40 @@ func (r *Rate) check(key string, def callout.Rate) error {
 	}
 	if r.Burst < 1 || r.Burst > MaxRateBurst {
 		return fmt.Errorf("%s.burst %d: want 1 to %d", key, r.Burst, MaxRateBurst)
+	}
+	return nil
+}
+
+// checkPublic checks the public face's keys: all or none, public_listen loopback, public_url
+// https, public_server a broker URL (defaulted to the first broker). The URL is normalized.
+func (c *Config) checkPublic() error {
+	if c.PublicListen == "" {
+		switch {
+		case c.PublicURL != "":
+			return errors.New("public_url: set without public_listen")
+		case c.PublicServer != "":
+			return errors.New("public_server: set without public_listen")
+		case c.PublicTrustForwardedFor:
+			return errors.New("public_trust_forwarded_for: set without public_listen")
+		}
+		return nil
+	}
+	if err := exchange.CheckLoopback(c.PublicListen); err != nil {
+		return fmt.Errorf("public_listen: %w (the public face binds loopback behind a TLS proxy)", err)
+	}
+	if c.PublicURL == "" {
+		return errors.New("public_url: required with public_listen")
+	}
+	u, err := exchange.CheckPublicURL(c.PublicURL)
+	if err != nil {
+		return fmt.Errorf("public_url: %w", err)
+	}
+	c.PublicURL = u
+	if c.PublicServer == "" {
+		c.PublicServer = c.Brokers[0]
+	}
+	if err := exchange.CheckAdvertisedServer(c.PublicServer); err != nil {
+		return fmt.Errorf("public_server: %w", err)
 	}
 	return nil
 }
@@ -175,6 +229,9 @@ func (c *Config) Validate() error {
 	}
 	if err := exchange.CheckLoopback(c.Listen); err != nil {
 		return fmt.Errorf("listen: %w", err)
+	}
+	if err := c.checkPublic(); err != nil {
+		return err
 	}
 	for _, id := range c.AllowedServers {
 		if !nkeys.IsValidPublicServerKey(id) {

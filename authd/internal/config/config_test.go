@@ -84,6 +84,34 @@ func TestLoad(t *testing.T) {
 			t.Fatalf("callout budgets %+v %+v", c.CalloutOpens, c.CalloutRefusals)
 		}
 	})
+	t.Run("ok/public-face", func(t *testing.T) {
+		f := newFixture(t)
+		c, _, err := f.load(t, f.yaml("public_listen: 127.0.0.1:8443\npublic_url: https://auth.example/tenant-a/\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The tenant path stays, the trailing slash goes, the server defaults to the first broker.
+		if c.PublicListen != "127.0.0.1:8443" || c.PublicURL != "https://auth.example/tenant-a" || c.PublicServer != "nats://127.0.0.1:4222" || c.PublicTrustForwardedFor {
+			t.Fatalf("public face %q %q %q %v", c.PublicListen, c.PublicURL, c.PublicServer, c.PublicTrustForwardedFor)
+		}
+		c, _, err = f.load(t, f.yaml("public_listen: '[::1]:0'\npublic_url: https://auth.example\npublic_server: wss://mesh.example/ws\npublic_trust_forwarded_for: true\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.PublicURL != "https://auth.example" || c.PublicServer != "wss://mesh.example/ws" || !c.PublicTrustForwardedFor {
+			t.Fatalf("public face %q %q %v", c.PublicURL, c.PublicServer, c.PublicTrustForwardedFor)
+		}
+	})
+	t.Run("ok/no-public-face", func(t *testing.T) {
+		f := newFixture(t)
+		c, _, err := f.load(t, f.yaml(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.PublicListen != "" || c.PublicURL != "" || c.PublicServer != "" {
+			t.Fatalf("public face %q %q %q, want none", c.PublicListen, c.PublicURL, c.PublicServer)
+		}
+	})
 	acct, _ := nkeys.CreateAccount()
 	acctSeed, _ := acct.Seed()
 	for _, tc := range []struct {
@@ -104,6 +132,16 @@ func TestLoad(t *testing.T) {
 		{name: "fail/callout-refusals-negative", extra: "callout_refusals: {per_second: -1, burst: 10}\n", want: "callout_refusals.per_second"},
 		{name: "fail/callout-opens-too-fast", extra: "callout_opens: {per_second: 1e9, burst: 10}\n", want: "callout_opens.per_second"},
 		{name: "fail/callout-budget-unknown-key", extra: "callout_opens: {per_second: 1, burst: 1, per_minute: 3}\n", want: "per_minute"},
+		{name: "fail/public-listen-not-loopback", extra: "public_listen: 0.0.0.0:8443\npublic_url: https://auth.example\n", want: "public_listen"},
+		{name: "fail/public-listen-lan", extra: "public_listen: 192.168.1.2:8443\npublic_url: https://auth.example\n", want: "public_listen"},
+		{name: "fail/public-url-missing", extra: "public_listen: 127.0.0.1:8443\n", want: "public_url: required with public_listen"},
+		{name: "fail/public-url-http", extra: "public_listen: 127.0.0.1:8443\npublic_url: http://auth.example\n", want: "public_url"},
+		{name: "fail/public-url-query", extra: "public_listen: 127.0.0.1:8443\npublic_url: https://auth.example/?t=1\n", want: "public_url"},
+		{name: "fail/public-url-user", extra: "public_listen: 127.0.0.1:8443\npublic_url: https://u:p@auth.example\n", want: "public_url"},
+		{name: "fail/public-url-without-listen", extra: "public_url: https://auth.example\n", want: "public_url: set without public_listen"},
+		{name: "fail/public-server-without-listen", extra: "public_server: wss://mesh.example\n", want: "public_server: set without public_listen"},
+		{name: "fail/public-xff-without-listen", extra: "public_trust_forwarded_for: true\n", want: "public_trust_forwarded_for"},
+		{name: "fail/public-server-https", extra: "public_listen: 127.0.0.1:8443\npublic_url: https://auth.example\npublic_server: https://mesh.example\n", want: "public_server"},
 		{name: "fail/account-seed-in-config", extra: "# " + string(acctSeed) + "\n", want: "holds an account seed"},
 		{name: "fail/private-jwk-in-config", extra: "note: {kty: OKP, d: AA}\n", want: "private JWK"},
 		{name: "fail/missing-keys", want: "missing required keys: space, signer.address",

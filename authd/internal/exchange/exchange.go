@@ -43,6 +43,10 @@
 // VerifyHuman (the human arm's IdP proof and owner) and Throttle (the failure window) are
 // shared with the service endpoint door, authd/internal/sepdoor.
 //
+// The public face (NewPublic, public.go) is a second handler over the same exchange, for a
+// loopback listener a TLS proxy publishes: no cap, no view, no loopback door, the discovery
+// bundle at WellKnownPath, its own refusal throttle, and per-peer, in-flight and deadline limits.
+//
 // GET /health answers {"ok": true} and nothing else: readiness needs a 2xx, and the answer does
 // not name the service, space or issuer to whatever scans the host's loopback ports.
 package exchange
@@ -181,8 +185,9 @@ type Config struct {
 	// ServiceEndpoints serves serviceaccess.Path, GET and POST /service-endpoint-authority (its
 	// own guards: authd/internal/sepdoor); nil (service_endpoints off) answers it 404.
 	ServiceEndpoints http.Handler
-	// Throttle is the failure window; nil makes one of its own (NewFailureThrottle). Share one
-	// with the service endpoint door so their refusals count in the same window.
+	// Throttle is the failure window; nil makes one of its own (NewFailureThrottle on the
+	// loopback face, a table of PublicConfig.MaxPeers sources on the public one). Share one with
+	// the face's service endpoint door so their refusals count in the same window.
 	Throttle *Throttle
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -193,7 +198,8 @@ type Config struct {
 // Handler serves the exchange routes. Construct it with New.
 type Handler struct {
 	cfg      Config
-	cap      []byte
+	cap      []byte      // "Bearer <cap>"; nil on the public face, which takes no cap
+	public   *publicFace // nil on the loopback face
 	now      func() time.Time
 	log      *slog.Logger
 	throttle *Throttle
@@ -206,8 +212,20 @@ type Handler struct {
 // New checks cfg and returns the handler. It refuses a bad space name, a missing signer or
 // ledger, and a cap that is not 64 lowercase hex characters.
 func New(cfg Config) (*Handler, error) {
+	if err := checkConfig(&cfg); err != nil {
+		return nil, err
+	}
+	if b, err := hex.DecodeString(cfg.Cap); err != nil || len(cfg.Cap) != CapHexLen || strings.ToLower(cfg.Cap) != cfg.Cap || len(b) != CapHexLen/2 {
+		return nil, fmt.Errorf("exchange: cap must be %d lowercase hex characters (32 random bytes)", CapHexLen)
+	}
+	return newHandler(cfg, nil), nil
+}
+
+// checkConfig refuses what both faces refuse: a bad space name, a missing signer or ledger. A nil
+// pointer IdP becomes a nil IdP.
+func checkConfig(cfg *Config) error {
 	if err := space.ValidateName(cfg.Space); err != nil {
-		return nil, fmt.Errorf("exchange: %w", err)
+		return fmt.Errorf("exchange: %w", err)
 	}
 	// A nil pointer in the interface would pass the nil check below and panic on the first
 	// exchange.
@@ -218,14 +236,24 @@ func New(cfg Config) (*Handler, error) {
 		cfg.IdP = nil
 	}
 	if cfg.Signer == nil || cfg.Ledger == nil {
-		return nil, errors.New("exchange: a signer and a ledger are required")
+		return errors.New("exchange: a signer and a ledger are required")
 	}
-	if b, err := hex.DecodeString(cfg.Cap); err != nil || len(cfg.Cap) != CapHexLen || strings.ToLower(cfg.Cap) != cfg.Cap || len(b) != CapHexLen/2 {
-		return nil, fmt.Errorf("exchange: cap must be %d lowercase hex characters (32 random bytes)", CapHexLen)
+	return nil
+}
+
+// newHandler builds a handler from a checked cfg: the loopback face (pub nil, cfg.Cap checked)
+// or the public face (pub set, no cap, no lifecycle doors; see public.go).
+func newHandler(cfg Config, pub *publicFace) *Handler {
+	size := MaxSources
+	if pub != nil {
+		size = pub.maxPeers
 	}
-	h := &Handler{cfg: cfg, cap: []byte("Bearer " + cfg.Cap), now: cfg.Now, log: cfg.Logger, throttle: cfg.Throttle}
+	h := &Handler{cfg: cfg, public: pub, now: cfg.Now, log: cfg.Logger, throttle: cfg.Throttle}
 	if h.throttle == nil {
-		h.throttle = NewFailureThrottle()
+		h.throttle = NewThrottle(MaxFailures, FailureWindow, size)
+	}
+	if pub == nil {
+		h.cap = []byte("Bearer " + cfg.Cap)
 	}
 	if h.now == nil {
 		h.now = time.Now
@@ -233,7 +261,7 @@ func New(cfg Config) (*Handler, error) {
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
-	return h, nil
+	return h
 }
 
 // BearerIssuer is the iss of the bearers signerd signs for space (upstream urn:cotal:auth:<space>).
@@ -242,6 +270,10 @@ func BearerIssuer(spaceName string) string { return "urn:cotal:auth:" + spaceNam
 // ServeHTTP routes the lifecycle doors to Config.Lifecycle and serviceaccess.Path to
 // Config.ServiceEndpoints, and every other request after the Origin guard.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.public != nil {
+		h.servePublic(w, r)
+		return
+	}
 	if p := r.URL.Path; p == ManagedActivatePath || p == ManagedRetirePath {
 		if h.cfg.Lifecycle == nil {
 			writeError(w, http.StatusNotFound, "no such route")
@@ -393,7 +425,8 @@ func throttled() *Refusal {
 func (h *Handler) serveExchange(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	// The cap is compared first: the cap budget is consulted only by a request that failed it.
-	if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), h.cap) != 1 {
+	// The public face has no cap: the IdP token or the actor token is the whole proof.
+	if h.public == nil && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), h.cap) != 1 {
 		h.reject(w, counted(PeerKey(ClassCap, r.RemoteAddr), "missing or wrong capability (Authorization: Bearer <cap>)", nil))
 		return
 	}
@@ -418,6 +451,12 @@ func (h *Handler) serveExchange(w http.ResponseWriter, r *http.Request) {
 	req, err := decodeRequest(body)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if h.public != nil && !PublicView(req.View) {
+		// Before any credential is looked at: elevated views are a loopback operator surface,
+		// whatever the caller presents.
+		writeError(w, http.StatusForbidden, fmt.Sprintf("view %.40q is not served by the public exchange: views are a loopback operator surface", req.View))
 		return
 	}
 	var resp *response

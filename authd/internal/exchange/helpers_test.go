@@ -75,7 +75,17 @@ type envOpts struct {
 	idp func(e *env) exchange.IdP
 	// selector, when set, binds manager-caller bearers.
 	selector exchange.ManagerSelector
+	// public serves the public face (exchange.NewPublic, no cap) on a real 127.0.0.1:0 listener
+	// instead of the loopback face; publicCfg, when set, adjusts its PublicConfig first.
+	public    bool
+	publicCfg func(e *env, pc *exchange.PublicConfig)
 }
+
+// Public face defaults of the test env.
+const (
+	testPublicURL    = "https://auth.example/tenant-a"
+	testPublicServer = "wss://mesh.example/ws"
+)
 
 func newEnv(t *testing.T, opts envOpts) *env {
 	t.Helper()
@@ -113,6 +123,10 @@ func newEnv(t *testing.T, opts envOpts) *env {
 		}
 		cfg.IdP = v
 	}
+	if opts.public {
+		e.startPublic(cfg, opts.publicCfg)
+		return e
+	}
 	h, err := exchange.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -121,6 +135,31 @@ func newEnv(t *testing.T, opts envOpts) *env {
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e
+}
+
+// startPublic serves the public face of cfg (no cap, no lifecycle door) through
+// exchange.NewPublicServer on a real loopback listener; e.cap is then "" and do sends no
+// Authorization header.
+func (e *env) startPublic(cfg exchange.Config, adjust func(e *env, pc *exchange.PublicConfig)) {
+	e.t.Helper()
+	cfg.Cap, cfg.Lifecycle, e.cap = "", nil, ""
+	pc := exchange.PublicConfig{Exchange: cfg, URL: testPublicURL, Server: testPublicServer,
+		Pin: func() (idp.Pin, error) { return idp.NewPin(e.idp.URL) }}
+	if adjust != nil {
+		adjust(e, &pc)
+	}
+	p, err := exchange.NewPublic(pc)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	srv := exchange.NewPublicServer(p)
+	go func() { _ = srv.Serve(ln) }()
+	e.t.Cleanup(func() { _ = srv.Close() })
+	e.url = "http://" + ln.Addr().String()
 }
 
 // startAuthority builds e's lifecycle authority over authoritytest's provisioned space.
@@ -248,7 +287,9 @@ func (e *env) doFrom(from, method, path string, body []byte, hdr map[string]stri
 	}
 	if method == http.MethodPost {
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+e.cap)
+		if e.cap != "" {
+			req.Header.Set("Authorization", "Bearer "+e.cap)
+		}
 	}
 	for k, v := range hdr {
 		if v == "" {

@@ -61,14 +61,14 @@ func TestThrottleTable(t *testing.T) {
 	})
 	t.Run("ok/keys", func(t *testing.T) {
 		if got := PeerKey(ClassCap, "127.0.0.2:5555"); got != "cap 127.0.0.2" {
-			t.Fatalf("peerKey = %q", got)
+			t.Fatalf("PeerKey = %q", got)
 		}
 		if got := PeerKey(ClassAgent, "[::1]:5555"); got != "agent ::1" {
-			t.Fatalf("peerKey = %q", got)
+			t.Fatalf("PeerKey = %q", got)
 		}
 		a, b := IdentityKey("https://idp", "alice"), IdentityKey("https://idp", "bob")
 		if a == b || len(a) != len("owner ")+64 {
-			t.Fatalf("identityKey = %q, %q", a, b)
+			t.Fatalf("IdentityKey = %q, %q", a, b)
 		}
 	})
 }
