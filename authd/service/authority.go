@@ -10,11 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/cotalgo/cotal/authd/internal/authority"
 	"github.com/cotalgo/cotal/authd/internal/callout"
 	"github.com/cotalgo/cotal/authd/internal/exchange"
 	"github.com/cotalgo/cotal/authd/internal/ledger"
+	"github.com/cotalgo/cotal/authd/internal/sepdoor"
 	"github.com/cotalgo/cotal/pkg/space"
 )
 
@@ -56,6 +58,7 @@ func (s *Service) startAuthority(ctx context.Context, n space.Names, led *ledger
 	if got := s.planeRail.Account(); got != account {
 		return &StartError{Code: CodeAccount, Reason: fmt.Sprintf("the auth-plane credential belongs to account %s, not the space's data account %s", got, account)}
 	}
+	s.account = account
 	st, err := authority.NewStore(s.dataNC, n, 0)
 	if err != nil {
 		return &StartError{Code: CodeConfig, Reason: "lifecycle store refused", Err: err}
@@ -131,6 +134,29 @@ func (s *Service) lifecycleDoors(capHex string) (http.Handler, error) {
 	mux.Handle(exchange.ManagedActivatePath, door)
 	mux.Handle(exchange.ManagedRetirePath, s.retireDoor(capHex))
 	return mux, nil
+}
+
+// serviceEndpoints is the service endpoint door of one face (authd/internal/sepdoor), nil when
+// service_endpoints is off; call it once per face. The loopback door takes the cap (operator
+// proofs; s.capHex must be set); a door counts its failed proofs in throttle, the failure
+// window its face's /exchange counts in. It needs the authority and the callout's bearer JWKS
+// cache.
+func (s *Service) serviceEndpoints(idpv exchange.IdP, led *ledger.Ledger, throttle *exchange.Throttle, loopback bool, now func() time.Time) (http.Handler, error) {
+	if !s.cfg.ServiceEndpoints {
+		return nil, nil
+	}
+	cfg := sepdoor.Config{
+		Space: s.cfg.Space, Account: s.account, Signer: s.signer.API(), IdP: idpv, Ledger: led,
+		Keys: s.callout.keys, Authority: s.authority, Loopback: loopback, Throttle: throttle, Now: now, Logger: s.log,
+	}
+	if loopback {
+		cfg.Cap = s.capHex
+	}
+	d, err := sepdoor.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
 }
 
 // refuseUnlessReady answers the lifecycle operations' readiness check.

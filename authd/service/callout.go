@@ -20,6 +20,9 @@ type calloutPart struct {
 	r    *signerclient.Rail
 	nc   *nats.Conn
 	resp *callout.Responder
+	// keys is the bearer JWKS cache the responder verifies with; the service endpoint doors
+	// verify service tokens with it too.
+	keys *bearer.Cache
 }
 
 func (c calloutPart) rail() *signerclient.Rail { return c.r }
@@ -79,10 +82,12 @@ func startCallout(ctx, runCtx context.Context, s *Service, in RuntimeOptions, le
 	if err := jwks.Refresh(ctx); err != nil {
 		return c, &StartError{Code: CodeSigner, Reason: "signerd did not serve the bearer JWKS", Err: err}
 	}
+	c.keys = jwks
 	// The service arm asks the authority whether a service access bearer's registration, gate,
-	// root, approval and name binding still stand; without it every service connect is refused.
+	// root, approval and name binding still stand. With service endpoints off, or without an
+	// authority, there is no gate and every service connect is refused.
 	var services callout.ServiceGate
-	if s.authority != nil {
+	if s.authority != nil && s.cfg.ServiceEndpoints {
 		services = s.authority
 	}
 	if c.resp, err = callout.New(callout.Config{

@@ -74,6 +74,16 @@
 // retires the gate and the head; 200 {retired:true} confirms it, and 503 means it is not done
 // yet and the gate stays frozen (call again, or the next start resumes it).
 //
+// # Service endpoints
+//
+// With service_endpoints (Config.ServiceEndpoints, default off) both faces also serve GET and
+// POST /service-endpoint-authority (seed 002; authd/internal/sepdoor): GET names the space's
+// data account, the service token issuer and the keys /jwks publishes; POST takes a {request,
+// proof} envelope, checks the proof against the kind x proof matrix (an operator proof needs the
+// cap, and only the loopback face accepts one) and hands the request to the lifecycle
+// authority. A door's failed proofs count in its face's /exchange failure window. Off, the
+// route is 404 on both faces.
+//
 // # Readiness and events
 //
 // The state moves StateStarting -> StateReady -> StateUnavailable -> StateReady ... ->

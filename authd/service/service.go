@@ -78,6 +78,7 @@ type Service struct {
 	plane     *lease.Lease
 	gate      *planeGate           // closes the callout while the claim is unproven (reclaim.go)
 	authority *authority.Authority // the lifecycle authority on dataNC (authority.go)
+	account   string               // the space's data account (GetSpace), set by startAuthority
 	rails     []*nats.Subscription // the auth rails on the plane connection (authority.go)
 	retire    retirement           // boot resume and the retire door (retire.go)
 	callout   calloutPart
@@ -271,8 +272,14 @@ func (s *Service) start(ctx, runCtx context.Context, in RuntimeOptions) error {
 	if err != nil {
 		return fail(CodeConfig, "manager selection refused", err)
 	}
+	// Each face has one failure window, its /exchange's and its service endpoint door's.
+	failures, pubFailures := exchange.NewFailureThrottle(), exchange.NewThrottle(exchange.MaxFailures, exchange.FailureWindow, exchange.DefaultMaxPeers)
+	sep, err := s.serviceEndpoints(idpv, led, failures, true, in.Now)
+	if err != nil {
+		return fail(CodeConfig, "service endpoint door refused", err)
+	}
 	h, err := exchange.New(exchange.Config{Space: cfg.Space, Signer: s.signer, Ledger: led, IdP: idpv, Selector: selector, Cap: capHex, Now: in.Now, Logger: s.log,
-		Activator: s.authority, Lifecycle: doors})
+		Activator: s.authority, Lifecycle: doors, ServiceEndpoints: sep, Throttle: failures})
 	if err != nil {
 		return fail(CodeConfig, "exchange refused", err)
 	}
@@ -290,8 +297,12 @@ func (s *Service) start(ctx, runCtx context.Context, in RuntimeOptions) error {
 		}
 	}()
 
+	pubSep, err := s.serviceEndpoints(idpv, led, pubFailures, false, in.Now)
+	if err != nil {
+		return fail(CodeConfig, "public service endpoint door refused", err)
+	}
 	if err := s.startPublic(exchange.Config{Space: cfg.Space, Signer: s.signer, Ledger: led, IdP: idpv, Selector: selector, Now: in.Now, Logger: s.log,
-		Activator: s.authority}, nil); err != nil { // no service-endpoint door on the public face yet
+		Activator: s.authority, Throttle: pubFailures}, pubSep); err != nil {
 		return err
 	}
 

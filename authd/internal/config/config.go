@@ -100,6 +100,9 @@ type Config struct {
 	ShutdownTimeout yamlx.Duration `yaml:"shutdown_timeout"`
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel string `yaml:"log_level"`
+	// ServiceEndpoints turns on GET and POST /service-endpoint-authority (seed 002) on authd's
+	// faces (authd/internal/sepdoor). Default off: the route answers 404.
+	ServiceEndpoints bool `yaml:"service_endpoints"`
 }
 
 // Rate is a token bucket: per_second tokens a second, up to burst. Both keys are required once

@@ -61,7 +61,7 @@ func TestLoad(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.Listen != DefaultListen || c.MaxInFlight != DefaultMaxInFlight || c.PlaneTTL.D() != DefaultPlaneTTL || c.ShutdownTimeout.D() != DefaultShutdownTimeout {
+		if c.Listen != DefaultListen || c.MaxInFlight != DefaultMaxInFlight || c.PlaneTTL.D() != DefaultPlaneTTL || c.ShutdownTimeout.D() != DefaultShutdownTimeout || c.ServiceEndpoints {
 			t.Fatalf("defaults: %+v", c)
 		}
 		if c.CalloutOpens.Callout() != callout.DefaultOpenRate || c.CalloutRefusals.Callout() != callout.DefaultRefusalRate {
@@ -72,12 +72,12 @@ func TestLoad(t *testing.T) {
 		f := newFixture(t)
 		kp, _ := nkeys.CreateServer()
 		id, _ := kp.PublicKey()
-		c, _, err := f.load(t, f.yaml("listen: '[::1]:8088'\nallowed_servers: ["+id+"]\nmax_in_flight: 8\nplane_ttl: 10s\nshutdown_timeout: 3s\nlog_level: debug\ninstance_id: 0123456789abcdef0123456789abcdef\n"+
+		c, _, err := f.load(t, f.yaml("listen: '[::1]:8088'\nallowed_servers: ["+id+"]\nmax_in_flight: 8\nplane_ttl: 10s\nshutdown_timeout: 3s\nlog_level: debug\ninstance_id: 0123456789abcdef0123456789abcdef\nservice_endpoints: true\n"+
 			"callout_opens: {per_second: 50.5, burst: 60}\ncallout_refusals: {per_second: 5, burst: 10}\n"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.Listen != "[::1]:8088" || len(c.AllowedServers) != 1 || c.MaxInFlight != 8 || c.PlaneTTL.D() != 10*time.Second || c.InstanceID != "0123456789abcdef0123456789abcdef" {
+		if c.Listen != "[::1]:8088" || len(c.AllowedServers) != 1 || c.MaxInFlight != 8 || c.PlaneTTL.D() != 10*time.Second || c.InstanceID != "0123456789abcdef0123456789abcdef" || !c.ServiceEndpoints {
 			t.Fatalf("%+v", c)
 		}
 		if c.CalloutOpens != (Rate{PerSecond: 50.5, Burst: 60}) || c.CalloutRefusals != (Rate{PerSecond: 5, Burst: 10}) {

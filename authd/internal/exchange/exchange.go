@@ -37,7 +37,11 @@
 //
 // The loopback lifecycle doors, ManagedActivatePath and ManagedRetirePath, are routed to
 // Config.Lifecycle before this face's own Origin check, so the door's guard set keeps its order
-// (405 before 403); without a Lifecycle handler they are 404.
+// (405 before 403); without a Lifecycle handler they are 404. The service endpoint route
+// (serviceaccess.Path) is routed the same way to Config.ServiceEndpoints, 404 without it.
+//
+// VerifyHuman (the human arm's IdP proof and owner) and Throttle (the failure window) are
+// shared with the service endpoint door, authd/internal/sepdoor.
 //
 // The public face (NewPublic, public.go) is a second handler over the same exchange, for a
 // loopback listener a TLS proxy publishes: no cap, no view, no loopback door, the discovery
@@ -70,6 +74,7 @@ import (
 	"github.com/cotalgo/cotal/authd/internal/ledger"
 	"github.com/cotalgo/cotal/authd/internal/views"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/serviceaccess"
 	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/pkg/space"
 )
@@ -177,6 +182,13 @@ type Config struct {
 	// Lifecycle serves ManagedActivatePath and ManagedRetirePath (its own guards, the cap
 	// included); nil answers them 404.
 	Lifecycle http.Handler
+	// ServiceEndpoints serves serviceaccess.Path, GET and POST /service-endpoint-authority (its
+	// own guards: authd/internal/sepdoor); nil (service_endpoints off) answers it 404.
+	ServiceEndpoints http.Handler
+	// Throttle is the failure window; nil makes one of its own (NewFailureThrottle on the
+	// loopback face, a table of PublicConfig.MaxPeers sources on the public one). Share one with
+	// the face's service endpoint door so their refusals count in the same window.
+	Throttle *Throttle
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger receives one line per exchange (never a token); nil discards.
@@ -190,7 +202,7 @@ type Handler struct {
 	public   *publicFace // nil on the loopback face
 	now      func() time.Time
 	log      *slog.Logger
-	throttle *throttle
+	throttle *Throttle
 
 	jwksMu   sync.Mutex
 	jwksBody []byte
@@ -236,7 +248,10 @@ func newHandler(cfg Config, pub *publicFace) *Handler {
 	if pub != nil {
 		size = pub.maxPeers
 	}
-	h := &Handler{cfg: cfg, public: pub, now: cfg.Now, log: cfg.Logger, throttle: newThrottle(MaxFailures, FailureWindow, size)}
+	h := &Handler{cfg: cfg, public: pub, now: cfg.Now, log: cfg.Logger, throttle: cfg.Throttle}
+	if h.throttle == nil {
+		h.throttle = NewThrottle(MaxFailures, FailureWindow, size)
+	}
 	if pub == nil {
 		h.cap = []byte("Bearer " + cfg.Cap)
 	}
@@ -252,8 +267,8 @@ func newHandler(cfg Config, pub *publicFace) *Handler {
 // BearerIssuer is the iss of the bearers signerd signs for space (upstream urn:cotal:auth:<space>).
 func BearerIssuer(spaceName string) string { return "urn:cotal:auth:" + spaceName }
 
-// ServeHTTP routes the lifecycle doors to Config.Lifecycle, and every other request after the
-// Origin guard.
+// ServeHTTP routes the lifecycle doors to Config.Lifecycle and serviceaccess.Path to
+// Config.ServiceEndpoints, and every other request after the Origin guard.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.public != nil {
 		h.servePublic(w, r)
@@ -265,6 +280,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.cfg.Lifecycle.ServeHTTP(w, r)
+		return
+	}
+	if r.URL.Path == serviceaccess.Path {
+		if h.cfg.ServiceEndpoints == nil {
+			writeError(w, http.StatusNotFound, "no such route")
+			return
+		}
+		h.cfg.ServiceEndpoints.ServeHTTP(w, r)
 		return
 	}
 	if _, ok := r.Header["Origin"]; ok {
@@ -372,28 +395,29 @@ type response struct {
 	ManagerInstanceID string `json:"managerInstanceId,omitempty"`
 }
 
-// refusal is an exchange answer other than a bearer: status, the public sentence, the cause for
-// the log only, and for a 401 the throttle source it counts against ("" counts nowhere).
-type refusal struct {
-	status int
-	public string
-	cause  error
-	source string
+// Refusal is an exchange answer other than a bearer (and a refused IdP proof, VerifyHuman): the
+// HTTP status, the public sentence, the cause for the log only, and the throttle source it
+// counts against ("" counts nowhere; the exchange counts only a 401's).
+type Refusal struct {
+	Status int
+	Public string
+	Cause  error
+	Source string
 }
 
-func (e *refusal) Error() string { return e.public }
+func (e *Refusal) Error() string { return e.Public }
 
-func refused(status int, public string, cause error) *refusal {
-	return &refusal{status: status, public: public, cause: cause}
+func refused(status int, public string, cause error) *Refusal {
+	return &Refusal{Status: status, Public: public, Cause: cause}
 }
 
 // counted is a 401 that counts against source.
-func counted(source, public string, cause error) *refusal {
-	return &refusal{status: http.StatusUnauthorized, public: public, cause: cause, source: source}
+func counted(source, public string, cause error) *Refusal {
+	return &Refusal{Status: http.StatusUnauthorized, Public: public, Cause: cause, Source: source}
 }
 
 // throttled is the 429 of a source past its budget.
-func throttled() *refusal {
+func throttled() *Refusal {
 	return refused(http.StatusTooManyRequests,
 		fmt.Sprintf("%d refused exchanges from this source in the last minute; try again later", MaxFailures), nil)
 }
@@ -403,7 +427,7 @@ func (h *Handler) serveExchange(w http.ResponseWriter, r *http.Request) {
 	// The cap is compared first: the cap budget is consulted only by a request that failed it.
 	// The public face has no cap: the IdP token or the actor token is the whole proof.
 	if h.public == nil && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), h.cap) != 1 {
-		h.reject(w, counted(peerKey(classCap, r.RemoteAddr), "missing or wrong capability (Authorization: Bearer <cap>)", nil))
+		h.reject(w, counted(PeerKey(ClassCap, r.RemoteAddr), "missing or wrong capability (Authorization: Bearer <cap>)", nil))
 		return
 	}
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
@@ -445,7 +469,7 @@ func (h *Handler) serveExchange(w http.ResponseWriter, r *http.Request) {
 		resp, err = h.agent(r.Context(), req, r.RemoteAddr)
 	}
 	if err != nil {
-		var rf *refusal
+		var rf *Refusal
 		if !errors.As(err, &rf) {
 			rf = refused(http.StatusInternalServerError, "internal error", err)
 		}
@@ -459,14 +483,14 @@ func (h *Handler) serveExchange(w http.ResponseWriter, r *http.Request) {
 // reject answers a refusal. Only what failed counts, after it failed: a 401 counts against its
 // source, and a source past its budget gets 429 for its refusal and no log line of its own.
 // attrs describe the request for the log.
-func (h *Handler) reject(w http.ResponseWriter, rf *refusal, attrs ...any) {
-	if rf.status == http.StatusUnauthorized && rf.source != "" && h.throttle.fail(rf.source, h.now()) {
-		h.log.Debug("exchange: throttled", append(attrs, "source", rf.source)...)
+func (h *Handler) reject(w http.ResponseWriter, rf *Refusal, attrs ...any) {
+	if rf.Status == http.StatusUnauthorized && rf.Source != "" && h.throttle.Fail(rf.Source, h.now()) {
+		h.log.Debug("exchange: throttled", append(attrs, "source", rf.Source)...)
 		rf = throttled()
 	} else {
-		h.log.Info("exchange: refused", append(attrs, "status", rf.status, "source", rf.source, "why", rf.public, "cause", rf.cause)...)
+		h.log.Info("exchange: refused", append(attrs, "status", rf.Status, "source", rf.Source, "why", rf.Public, "cause", rf.Cause)...)
 	}
-	writeError(w, rf.status, rf.public)
+	writeError(w, rf.Status, rf.Public)
 }
 
 // logIdent returns s if it is a valid actor token, else a placeholder, so a crafted body cannot
@@ -534,7 +558,7 @@ func viewProfile(view string) (requiredScope string, err error) {
 // human is the human arm: IdP token → owner → interactive row → view → bearer (auth.md §4,
 // bridge exchange steps 1-8 without the cred. row, which this project does not keep).
 //
-// An IdP token that does not verify counts against the peer address (classIdP); once the token
+// An IdP token that does not verify counts against the peer address (ClassIdP); once the token
 // verified, the refusals count against that IdP identity, and an identity past its budget is 429
 // before signerd derives its owner.
 func (h *Handler) human(ctx context.Context, req *request, peer string) (*response, error) {
@@ -545,27 +569,12 @@ func (h *Handler) human(ctx context.Context, req *request, peer string) (*respon
 	if err != nil {
 		return nil, err
 	}
-	if h.cfg.IdP == nil {
-		return nil, refused(http.StatusServiceUnavailable, "no IdP is pinned: run `authd idp pin URL`", nil)
-	}
-	claims, err := h.cfg.IdP.Verify(ctx, *req.IdPToken)
-	switch {
-	case errors.Is(err, idp.ErrNotPinned):
-		return nil, refused(http.StatusServiceUnavailable, "no IdP is pinned: run `authd idp pin URL`", err)
-	case err != nil && !errors.Is(err, idp.ErrToken):
-		// The JWKS or the pin file failed, not the token: the caller can only retry.
-		return nil, refused(http.StatusServiceUnavailable, "the IdP's keys are unavailable", err)
-	case err != nil:
-		return nil, counted(peerKey(classIdP, peer), err.Error(), err)
-	}
-	src := identityKey(claims.Issuer, claims.Subject)
-	if h.throttle.spent(src, h.now()) {
-		return nil, throttled()
-	}
-	owner, err := h.deriveOwner(ctx, claims)
+	hu, err := VerifyHuman(ctx, HumanProof{IdP: h.cfg.IdP, Throttle: h.throttle, Signer: h.cfg.Signer.API(), Space: h.cfg.Space, Now: h.now},
+		*req.IdPToken, peer)
 	if err != nil {
 		return nil, err
 	}
+	claims, src, owner := hu.Claims, hu.Source, hu.Owner
 	row, err := h.cfg.Ledger.AuthorizeGrant(owner, req.Actor)
 	switch {
 	case errors.Is(err, ledger.ErrNoRow):
@@ -598,10 +607,66 @@ func (h *Handler) human(ctx context.Context, req *request, peer string) (*respon
 	return h.sign(ctx, owner, req.Actor, req.View, iid, row, ttl)
 }
 
-func (h *Handler) deriveOwner(ctx context.Context, claims idp.Claims) (string, error) {
+// HumanProof is what VerifyHuman checks an IdP token with.
+type HumanProof struct {
+	// IdP verifies the token; nil (no IdP pinned) refuses with 503.
+	IdP IdP
+	// Throttle holds the failure window a verified identity's budget is read from.
+	Throttle *Throttle
+	// Signer derives the owner.
+	Signer signerv1.SignerServiceClient
+	// Space is the space the owner is derived in.
+	Space string
+	// Now is the clock.
+	Now func() time.Time
+}
+
+// Human is a verified IdP proof: the token's claims, the owner signerd derived from them, and
+// the identity's throttle source (IdentityKey), which the caller's later refusals count against.
+type Human struct {
+	Claims idp.Claims
+	Owner  string
+	Source string
+}
+
+// VerifyHuman is the human arm's proof, shared by /exchange and the service endpoint doors: it
+// verifies token with p.IdP and derives its owner through signerd. Every refusal is a *Refusal:
+// no IdP pinned, or its keys or pin unreadable, is 503; a token that does not verify is 401
+// counted against the peer address (ClassIdP); a verified identity that has spent its budget is
+// 429 before signerd is asked anything for it; a signer failure is 503 (unavailable) or 502
+// (refused). It never puts the token in an error.
+func VerifyHuman(ctx context.Context, p HumanProof, token, peer string) (Human, error) {
+	if v, ok := p.IdP.(*idp.Verifier); p.IdP == nil || ok && v == nil {
+		return Human{}, refused(http.StatusServiceUnavailable, "no IdP is pinned: run `authd idp pin URL`", nil)
+	}
+	if v, ok := p.IdP.(*idp.Pinned); ok && v == nil {
+		return Human{}, refused(http.StatusServiceUnavailable, "no IdP is pinned: run `authd idp pin URL`", nil)
+	}
+	claims, err := p.IdP.Verify(ctx, token)
+	switch {
+	case errors.Is(err, idp.ErrNotPinned):
+		return Human{}, refused(http.StatusServiceUnavailable, "no IdP is pinned: run `authd idp pin URL`", err)
+	case err != nil && !errors.Is(err, idp.ErrToken):
+		// The JWKS or the pin file failed, not the token: the caller can only retry.
+		return Human{}, refused(http.StatusServiceUnavailable, "the IdP's keys are unavailable", err)
+	case err != nil:
+		return Human{}, counted(PeerKey(ClassIdP, peer), err.Error(), err)
+	}
+	src := IdentityKey(claims.Issuer, claims.Subject)
+	if p.Throttle != nil && p.Throttle.Spent(src, p.Now()) {
+		return Human{}, throttled()
+	}
+	owner, err := deriveOwner(ctx, p.Signer, p.Space, claims)
+	if err != nil {
+		return Human{}, err
+	}
+	return Human{Claims: claims, Owner: owner, Source: src}, nil
+}
+
+func deriveOwner(ctx context.Context, signer signerv1.SignerServiceClient, spaceName string, claims idp.Claims) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, signerTimeout)
 	defer cancel()
-	resp, err := h.cfg.Signer.API().DeriveOwner(ctx, &signerv1.DeriveOwnerRequest{Space: h.cfg.Space, IdpIssuer: claims.Issuer, Subject: claims.Subject})
+	resp, err := signer.DeriveOwner(ctx, &signerv1.DeriveOwnerRequest{Space: spaceName, IdpIssuer: claims.Issuer, Subject: claims.Subject})
 	if err != nil {
 		return "", signerRefusal("the signer could not derive the owner", err)
 	}
@@ -614,7 +679,7 @@ func (h *Handler) deriveOwner(ctx context.Context, claims idp.Claims) (string, e
 // agent is the agent arm: a managed row whose token hash matches → bearer of at most AgentTTL.
 // Every refusal past the request's shape is AgentRefusal, so the answer never tells which of
 // owner, actor, row space, token or spawner chain was wrong (the ledger compares the hash in
-// constant time). A refusal counts against the peer address (classAgent) after the token was
+// constant time). A refusal counts against the peer address (ClassAgent) after the token was
 // compared, so a correct token is never throttled.
 func (h *Handler) agent(ctx context.Context, req *request, peer string) (*response, error) {
 	if req.View != "" && req.View != agentView {
@@ -634,7 +699,7 @@ func (h *Handler) agent(ctx context.Context, req *request, peer string) (*respon
 		err = errors.New("managed row has no lifecycle uid")
 	}
 	if err != nil {
-		return nil, counted(peerKey(classAgent, peer), AgentRefusal, err)
+		return nil, counted(PeerKey(ClassAgent, peer), AgentRefusal, err)
 	}
 	if err := h.activate(ctx, req.Owner, req.Actor, row.LifecycleUID); err != nil {
 		return nil, err
@@ -742,7 +807,7 @@ func (h *Handler) sign(ctx context.Context, owner, actor, view, managerInstanceI
 // anything else is signerd refusing what the row asked for, 502 with its reason code, since the
 // caller can do nothing about it but an operator can (signerd's policy; the ledger accepts only
 // rows whose bearer signerd's grammar admits).
-func signerRefusal(what string, err error) *refusal {
+func signerRefusal(what string, err error) *Refusal {
 	err = signerclient.AsError(err)
 	if errors.Is(err, signerclient.ErrUnavailable) || errors.Is(err, signerclient.ErrDeadline) || errors.Is(err, signerclient.ErrRateLimited) {
 		return refused(http.StatusServiceUnavailable, what+": the signer is unavailable", err)

@@ -9,7 +9,10 @@ import (
 	"time"
 )
 
-// throttle counts refused exchanges per source over a sliding window, in a table of bounded size.
+// Throttle counts refused exchanges per source over a sliding window, in a table of bounded size.
+// It is safe for concurrent use, and one Throttle may be shared by several handlers (the
+// exchange and the service endpoint doors, Config.Throttle), so their refusals count in one
+// window.
 //
 // A source is a string the handler builds from the class of credential that failed and where the
 // request came from (see sourceKey): wrong capabilities per peer address, refused agent tokens per
@@ -24,7 +27,7 @@ import (
 // recently. A loopback caller can pick its source address from all of 127.0.0.0/8, so without
 // the bound a caller could grow the table without end; evicting forgets a source's past failures,
 // which costs at most another window of refusals from it, never a refused correct credential.
-type throttle struct {
+type Throttle struct {
 	max    int
 	window time.Duration
 	size   int
@@ -40,12 +43,18 @@ type source struct {
 	times []time.Time
 }
 
-func newThrottle(max int, window time.Duration, size int) *throttle {
-	return &throttle{max: max, window: window, size: size, order: list.New(), bySrc: map[string]*list.Element{}}
+// NewFailureThrottle is the loopback face's failure window: MaxFailures refusals per source in
+// FailureWindow, at most MaxSources sources.
+func NewFailureThrottle() *Throttle { return NewThrottle(MaxFailures, FailureWindow, MaxSources) }
+
+// NewThrottle returns a throttle allowing max failures per source in window, tracking at most
+// size sources.
+func NewThrottle(max int, window time.Duration, size int) *Throttle {
+	return &Throttle{max: max, window: window, size: size, order: list.New(), bySrc: map[string]*list.Element{}}
 }
 
 // prune drops the failures of s that fell out of the window. t.mu must be held.
-func (t *throttle) prune(s *source, now time.Time) {
+func (t *Throttle) prune(s *source, now time.Time) {
 	cut := 0
 	for cut < len(s.times) && now.Sub(s.times[cut]) >= t.window {
 		cut++
@@ -53,8 +62,8 @@ func (t *throttle) prune(s *source, now time.Time) {
 	s.times = s.times[cut:]
 }
 
-// spent reports whether key holds max failures in the window, without recording anything.
-func (t *throttle) spent(key string, now time.Time) bool {
+// Spent reports whether key holds max failures in the window, without recording anything.
+func (t *Throttle) Spent(key string, now time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	el, ok := t.bySrc[key]
@@ -66,10 +75,10 @@ func (t *throttle) spent(key string, now time.Time) bool {
 	return len(s.times) >= t.max
 }
 
-// fail records one failure of key and reports whether key had already spent its budget. A failure
+// Fail records one failure of key and reports whether key had already spent its budget. A failure
 // past the budget is not recorded, so a source is free again one window after the failure that
 // spent it, however long it keeps trying.
-func (t *throttle) fail(key string, now time.Time) (spent bool) {
+func (t *Throttle) Fail(key string, now time.Time) (spent bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if el, ok := t.bySrc[key]; ok {
@@ -92,23 +101,24 @@ func (t *throttle) fail(key string, now time.Time) (spent bool) {
 }
 
 // len is how many sources the table holds.
-func (t *throttle) len() int {
+func (t *Throttle) len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.order.Len()
 }
 
-// Classes of failure a source key names.
+// Classes of failure a source key names (PeerKey). Another handler sharing the throttle may use
+// classes of its own.
 const (
-	classCap   = "cap"   // a missing or wrong capability, per peer address
-	classAgent = "agent" // a refused agent-arm exchange, per peer address
-	classIdP   = "idp"   // an IdP token that did not verify, per peer address
+	ClassCap   = "cap"   // a missing or wrong capability, per peer address
+	ClassAgent = "agent" // a refused agent-arm exchange, per peer address
+	ClassIdP   = "idp"   // an IdP token that did not verify, per peer address
 	classOwner = "owner" // a refused exchange of one verified IdP identity, from anywhere
 )
 
-// peerKey is the failure source of class for a request from remoteAddr (host:port): the host, so
+// PeerKey is the failure source of class for a request from remoteAddr (host:port): the host, so
 // one caller's many connections share it. An address that does not parse is kept whole.
-func peerKey(class, remoteAddr string) string {
+func PeerKey(class, remoteAddr string) string {
 	host, _, err := net.SplitHostPort(remoteAddr)
 	if err != nil {
 		host = remoteAddr
@@ -116,9 +126,9 @@ func peerKey(class, remoteAddr string) string {
 	return class + " " + host
 }
 
-// identityKey is the failure source of one verified IdP identity: a hash, so a key's size does
+// IdentityKey is the failure source of one verified IdP identity: a hash, so a key's size does
 // not depend on how long a subject the IdP signs.
-func identityKey(issuer, subject string) string {
+func IdentityKey(issuer, subject string) string {
 	sum := sha256.Sum256([]byte(issuer + "\x00" + subject))
 	return classOwner + " " + hex.EncodeToString(sum[:])
 }

@@ -10,36 +10,36 @@ import (
 func TestThrottleTable(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	t.Run("ok/budget-and-window", func(t *testing.T) {
-		th := newThrottle(3, time.Minute, 8)
+		th := NewThrottle(3, time.Minute, 8)
 		for i := range 3 {
-			if th.fail("a", t0.Add(time.Duration(i)*time.Second)) {
+			if th.Fail("a", t0.Add(time.Duration(i)*time.Second)) {
 				t.Fatalf("failure %d reported spent", i+1)
 			}
 		}
-		if !th.spent("a", t0.Add(3*time.Second)) || !th.fail("a", t0.Add(3*time.Second)) {
+		if !th.Spent("a", t0.Add(3*time.Second)) || !th.Fail("a", t0.Add(3*time.Second)) {
 			t.Fatal("the 4th failure within the window is not spent")
 		}
-		if th.spent("b", t0) {
+		if th.Spent("b", t0) {
 			t.Fatal("another source is spent")
 		}
 		// Failures past the budget are not recorded: the first one leaves the window a minute
 		// after it fell, whatever came after.
-		if th.spent("a", t0.Add(time.Minute)) {
+		if th.Spent("a", t0.Add(time.Minute)) {
 			t.Fatal("still spent once the first failure left the window")
 		}
 	})
 	t.Run("ok/bounded-lru", func(t *testing.T) {
 		const size = 16
-		th := newThrottle(2, time.Minute, size)
+		th := NewThrottle(2, time.Minute, size)
 		// Every source fails twice (spends its budget): "keep" first, then size*4 others, with
 		// "keep" failing again (refreshing it) every few of them.
-		th.fail("keep", t0)
-		th.fail("keep", t0)
+		th.Fail("keep", t0)
+		th.Fail("keep", t0)
 		for i := range size * 4 {
-			th.fail(fmt.Sprintf("src-%d", i), t0)
-			th.fail(fmt.Sprintf("src-%d", i), t0)
+			th.Fail(fmt.Sprintf("src-%d", i), t0)
+			th.Fail(fmt.Sprintf("src-%d", i), t0)
 			if i%(size/2) == 0 {
-				th.fail("keep", t0)
+				th.Fail("keep", t0)
 			}
 			if n := th.len(); n > size {
 				t.Fatalf("table holds %d sources, bound %d", n, size)
@@ -48,27 +48,27 @@ func TestThrottleTable(t *testing.T) {
 		if n := th.len(); n != size {
 			t.Fatalf("table holds %d sources, want %d", n, size)
 		}
-		if !th.spent("keep", t0) {
+		if !th.Spent("keep", t0) {
 			t.Fatal("a recently failed source was evicted")
 		}
-		if !th.spent(fmt.Sprintf("src-%d", size*4-1), t0) {
+		if !th.Spent(fmt.Sprintf("src-%d", size*4-1), t0) {
 			t.Fatal("the last source to fail was evicted")
 		}
 		// src-0 spent its budget and was evicted: it starts again from nothing.
-		if th.spent("src-0", t0) || th.fail("src-0", t0) {
+		if th.Spent("src-0", t0) || th.Fail("src-0", t0) {
 			t.Fatal("an evicted source came back with its old failures")
 		}
 	})
 	t.Run("ok/keys", func(t *testing.T) {
-		if got := peerKey(classCap, "127.0.0.2:5555"); got != "cap 127.0.0.2" {
-			t.Fatalf("peerKey = %q", got)
+		if got := PeerKey(ClassCap, "127.0.0.2:5555"); got != "cap 127.0.0.2" {
+			t.Fatalf("PeerKey = %q", got)
 		}
-		if got := peerKey(classAgent, "[::1]:5555"); got != "agent ::1" {
-			t.Fatalf("peerKey = %q", got)
+		if got := PeerKey(ClassAgent, "[::1]:5555"); got != "agent ::1" {
+			t.Fatalf("PeerKey = %q", got)
 		}
-		a, b := identityKey("https://idp", "alice"), identityKey("https://idp", "bob")
+		a, b := IdentityKey("https://idp", "alice"), IdentityKey("https://idp", "bob")
 		if a == b || len(a) != len("owner ")+64 {
-			t.Fatalf("identityKey = %q, %q", a, b)
+			t.Fatalf("IdentityKey = %q, %q", a, b)
 		}
 	})
 }
