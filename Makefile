@@ -77,7 +77,19 @@ FUZZ_TARGETS ?= \
 	authd/internal/authority:FuzzActivateBody \
 	pkg/lifecycle:FuzzDecodeRetireLifecycleRequest \
 	pkg/lifecycle:FuzzDecodeRetireLifecycleReply \
-	authd/internal/connz:FuzzDecode
+	authd/internal/connz:FuzzDecode \
+	authd/internal/authority:FuzzDecodeManagerIdentity \
+	pkg/authclient:FuzzDecodeRecord \
+	pkg/lifecycle:FuzzDecodeManagerLease \
+	pkg/lifecycle:FuzzDecodeRegisterManagerReply \
+	pkg/lifecycle:FuzzDecodeRegisterManagerRequest \
+	pkg/lifecycle:FuzzDecodeServiceRows \
+	pkg/serve:FuzzGrantCheck \
+	pkg/serviceaccess:FuzzContractCheck \
+	pkg/serviceaccess:FuzzParseAnswer \
+	pkg/serviceaccess:FuzzParseEnvelope \
+	pkg/serviceaccess:FuzzParseInfo \
+	pkg/serviceaccess:FuzzValidator
 
 .PHONY: all generate check-generated lint test test-go test-ts fuzz bench check run build clean proof drill
 
