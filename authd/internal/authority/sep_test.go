@@ -742,11 +742,9 @@ func TestServiceWriteFaults(t *testing.T) {
 			dec := x.decide(iid, "decide-0001", ans.Proposal, serviceaccess.DecisionApprove, 0)
 			if point == "artifact" {
 				// The artifact row is shared by digest; give this instance its own.
-				c := x.contract
 				m, _ := json.Marshal(serviceaccess.Manifest{V: 1, Root: serviceaccess.Member{URN: sepEP, Kind: "endpoint"},
 					Members: []serviceaccess.Member{{URN: sepEP + ".x", Kind: "type"}}})
-				c = serviceaccess.Contract{Closures: []string{digestOf(m)}, Artifacts: []serviceaccess.Artifact{{Digest: digestOf(m), Bytes: m}}}
-				x.contract = c
+				x.contract = serviceaccess.Contract{Closures: []string{digestOf(m)}, Artifacts: []serviceaccess.Artifact{{Digest: digestOf(m), Bytes: m}}}
 				defer func() { x.contract = sepContract() }()
 				ans = x.do(t, x.req(serviceaccess.KindRegister, "reg-00002", iid), idp(sepOwner))
 				dec = x.decide(iid, "decide-0001", ans.Proposal, serviceaccess.DecisionApprove, 0)
