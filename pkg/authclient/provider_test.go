@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/nats-io/jwt/v2"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
 	"github.com/cotalgo/cotal/pkg/authclient"
@@ -564,7 +563,7 @@ func TestRenewalSource(t *testing.T) {
 		if !errors.Is(berr, authclient.ErrSourceEnded) || cerr == nil || berr.Error() != cerr.Error() {
 			t.Fatalf("ended source: Bearer %v, Credential %v; want the same refusal", berr, cerr)
 		}
-		if _, err := s.SentinelCreds(); !errors.Is(err, authclient.ErrSourceEnded) {
+		if _, err := s.SentinelCreds(context.Background()); !errors.Is(err, authclient.ErrSourceEnded) {
 			t.Fatalf("SentinelCreds on an ended source: %v", err)
 		}
 		if after := len(r.a.seenRequests()); after != before {
@@ -841,22 +840,18 @@ func TestRenewalSource(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		opts, err := s.SentinelCreds()
-		if err != nil || len(opts) != 1 {
-			t.Fatalf("SentinelCreds: %d options, %v", len(opts), err)
+		got, err := s.SentinelCreds(context.Background())
+		if err != nil || got != sentinel {
+			t.Fatalf("SentinelCreds: %.20q, %v; want the sentinel", got, err)
 		}
-		o := nats.GetDefaultOptions()
-		if err := opts[0](&o); err != nil {
+		if _, err := jwt.DecodeUserClaims(got); err != nil {
 			t.Fatal(err)
 		}
-		got, err := o.UserJWT()
-		if err != nil || got != sentinel || o.SignatureCB == nil {
-			t.Fatalf("the options present %.20q, %v; want the sentinel with a signer", got, err)
+		s.Close()
+		if _, err := s.SentinelCreds(context.Background()); err == nil {
+			t.Fatal("a closed source handed out the sentinel")
 		}
-		if sig, err := o.SignatureCB([]byte("nonce")); err != nil || len(sig) == 0 {
-			t.Fatalf("signature callback: %d bytes, %v", len(sig), err)
-		}
-		if _, err := r.source(t).SentinelCreds(); err == nil {
+		if _, err := r.source(t).SentinelCreds(context.Background()); err == nil {
 			t.Fatal("SentinelCreds without a sentinel succeeded")
 		}
 	})

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nkeys"
 
 	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/serviceaccess"
@@ -230,27 +228,24 @@ func (s *RenewalSource) Close() {
 	s.cancel()
 }
 
-// SentinelCreds returns the nats options that present the space's sentinel (the provider's
-// Sentinel) as the user JWT of a serving connection, with a throwaway key answering nats.go's
-// signature callback (the sentinel is a bearer JWT, so the server checks none). The access
-// bearer goes with them as the connection's token: a token handler over Bearer's answer. An
-// ended or closed source refuses them as it refuses Bearer.
-func (s *RenewalSource) SentinelCreds() ([]nats.Option, error) {
+// SentinelCreds returns the space's sentinel (the provider's Sentinel): the bearer user JWT a
+// serving connection presents beside its access bearer, which is what serve.EndpointOptions'
+// SentinelCreds takes (pass the method value). It is public and powerless, not a secret. An
+// ended or closed source refuses it as it refuses Bearer.
+func (s *RenewalSource) SentinelCreds(ctx context.Context) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
 	s.mu.Lock()
 	st := s.state.State
 	s.mu.Unlock()
 	if st == SourceEnded || st == SourceClosed {
-		return nil, &SourceError{State: st, Cause: s.State().Cause}
+		return "", &SourceError{State: st, Cause: s.State().Cause}
 	}
 	if s.p.sentinel == "" {
-		return nil, errors.New("authclient: renewal: the provider has no Sentinel")
+		return "", errors.New("authclient: renewal: the provider has no Sentinel")
 	}
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		return nil, err
-	}
-	sentinel := s.p.sentinel
-	return []nats.Option{nats.UserJWT(func() (string, error) { return sentinel, nil }, kp.Sign)}, nil
+	return s.p.sentinel, nil
 }
 
 // join joins the pull in flight or starts one, and waits for it or for ctx.
