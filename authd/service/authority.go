@@ -48,8 +48,10 @@ const (
 
 // startAuthority builds the lifecycle authority on the plane connection. The data account is
 // GetSpace's (the activate door's accountPublicKey must equal it), and must be the plane
-// credential's own. Called once the plane claim is held (s.plane, s.gate set).
-func (s *Service) startAuthority(ctx context.Context, n space.Names, led *ledger.Ledger) error {
+// credential's own. Called once the plane claim is held (s.plane, s.gate set). now is
+// RuntimeOptions.Now, the clock every other part runs on: approvals, roots and service token
+// bounds are judged on it.
+func (s *Service) startAuthority(ctx context.Context, n space.Names, led *ledger.Ledger, now func() time.Time) error {
 	gs, err := s.signer.GetSpace(ctx, s.cfg.Space)
 	if err != nil {
 		return &StartError{Code: CodeSigner, Reason: "signerd did not serve the space's public facts", Err: err}
@@ -65,7 +67,7 @@ func (s *Service) startAuthority(ctx context.Context, n space.Names, led *ledger
 	}
 	s.authority, err = authority.New(authority.Config{
 		Store: st, Ledger: led, Space: s.cfg.Space, Account: account, Signer: s.signer.API(),
-		Held: s.planeHeld, Logger: s.log, Context: s.retire.plane, Callouts: &s.retire.idle,
+		Held: s.planeHeld, Logger: s.log, Context: s.retire.plane, Callouts: &s.retire.idle, Now: now,
 	})
 	if err != nil {
 		return &StartError{Code: CodeConfig, Reason: "lifecycle authority refused", Err: err}
