@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -300,6 +301,36 @@ func FuzzDecodeObject(f *testing.F) {
 		var back coord
 		if err := DecodeObject(again, &back); err != nil || back != c {
 			t.Fatalf("re-decoding %s: %+v, %v", again, back, err)
+		}
+	})
+}
+
+// TestDecodeObjectRefuses: the closed decoder's refusals, each with a value that would otherwise
+// decode (the invalid UTF-8 case is FuzzDecodeObject's finding: encoding/json rewrote each bad
+// byte as U+FFFD, so the decoded owner was longer than the body).
+func TestDecodeObjectRefuses(t *testing.T) {
+	type coord struct {
+		Owner string `json:"owner"`
+	}
+	for _, tc := range []struct{ name, body, want string }{
+		{"fail/invalid-utf8", "{\"owner\":\"0\xb7\xb7\"}", "UTF-8"},
+		{"fail/null", `null`, "one JSON object"},
+		{"fail/unknown-field", `{"owner":"a","x":1}`, "documented fields"},
+		{"fail/trailing", `{"owner":"a"} {}`, "after its JSON object"},
+		{"fail/type", `{"owner":1}`, `"owner" must be a string`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c coord
+			err := DecodeObject([]byte(tc.body), &c)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("DecodeObject(%q) = %v, want an error naming %q", tc.body, err, tc.want)
+			}
+		})
+	}
+	t.Run("ok/utf8", func(t *testing.T) {
+		var c coord
+		if err := DecodeObject([]byte(`{"owner":"é✓"}`), &c); err != nil || c.Owner != "é✓" {
+			t.Fatalf("DecodeObject = %+v, %v", c, err)
 		}
 	})
 }

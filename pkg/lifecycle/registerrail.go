@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/cotalgo/cotal/pkg/space"
 )
@@ -166,13 +167,17 @@ func decodeClosed(b []byte, dst any) error {
 }
 
 // DecodeObject decodes one JSON object into dst, a pointer to a struct, refusing anything else
-// (null, an array, a scalar), an unknown field, a field of another type and data after the
-// object. The caller bounds b and checks what was decoded (a missing field stays zero). It is
+// (null, an array, a scalar), invalid UTF-8 (which encoding/json would silently rewrite), an
+// unknown field, a field of another type and data after the object. The caller bounds b and checks what was decoded (a missing field stays zero). It is
 // the closed decoder of the auth rails' bodies, the lifecycle doors' bodies and managerd's
 // identity file.
 func DecodeObject(b []byte, dst any) error {
 	if !bytes.HasPrefix(bytes.TrimLeft(b, " \t\r\n"), []byte("{")) {
 		return errors.New("the body must be one JSON object")
+	}
+	// encoding/json would replace each invalid byte with U+FFFD: refuse rather than rewrite.
+	if !utf8.Valid(b) {
+		return errors.New("the body is not valid UTF-8")
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
