@@ -175,7 +175,7 @@ func TestArchitectureLayout(t *testing.T) {
 // goFragments maps a Markdown file to the Go file that holds, compiled, the lines of its ```go
 // blocks.
 var goFragments = map[string]string{
-	"docs/deliveryd.md": "pkg/provision/example_test.go",
+	"docs/deliveryd.md":         "pkg/provision/example_test.go",
 	"docs/service-endpoints.md": "pkg/serve/example_test.go",
 }
 
