@@ -40,6 +40,7 @@ var testedBlocks = []testedBlock{
 	{"docs/signerd.md", "listen: 127.0.0.1:7443", "signerd/internal/serve TestDocExample"},
 	{"docs/connecting.md", "// Command connect mints", "examples/connect TestReadmeConnectExample"},
 	{"docs/connecting.md", "// Mint an agent credential from signerd", "sdk/ts test/signerd.test.ts ok/readme-example"},
+	{"docs/service-endpoints.md", "p, err := authclient.NewProvider(", "docs TestGoFragments (pkg/serve ExampleServeEndpoint, compiled)"},
 }
 
 // exampleFiles lists, relative to root, the files whose code blocks TestCodeBlocksAccountedFor
@@ -174,7 +175,8 @@ func TestArchitectureLayout(t *testing.T) {
 // goFragments maps a Markdown file to the Go file that holds, compiled, the lines of its ```go
 // blocks.
 var goFragments = map[string]string{
-	"docs/deliveryd.md": "pkg/provision/example_test.go",
+	"docs/deliveryd.md":         "pkg/provision/example_test.go",
+	"docs/service-endpoints.md": "pkg/serve/example_test.go",
 }
 
 // TestGoFragments: each line of each ```go block of the files in goFragments appears, in order and
