@@ -17,12 +17,18 @@ import (
 	"github.com/cotalgo/cotal/pkg/serviceaccess"
 )
 
-// TestServiceEndpointSequence: the seed's sequence through authd's loopback door and the real
-// lifecycle authority: register (idp) -> approval-required; name-bind (operator, the cap);
-// decide approve (idp, the owner); the same register again -> registered with its witness and
-// snapshot; activate (idp) -> credential; renew (the renewal proof) -> credential; ready (the
-// access bearer) -> ready; status (the access bearer) of its own instance.
-func TestServiceEndpointSequence(t *testing.T) {
+// sepDoor is a client of a running authd's loopback /service-endpoint-authority door with
+// service_endpoints on: the human env (its IdP, its cap) with the owner's interactive cli row an
+// idp proof needs, and the door's GET answer.
+type sepDoor struct {
+	h    *human
+	info *serviceaccess.Info
+}
+
+// newSepDoor starts authd on a fresh env with service_endpoints on, writes the owner's cli row
+// and reads GET.
+func newSepDoor(t testing.TB) *sepDoor {
+	t.Helper()
 	h := newHumanEnv(t, newEnv(t), true, func(c *config.Config) *config.Config { c.ServiceEndpoints = true; return c })
 	uid, err := admin.NewLifecycleUID()
 	if err != nil {
@@ -38,25 +44,50 @@ func TestServiceEndpointSequence(t *testing.T) {
 	if status != http.StatusOK || err != nil {
 		t.Fatalf("GET = %d %s: %v", status, body, err)
 	}
-	idpProof := func() serviceaccess.Proof {
-		return serviceaccess.Proof{Kind: serviceaccess.ProofIDP, Token: h.idp.Token(t, h.idp.Claims(idpSub, time.Now(), time.Hour), nil)}
+	return &sepDoor{h: h, info: info}
+}
+
+// idpProof is an idp proof of the owner (a fresh IdP token).
+func (d *sepDoor) idpProof(t testing.TB) serviceaccess.Proof {
+	return serviceaccess.Proof{Kind: serviceaccess.ProofIDP, Token: d.h.idp.Token(t, d.h.idp.Claims(idpSub, time.Now(), time.Hour), nil)}
+}
+
+// envelope is req (with the door's account and space) and proof as the door takes them.
+func (d *sepDoor) envelope(req serviceaccess.Request, proof serviceaccess.Proof) []byte {
+	req.Account, req.Space = d.info.Account, sp
+	b, _ := json.Marshal(serviceaccess.Envelope{Request: req, Proof: proof})
+	return b
+}
+
+// post sends req with proof (the cap for an operator proof) and fails t unless the answer parses
+// as kind with status want and echoes req's requestId.
+func (d *sepDoor) post(t testing.TB, req serviceaccess.Request, proof serviceaccess.Proof, want int, kind serviceaccess.AnswerKind) *serviceaccess.Answer {
+	t.Helper()
+	hdr := map[string]string{"Content-Type": "application/json"}
+	if proof.Kind == serviceaccess.ProofOperator {
+		hdr["Authorization"] = "Bearer " + d.h.cap
 	}
-	post := func(req serviceaccess.Request, proof serviceaccess.Proof, want int, kind serviceaccess.AnswerKind) *serviceaccess.Answer {
-		t.Helper()
-		req.Account, req.Space = info.Account, sp
-		b, _ := json.Marshal(serviceaccess.Envelope{Request: req, Proof: proof})
-		hdr := map[string]string{"Content-Type": "application/json"}
-		if proof.Kind == serviceaccess.ProofOperator {
-			hdr["Authorization"] = "Bearer " + h.cap
-		}
-		status, body := send(t, http.MethodPost, h.s.URL()+serviceaccess.Path, b, hdr)
-		ans, err := serviceaccess.ParseAnswer(body)
-		if err != nil || status != want || ans.Kind != kind || (req.Kind != serviceaccess.KindStatus && ans.RequestID != req.RequestID) {
-			t.Fatalf("%s with %s = %d %s (%v), want %d %s", req.Kind, proof.Kind, status, body, err, want, kind)
-		}
-		return ans
+	status, body := send(t, http.MethodPost, d.h.s.URL()+serviceaccess.Path, d.envelope(req, proof), hdr)
+	ans, err := serviceaccess.ParseAnswer(body)
+	if err != nil || status != want || ans.Kind != kind || (req.Kind != serviceaccess.KindStatus && ans.RequestID != req.RequestID) {
+		t.Fatalf("%s with %s = %d %s (%v), want %d %s", req.Kind, proof.Kind, status, body, err, want, kind)
 	}
-	const endpoint = "svc.echo"
+	return ans
+}
+
+// sepActivated is one instance taken through the seed's sequence up to its first credential.
+type sepActivated struct {
+	endpoint, instance string
+	registered         *serviceaccess.Answer
+	cred               *serviceaccess.Answer
+}
+
+// activate runs the seed's sequence for a fresh instance of endpoint (a one-closure contract
+// rooted at it): register (idp) -> approval-required; name-bind (operator, the cap); decide
+// approve (idp, the owner); the same register again -> registered; activate (idp) -> credential
+// with both tokens, the access bearer living at most 60 s.
+func (d *sepDoor) activate(t testing.TB, endpoint string) *sepActivated {
+	t.Helper()
 	manifest, _ := json.Marshal(serviceaccess.Manifest{V: 1, Root: serviceaccess.Member{URN: endpoint, Kind: "endpoint"}, Members: []serviceaccess.Member{}})
 	sum := sha256.Sum256(manifest)
 	digest := "sha256:" + hex.EncodeToString(sum[:])
@@ -66,38 +97,46 @@ func TestServiceEndpointSequence(t *testing.T) {
 	instance := strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(iidb))
 
 	register := serviceaccess.Request{Kind: serviceaccess.KindRegister, RequestID: "register-0001", Endpoint: endpoint, Instance: instance, Contract: contract}
-	proposed := post(register, idpProof(), http.StatusAccepted, serviceaccess.AnswerApprovalRequired)
-	post(serviceaccess.Request{Kind: serviceaccess.KindNameBind, RequestID: "bind-0001", Endpoint: endpoint, Owner: h.owner},
+	proposed := d.post(t, register, d.idpProof(t), http.StatusAccepted, serviceaccess.AnswerApprovalRequired)
+	d.post(t, serviceaccess.Request{Kind: serviceaccess.KindNameBind, RequestID: "bind-0001", Endpoint: endpoint, Owner: d.h.owner},
 		serviceaccess.Proof{Kind: serviceaccess.ProofOperator}, http.StatusOK, serviceaccess.AnswerBound)
-	post(serviceaccess.Request{Kind: serviceaccess.KindDecide, RequestID: "decide-0001", Endpoint: endpoint, Instance: instance,
-		Proposal: proposed.Proposal, Contract: contract, Decision: serviceaccess.DecisionApprove}, idpProof(), http.StatusOK, serviceaccess.AnswerDecided)
-	registered := post(register, idpProof(), http.StatusOK, serviceaccess.AnswerRegistered)
-	snap, err := serviceaccess.ParseSnapshot(registered.Snapshot)
-	if err != nil || snap.Owner != h.owner || snap.Account != info.Account || snap.Instance != instance {
-		t.Fatalf("snapshot %s: %v", registered.Snapshot, err)
-	}
-	witness := registered.Witness
-	activate := serviceaccess.Request{Kind: serviceaccess.KindActivate, RequestID: "activate-0001", Endpoint: endpoint, Instance: instance, Witness: witness}
-	cred := post(activate, idpProof(), http.StatusOK, serviceaccess.AnswerCredential)
+	d.post(t, serviceaccess.Request{Kind: serviceaccess.KindDecide, RequestID: "decide-0001", Endpoint: endpoint, Instance: instance,
+		Proposal: proposed.Proposal, Contract: contract, Decision: serviceaccess.DecisionApprove}, d.idpProof(t), http.StatusOK, serviceaccess.AnswerDecided)
+	registered := d.post(t, register, d.idpProof(t), http.StatusOK, serviceaccess.AnswerRegistered)
+	activate := serviceaccess.Request{Kind: serviceaccess.KindActivate, RequestID: "activate-0001", Endpoint: endpoint, Instance: instance, Witness: registered.Witness}
+	cred := d.post(t, activate, d.idpProof(t), http.StatusOK, serviceaccess.AnswerCredential)
 	if cred.Access == nil || cred.Renewal == nil || cred.Access.Exp-time.Now().Unix() > 60 {
 		t.Fatalf("credential %+v", cred)
 	}
+	return &sepActivated{endpoint: endpoint, instance: instance, registered: registered, cred: cred}
+}
+
+// TestServiceEndpointSequence: the seed's sequence through authd's loopback door and the real
+// lifecycle authority: register (idp) -> approval-required; name-bind (operator, the cap);
+// decide approve (idp, the owner); the same register again -> registered with its witness and
+// snapshot; activate (idp) -> credential; renew (the renewal proof) -> credential; ready (the
+// access bearer) -> ready; status (the access bearer) of its own instance.
+func TestServiceEndpointSequence(t *testing.T) {
+	d := newSepDoor(t)
+	a := d.activate(t, "svc.echo")
+	endpoint, instance, cred := a.endpoint, a.instance, a.cred
+	snap, err := serviceaccess.ParseSnapshot(a.registered.Snapshot)
+	if err != nil || snap.Owner != d.h.owner || snap.Account != d.info.Account || snap.Instance != instance {
+		t.Fatalf("snapshot %s: %v", a.registered.Snapshot, err)
+	}
+	witness := a.registered.Witness
 	renew := serviceaccess.Request{Kind: serviceaccess.KindRenew, RequestID: "renew-0001", Endpoint: endpoint, Instance: instance, Witness: witness}
-	renewed := post(renew, serviceaccess.Proof{Kind: serviceaccess.ProofRenewal, Token: cred.Renewal.Token}, http.StatusOK, serviceaccess.AnswerCredential)
+	renewed := d.post(t, renew, serviceaccess.Proof{Kind: serviceaccess.ProofRenewal, Token: cred.Renewal.Token}, http.StatusOK, serviceaccess.AnswerCredential)
 	ready := serviceaccess.Request{Kind: serviceaccess.KindReady, RequestID: "ready-0001", Endpoint: endpoint, Instance: instance, Witness: witness}
-	post(ready, serviceaccess.Proof{Kind: serviceaccess.ProofAccess, Token: renewed.Access.Token}, http.StatusOK, serviceaccess.AnswerReady)
-	st := post(serviceaccess.Request{Kind: serviceaccess.KindStatus, Endpoint: endpoint, Instance: instance, Target: &serviceaccess.Target{Kind: serviceaccess.TargetInstance}},
+	d.post(t, ready, serviceaccess.Proof{Kind: serviceaccess.ProofAccess, Token: renewed.Access.Token}, http.StatusOK, serviceaccess.AnswerReady)
+	st := d.post(t, serviceaccess.Request{Kind: serviceaccess.KindStatus, Endpoint: endpoint, Instance: instance, Target: &serviceaccess.Target{Kind: serviceaccess.TargetInstance}},
 		serviceaccess.Proof{Kind: serviceaccess.ProofAccess, Token: renewed.Access.Token}, http.StatusOK, serviceaccess.AnswerStatus)
 	if st.Instance == nil || st.Instance.Witness != witness {
 		t.Fatalf("status %+v", st.Instance)
 	}
 	// No token kind passes as another at the door: the renewal proof is not an access bearer.
-	b, _ := json.Marshal(serviceaccess.Envelope{Request: func() serviceaccess.Request {
-		r := ready
-		r.Account, r.Space = info.Account, sp
-		return r
-	}(), Proof: serviceaccess.Proof{Kind: serviceaccess.ProofAccess, Token: cred.Renewal.Token}})
-	if status, body := send(t, http.MethodPost, h.s.URL()+serviceaccess.Path, b, map[string]string{"Content-Type": "application/json"}); status != http.StatusUnauthorized {
+	b := d.envelope(ready, serviceaccess.Proof{Kind: serviceaccess.ProofAccess, Token: cred.Renewal.Token})
+	if status, body := send(t, http.MethodPost, d.h.s.URL()+serviceaccess.Path, b, map[string]string{"Content-Type": "application/json"}); status != http.StatusUnauthorized {
 		t.Fatalf("a renewal proof as the access bearer = %d %s", status, body)
 	}
 }
