@@ -57,14 +57,14 @@ func newHumanPin(t *testing.T, pin bool) *human {
 
 // newHumanEnv is newHumanPin on e; load, if set, turns the configuration into the one authd
 // starts with (written as YAML and loaded back, say); opts are authd's extra broker options.
-func newHumanEnv(t *testing.T, e *env, pin bool, load func(*config.Config) *config.Config, opts ...nats.Option) *human {
+func newHumanEnv(t testing.TB, e *env, pin bool, load func(*config.Config) *config.Config, opts ...nats.Option) *human {
 	t.Helper()
 	return newHumanWith(t, e, pin, load, func(_ *service.Inputs, o *service.RuntimeOptions) { o.NatsOptions = opts })
 }
 
 // newHumanWith is newHumanEnv with Start's inputs and options set by with (after the events
 // hook, which it may keep or replace).
-func newHumanWith(t *testing.T, e *env, pin bool, load func(*config.Config) *config.Config, with func(*service.Inputs, *service.RuntimeOptions)) *human {
+func newHumanWith(t testing.TB, e *env, pin bool, load func(*config.Config) *config.Config, with func(*service.Inputs, *service.RuntimeOptions)) *human {
 	t.Helper()
 	cfg := e.config(t)
 	if load != nil {

@@ -37,23 +37,23 @@ type env struct {
 	url string
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-func newEnv(t *testing.T) *env { return newEnvReplicas(t, 1) }
+func newEnv(t testing.TB) *env { return newEnvReplicas(t, 1) }
 
 // newEnvReplicas is newEnv with n signerd replicas; the authd configuration then lists every
 // replica under signer.addresses.
-func newEnvReplicas(t *testing.T, n int) *env {
+func newEnvReplicas(t testing.TB, n int) *env {
 	t.Helper()
 	return newEnvWith(t, signerdtest.Options{Spaces: []string{sp}, Replicas: n})
 }
 
 // newEnvWith is newEnv with signerd started with opts (a policy of the test's, say).
-func newEnvWith(t *testing.T, opts signerdtest.Options) *env {
+func newEnvWith(t testing.TB, opts signerdtest.Options) *env {
 	t.Helper()
 	sg := signerdtest.Start(t, opts)
 	ns := sg.StartBrokerServer(t)
@@ -70,7 +70,7 @@ func newEnvWith(t *testing.T, opts signerdtest.Options) *env {
 }
 
 // config is an authd configuration for e with its own state directory.
-func (e *env) config(t *testing.T) *config.Config {
+func (e *env) config(t testing.TB) *config.Config {
 	t.Helper()
 	tls := e.sg.ClientFor(t, "authd", sp)
 	signer := config.Signer{Address: e.sg.Addr, CA: tls.ServerCAFile, Cert: tls.CertFile, Key: tls.KeyFile}
@@ -107,7 +107,7 @@ func start(t *testing.T, cfg *config.Config) *service.Service {
 }
 
 // startWith is start with every input and option given.
-func startWith(t *testing.T, in service.Inputs, opts service.RuntimeOptions) *service.Service {
+func startWith(t testing.TB, in service.Inputs, opts service.RuntimeOptions) *service.Service {
 	t.Helper()
 	s, err := service.Start(ctxT(t), in, opts)
 	if err != nil {
@@ -123,7 +123,7 @@ func closeNow(s *service.Service) { _ = s.Close(context.Background()) }
 
 // closeAtEnd closes s when the test ends; a release the broker cannot confirm then (a test that
 // stopped it) is the test's to check, not the cleanup's.
-func closeAtEnd(t *testing.T, s *service.Service) {
+func closeAtEnd(t testing.TB, s *service.Service) {
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 }
 

@@ -27,7 +27,7 @@ type sepEnv struct {
 }
 
 // newSepEnv starts it; with, if set, edits Start's inputs and options (a clock, say).
-func newSepEnv(t *testing.T, with func(*service.Inputs, *service.RuntimeOptions)) *sepEnv {
+func newSepEnv(t testing.TB, with func(*service.Inputs, *service.RuntimeOptions)) *sepEnv {
 	t.Helper()
 	if with == nil {
 		with = func(*service.Inputs, *service.RuntimeOptions) {}
@@ -51,21 +51,21 @@ func newSepEnv(t *testing.T, with func(*service.Inputs, *service.RuntimeOptions)
 }
 
 // idpProof is the owner's signed-in login: a fresh IdP token for alice.
-func (s *sepEnv) idpProof(t *testing.T) serviceaccess.Proof {
+func (s *sepEnv) idpProof(t testing.TB) serviceaccess.Proof {
 	return serviceaccess.Proof{Kind: serviceaccess.ProofIDP, Token: s.idpToken(t)}
 }
 
-func (s *sepEnv) idpToken(t *testing.T) string {
+func (s *sepEnv) idpToken(t testing.TB) string {
 	return s.h.idp.Token(t, s.h.idp.Claims(idpSub, time.Now(), time.Hour), nil)
 }
 
 // sepCall sends req (its account and space filled in) under proof, nil meaning the owner's
 // signed-in login, and returns the answer bound to it; anything else fails the test.
-type sepCall func(t *testing.T, req serviceaccess.Request, proof *serviceaccess.Proof) *serviceaccess.Answer
+type sepCall func(t testing.TB, req serviceaccess.Request, proof *serviceaccess.Proof) *serviceaccess.Answer
 
 // raw is a sepCall in plain HTTP to the loopback face (with the cap for an operator proof): the
 // answer must parse, travel with its own HTTP status and echo the requestId.
-func (s *sepEnv) raw(t *testing.T, req serviceaccess.Request, proof *serviceaccess.Proof) *serviceaccess.Answer {
+func (s *sepEnv) raw(t testing.TB, req serviceaccess.Request, proof *serviceaccess.Proof) *serviceaccess.Answer {
 	t.Helper()
 	if proof == nil {
 		p := s.idpProof(t)
@@ -86,7 +86,7 @@ func (s *sepEnv) raw(t *testing.T, req serviceaccess.Request, proof *serviceacce
 }
 
 // wantKind fails the test unless ans is of kind.
-func wantKind(t *testing.T, ans *serviceaccess.Answer, kind serviceaccess.AnswerKind) *serviceaccess.Answer {
+func wantKind(t testing.TB, ans *serviceaccess.Answer, kind serviceaccess.AnswerKind) *serviceaccess.Answer {
 	t.Helper()
 	if ans.Kind != kind {
 		t.Fatalf("%s answer %s (code %q, reason %q), want %s", ans.RequestID, ans.Kind, ans.Code, ans.Reason, kind)
@@ -114,7 +114,7 @@ func newInstanceID() string {
 // signed-in login) -> approval-required; name-bind (operator) -> bound; decide approve (the
 // owner's login; approvalSeconds 0 is the default) -> decided; the same register again ->
 // registered. It returns the registered and the decided answers.
-func approve(t *testing.T, call sepCall, owner, endpoint, instance string, contract *serviceaccess.Contract, approvalSeconds int64) (registered, decided *serviceaccess.Answer) {
+func approve(t testing.TB, call sepCall, owner, endpoint, instance string, contract *serviceaccess.Contract, approvalSeconds int64) (registered, decided *serviceaccess.Answer) {
 	t.Helper()
 	register := serviceaccess.Request{Kind: serviceaccess.KindRegister, RequestID: "register-0001", Endpoint: endpoint, Instance: instance, Contract: contract}
 	proposed := wantKind(t, call(t, register, nil), serviceaccess.AnswerApprovalRequired)

@@ -17,7 +17,7 @@ import (
 )
 
 // send sends one request to the running service and returns the status and body.
-func send(t *testing.T, method, url string, body []byte, hdr map[string]string) (int, []byte) {
+func send(t testing.TB, method, url string, body []byte, hdr map[string]string) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, bytes.NewReader(body))
 	if err != nil {

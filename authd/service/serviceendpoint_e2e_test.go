@@ -79,7 +79,7 @@ type served struct {
 }
 
 // call is the provider as a sepCall.
-func (sv *served) call(t *testing.T, req serviceaccess.Request, proof *serviceaccess.Proof) *serviceaccess.Answer {
+func (sv *served) call(t testing.TB, req serviceaccess.Request, proof *serviceaccess.Proof) *serviceaccess.Answer {
 	t.Helper()
 	req.Account, req.Space = sv.s.info.Account, sp
 	ans, err := sv.p.ServiceEndpointAuthority(ctxT(t), &req, proof)
