@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/serviceaccess"
 	"github.com/cotalgo/cotal/pkg/space"
