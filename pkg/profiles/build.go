@@ -42,7 +42,9 @@ type Spec struct {
 // grammar (owner, actor, lifecycle UID, role, channel pattern, inbox nonce); a channel list longer
 // than MaxChannels; a Subscribe pattern no AllowSubscribe pattern covers; a capability word
 // outside the closed set; for the retirement requester, an Actor that is not a manager serve
-// actor or a Target that fails its grammars or names another owner than Owner; and, for
+// actor or a Target that fails its grammars or names another owner than Owner; for
+// remote-manager, an InstanceID outside the uid grammar or an Actor other than
+// manager_<InstanceID>; and, for
 // service-serve, an Owner that is not a derived owner, a ServiceEndpoint outside the endpoint
 // grammar or an InstanceID outside the uid grammar (its Actor, svc_<InstanceID>, is derived). Channel lists take patterns (space.ValidateChannelPattern: "team.>",
 // "team.*"); only the agent accepts them, and Build does not judge how wide a pattern may be: that
@@ -182,6 +184,14 @@ func normalize(name Name, r rule, p Params) (Params, error) {
 			return Params{}, err
 		}
 	}
+	if r.managerInstance {
+		if err := space.ValidateUID(p.InstanceID); err != nil {
+			return Params{}, paramErr(name, "InstanceID", err)
+		}
+		if want := ManagerActorPrefix + p.InstanceID; p.Actor != want {
+			return Params{}, refuse(name, "Actor", "%.64q is not the manager instance's supervisor actor %s", p.Actor, want)
+		}
+	}
 	if p.DataAccount != "" {
 		if err := nkey.CheckAccount(p.DataAccount); err != nil {
 			return Params{}, refuse(name, "DataAccount", "%.64q is not an account public nkey (%v)", p.DataAccount, err)
@@ -204,6 +214,9 @@ func normalize(name Name, r rule, p Params) (Params, error) {
 	if r.service {
 		out.Actor = ServiceActorPrefix + p.InstanceID
 		out.ServiceEndpoint, out.InstanceID = p.ServiceEndpoint, p.InstanceID
+	}
+	if r.managerInstance {
+		out.InstanceID = p.InstanceID
 	}
 	if p.Target != nil {
 		t, err := retirementTarget(name, p)

@@ -12,7 +12,7 @@ import (
 )
 
 func TestParseAndAll(t *testing.T) {
-	want := []Name{Admin, Agent, AuthCallout, AuthPlane, ConnectionEvictor, Delivery, Deprovisioner, MembershipObserver, MembershipRW, Observer, Operator, Probe, Provisioner, RetirementRequester, Sentinel, ServiceServe, Supervisor}
+	want := []Name{Admin, Agent, AuthCallout, AuthPlane, ConnectionEvictor, Delivery, Deprovisioner, MembershipObserver, MembershipRW, Observer, Operator, Probe, Provisioner, RemoteManager, RetirementRequester, Sentinel, ServiceServe, Supervisor}
 	if got := All(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("All() = %v, want %v", got, want)
 	}
@@ -56,6 +56,7 @@ func TestMatrixClasses(t *testing.T) {
 		{ConnectionEvictor, AccountSystem, m5},
 		{RetirementRequester, AccountData, m5},
 		{ServiceServe, AccountData, Lifetime{Default: time.Minute, Max: time.Minute}},
+		{RemoteManager, AccountData, d24},
 	}
 	if len(tests) != len(All()) {
 		t.Fatalf("table covers %d profiles, matrix has %d", len(tests), len(All()))

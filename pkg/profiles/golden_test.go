@@ -53,6 +53,7 @@ var mxGoldenParams = map[Name]Params{
 		Target: &RetirementTarget{Owner: "local", Actor: "bob", LifecycleUID: "cccccccccccccccccccccccccc"},
 	},
 	ServiceServe: {Owner: "u_abcdefghijklmnopqrstuvwxyz", ServiceEndpoint: mxEndpoint, InstanceID: mxSvcIID},
+	RemoteManager: {Owner: "u_abcdefghijklmnopqrstuvwxyz", Actor: "manager_" + mxIID, InstanceID: mxIID},
 
 	MembershipObserver: {DataAccount: mxDataAccount},
 	ConnectionEvictor:  {DataAccount: mxDataAccount},

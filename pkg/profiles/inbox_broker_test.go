@@ -28,6 +28,7 @@ var inboxParams = map[profiles.Name]profiles.Params{
 	profiles.AuthPlane:           none,
 	profiles.RetirementRequester: retirementRequesterM1,
 	profiles.ServiceServe:        serviceServeS1,
+	profiles.RemoteManager:       remoteManagerR1,
 }
 
 // TestBrokerNoInboxTakeover is the broker's word on issue 20 item 1: no credential of any

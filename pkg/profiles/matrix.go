@@ -244,6 +244,35 @@ func supervisorPerms(b *builder) {
 	b.sub(space.RailReplyGrant(reg), err)
 }
 
+// remoteManagerPerms is a remote managerd's supervisor credential (issue 25): supervisorPerms
+// pinned to one manager instance. It holds only its own instance lease
+// ($KV.cotal_manager_<t>.lease.<instanceId>), publishes its own presence, watches the roster,
+// reads the manager and delivery buckets, and answers the manager plane's liveness probes. It has
+// none of the supervisor's rows a signer-mode manager needs and a remote one must not hold: no
+// renewal lease key (a remote manager reminting nothing owns no renewal), no delivery-admin rail
+// (deliveryd's admin lane stays with the host), and no register-manager rail (a remote manager
+// registers through authd's manager-service authority activate, never the rail).
+func remoteManagerPerms(b *builder) {
+	n, p := b.n, b.p
+	b.pub(space.JSAPIInfo, nil)
+	b.kvBind(space.Manager)
+	b.kvGet(space.Manager)
+	lease, err := space.ManagerLeaseKey(p.InstanceID)
+	if err != nil {
+		b.pub("", err)
+		return
+	}
+	b.pub(n.KV(space.Manager, lease))
+	b.ownPresence()
+	b.kvBind(space.Presence)
+	b.kvWatch(space.Presence)
+	b.pub(space.JSFlowControl, nil)
+	b.kvBind(space.Delivery)
+	b.kvGet(space.Delivery)
+	b.pub(n.LiveManagerReplyAny(), nil)
+	b.sub(n.LiveManagerServe(), nil)
+}
+
 // provisionerPerms is upstream's provisioner arm: the one-shot onboarding credential. It creates
 // (or verifies) every space stream and bucket, updates the TTL buckets (presence and the two
 // leases) and the hardened authority stores (records, issued), pre-creates DM, DLV and TASK

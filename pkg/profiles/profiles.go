@@ -205,6 +205,10 @@ const ServiceServeLifetime = 60 * time.Second
 // ServiceActorPrefix starts a service-serve credential's actor: svc_<instanceId>.
 const ServiceActorPrefix = "svc_"
 
+// ManagerActorPrefix starts a remote-manager credential's actor: manager_<instanceId>, the
+// manager instance's supervisor actor (pkg/lifecycle.ManagerActors).
+const ManagerActorPrefix = "manager_"
+
 // rule is one row of the matrix.
 type rule struct {
 	account  AccountKind
@@ -220,7 +224,10 @@ type rule struct {
 	// parameter but svc_<InstanceID>, it gets no reply inbox, and it is granted only through the
 	// auth callout (CalloutOnly).
 	service bool
-	bearer  bool
+	// managerInstance marks the remote-manager profile: InstanceID names the manager instance
+	// and Actor must be that instance's supervisor actor, manager_<InstanceID>.
+	managerInstance bool
+	bearer          bool
 	perms   func(*builder)
 }
 
@@ -311,6 +318,14 @@ var matrix = map[Name]rule{
 		requires: fOwner | fServiceEndpoint | fInstanceID, accepts: fOwner | fServiceEndpoint | fInstanceID,
 		service: true,
 		perms:   serviceServePerms,
+	},
+	// A remote managerd's supervisor credential (issue 25): authd mints it for the manager's
+	// supervisor nkey on the manager-service authority's prepare and renew.
+	RemoteManager: {
+		account: AccountData, lifetime: lt(standing),
+		requires: fOwner | fActor | fInstanceID, accepts: fOwner | fActor | fInstanceID | fInboxNonce,
+		managerInstance: true,
+		perms:           remoteManagerPerms,
 	},
 	// The delivery daemon's two $SYS users (upstream's membership-observer and
 	// connection-evictor, static 30-day credentials there). Ours are short: deliveryd mints the

@@ -99,7 +99,7 @@ func TestServiceServeParams(t *testing.T) {
 		})
 	}
 	for _, name := range All() {
-		if name == ServiceServe {
+		if name == ServiceServe || name == RemoteManager {
 			continue
 		}
 		for _, f := range []struct {

@@ -38,6 +38,12 @@ const (
 	// own serve subjects and answer only on their reply family, with no inbox and no JetStream,
 	// for at most 60 s.
 	ServiceServe Name = "service-serve"
+	// RemoteManager is a remote managerd's supervisor credential (issue 25), minted by authd on
+	// the manager-service authority's prepare and renew: actor manager_<instanceId>, the
+	// supervisor's rows with its instance lease pinned to lease.<instanceId>, its own presence,
+	// and no renewal key, no delivery-admin rail and no register-manager rail (a remote manager
+	// registers through authd's activate). 24 h. Requires owner, actor and instance_id.
+	RemoteManager Name = "remote-manager"
 	// MembershipRW is the delivery daemon's membership-feed writer (upstream membership-rw).
 	MembershipRW Name = "membership-rw"
 	// MembershipObserver is the delivery daemon's $SYS reader: it asks the broker for the
@@ -138,8 +144,10 @@ type Params struct {
 	// ServiceEndpoint is the dotted endpoint name a service-serve credential serves
 	// (pkg/lifecycle's EndpointToken grammar). Only service-serve accepts it (and requires it).
 	ServiceEndpoint string
-	// InstanceID is that endpoint instance's id ([a-z0-9]{26,32}). Only service-serve accepts it
-	// (and requires it); the credential's actor is svc_<InstanceID>.
+	// InstanceID is that endpoint instance's id ([a-z0-9]{26,32}). service-serve requires it
+	// (the credential's actor is svc_<InstanceID>), and so does remote-manager (the manager
+	// instance whose lease it holds; its Actor must be manager_<InstanceID>); every other profile
+	// refuses it.
 	InstanceID string
 }
 

@@ -75,6 +75,9 @@ callers:
       auth-callout: {ttl_max: 24h}
       auth-plane: {ttl_max: 24h}
       retirement-requester: {ttl_max: 5m, any_owner: true, remint: none}
+      remote-manager: {ttl_max: 24h, any_owner: true, remint: none}
+      provisioner: {ttl_max: 5m, any_owner: true, remint: none}
+      deprovisioner: {ttl_max: 5m, any_owner: true, remint: none}
       service-serve: {ttl_max: 1m, any_owner: true, remint: none}
       agent:
         ttl_max: 1h

@@ -30,6 +30,10 @@ var retirementParams = profiles.Params{Owner: "local", Actor: "manager_serve_iii
 
 // serviceServeParams are a service-serve grant's parameters: instance s…s of endpoint billing.api
 // for a derived owner.
+// remoteManagerParams are a remote manager instance's supervisor (issue 25).
+var remoteManagerParams = profiles.Params{Owner: "u_abcdefghijklmnopqrstuvwxyz", Actor: "manager_bbbbbbbbbbbbbbbbbbbbbbbbbb",
+	InstanceID: "bbbbbbbbbbbbbbbbbbbbbbbbbb"}
+
 var serviceServeParams = profiles.Params{Owner: "u_abcdefghijklmnopqrstuvwxyz", ServiceEndpoint: "billing.api",
 	InstanceID: "ssssssssssssssssssssssssss"}
 
@@ -90,6 +94,16 @@ func TestParseExample(t *testing.T) {
 			Params: retirementParams}, ReasonProfileNotAllowed},
 		{"fail/deliveryd-retirement-requester", Request{Caller: "spiffe://cotal.local/deliveryd/alpha", RPC: RPCMint, Space: "alpha", Profile: profiles.RetirementRequester,
 			Params: retirementParams}, ReasonProfileNotAllowed},
+		{"ok/authd-remote-manager", Request{Caller: "spiffe://cotal.local/authd/alpha", RPC: RPCMint, Space: "alpha", Profile: profiles.RemoteManager,
+			TTL: 24 * time.Hour, Params: remoteManagerParams}, ReasonAllowed},
+		{"fail/authd-remints-remote-manager", Request{Caller: "spiffe://cotal.local/authd/alpha", RPC: RPCRemint, Space: "alpha", Profile: profiles.RemoteManager,
+			Params: remoteManagerParams, Minter: "spiffe://cotal.local/authd/alpha"}, ReasonRemintNotAllowed},
+		{"fail/manager-remote-manager", Request{Caller: "spiffe://cotal.local/managerd/alpha", RPC: RPCMint, Space: "alpha", Profile: profiles.RemoteManager,
+			Params: remoteManagerParams}, ReasonProfileNotAllowed},
+		{"ok/authd-provisioner", Request{Caller: "spiffe://cotal.local/authd/alpha", RPC: RPCMint, Space: "alpha", Profile: profiles.Provisioner,
+			Params: profiles.Params{Owner: "u_abcdefghijklmnopqrstuvwxyz", Actor: "cli"}}, ReasonAllowed},
+		{"ok/authd-deprovisioner", Request{Caller: "spiffe://cotal.local/authd/alpha", RPC: RPCMint, Space: "alpha", Profile: profiles.Deprovisioner,
+			Params: profiles.Params{Owner: "u_abcdefghijklmnopqrstuvwxyz", Actor: "bob", LifecycleUID: "abcdefghijklmnopqrstuvwxyz"}}, ReasonAllowed},
 		{"ok/authd-sign-service-credential", Request{Caller: "spiffe://cotal.local/authd/alpha", RPC: RPCSignServiceCredential, Space: "alpha"}, ReasonAllowed},
 		{"fail/authd-sign-service-credential-other-space", Request{Caller: "spiffe://cotal.local/authd/alpha", RPC: RPCSignServiceCredential, Space: "beta"}, ReasonSpaceNotAllowed},
 		{"fail/manager-sign-service-credential", Request{Caller: "spiffe://cotal.local/managerd/alpha", RPC: RPCSignServiceCredential, Space: "alpha"}, ReasonRPCNotAllowed},

@@ -79,6 +79,11 @@ const (
 	// cotal.<t>.sep.reply.<endpoint token>.<instance_id>.>; at most 60 s (the bearer's expiry).
 	// Requires owner, service_endpoint and instance_id.
 	Profile_PROFILE_SERVICE_SERVE Profile = 17
+	// A remote managerd's supervisor credential (issue 25), minted by authd's manager-service
+	// authority: the supervisor's rows with the instance lease pinned to lease.<instance_id>, its
+	// own presence, and no renewal key, no delivery-admin rail and no register-manager rail. 24 h.
+	// Requires owner, actor (manager_<instance_id>) and instance_id.
+	Profile_PROFILE_REMOTE_MANAGER Profile = 18
 )
 
 // Enum value maps for Profile.
@@ -102,6 +107,7 @@ var (
 		15: "PROFILE_CONNECTION_EVICTOR",
 		16: "PROFILE_RETIREMENT_REQUESTER",
 		17: "PROFILE_SERVICE_SERVE",
+		18: "PROFILE_REMOTE_MANAGER",
 	}
 	Profile_value = map[string]int32{
 		"PROFILE_UNSPECIFIED":          0,
@@ -122,6 +128,7 @@ var (
 		"PROFILE_CONNECTION_EVICTOR":   15,
 		"PROFILE_RETIREMENT_REQUESTER": 16,
 		"PROFILE_SERVICE_SERVE":        17,
+		"PROFILE_REMOTE_MANAGER":       18,
 	}
 )
 
@@ -413,7 +420,7 @@ type ProfileParams struct {
 	// every other profile.
 	ServiceEndpoint string `protobuf:"bytes,10,opt,name=service_endpoint,json=serviceEndpoint,proto3" json:"service_endpoint,omitempty"`
 	// Optional. The endpoint instance id ([a-z0-9]{26,32}); required by PROFILE_SERVICE_SERVE and
-	// refused by every other profile.
+	// PROFILE_REMOTE_MANAGER (the manager instance) and refused by every other profile.
 	InstanceId    string `protobuf:"bytes,11,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2535,7 +2542,7 @@ const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\x03kid\x18\x02 \x01(\tR\x03kid\x129\n" +
 	"\n" +
 	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x10\n" +
-	"\x03jti\x18\x04 \x01(\tR\x03jti*\xca\x03\n" +
+	"\x03jti\x18\x04 \x01(\tR\x03jti*\xe6\x03\n" +
 	"\aProfile\x12\x17\n" +
 	"\x13PROFILE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rPROFILE_AGENT\x10\x01\x12\x16\n" +
@@ -2555,7 +2562,8 @@ const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\x1bPROFILE_MEMBERSHIP_OBSERVER\x10\x0e\x12\x1e\n" +
 	"\x1aPROFILE_CONNECTION_EVICTOR\x10\x0f\x12 \n" +
 	"\x1cPROFILE_RETIREMENT_REQUESTER\x10\x10\x12\x19\n" +
-	"\x15PROFILE_SERVICE_SERVE\x10\x11*\x8a\x05\n" +
+	"\x15PROFILE_SERVICE_SERVE\x10\x11\x12\x1a\n" +
+	"\x16PROFILE_REMOTE_MANAGER\x10\x12*\x8a\x05\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15REASON_CALLER_UNKNOWN\x10\x01\x12\x1a\n" +
