@@ -52,7 +52,7 @@ var mxGoldenParams = map[Name]Params{
 		Owner: "local", Actor: "manager_serve_" + mxIID, LifecycleUID: mxUID,
 		Target: &RetirementTarget{Owner: "local", Actor: "bob", LifecycleUID: "cccccccccccccccccccccccccc"},
 	},
-	ServiceServe: {Owner: "u_abcdefghijklmnopqrstuvwxyz", ServiceEndpoint: mxEndpoint, InstanceID: mxSvcIID},
+	ServiceServe:  {Owner: "u_abcdefghijklmnopqrstuvwxyz", ServiceEndpoint: mxEndpoint, InstanceID: mxSvcIID},
 	RemoteManager: {Owner: "u_abcdefghijklmnopqrstuvwxyz", Actor: "manager_" + mxIID, InstanceID: mxIID},
 
 	MembershipObserver: {DataAccount: mxDataAccount},

@@ -228,7 +228,7 @@ type rule struct {
 	// and Actor must be that instance's supervisor actor, manager_<InstanceID>.
 	managerInstance bool
 	bearer          bool
-	perms   func(*builder)
+	perms           func(*builder)
 }
 
 func lt(d time.Duration) Lifetime { return Lifetime{Default: d, Max: d} }

@@ -35,7 +35,10 @@ func TestRemoteManagerParams(t *testing.T) {
 		{"fail/another instance's actor", with(func(p *Params) { p.Actor = "manager_cccccccccccccccccccccccccc" }), "Actor"},
 		{"fail/the serve actor", with(func(p *Params) { p.Actor = "manager_serve_" + mxIID }), "Actor"},
 		{"fail/instance wildcard", with(func(p *Params) { p.InstanceID = "*"; p.Actor = "manager_" }), "InstanceID"},
-		{"fail/instance upper case", with(func(p *Params) { p.InstanceID = "BBBBBBBBBBBBBBBBBBBBBBBBBB"; p.Actor = "manager_BBBBBBBBBBBBBBBBBBBBBBBBBB" }), "InstanceID"},
+		{"fail/instance upper case", with(func(p *Params) {
+			p.InstanceID = "BBBBBBBBBBBBBBBBBBBBBBBBBB"
+			p.Actor = "manager_BBBBBBBBBBBBBBBBBBBBBBBBBB"
+		}), "InstanceID"},
 		{"fail/lifecycle uid", with(func(p *Params) { p.LifecycleUID = mxUID }), "LifecycleUID"},
 		{"fail/service endpoint", with(func(p *Params) { p.ServiceEndpoint = mxEndpoint }), "ServiceEndpoint"},
 		{"fail/channels", with(func(p *Params) { p.AllowSubscribe = []string{"general"} }), "AllowSubscribe"},
