@@ -16,6 +16,7 @@ import (
 	"github.com/cotalgo/cotal/authd/internal/callout"
 	"github.com/cotalgo/cotal/authd/internal/exchange"
 	"github.com/cotalgo/cotal/authd/internal/ledger"
+	"github.com/cotalgo/cotal/authd/internal/msadoor"
 	"github.com/cotalgo/cotal/authd/internal/sepdoor"
 	"github.com/cotalgo/cotal/pkg/space"
 )
@@ -159,6 +160,20 @@ func (s *Service) serviceEndpoints(idpv exchange.IdP, led *ledger.Ledger, thrott
 		return nil, err
 	}
 	return d, nil
+}
+
+// managerAuthority is the manager-service authority door of one face (authd/internal/msadoor);
+// call it once per face. The loopback door takes the cap (s.capHex must be set); a door counts its
+// failed proofs in throttle, the failure window its face's /exchange counts in.
+func (s *Service) managerAuthority(idpv exchange.IdP, throttle *exchange.Throttle, loopback bool, now func() time.Time) (http.Handler, error) {
+	cfg := msadoor.Config{
+		Space: s.cfg.Space, Account: s.account, Signer: s.signer.API(), IdP: idpv, Authority: s.authority,
+		Loopback: loopback, Throttle: throttle, Now: now, Logger: s.log,
+	}
+	if loopback {
+		cfg.Cap = s.capHex
+	}
+	return msadoor.New(cfg)
 }
 
 // refuseUnlessReady answers the lifecycle operations' readiness check.

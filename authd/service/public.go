@@ -14,15 +14,16 @@ import (
 
 // startPublic binds and serves the public face (exchange.NewPublic) when public_listen is set:
 // the exchange of cfg without the cap or a loopback door, published by the operator's TLS proxy
-// at public_url. svc serves serviceaccess.Path on it (nil: 404).
-func (s *Service) startPublic(cfg exchange.Config, svc http.Handler) error {
+// at public_url. svc serves serviceaccess.Path on it (nil: 404), msa the manager-service
+// authority (exchange.ManagerAuthorityPath).
+func (s *Service) startPublic(cfg exchange.Config, svc, msa http.Handler) error {
 	c := s.cfg
 	if c.PublicListen == "" {
 		return nil
 	}
 	stateDir := c.StateDir
 	p, err := exchange.NewPublic(exchange.PublicConfig{
-		Exchange: cfg, URL: c.PublicURL, Server: c.PublicServer, TrustForwardedFor: c.PublicTrustForwardedFor, ServiceEndpoints: svc,
+		Exchange: cfg, URL: c.PublicURL, Server: c.PublicServer, TrustForwardedFor: c.PublicTrustForwardedFor, ServiceEndpoints: svc, ManagerAuthority: msa,
 		Pin: func() (idp.Pin, error) { return idp.Load(stateDir) },
 	})
 	if err != nil {

@@ -278,8 +278,12 @@ func (s *Service) start(ctx, runCtx context.Context, in RuntimeOptions) error {
 	if err != nil {
 		return fail(CodeConfig, "service endpoint door refused", err)
 	}
+	msa, err := s.managerAuthority(idpv, failures, true, in.Now)
+	if err != nil {
+		return fail(CodeConfig, "manager-service authority door refused", err)
+	}
 	h, err := exchange.New(exchange.Config{Space: cfg.Space, Signer: s.signer, Ledger: led, IdP: idpv, Selector: selector, Cap: capHex, Now: in.Now, Logger: s.log,
-		Activator: s.authority, Lifecycle: doors, ServiceEndpoints: sep, Throttle: failures})
+		Activator: s.authority, Lifecycle: doors, ServiceEndpoints: sep, ManagerAuthority: msa, Throttle: failures})
 	if err != nil {
 		return fail(CodeConfig, "exchange refused", err)
 	}
@@ -301,8 +305,12 @@ func (s *Service) start(ctx, runCtx context.Context, in RuntimeOptions) error {
 	if err != nil {
 		return fail(CodeConfig, "public service endpoint door refused", err)
 	}
+	pubMSA, err := s.managerAuthority(idpv, pubFailures, false, in.Now)
+	if err != nil {
+		return fail(CodeConfig, "public manager-service authority door refused", err)
+	}
 	if err := s.startPublic(exchange.Config{Space: cfg.Space, Signer: s.signer, Ledger: led, IdP: idpv, Selector: selector, Now: in.Now, Logger: s.log,
-		Activator: s.authority, Throttle: pubFailures}, pubSep); err != nil {
+		Activator: s.authority, Throttle: pubFailures}, pubSep, pubMSA); err != nil {
 		return err
 	}
 

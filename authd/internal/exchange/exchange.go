@@ -38,7 +38,8 @@
 // The loopback lifecycle doors, ManagedActivatePath and ManagedRetirePath, are routed to
 // Config.Lifecycle before this face's own Origin check, so the door's guard set keeps its order
 // (405 before 403); without a Lifecycle handler they are 404. The service endpoint route
-// (serviceaccess.Path) is routed the same way to Config.ServiceEndpoints, 404 without it.
+// (serviceaccess.Path) is routed the same way to Config.ServiceEndpoints, 404 without it, and the
+// manager-service authority (ManagerAuthorityPath) to Config.ManagerAuthority.
 //
 // VerifyHuman (the human arm's IdP proof and owner) and Throttle (the failure window) are
 // shared with the service endpoint door, authd/internal/sepdoor.
@@ -185,6 +186,10 @@ type Config struct {
 	// ServiceEndpoints serves serviceaccess.Path, GET and POST /service-endpoint-authority (its
 	// own guards: authd/internal/sepdoor); nil (service_endpoints off) answers it 404.
 	ServiceEndpoints http.Handler
+	// ManagerAuthority serves ManagerAuthorityPath, POST /manager-service-authority (its own
+	// guards, the cap included: authd/internal/msadoor); nil answers it 404. The public face takes
+	// its door in PublicConfig.ManagerAuthority instead.
+	ManagerAuthority http.Handler
 	// Throttle is the failure window; nil makes one of its own (NewFailureThrottle on the
 	// loopback face, a table of PublicConfig.MaxPeers sources on the public one). Share one with
 	// the face's service endpoint door so their refusals count in the same window.
@@ -288,6 +293,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.cfg.ServiceEndpoints.ServeHTTP(w, r)
+		return
+	}
+	if r.URL.Path == ManagerAuthorityPath {
+		if h.cfg.ManagerAuthority == nil {
+			writeError(w, http.StatusNotFound, "no such route")
+			return
+		}
+		h.cfg.ManagerAuthority.ServeHTTP(w, r)
 		return
 	}
 	if _, ok := r.Header["Origin"]; ok {

@@ -28,7 +28,8 @@ const (
 	// WellKnownPath is the discovery bundle's route on the public face.
 	WellKnownPath = "/.well-known/cotal-mesh"
 	// ManagerAuthorityPath is the manager-service authority route the bundle advertises
-	// (upstream); this project has no such route yet (issue 25), so both faces answer it 404.
+	// (managerAuthorityUrl), served on both faces by authd/internal/msadoor
+	// (pkg/managerauthority.Path).
 	ManagerAuthorityPath = "/manager-service-authority"
 	// Provider is userAuth.provider in the bundle.
 	Provider = "cotal"
@@ -69,6 +70,9 @@ type PublicConfig struct {
 	// ServiceEndpoints, if set, serves serviceaccess.Path behind this face's limits (its own
 	// guards, Origin included); nil answers it 404.
 	ServiceEndpoints http.Handler
+	// ManagerAuthority, if set, serves ManagerAuthorityPath behind this face's limits (its own
+	// guards, Origin included; the public door takes no cap); nil answers it 404.
+	ManagerAuthority http.Handler
 	// TrustForwardedFor makes the peer the last X-Forwarded-For hop (see the Public doc).
 	TrustForwardedFor bool
 	// PeerRate and PeerBurst are a peer's token bucket; zero means DefaultPeerRate and
@@ -86,6 +90,7 @@ type publicFace struct {
 	url, server string
 	pin         func() (idp.Pin, error)
 	svc         http.Handler
+	msa         http.Handler
 	trustXFF    bool
 	maxPeers    int
 	// seed is the throwaway user seed the sentinel creds carry (the sentinel is a bearer JWT:
@@ -100,11 +105,11 @@ type publicFace struct {
 // listener, on a loopback address, that a TLS-terminating reverse proxy publishes at
 // PublicConfig.URL. It serves GET /health, GET /jwks, POST /exchange without the cap,
 // GET /.well-known/cotal-mesh (Bundle; 503 while no IdP is pinned or signerd does not serve the
-// sentinel) and, when PublicConfig.ServiceEndpoints is set, serviceaccess.Path (routed before the
-// face's Origin guard: that door keeps its own guard order); every other path is 404, the
-// loopback lifecycle doors (ManagedActivatePath, ManagedRetirePath, and any door added to the
-// loopback face later) included. /manager-service-authority, which upstream serves on this face
-// too, does not exist in this project yet (issue 25) and is 404 here like every unknown path.
+// sentinel) and, when PublicConfig.ServiceEndpoints and PublicConfig.ManagerAuthority are set,
+// serviceaccess.Path and ManagerAuthorityPath (routed before the face's Origin guard: those doors
+// keep their own guard order); every other path is 404, the loopback lifecycle doors
+// (ManagedActivatePath, ManagedRetirePath, and any door added to the loopback face later)
+// included.
 //
 // /exchange takes no cap (the 0600 discovery file's cap means nothing to a remote caller: the IdP
 // token or the actor token is the proof) and no view: every view is refused 403 before any
@@ -172,7 +177,7 @@ func NewPublic(pc PublicConfig) (*Public, error) {
 	if err != nil {
 		return nil, err
 	}
-	face := &publicFace{url: u, server: pc.Server, pin: pc.Pin, svc: pc.ServiceEndpoints, trustXFF: pc.TrustForwardedFor, maxPeers: pc.MaxPeers, seed: seed}
+	face := &publicFace{url: u, server: pc.Server, pin: pc.Pin, svc: pc.ServiceEndpoints, msa: pc.ManagerAuthority, trustXFF: pc.TrustForwardedFor, maxPeers: pc.MaxPeers, seed: seed}
 	h := newHandler(cfg, face)
 	p := &Public{h: h, peers: newPeerLimiter(rate.Limit(pc.PeerRate), pc.PeerBurst, pc.MaxPeers, h.now),
 		slots: make(chan struct{}, pc.MaxInFlight), deadline: pc.Deadline}
@@ -263,6 +268,14 @@ func (h *Handler) servePublic(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.public.svc.ServeHTTP(w, r)
+		return
+	}
+	if r.URL.Path == ManagerAuthorityPath {
+		if h.public.msa == nil {
+			writeError(w, http.StatusNotFound, "no such route")
+			return
+		}
+		h.public.msa.ServeHTTP(w, r)
 		return
 	}
 	if _, ok := r.Header["Origin"]; ok {
