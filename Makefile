@@ -20,6 +20,7 @@ FUZZTIME  ?= 10000x
 FUZZ_TARGETS ?= \
 	authd/internal/idp:FuzzDecode \
 	authd/internal/exchange:FuzzDecodeRequest \
+	pkg/managerauthority:FuzzDecodeBody \
 	signerd/internal/server:FuzzParseMint \
 	signerd/internal/server:FuzzParseSignBearer \
 	signerd/internal/server:FuzzVerifyCalloutRequest \

@@ -84,6 +84,14 @@
 // authority. A door's failed proofs count in its face's /exchange failure window. Off, the
 // route is 404 on both faces.
 //
+// # Manager-service authority
+//
+// Both faces serve POST /manager-service-authority (issue 25; authd/internal/msadoor, wire in
+// pkg/managerauthority; the loopback door needs the cap): a remote manager's prepare, activate,
+// renew and retire under the owner of an IdP token whose interactive row holds supervise, and the
+// managed-agent decisions (their writers answer 501 for now). Its failed proofs count in the
+// face's /exchange failure window.
+//
 // # Readiness and events
 //
 // The state moves StateStarting -> StateReady -> StateUnavailable -> StateReady ... ->

@@ -115,9 +115,15 @@ func TestPublicFaceStartClose(t *testing.T) {
 	if code, _ := get(t, http.MethodPost, s.URL()+"/managed-lifecycle/activate"); code == http.StatusNotFound {
 		t.Fatalf("loopback activate door = %d", code)
 	}
-	for _, p := range []string{"/managed-lifecycle/activate", "/managed-lifecycle/retire", "/manager-service-authority", "/service-endpoint-authority"} {
+	for _, p := range []string{"/managed-lifecycle/activate", "/managed-lifecycle/retire", "/service-endpoint-authority"} {
 		if code, body := get(t, http.MethodPost, pub+p); code != http.StatusNotFound {
 			t.Fatalf("public %s = %d %s", p, code, body)
+		}
+	}
+	// The manager-service authority is on both faces (415: no JSON body).
+	for _, base := range []string{pub, s.URL()} {
+		if code, body := get(t, http.MethodPost, base+"/manager-service-authority"); code == http.StatusNotFound {
+			t.Fatalf("%s/manager-service-authority = %d %s", base, code, body)
 		}
 	}
 	if err := s.Close(ctxT(t)); err != nil {

@@ -297,8 +297,9 @@ type keyFrame struct {
 }
 
 // checkKeys walks b (one JSON value) and refuses a key given twice in one object, a key not in
-// knownKeys exactly, nesting deeper than maxDepth, and invalid UTF-8.
-func checkKeys(b []byte) error {
+// knownKeys exactly, nesting deeper than maxDepth, and invalid UTF-8. With topOnly, only the
+// outermost object's keys are judged (the envelope: the request's are its kind's decoder's).
+func checkKeys(b []byte, topOnly bool) error {
 	if !utf8.Valid(b) {
 		return bad("the body is not valid UTF-8")
 	}
@@ -327,6 +328,10 @@ func checkKeys(b []byte) error {
 				continue
 			}
 			k, _ := tok.(string)
+			if topOnly && n > 1 {
+				top.key = false
+				continue
+			}
 			if !knownKeys[k] {
 				return bad("unknown field %.40q", k)
 			}
@@ -355,7 +360,11 @@ func checkKeys(b []byte) error {
 
 // decodeClosed decodes b into dst after checkKeys: one object, no unknown field, no other type.
 func decodeClosed(b []byte, dst any) error {
-	if err := checkKeys(b); err != nil {
+	return decodeClosedAt(b, dst, false)
+}
+
+func decodeClosedAt(b []byte, dst any, topOnly bool) error {
+	if err := checkKeys(b, topOnly); err != nil {
 		return err
 	}
 	if err := lifecycle.DecodeObject(b, dst); err != nil {
@@ -372,7 +381,7 @@ func DecodeEnvelope(b []byte) (*Envelope, error) {
 		return nil, bad("the body is %d bytes (at most %d)", len(b), MaxBodyBytes)
 	}
 	var env Envelope
-	if err := decodeClosed(b, &env); err != nil {
+	if err := decodeClosedAt(b, &env, true); err != nil {
 		return nil, err
 	}
 	switch {

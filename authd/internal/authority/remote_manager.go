@@ -344,4 +344,3 @@ func (a *Authority) authorizeRuntime(ctx context.Context, owner string, r *manag
 	}
 	return RuntimeDecision{Owner: owner, InstanceID: r.InstanceID, Actor: r.Actor, Target: r.Target}, nil
 }
-

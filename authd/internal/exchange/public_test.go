@@ -143,7 +143,7 @@ func TestPublicFace(t *testing.T) {
 		}
 	})
 	// The loopback doors and every other path: 404 for GET and POST, with or without anything
-	// that looks like a cap. /manager-service-authority does not exist in this project yet.
+	// that looks like a cap. /manager-service-authority is 404 on a face built without its door.
 	for _, p := range []string{exchange.ManagedActivatePath, exchange.ManagedRetirePath, "/interactive-lifecycle/retire",
 		"/managed-lifecycle/verify-enrollment", "/verify-enrollment", exchange.ManagerAuthorityPath, serviceaccess.Path, "/", "/exchange/", "/.well-known/other"} {
 		t.Run("fail/no-door"+p, func(t *testing.T) {

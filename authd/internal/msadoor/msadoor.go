@@ -272,15 +272,6 @@ func parse(body []byte) (*parsed, *refusal) {
 	return p, nil
 }
 
-// Decode is the door's whole body parser (DecodeEnvelope, Peek and the kind's decoder), for the
-// fuzz target: nil when the wire accepts body.
-func Decode(body []byte) error {
-	if _, rf := parse(body); rf != nil {
-		return errors.New(rf.public)
-	}
-	return nil
-}
-
 func (d *Door) dispatch(ctx context.Context, p *parsed, owner string) (any, *refusal) {
 	switch {
 	case p.unserved:
