@@ -205,6 +205,9 @@ func normalize(name Name, r rule, p Params) (Params, error) {
 		out.Actor = ServiceActorPrefix + p.InstanceID
 		out.ServiceEndpoint, out.InstanceID = p.ServiceEndpoint, p.InstanceID
 	}
+	if r.owner != "" {
+		out.Owner, out.Actor = r.owner, r.actor
+	}
 	if p.Target != nil {
 		t, err := retirementTarget(name, p)
 		if err != nil {
