@@ -45,6 +45,7 @@ FUZZ_TARGETS ?= \
 	pkg/provision:FuzzDecodeACL \
 	deliveryd/internal/ctl:FuzzDecodeRequest \
 	deliveryd/internal/ctl:FuzzSubjects \
+	deliveryd/internal/ctl:FuzzDecodeLifecycleMemberships \
 	pkg/creds:FuzzParseCreds \
 	pkg/trust:FuzzLoadSpace \
 	signerd/internal/keystore:FuzzNewSigningKey \

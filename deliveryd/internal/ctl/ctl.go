@@ -178,8 +178,11 @@ type Responders struct {
 	maxPayload int
 
 	stripes [lifecycleStripes]sync.Mutex
-	// afterCommit, when set (tests), runs after durableJoin committed its pending row.
-	afterCommit func()
+	// beforeCommit and afterCommit, when set (tests), run just before and just after
+	// durableJoin commits a new pending row.
+	beforeCommit, afterCommit func()
+	// idxWatch is the members index's watch (tests stop it to end the index).
+	idxWatch jetstream.KeyWatcher
 	// listFault, when set (tests), is asked before lifecycleMemberships reads the members
 	// bucket; an error stands for a bucket that cannot be read.
 	listFault func() error
@@ -261,7 +264,7 @@ func (r *Responders) Start(ctx context.Context, nc *nats.Conn) error {
 		cancelH()
 		return fmt.Errorf("ctl: watch the members bucket: %w", err)
 	}
-	r.idx, r.idxDone = newIndex(), make(chan struct{})
+	r.idx, r.idxDone, r.idxWatch = newIndex(), make(chan struct{}), w
 	go func(x *index, done chan struct{}) { defer close(done); x.run(w) }(r.idx, r.idxDone)
 	cancel := func() { unhook(); cancelH(); _ = w.Stop() }
 	// Running before the first subscription: a request arriving while Start still holds mu

@@ -264,6 +264,9 @@ func (r *Responders) join(ctx context.Context, channel string, lc plane3.Lifecyc
 		// the catch-up is lost; activated reports completeness only.
 		base := plane3.Member{Channel: channel, Owner: lc.Principal(), LifecycleUID: lc.UID, State: StateActive,
 			JoinCursor: joinCursor, Generation: generation, WriterIdentity: r.cfg.WriterIdentity}
+		if r.beforeCommit != nil {
+			r.beforeCommit()
+		}
 		if err := r.members.commit(ctx, key, base); err != nil {
 			return JoinResult{}, err
 		}
