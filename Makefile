@@ -40,6 +40,7 @@ FUZZ_TARGETS ?= \
 	pkg/dlvclient:FuzzDecodeFrame \
 	pkg/dlvclient:FuzzEncodeFrame \
 	pkg/dlvclient:FuzzDecodeJoinReply \
+	pkg/dlvclient:FuzzDecodeInventoryReply \
 	deliveryd/internal/plane3:FuzzDecodeEntry \
 	deliveryd/internal/plane3:FuzzEntryEncoder \
 	pkg/provision:FuzzDecodeACL \

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cotalgo/cotal/deliveryd/internal/ctl"
 	"github.com/cotalgo/cotal/deliveryd/internal/plane3"
+	"github.com/cotalgo/cotal/pkg/dlvclient"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
 	"github.com/cotalgo/cotal/pkg/provision"
@@ -322,4 +323,62 @@ func rawInventory(nc *nats.Conn, actor, uid string) (string, error) {
 		return "", fmt.Errorf("inventory refused or incomplete: %s", m.Data)
 	}
 	return strings.Join(r.Data.Channels, " "), nil
+}
+
+// TestInventoryClient: pkg/dlvclient.LifecycleMemberships, the caller side of the inventory,
+// against the real responder as authd's auth-plane credential: it lists the lifecycle's
+// channels; a complete:false answer comes back with ErrIncomplete; an op the lane refuses is a
+// RefusedError; with the responder unbound it fails with ErrNoResponders.
+func TestInventoryClient(t *testing.T) {
+	var fault atomic.Bool
+	f := setup(t, nil, func(_ *fixture, r *ctl.Responders) {
+		ctl.SetListFault(r, func() error {
+			if fault.Load() {
+				return errors.New("members bucket unreachable (test fault)")
+			}
+			return nil
+		})
+	})
+	authd := f.e.Conn(t, mtls.KindAuthd, signerv1.Profile_PROFILE_AUTH_PLANE, nil)
+	a1 := f.e.Agent(t, "a1", uid1)
+	for _, ch := range []string{"team.backend", "general"} {
+		if r := call(t, a1, "a1", ctl.OpDurableJoin, map[string]any{"channel": ch}); !r.OK {
+			t.Fatal(r.Error)
+		}
+	}
+	inv := func() (dlvclient.Inventory, error) {
+		return dlvclient.LifecycleMemberships(plane3test.Ctx(t), authd, f.e.N, "local", "authd", "local", "a1", uid1)
+	}
+	t.Run("ok/lists the lifecycle's channels", func(t *testing.T) {
+		got, err := inv()
+		if err != nil || !got.Complete || strings.Join(got.Channels, " ") != "general team.backend" || got.LifecycleUID != uid1 {
+			t.Fatalf("inventory: %+v, %v", got, err)
+		}
+	})
+	t.Run("fail/an incomplete answer is ErrIncomplete", func(t *testing.T) {
+		fault.Store(true)
+		defer fault.Store(false)
+		got, err := inv()
+		if !errors.Is(err, dlvclient.ErrIncomplete) || got.Complete || got.LifecycleUID != uid1 {
+			t.Fatalf("inventory: %+v, %v; want ErrIncomplete", got, err)
+		}
+	})
+	t.Run("fail/a refusal is a RefusedError", func(t *testing.T) {
+		// An owner the owner grammar admits but that is no principal owner (neither local nor a
+		// derived u_ owner): the client sends it, deliveryd's closed decoder refuses it.
+		_, err := dlvclient.LifecycleMemberships(plane3test.Ctx(t), authd, f.e.N, "local", "authd", "nkeyowner", "a1", uid1)
+		var re *dlvclient.RefusedError
+		if !errors.As(err, &re) || !strings.Contains(re.Message, "not a principal owner") {
+			t.Fatalf("inventory of a non-principal owner: %v, want deliveryd's refusal", err)
+		}
+	})
+	t.Run("fail/no responder", func(t *testing.T) {
+		f.r.Stop()
+		if err := f.dc.Flush(); err != nil { // the broker has processed the unsubscriptions
+			t.Fatal(err)
+		}
+		if _, err := inv(); !errors.Is(err, nats.ErrNoResponders) {
+			t.Fatalf("inventory without a responder: %v, want ErrNoResponders", err)
+		}
+	})
 }
