@@ -41,11 +41,13 @@ FUZZ_TARGETS ?= \
 	pkg/dlvclient:FuzzDecodeFrame \
 	pkg/dlvclient:FuzzEncodeFrame \
 	pkg/dlvclient:FuzzDecodeJoinReply \
+	pkg/dlvclient:FuzzDecodeInventoryReply \
 	deliveryd/internal/plane3:FuzzDecodeEntry \
 	deliveryd/internal/plane3:FuzzEntryEncoder \
 	pkg/provision:FuzzDecodeACL \
 	deliveryd/internal/ctl:FuzzDecodeRequest \
 	deliveryd/internal/ctl:FuzzSubjects \
+	deliveryd/internal/ctl:FuzzDecodeLifecycleMemberships \
 	pkg/creds:FuzzParseCreds \
 	pkg/trust:FuzzLoadSpace \
 	signerd/internal/keystore:FuzzNewSigningKey \

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/cotalgo/cotal/pkg/space"
 )
 
 // FuzzDecodeFrame: a DLV body is untrusted bytes. DecodeFrame never panics, refuses with
@@ -111,6 +113,46 @@ func FuzzDecodeJoinReply(f *testing.F) {
 		}
 		if res.LifecycleUID != uid || res.Generation == 0 {
 			t.Fatalf("accepted %+v", res)
+		}
+	})
+}
+
+// FuzzDecodeInventoryReply: an inventory reply is untrusted bytes. DecodeInventoryReply never
+// panics, refuses with ErrBadReply or a *RefusedError only, and what it returns (alone, or with
+// ErrIncomplete when complete is false) names the asked lifecycle with distinct concrete
+// channels.
+func FuzzDecodeInventoryReply(f *testing.F) {
+	const uid = "uidaaaaaaaaaaaaaaaaaaaaaaa"
+	head := `{"ok":true,"data":{"owner":"local","actor":"a1","lifecycleUid":"` + uid + `",`
+	for _, s := range []string{
+		head + `"channels":["general","team.backend"],"complete":true}}`,
+		head + `"channels":[],"complete":false}}`,
+		head + `"channels":["team.>"],"complete":true}}`,
+		head + `"channels":["a","a"],"complete":true}}`,
+		head + `"channels":null,"complete":true}}`,
+		`{"ok":false,"error":"local.authd may ask only lifecycleMemberships"}`,
+		`{"ok":false}`, `{"ok":true}`, `[]`, `null`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		inv, err := DecodeInventoryReply(body, "local", "a1", uid)
+		if err != nil && !errors.Is(err, ErrIncomplete) {
+			var re *RefusedError
+			if !errors.Is(err, ErrBadReply) && !errors.As(err, &re) {
+				t.Fatalf("refusal %v is neither ErrBadReply nor a RefusedError", err)
+			}
+			return
+		}
+		if inv.Owner != "local" || inv.Actor != "a1" || inv.LifecycleUID != uid || inv.Complete != (err == nil) {
+			t.Fatalf("accepted %+v with %v", inv, err)
+		}
+		seen := map[string]bool{}
+		for _, ch := range inv.Channels {
+			if space.ValidateChannel(ch) != nil || seen[ch] {
+				t.Fatalf("accepted channel %q in %+v", ch, inv)
+			}
+			seen[ch] = true
 		}
 	})
 }

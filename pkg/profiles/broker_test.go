@@ -107,6 +107,14 @@ func TestBrokerAllows(t *testing.T) {
 		{"ok/delivery replies on the supervisor's admin reply rail",
 			principal{profiles.Delivery, none}, must(n.CtlDeliveryAdminReply("m1", "s1", "nonce1234")),
 			principal{profiles.Supervisor, supervisorM1}, must(n.CtlDeliveryAdminTree("m1", "s1"))},
+		// authd's plane credential is principal local.authd: it asks deliveryd's admin lane
+		// (for lifecycleMemberships; deliveryd refuses it every other op) as itself only.
+		{"ok/auth-plane publishes its own delivery-admin subject (local.authd) and delivery receives it",
+			principal{profiles.AuthPlane, none}, must(n.CtlDeliveryAdmin(profiles.AuthPlaneOwner, profiles.AuthPlaneActor)),
+			principal{profiles.Delivery, none}, n.CtlDeliveryAdminServe()},
+		{"ok/delivery replies on auth-plane's admin reply lane",
+			principal{profiles.Delivery, none}, must(n.CtlDeliveryAdminReply(profiles.AuthPlaneOwner, profiles.AuthPlaneActor, "nonce1234")),
+			principal{profiles.AuthPlane, none}, must(n.CtlDeliveryAdmin(profiles.AuthPlaneOwner, profiles.AuthPlaneActor)) + ".reply.*"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,6 +177,14 @@ func TestBrokerRefuses(t *testing.T) {
 		{"fail/supervisor uses the plain ctl.delivery rail", principal{profiles.Supervisor, supervisorM1}, pub, must(n.CtlDelivery("m1", "s1"))},
 		{"fail/supervisor calls delivery-admin as another principal", principal{profiles.Supervisor, supervisorM1}, pub, must(n.CtlDeliveryAdmin("o1", "a1"))},
 		{"fail/supervisor serves the delivery-admin rail", principal{profiles.Supervisor, supervisorM1}, sub, n.CtlDeliveryAdminServe()},
+		{"fail/auth-plane calls delivery-admin as another principal", principal{profiles.AuthPlane, none}, pub, must(n.CtlDeliveryAdmin("local", "manager"))},
+		{"fail/auth-plane calls delivery-admin as another owner's authd", principal{profiles.AuthPlane, none}, pub, must(n.CtlDeliveryAdmin("u_abcdefghijklmnopqrstuvwxyz", "authd"))},
+		{"fail/auth-plane uses the plain ctl.delivery rail", principal{profiles.AuthPlane, none}, pub, must(n.CtlDelivery("local", "authd"))},
+		{"fail/auth-plane answers on its own admin reply lane", principal{profiles.AuthPlane, none}, pub, must(n.CtlDeliveryAdminReply("local", "authd", "nonce1234"))},
+		{"fail/auth-plane hears its own admin request subject", principal{profiles.AuthPlane, none}, sub, must(n.CtlDeliveryAdmin("local", "authd"))},
+		{"fail/auth-plane subscribes to its whole admin subtree", principal{profiles.AuthPlane, none}, sub, must(n.CtlDeliveryAdminTree("local", "authd"))},
+		{"fail/auth-plane hears another principal's admin replies", principal{profiles.AuthPlane, none}, sub, must(n.CtlDeliveryAdminReply("local", "manager", "nonce1234"))},
+		{"fail/auth-plane serves the delivery-admin rail", principal{profiles.AuthPlane, none}, sub, n.CtlDeliveryAdminServe()},
 		{"fail/probe publishes to chat", principal{profiles.Probe, none}, pub, must(n.Chat("o1", "a1", "general"))},
 		{"fail/probe publishes to the JetStream API", principal{profiles.Probe, none}, pub, space.JSAPIInfo},
 		{"fail/probe subscribes to chat", principal{profiles.Probe, none}, sub, n.ChatAll()},

@@ -218,6 +218,9 @@ func normalize(name Name, r rule, p Params) (Params, error) {
 	if r.managerInstance {
 		out.InstanceID = p.InstanceID
 	}
+	if r.owner != "" {
+		out.Owner, out.Actor = r.owner, r.actor
+	}
 	if p.Target != nil {
 		t, err := retirementTarget(name, p)
 		if err != nil {

@@ -508,8 +508,15 @@ func authCalloutPerms(b *builder) {
 // early (issue 22 row 6) and the retirement barrier polls for a lifecycle's connections. The
 // broker answers it only with the requester's own account's connections (the data account), so
 // it reads no other account; no other profile holds it.
+//
+// The credential is principal local.authd (AuthPlaneOwner, AuthPlaneActor; fixed, never a
+// parameter), and as that principal it asks the delivery daemon for a retiring lifecycle's
+// footprint (issue 25): it publishes its own delivery-admin request subject,
+// cotal.<t>.ctl.delivery-admin.local.authd, and hears only the answers on that subject's
+// .reply.<nonce> lane. The lane carries every admin op on one subject, so the broker cannot
+// narrow it to one op; deliveryd does, answering this principal lifecycleMemberships alone.
 func authPlanePerms(b *builder) {
-	n := b.n
+	n, p := b.n, b.p
 	plane, err := n.KV(space.Auth, PlaneKey)
 	b.pub(plane, err)
 	for _, k := range lifecycle.AuthKeyPatterns() {
@@ -531,6 +538,9 @@ func authPlanePerms(b *builder) {
 	b.sub(queueRow(n.RegisterManagerServe(), space.AuthRailQueue), nil)
 	b.pub(n.RetireLifecycleReplyAny(), nil)
 	b.pub(n.RegisterManagerReplyAny(), nil)
+	admin, err := n.CtlDeliveryAdmin(p.Owner, p.Actor)
+	b.pub(admin, err)
+	b.sub(admin+".reply.*", err)
 	b.denyConsumers()
 }
 

@@ -81,7 +81,10 @@
 //     <queue>" row) and publishes only their .reply answers. Its one row outside the data
 //     buckets and rails is the account-scoped CONNZ request ($SYS.REQ.ACCOUNT.PING.CONNZ,
 //     answered with the data account's connections only), the liveness sweep authd runs before
-//     it reclaims a held plane claim early and the retirement barrier's containment poll. The
+//     it reclaims a held plane claim early and the retirement barrier's containment poll. As
+//     principal local.authd (fixed by the profile) it publishes its own delivery-admin request
+//     subject and hears its .reply.<nonce> lane, for lifecycleMemberships, the one op deliveryd
+//     answers that principal there. The
 //     retirement requester (a manager's serve principal, one target) publishes only its one
 //     retire-lifecycle subject and the supervisor only its own register-manager subject; each
 //     hears only those subjects' answers. The service-serve credential (seed 002; actor
@@ -209,6 +212,14 @@ const ServiceActorPrefix = "svc_"
 // manager instance's supervisor actor (pkg/lifecycle.ManagerActors).
 const ManagerActorPrefix = "manager_"
 
+// The auth-plane credential's fixed principal, local.authd: it is not a parameter (the profile
+// accepts none), Build sets it, and the credential carries its owner, actor and principal tags.
+// deliveryd's delivery-admin lane admits this principal for lifecycleMemberships alone.
+const (
+	AuthPlaneOwner = "local"
+	AuthPlaneActor = "authd"
+)
+
 // rule is one row of the matrix.
 type rule struct {
 	account  AccountKind
@@ -227,8 +238,11 @@ type rule struct {
 	// managerInstance marks the remote-manager profile: InstanceID names the manager instance
 	// and Actor must be that instance's supervisor actor, manager_<InstanceID>.
 	managerInstance bool
-	bearer          bool
-	perms           func(*builder)
+	// owner and actor, when set, are the profile's fixed principal (auth-plane's local.authd):
+	// Build fills them in, and the profile accepts neither as a parameter.
+	owner, actor string
+	bearer       bool
+	perms        func(*builder)
 }
 
 func lt(d time.Duration) Lifetime { return Lifetime{Default: d, Max: d} }
@@ -301,6 +315,7 @@ var matrix = map[Name]rule{
 	// renewed by the rail like any daemon credential.
 	AuthPlane: {
 		account: AccountData, lifetime: lt(standing),
+		owner: AuthPlaneOwner, actor: AuthPlaneActor,
 		perms: authPlanePerms,
 	},
 	// One retirement request (issue 23): authd mints it for a manager's serve principal, which

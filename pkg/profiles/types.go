@@ -27,7 +27,8 @@ const (
 	Sentinel Name = "sentinel"
 	// AuthPlane is authd's data-account connection, the lifecycle authority's only writer: the
 	// plane claim, the lifecycle keys of cotal_auth_<space> and cotal_records_<space>, reads of
-	// those buckets and of the manager bucket, and serving the two auth rails.
+	// those buckets and of the manager bucket, serving the two auth rails, and, as principal
+	// AuthPlaneOwner.AuthPlaneActor, the delivery daemon's footprint inventory.
 	AuthPlane Name = "auth-plane"
 	// RetirementRequester is a one-shot credential authd mints for a manager's serve principal:
 	// it may publish its one retire-lifecycle rail subject (target and caller pinned, any nonce)

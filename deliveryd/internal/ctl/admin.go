@@ -1,10 +1,16 @@
 package ctl
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/evict"
+	"github.com/cotalgo/cotal/deliveryd/internal/plane3"
+	"github.com/cotalgo/cotal/pkg/profiles"
+	"github.com/cotalgo/cotal/pkg/space"
 )
 
 // Executor runs the $SYS verbs (deliveryd/internal/evict's *Executor).
@@ -21,7 +27,15 @@ const (
 	OpEvictPrincipal      = "evictPrincipal"
 	OpPrincipalLiveness   = "principalLiveness"
 	OpPlaneConnLiveness   = "planeConnLiveness"
+	// OpLifecycleMemberships is the read-only footprint inventory (issue 25): the channels of
+	// every membership row one lifecycle holds in the members bucket.
+	OpLifecycleMemberships = "lifecycleMemberships"
 )
+
+// AuthdPrincipal is authd's plane principal (pkg/profiles' auth-plane credential,
+// local.authd). Its credential may publish its own request subject on this lane, and the lane
+// answers it lifecycleMemberships alone: every other op is refused for it.
+const AuthdPrincipal = profiles.AuthPlaneOwner + "." + profiles.AuthPlaneActor
 
 // BrokerAccepted is the credential a renewal proved on the broker; times are Unix seconds.
 type BrokerAccepted struct {
@@ -59,9 +73,17 @@ type StoreIdentity struct {
 const ErrNotStarted = "this daemon has not finished starting"
 
 // admin dispatches one ctl.delivery-admin request. The broker lets only a supervisor credential
-// publish here, for its own principal; the envelope checks have run.
-func (r *Responders) admin(ctx context.Context, _ Caller, req Request) Reply {
+// (for its own principal) and authd's plane credential (as local.authd) publish here; the
+// envelope checks have run. The lane carries every op on one subject, so authd's credential
+// could send any of them: it is answered lifecycleMemberships alone.
+func (r *Responders) admin(ctx context.Context, c Caller, req Request) Reply {
+	if c.Principal() == AuthdPrincipal && req.Op != OpLifecycleMemberships {
+		r.log.Warn("refused: an admin op outside authd's one", "op", req.Op, "principal", c.Principal())
+		return refuse("%s may ask only %s on the delivery-admin lane", AuthdPrincipal, OpLifecycleMemberships)
+	}
 	switch req.Op {
+	case OpLifecycleMemberships:
+		return r.lifecycleMemberships(ctx, c, req.Args)
 	case OpReloadCreds:
 		return r.reloadCreds(ctx)
 	case OpReloadStoreIdentity:
@@ -153,4 +175,104 @@ func (r *Responders) sys(ctx context.Context, req Request) Reply {
 		return refuse("%s: %v", req.Op, err)
 	}
 	return okReply(data)
+}
+
+// LifecycleMemberships is lifecycleMemberships' data: the lifecycle asked about and the channel
+// of every membership row it holds in cotal_members_<t> (one key per channel,
+// <channel>/<owner>.<actor>.<uid>), sorted: open rows, tombstones and rows that do not decode
+// alike, since each is part of its footprint. Complete is false when the listing may miss a row
+// (the members bucket could not be read, the daemon's index of it could not catch up with the
+// bucket, or the list was cut to fit a reply); Channels then holds what was seen, every one a
+// row that existed, and a caller must not take the list for the whole footprint.
+type LifecycleMemberships struct {
+	Owner        string   `json:"owner"`
+	Actor        string   `json:"actor"`
+	LifecycleUID string   `json:"lifecycleUid"`
+	Channels     []string `json:"channels"`
+	Complete     bool     `json:"complete"`
+}
+
+// lifecycleMembershipsFields are the only args lifecycleMemberships takes.
+var lifecycleMembershipsFields = []string{"owner", "actor", "lifecycleUid"}
+
+// DecodeLifecycleMembershipsArgs reads lifecycleMemberships' args, closed: exactly owner, actor
+// and lifecycleUid, each a JSON string; owner a real principal owner ("local" or a derived u_
+// owner, as ParseCaller requires of a caller), actor and lifecycleUid in their pkg/space
+// grammars. An unknown, missing or mistyped field or a value outside its grammar is an error
+// matching ErrBadRequest whose text is safe to send back (a value is quoted at most 64 bytes).
+func DecodeLifecycleMembershipsArgs(args map[string]json.RawMessage) (plane3.Lifecycle, error) {
+	bad := func(format string, a ...any) (plane3.Lifecycle, error) {
+		return plane3.Lifecycle{}, fmt.Errorf("%w: %s: %s", ErrBadRequest, OpLifecycleMemberships, fmt.Sprintf(format, a...))
+	}
+	keys := make([]string, 0, len(args))
+	for k := range args {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if !slices.Contains(lifecycleMembershipsFields, k) {
+			return bad("unknown field %.64q (args take owner, actor and lifecycleUid only)", k)
+		}
+	}
+	var v [3]string
+	for i, k := range lifecycleMembershipsFields {
+		raw, ok := args[k]
+		if !ok {
+			return bad("%s is required", k)
+		}
+		if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '"' || json.Unmarshal(raw, &v[i]) != nil {
+			return bad("%s must be a string", k)
+		}
+	}
+	owner, actor, uid := v[0], v[1], v[2]
+	if err := space.ValidateOwner(owner); err != nil || (owner != "local" && space.ValidateDerivedOwner(owner) != nil) {
+		return bad("owner %.64q is not a principal owner (local or a derived u_ owner)", owner)
+	}
+	if err := space.ValidateActor(actor); err != nil {
+		return bad("actor %.64q: %v", actor, err)
+	}
+	if err := space.ValidateUID(uid); err != nil {
+		return bad("lifecycleUid %.64q: %v", uid, err)
+	}
+	return plane3.Lifecycle{Owner: owner, Actor: actor, UID: uid}, nil
+}
+
+// lifecycleMemberships answers the inventory of one lifecycle's membership rows, read from the
+// members index once it holds the bucket's last revision (so as fresh as a listing of the
+// bucket's keys, without a watch per request). It reads and writes nothing else. When the
+// listing may miss a row it answers ok with complete:false and what it saw, and logs why.
+func (r *Responders) lifecycleMemberships(ctx context.Context, c Caller, args map[string]json.RawMessage) Reply {
+	lc, err := DecodeLifecycleMembershipsArgs(args)
+	if err != nil {
+		return refuse("%v", err)
+	}
+	res := LifecycleMemberships{Owner: lc.Owner, Actor: lc.Actor, LifecycleUID: lc.UID, Channels: []string{}}
+	var last uint64
+	if r.listFault != nil {
+		err = r.listFault()
+	}
+	if err == nil {
+		last, err = r.membersLastSeq(ctx)
+	}
+	if err != nil {
+		r.log.Warn("lifecycleMemberships: the members bucket cannot be listed", "principal", c.Principal(), "err", err)
+		return okReply(res)
+	}
+	chs, err := r.idx.channels(ctx, lc, last)
+	res.Channels = append(res.Channels, chs...)
+	if err != nil {
+		r.log.Warn("lifecycleMemberships: the listing may miss rows", "principal", c.Principal(), "err", err)
+		return okReply(res)
+	}
+	// The reply must fit the connection's max_payload: a list cut to fit is incomplete.
+	room, used := r.maxPayload*9/10-1024, 0
+	for i, ch := range res.Channels {
+		if used += len(ch) + 3; r.maxPayload > 0 && used > room {
+			r.log.Warn("lifecycleMemberships: list cut to fit a reply", "principal", c.Principal(), "rows", len(res.Channels), "sent", i)
+			res.Channels = res.Channels[:i]
+			return okReply(res)
+		}
+	}
+	res.Complete = true
+	return okReply(res)
 }

@@ -11,6 +11,11 @@
 //     {durable:false, reason}; else a revision CAS flips activated:true, and a concurrent leave or
 //     rejoin that superseded it gives durable:false. Data: {durable, generation, lifecycleUid,
 //     reason?} (lifecycleUid is ours: the agent passes it back to durableLeave).
+//     A lifecycle whose ACL row grants no reads is fenced (a retirement's teardown fenced it
+//     before reading the lifecycleMemberships inventory): its join removes its own row on the
+//     channel, if any, by revision CAS and is refused; so does a join that finds the fence when
+//     it reads the ACL row again after its commit (a teardown fenced and listed in between),
+//     so no row the inventory missed outlives the teardown.
 //   - durableLeave {channel, generation, lifecycleUid}: no ACL check; no row is
 //     {alreadyLeft:true}; else a tombstone at leaveCursor = CHAT's last sequence, refused as a
 //     stale write when the row's generation is not the one given.
@@ -20,8 +25,14 @@
 //   - readHistory answers "not supported".
 //
 // ctl.delivery-admin serves the manager on cotal.<t>.ctl.delivery-admin.*.* in queue group
-// "delivery-admin"; only the supervisor profile may publish there (the broker enforces it,
-// pkg/profiles broker tests prove it). reloadCreds calls the daemon's Renewer and answers
+// "delivery-admin"; only the supervisor profile, for its own principal, and authd's auth-plane
+// credential, as local.authd, may publish there (the broker enforces it, pkg/profiles broker
+// tests prove it), and local.authd is answered lifecycleMemberships alone (AuthdPrincipal).
+// lifecycleMemberships {owner, actor, lifecycleUid} (closed: any other field is refused) answers
+// {owner, actor, lifecycleUid, channels, complete}: the channel of every key the lifecycle holds
+// in the members bucket, read from the index once it has caught up with the bucket; complete is
+// false, with what was seen, when the bucket cannot be read or the index cannot catch up.
+// reloadCreds calls the daemon's Renewer and answers
 // {delivery:{ok, brokerAccepted:{identity, iat, exp}}, membership:{ok:true, skipped:true}}, and
 // is refused ("this daemon has not finished starting", nothing adopted) until Config.Started;
 // reloadStoreIdentity answers {kind:"signer", endpoint}, or {kind:"injected", identity} for a
@@ -163,10 +174,18 @@ type Responders struct {
 	idx     *index
 	acl     jetstream.KeyValue
 	max     int
+	// maxPayload is the connection's max_payload, the bound of a reply.
+	maxPayload int
 
 	stripes [lifecycleStripes]sync.Mutex
-	// afterCommit, when set (tests), runs after durableJoin committed its pending row.
-	afterCommit func()
+	// beforeCommit and afterCommit, when set (tests), run just before and just after
+	// durableJoin commits a new pending row.
+	beforeCommit, afterCommit func()
+	// idxWatch is the members index's watch (tests stop it to end the index).
+	idxWatch jetstream.KeyWatcher
+	// listFault, when set (tests), is asked before lifecycleMemberships reads the members
+	// bucket; an error stands for a bucket that cannot be read.
+	listFault func() error
 }
 
 // New validates cfg.
@@ -232,8 +251,8 @@ func (r *Responders) Start(ctx context.Context, nc *nats.Conn) error {
 	}
 	r.js, r.chat, r.acl = js, chat, acl
 	r.members = &store{kv: members, mayAct: r.mayAct, now: func() int64 { return r.cfg.Now().UnixMilli() }}
-	r.max = r.cfg.MaxRequestBytes
-	if mp := int(nc.MaxPayload()); mp > 0 && mp < r.max {
+	r.max, r.maxPayload = r.cfg.MaxRequestBytes, int(nc.MaxPayload())
+	if mp := r.maxPayload; mp > 0 && mp < r.max {
 		r.max = mp
 	}
 	hctx, cancelH := context.WithCancel(context.WithoutCancel(ctx))
@@ -245,7 +264,7 @@ func (r *Responders) Start(ctx context.Context, nc *nats.Conn) error {
 		cancelH()
 		return fmt.Errorf("ctl: watch the members bucket: %w", err)
 	}
-	r.idx, r.idxDone = newIndex(), make(chan struct{})
+	r.idx, r.idxDone, r.idxWatch = newIndex(), make(chan struct{}), w
 	go func(x *index, done chan struct{}) { defer close(done); x.run(w) }(r.idx, r.idxDone)
 	cancel := func() { unhook(); cancelH(); _ = w.Stop() }
 	// Running before the first subscription: a request arriving while Start still holds mu

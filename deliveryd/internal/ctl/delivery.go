@@ -97,30 +97,37 @@ func (r *Responders) memberKey(channel string, lc plane3.Lifecycle) (string, err
 	return space.MemberKey(channel, lc.Owner, lc.Actor, lc.UID)
 }
 
-// liveLifecycle resolves the caller's single live ACL row (upstream readAclForAlias): none is
-// "not provisioned", two or more are refused rather than guessed.
-func (r *Responders) liveLifecycle(ctx context.Context, c Caller) (plane3.Lifecycle, plane3.ACL, error) {
-	w, err := r.acl.Watch(ctx, c.Principal()+".*", jetstream.IgnoreDeletes())
+// aclRows reads the live ACL rows whose keys match filter (a key or a <principal>.* pattern)
+// through a watch, an ordered consumer the stream leader serves, so a row written before the
+// read is seen.
+func (r *Responders) aclRows(ctx context.Context, filter string) (keys []string, values [][]byte, err error) {
+	w, err := r.acl.Watch(ctx, filter, jetstream.IgnoreDeletes())
 	if err != nil {
-		return plane3.Lifecycle{}, plane3.ACL{}, fmt.Errorf("read ACL rows: %w", err)
+		return nil, nil, fmt.Errorf("read ACL rows: %w", err)
 	}
 	defer func() { _ = w.Stop() }()
-	var keys []string
-	var values [][]byte
-	for done := false; !done; {
+	for {
 		select {
 		case e, ok := <-w.Updates():
 			if !ok {
-				return plane3.Lifecycle{}, plane3.ACL{}, errors.New("read ACL rows: watch closed")
+				return nil, nil, errors.New("read ACL rows: watch closed")
 			}
 			if e == nil {
-				done = true
-				continue
+				return keys, values, nil
 			}
 			keys, values = append(keys, e.Key()), append(values, e.Value())
 		case <-ctx.Done():
-			return plane3.Lifecycle{}, plane3.ACL{}, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
+	}
+}
+
+// liveLifecycle resolves the caller's single live ACL row (upstream readAclForAlias): none is
+// "not provisioned", two or more are refused rather than guessed.
+func (r *Responders) liveLifecycle(ctx context.Context, c Caller) (plane3.Lifecycle, plane3.ACL, error) {
+	keys, values, err := r.aclRows(ctx, c.Principal()+".*")
+	if err != nil {
+		return plane3.Lifecycle{}, plane3.ACL{}, err
 	}
 	switch len(keys) {
 	case 0:
@@ -137,6 +144,69 @@ func (r *Responders) liveLifecycle(ctx context.Context, c Caller) (plane3.Lifecy
 	return lc, acl, nil
 }
 
+// fenced reports whether lc's ACL row, read now, grants no reads: present with an empty read
+// list (pkg/provision's FenceLifecycleACL, the first step of a retirement's teardown) or gone
+// (the teardown removed it). A row that does not decode is not a fence (an unknown row, never
+// a known "reads nothing").
+func (r *Responders) fenced(ctx context.Context, lc plane3.Lifecycle) (bool, error) {
+	key, err := space.ACLKey(lc.Owner, lc.Actor, lc.UID)
+	if err != nil {
+		return false, err
+	}
+	keys, values, err := r.aclRows(ctx, key)
+	if err != nil {
+		return false, err
+	}
+	if len(keys) == 0 {
+		return true, nil
+	}
+	acl, ok := plane3.DecodeACL(values[len(values)-1])
+	return ok && len(acl.AllowSubscribe) == 0, nil
+}
+
+// removeFenced removes lc's own membership row on channel, by revision CAS (a lost race
+// re-reads; the row may be gone already, which is the aim), and answers the refusal a join of a
+// fenced lifecycle gets. A retirement's teardown fences the ACL row before it reads the
+// lifecycleMemberships inventory, so a join that committed its row after that read removes the
+// row itself: the inventory, and so the teardown, may never see it.
+func (r *Responders) removeFenced(ctx context.Context, channel string, lc plane3.Lifecycle) error {
+	key, err := r.memberKey(channel, lc)
+	if err != nil {
+		return err
+	}
+	for range casAttempts {
+		// The raw entry, not store.read: a row that does not decode is removed too.
+		e, err := r.members.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			return refusal(fmt.Sprintf("%s: the read ACL of %s.%s is fenced (it reads nothing: the lifecycle is retiring); it keeps no membership on %q",
+				OpDurableJoin, lc.Principal(), lc.UID, channel))
+		}
+		if err != nil {
+			return fmt.Errorf("read member row %s: %w", key, err)
+		}
+		if !r.mayAct() {
+			return ErrQuiesced
+		}
+		err = r.members.kv.Purge(ctx, key, jetstream.LastRevision(e.Revision()))
+		switch {
+		case err == nil:
+			r.log.Info("durableJoin: removed the membership row of a fenced lifecycle", "key", key)
+		case !wrongLastSeq(err):
+			return fmt.Errorf("remove member row %s: %w", key, err)
+		}
+		// Re-read: gone now, unless a concurrent join wrote the row again.
+	}
+	return fmt.Errorf("members CAS exhausted retries removing %s", key)
+}
+
+// wrongLastSeq reports whether err is a lost revision condition: "wrong last sequence", 10071,
+// or 10164 from a replicated stream.
+func wrongLastSeq(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
 func (r *Responders) durableJoin(ctx context.Context, c Caller, args map[string]json.RawMessage) Reply {
 	channel, err := channelArg(OpDurableJoin, args)
 	if err != nil {
@@ -145,6 +215,10 @@ func (r *Responders) durableJoin(ctx context.Context, c Caller, args map[string]
 	lc, acl, err := r.liveLifecycle(ctx, c)
 	if err != nil {
 		return r.failed(OpDurableJoin, c, err)
+	}
+	if len(acl.AllowSubscribe) == 0 {
+		// A fenced lifecycle (its teardown has begun) joins nothing and keeps no row.
+		return r.failed(OpDurableJoin, c, r.removeFenced(ctx, channel, lc))
 	}
 	if !acl.Allows(channel) {
 		return refuse("channel %q is not within your read ACL", channel)
@@ -190,12 +264,24 @@ func (r *Responders) join(ctx context.Context, channel string, lc plane3.Lifecyc
 		// the catch-up is lost; activated reports completeness only.
 		base := plane3.Member{Channel: channel, Owner: lc.Principal(), LifecycleUID: lc.UID, State: StateActive,
 			JoinCursor: joinCursor, Generation: generation, WriterIdentity: r.cfg.WriterIdentity}
+		if r.beforeCommit != nil {
+			r.beforeCommit()
+		}
 		if err := r.members.commit(ctx, key, base); err != nil {
 			return JoinResult{}, err
 		}
 	}
 	if r.afterCommit != nil {
 		r.afterCommit()
+	}
+	// Read the ACL row again now that the row is committed: a teardown that fenced it and read
+	// the inventory between this join's first ACL read and its commit did not see the row, so
+	// the join removes it itself.
+	if f, err := r.fenced(ctx, lc); err != nil || f {
+		if err != nil {
+			return JoinResult{}, err
+		}
+		return JoinResult{}, r.removeFenced(ctx, channel, lc)
 	}
 	res := JoinResult{Generation: generation, LifecycleUID: lc.UID}
 	front, err := r.frontier(ctx)
@@ -268,19 +354,29 @@ func (r *Responders) listMemberships(ctx context.Context, c Caller, args map[str
 	}
 	// The bucket's last revision now is the index's barrier: a row written before this request
 	// (by this daemon's join or leave, or another writer) is listed.
-	st, err := r.members.kv.Status(ctx)
+	last, err := r.membersLastSeq(ctx)
 	if err != nil {
-		return r.failed(OpListMemberships, c, fmt.Errorf("read the members bucket's state: %w", err))
+		return r.failed(OpListMemberships, c, err)
 	}
-	bs, ok := st.(*jetstream.KeyValueBucketStatus)
-	if !ok {
-		return r.failed(OpListMemberships, c, fmt.Errorf("members bucket status is a %T", st))
-	}
-	ms, err := r.idx.list(ctx, plane3.Lifecycle{Owner: c.Owner, Actor: c.Actor, UID: uid}, bs.StreamInfo().State.LastSeq)
+	ms, err := r.idx.list(ctx, plane3.Lifecycle{Owner: c.Owner, Actor: c.Actor, UID: uid}, last)
 	if err != nil {
 		return r.failed(OpListMemberships, c, err)
 	}
 	return okReply(map[string]any{"memberships": ms})
+}
+
+// membersLastSeq is the members bucket's last revision now: the barrier the index must reach
+// before a read of it is as fresh as a direct read of the bucket.
+func (r *Responders) membersLastSeq(ctx context.Context) (uint64, error) {
+	st, err := r.members.kv.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read the members bucket's state: %w", err)
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return 0, fmt.Errorf("members bucket status is a %T", st)
+	}
+	return bs.StreamInfo().State.LastSeq, nil
 }
 
 // refusal is an error whose text is meant for the caller.

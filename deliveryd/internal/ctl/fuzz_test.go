@@ -73,3 +73,51 @@ func FuzzSubjects(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeLifecycleMemberships: lifecycleMemberships' closed argument decoder never panics,
+// refuses with ErrBadRequest only and without echoing a long body, and what it accepts is a
+// lifecycle whose owner, actor and uid pass their pkg/space grammars and re-encode to a member
+// key, decoded from args that held exactly the three fields.
+func FuzzDecodeLifecycleMemberships(f *testing.F) {
+	for _, s := range []string{
+		`{"owner":"local","actor":"a1","lifecycleUid":"uidaaaaaaaaaaaaaaaaaaaaaaa"}`,
+		`{"owner":"u_abcdefghijklmnopqrstuvwxyz","actor":"web","lifecycleUid":"uidaaaaaaaaaaaaaaaaaaaaaaa"}`,
+		`{"owner":"local","actor":"a1","lifecycleUid":"uidaaaaaaaaaaaaaaaaaaaaaaa","channel":"general"}`,
+		`{"owner":"local","actor":"a1"}`, `{"owner":7,"actor":"a1","lifecycleUid":"x"}`,
+		`{"owner":"UABC","actor":"a1","lifecycleUid":"uidaaaaaaaaaaaaaaaaaaaaaaa"}`,
+		`{"owner":"local","actor":"a.1","lifecycleUid":"uidaaaaaaaaaaaaaaaaaaaaaaa"}`,
+		`{"owner":"local","actor":"a1","lifecycleUid":null}`, `{}`,
+	} {
+		f.Add([]byte(`{"op":"lifecycleMemberships","args":` + s + `,"from":{"id":"local.authd"}}`))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		req, err := ctl.DecodeRequest(b, 4096)
+		if err != nil {
+			return
+		}
+		lc, err := ctl.DecodeLifecycleMembershipsArgs(req.Args)
+		if err != nil {
+			if !errors.Is(err, ctl.ErrBadRequest) {
+				t.Fatalf("refusal %v does not match ErrBadRequest", err)
+			}
+			for _, v := range req.Args {
+				if len(v) > 80 && strings.Contains(err.Error(), string(v)) {
+					t.Fatalf("refusal %q echoes a long value", err)
+				}
+			}
+			return
+		}
+		if len(req.Args) != 3 {
+			t.Fatalf("accepted args with %d fields: %v", len(req.Args), req.Args)
+		}
+		if space.ValidateOwner(lc.Owner) != nil || space.ValidateActor(lc.Actor) != nil || space.ValidateUID(lc.UID) != nil {
+			t.Fatalf("accepted %+v outside the grammars", lc)
+		}
+		if lc.Owner != "local" && space.ValidateDerivedOwner(lc.Owner) != nil {
+			t.Fatalf("accepted owner %q that is not a principal owner", lc.Owner)
+		}
+		if _, err := space.MemberKey("general", lc.Owner, lc.Actor, lc.UID); err != nil {
+			t.Fatalf("accepted %+v, which makes no member key: %v", lc, err)
+		}
+	})
+}

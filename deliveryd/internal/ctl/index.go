@@ -19,13 +19,18 @@ import (
 //
 // A read is as fresh as a direct read of the bucket: it first asks the bucket's stream for its
 // last sequence (one API request, no consumer) and waits until the watch has applied that
-// revision. Rows that do not decode and tombstones are not listed.
+// revision. Rows that do not decode and tombstones are not listed; keys (lifecycleMemberships'
+// inventory) lists every present key by its name alone, whatever its row holds.
 type index struct {
 	mu sync.Mutex
 	// open is lifecycle -> key -> membership, for the rows that are open; byKey names the
 	// lifecycle of each indexed key, so an update of that key can remove it. mu guards both.
 	open  map[plane3.Lifecycle]map[string]Membership
 	byKey map[string]plane3.Lifecycle
+	// keys is lifecycle -> key -> channel for every present key whose name parses as a member
+	// key (<channel>/<owner>.<actor>.<uid>): open rows, tombstones and rows that do not decode
+	// alike, since each is part of the lifecycle's footprint. mu guards it.
+	keys map[plane3.Lifecycle]map[string]string
 	// applied is the highest revision applied; moved is closed and replaced when it grows.
 	applied uint64
 	moved   chan struct{}
@@ -34,7 +39,8 @@ type index struct {
 }
 
 func newIndex() *index {
-	return &index{open: map[plane3.Lifecycle]map[string]Membership{}, byKey: map[string]plane3.Lifecycle{}, moved: make(chan struct{})}
+	return &index{open: map[plane3.Lifecycle]map[string]Membership{}, byKey: map[string]plane3.Lifecycle{},
+		keys: map[plane3.Lifecycle]map[string]string{}, moved: make(chan struct{})}
 }
 
 // run applies the watch's updates until its channel closes (Stop), recording why it ended.
@@ -64,6 +70,19 @@ func (x *index) apply(e jetstream.KeyValueEntry) {
 			delete(x.open, lc)
 		}
 	}
+	if channel, lc, ok := plane3.ParseMemberKey(key); ok {
+		if e.Operation() == jetstream.KeyValuePut {
+			if x.keys[lc] == nil {
+				x.keys[lc] = map[string]string{}
+			}
+			x.keys[lc][key] = channel
+		} else if x.keys[lc] != nil {
+			delete(x.keys[lc], key)
+			if len(x.keys[lc]) == 0 {
+				delete(x.keys, lc)
+			}
+		}
+	}
 	if e.Operation() == jetstream.KeyValuePut {
 		if m, lc, err := plane3.DecodeMember(key, e.Value()); err == nil && m.LeaveCursor == nil {
 			if x.open[lc] == nil {
@@ -82,28 +101,53 @@ func (x *index) apply(e jetstream.KeyValueEntry) {
 
 // list returns lc's open memberships by channel once the index holds revision last.
 func (x *index) list(ctx context.Context, lc plane3.Lifecycle, last uint64) ([]Membership, error) {
+	if err := x.wait(ctx, last); err != nil {
+		return nil, err
+	}
+	x.mu.Lock()
+	out := make([]Membership, 0, len(x.open[lc]))
+	for _, m := range x.open[lc] {
+		out = append(out, m)
+	}
+	x.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Channel < out[j].Channel })
+	return out, nil
+}
+
+// channels returns the channels of every key lc holds in the bucket, sorted, once the index
+// holds revision last. When it cannot get there (the watch ended, ctx ended first) it returns
+// what the index holds now and the reason: a listing that may miss a row.
+func (x *index) channels(ctx context.Context, lc plane3.Lifecycle, last uint64) ([]string, error) {
+	err := x.wait(ctx, last)
+	x.mu.Lock()
+	out := make([]string, 0, len(x.keys[lc]))
+	for _, ch := range x.keys[lc] {
+		out = append(out, ch)
+	}
+	x.mu.Unlock()
+	sort.Strings(out)
+	return out, err
+}
+
+// wait returns once the index has applied revision last, or why it cannot.
+func (x *index) wait(ctx context.Context, last uint64) error {
 	for {
 		x.mu.Lock()
 		if x.err != nil {
 			err := x.err
 			x.mu.Unlock()
-			return nil, err
+			return err
 		}
 		if x.applied >= last {
-			out := make([]Membership, 0, len(x.open[lc]))
-			for _, m := range x.open[lc] {
-				out = append(out, m)
-			}
 			x.mu.Unlock()
-			sort.Slice(out, func(i, j int) bool { return out[i].Channel < out[j].Channel })
-			return out, nil
+			return nil
 		}
 		moved := x.moved
 		x.mu.Unlock()
 		select {
 		case <-moved:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("members index: at revision %d, waiting for %d: %w", x.appliedNow(), last, ctx.Err())
+			return fmt.Errorf("members index: at revision %d, waiting for %d: %w", x.appliedNow(), last, ctx.Err())
 		}
 	}
 }

@@ -1,0 +1,165 @@
+package dlvclient
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/cotalgo/cotal/pkg/space"
+)
+
+// The footprint inventory on deliveryd's delivery-admin lane (issue 25): lifecycleMemberships
+// {owner, actor, lifecycleUid} goes to cotal.<t>.ctl.delivery-admin.<caller owner>.<caller actor>
+// with the reply subject <that>.reply.<nonce>. Only a supervisor credential (its own principal)
+// and authd's auth-plane credential (local.authd) may send it.
+
+const (
+	// DefaultInventoryTimeout bounds a LifecycleMemberships whose context has no deadline.
+	DefaultInventoryTimeout = 30 * time.Second
+	// opLifecycleMemberships is deliveryd's op name.
+	opLifecycleMemberships = "lifecycleMemberships"
+	// MaxInventoryReplyBytes bounds an inventory reply this package decodes: a list of
+	// channels may be as long as deliveryd's max_payload allows.
+	MaxInventoryReplyBytes = 8 << 20
+)
+
+// Inventory is lifecycleMemberships' answer: the lifecycle asked about and the channel of every
+// membership row it holds in the members bucket (sorted, each a concrete channel). Complete false
+// means the list may miss rows; LifecycleMemberships then returns it with ErrIncomplete.
+type Inventory struct {
+	Owner        string   `json:"owner"`
+	Actor        string   `json:"actor"`
+	LifecycleUID string   `json:"lifecycleUid"`
+	Channels     []string `json:"channels"`
+	Complete     bool     `json:"complete"`
+}
+
+// ErrIncomplete is returned, with the channels deliveryd did see, when it could not list every
+// row of the lifecycle (complete:false): a caller must not take the list for the whole footprint.
+var ErrIncomplete = errors.New("dlvclient: deliveryd's membership inventory is incomplete")
+
+// LifecycleMemberships asks deliveryd for the channels of every membership row of the lifecycle
+// owner.actor.uid, as callerOwner.callerActor on nc (a credential of that principal that may send
+// on the delivery-admin lane: a supervisor, or authd's auth-plane as local.authd). It refuses
+// locally, sending nothing, names outside their pkg/space grammars. Without a responder it fails
+// fast with nats.ErrNoResponders; a refusal is a *RefusedError; an answer with complete:false is
+// returned with ErrIncomplete. ctx bounds the wait (DefaultInventoryTimeout when it has none).
+func LifecycleMemberships(ctx context.Context, nc *nats.Conn, n space.Names, callerOwner, callerActor, owner, actor, uid string) (Inventory, error) {
+	if err := space.ValidateOwner(owner); err != nil {
+		return Inventory{}, fmt.Errorf("dlvclient: inventory: %w", err)
+	}
+	if err := space.ValidateActor(actor); err != nil {
+		return Inventory{}, fmt.Errorf("dlvclient: inventory: %w", err)
+	}
+	if err := space.ValidateUID(uid); err != nil {
+		return Inventory{}, fmt.Errorf("dlvclient: inventory: %w", err)
+	}
+	subject, err := n.CtlDeliveryAdmin(callerOwner, callerActor)
+	if err != nil {
+		return Inventory{}, fmt.Errorf("dlvclient: inventory: %w", err)
+	}
+	var nonce [16]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return Inventory{}, err
+	}
+	reply := subject + ".reply." + hex.EncodeToString(nonce[:])
+	body, err := json.Marshal(map[string]any{
+		"op":   opLifecycleMemberships,
+		"args": map[string]string{"owner": owner, "actor": actor, "lifecycleUid": uid},
+		"from": map[string]string{"id": callerOwner + "." + callerActor},
+	})
+	if err != nil {
+		return Inventory{}, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultInventoryTimeout)
+		defer cancel()
+	}
+	// Subscribed before the request is published on the same connection, so the answer cannot
+	// arrive first.
+	sub, err := nc.SubscribeSync(reply)
+	if err != nil {
+		return Inventory{}, fmt.Errorf("dlvclient: inventory: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Data: body}); err != nil {
+		return Inventory{}, fmt.Errorf("dlvclient: inventory: %w", err)
+	}
+	m, err := sub.NextMsgWithContext(ctx)
+	if err != nil {
+		return Inventory{}, fmt.Errorf("dlvclient: inventory of %s.%s.%s: %w", owner, actor, uid, err)
+	}
+	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+		return Inventory{}, fmt.Errorf("dlvclient: inventory of %s.%s.%s: %w", owner, actor, uid, nats.ErrNoResponders)
+	}
+	return DecodeInventoryReply(m.Data, owner, actor, uid)
+}
+
+// DecodeInventoryReply reads lifecycleMemberships' reply body: a JSON object of at most
+// MaxInventoryReplyBytes with a boolean ok; ok false is a *RefusedError carrying error; ok true
+// must carry data {owner, actor, lifecycleUid, channels, complete} naming owner.actor.uid, with
+// channels a list of distinct concrete channels. Anything else is an error matching ErrBadReply.
+// An answer with complete false is returned with ErrIncomplete.
+func DecodeInventoryReply(b []byte, owner, actor, uid string) (Inventory, error) {
+	if len(b) > MaxInventoryReplyBytes {
+		return Inventory{}, fmt.Errorf("%w: %d bytes", ErrBadReply, len(b))
+	}
+	var r struct {
+		OK    *bool           `json:"ok"`
+		Data  json.RawMessage `json:"data"`
+		Error string          `json:"error"`
+	}
+	if t := bytes.TrimSpace(b); len(t) == 0 || t[0] != '{' || json.Unmarshal(b, &r) != nil || r.OK == nil {
+		return Inventory{}, fmt.Errorf("%w: not a JSON object with a boolean ok", ErrBadReply)
+	}
+	if !*r.OK {
+		msg := r.Error
+		if len(msg) > 300 {
+			msg = msg[:300] + "..."
+		}
+		msg = strings.ToValidUTF8(msg, "?")
+		if msg == "" {
+			msg = "no reason given"
+		}
+		return Inventory{}, &RefusedError{Op: opLifecycleMemberships, Message: msg}
+	}
+	var inv struct {
+		Owner        string    `json:"owner"`
+		Actor        string    `json:"actor"`
+		LifecycleUID string    `json:"lifecycleUid"`
+		Channels     *[]string `json:"channels"`
+		Complete     *bool     `json:"complete"`
+	}
+	if t := bytes.TrimSpace(r.Data); len(t) == 0 || t[0] != '{' || json.Unmarshal(r.Data, &inv) != nil ||
+		inv.Channels == nil || inv.Complete == nil {
+		return Inventory{}, fmt.Errorf("%w: data is not an inventory {owner, actor, lifecycleUid, channels, complete}", ErrBadReply)
+	}
+	if inv.Owner != owner || inv.Actor != actor || inv.LifecycleUID != uid {
+		return Inventory{}, fmt.Errorf("%w: the inventory names %.40q.%.40q.%.40q, not the asked %s.%s.%s",
+			ErrBadReply, inv.Owner, inv.Actor, inv.LifecycleUID, owner, actor, uid)
+	}
+	seen := make(map[string]bool, len(*inv.Channels))
+	for i, ch := range *inv.Channels {
+		if err := space.ValidateChannel(ch); err != nil {
+			return Inventory{}, fmt.Errorf("%w: channel %d is not a concrete channel: %v", ErrBadReply, i, err)
+		}
+		if seen[ch] {
+			return Inventory{}, fmt.Errorf("%w: channel %d repeats %q", ErrBadReply, i, ch)
+		}
+		seen[ch] = true
+	}
+	out := Inventory{Owner: owner, Actor: actor, LifecycleUID: uid, Channels: *inv.Channels, Complete: *inv.Complete}
+	if !out.Complete {
+		return out, ErrIncomplete
+	}
+	return out, nil
+}
