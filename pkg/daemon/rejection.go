@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"unicode/utf8"
 )
@@ -48,9 +49,9 @@ func RejectionText(v any) (text string) {
 type formatState struct{ buf []byte }
 
 func (s *formatState) Write(p []byte) (int, error) { s.buf = append(s.buf, p...); return len(p), nil }
-func (*formatState) Width() (int, bool)             { return 0, false }
-func (*formatState) Precision() (int, bool)         { return 0, false }
-func (*formatState) Flag(int) bool                  { return false }
+func (*formatState) Width() (int, bool)            { return 0, false }
+func (*formatState) Precision() (int, bool)        { return 0, false }
+func (*formatState) Flag(int) bool                 { return false }
 
 // Rejection is a host-supplied call that panicked, or returned an error that cannot be read (its
 // Error, or a walk of its chain, panicked), as an error a daemon can log and refuse with. Hook
@@ -85,8 +86,13 @@ func quoteText(s string) string {
 }
 
 // Recovered is a *Rejection for a panic value recovered from the hook: call it as
-// `if v := recover(); v != nil { err = daemon.Recovered(hook, v) }` in a deferred function.
+// `if v := recover(); v != nil { err = daemon.Recovered(hook, v) }` in a deferred function. A
+// panic(nil), which recover returns as a *runtime.PanicNilError, is the value nil: "nil", as
+// upstream's rejection with null is "null".
 func Recovered(hook string, v any) *Rejection {
+	if _, ok := v.(*runtime.PanicNilError); ok {
+		v = nil
+	}
 	return &Rejection{Hook: hook, Text: RejectionText(v), Panicked: true}
 }
 
