@@ -61,6 +61,7 @@ const (
 	CodeCalloutBudget = callout.WarnBudget // warning: callout requests dropped past a local budget
 	CodeStopping      = "STOPPING"         // state: authd is stopping
 	CodeClosed        = "CLOSED"           // state: stopped by Close
+	CodeHook          = "HOOK"             // warning: a host hook (OnReady, OnStopping) panicked; authd went on
 	CodePlaneTaken    = "PLANE_TAKEN"      // state: stopped, another instance took the plane claim
 	CodeFailed        = "FAILED"           // state: stopped by a failure; Err says which
 )

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cotalgo/cotal/authd/service"
+	"github.com/cotalgo/cotal/pkg/daemon"
 )
 
 // dirFiles lists every path under dir (nil if dir does not exist).
@@ -97,6 +98,42 @@ func TestHooks(t *testing.T) {
 	_ = s.Close(ctxT(t))
 	if c := got(); !slices.Equal(c, []string{"ready", "stopping"}) {
 		t.Fatalf("hooks after Close: %v, want [ready stopping]", c)
+	}
+}
+
+// TestHooksPanic: OnReady and OnStopping that panic are recovered: authd serves after Start,
+// each panic is a HOOK warning with its text, and Close still stops it.
+func TestHooksPanic(t *testing.T) {
+	e := newEnv(t)
+	var mu sync.Mutex
+	var warned []string
+	events := func(ev service.Event) {
+		var rj *daemon.Rejection
+		if ev.Kind == service.EventWarning && ev.Code == service.CodeHook && errors.As(ev.Err, &rj) {
+			mu.Lock()
+			warned = append(warned, rj.Error())
+			mu.Unlock()
+		}
+	}
+	got := func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(warned) }
+	s := startWith(t, service.Inputs{Config: e.config(t)}, service.RuntimeOptions{Events: events, Hooks: service.Hooks{
+		OnReady:    func() { panic("ready hook broke") },
+		OnStopping: func() { panic(nil) },
+	}})
+	if s.State() != service.StateReady {
+		t.Fatalf("state %s after a panicking OnReady", s.State())
+	}
+	if w := got(); !slices.Equal(w, []string{"the OnReady hook panicked: ready hook broke"}) {
+		t.Fatalf("HOOK warnings after Start: %q", w)
+	}
+	if err := s.Close(ctxT(t)); err != nil {
+		t.Fatalf("Close after a panicking OnStopping: %v", err)
+	}
+	if s.State() != service.StateStopped {
+		t.Fatalf("state %s after Close", s.State())
+	}
+	if w := got(); !slices.Equal(w, []string{"the OnReady hook panicked: ready hook broke", "the OnStopping hook panicked: nil"}) {
+		t.Fatalf("HOOK warnings after Close: %q", w)
 	}
 }
 

@@ -137,7 +137,7 @@ func Start(ctx context.Context, in Inputs, opts RuntimeOptions) (*Service, error
 	}
 	s.log.Info("authd ready", "space", cfg.Space, "url", s.url, "public_url", s.publicURL, "pid", s.pid, "hosted", s.hosted != nil)
 	if s.hooks.OnReady != nil {
-		s.hooks.OnReady()
+		s.hook("the OnReady hook", s.hooks.OnReady)
 	}
 	go func() {
 		select {
@@ -490,7 +490,7 @@ func (s *Service) stop(why error) {
 		}
 		s.stopping(why)
 		if s.hooks.OnStopping != nil {
-			s.hooks.OnStopping()
+			s.hook("the OnStopping hook", s.hooks.OnStopping)
 		}
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout.D())
@@ -558,4 +558,15 @@ func (s *Service) Healthy() error {
 		return fmt.Errorf("authd: plane claim last written %v ago", time.Since(last).Round(time.Second))
 	}
 	return nil
+}
+
+// hook calls a host's lifecycle hook behind the rejection guard (daemon.Guard): a panic is
+// logged and raised as a HOOK warning, and authd goes on (a stop still runs to its end).
+func (s *Service) hook(name string, f func()) {
+	err := daemon.Guard(name, func() error { f(); return nil })
+	if err == nil {
+		return
+	}
+	s.log.Error("a host hook was rejected; authd goes on", "err", err)
+	s.warn(CodeHook, "a host hook was rejected; authd goes on", err)
 }

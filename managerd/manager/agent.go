@@ -334,13 +334,23 @@ func (m *Manager) spawn(ctx context.Context, req *managerv1.SpawnRequest) (*mana
 	})
 	a.phases.launch = time.Since(step)
 	if err != nil {
+		var rj *Rejection
+		if errors.As(err, &rj) { // logged and raised by the guard
+			return nil, api.Refuse(codes.Internal, managerv1.Reason_REASON_LAUNCH_FAILED, "launch: %s", rj.Error())
+		}
 		var re *launcher.RefusedError
-		if errors.As(err, &re) {
+		if errors.As(err, &re) && re != nil {
 			return nil, api.Refuse(codes.FailedPrecondition, managerv1.Reason_REASON_LAUNCH_FAILED, "launcher refused: %s: %s", re.Reason, re.Message)
 		}
 		m.log.Warn("the launcher could not be reached", "agent", a.name, "err", err)
 		m.tr.Warn(CodeLauncher, fmt.Sprintf("spawn of %s: the launcher could not be reached", a.name), err)
 		return nil, api.Refuse(codes.Unavailable, managerv1.Reason_REASON_LAUNCH_FAILED, "launcher: %v", err)
+	}
+	if master == nil {
+		if child.Pid > 1 {
+			m.killUnproven(child)
+		}
+		return nil, api.Refuse(codes.Internal, managerv1.Reason_REASON_LAUNCH_FAILED, "launch: the launcher returned no terminal and no error")
 	}
 	t, err := newTerm(master)
 	if err != nil {
@@ -419,7 +429,10 @@ func signerOnly(err error) error {
 // signerRefusal maps a signer or provisioning failure to a refusal: signerd unreachable is
 // SIGNER_UNAVAILABLE, a signerd refusal SIGNER_REFUSED, anything else the given reason.
 func (m *Manager) signerRefusal(err error, other managerv1.Reason, step string) error {
+	var rj *Rejection
 	switch {
+	case errors.As(err, &rj): // a host provisioner's rejection, logged and raised by the guard
+		return api.Refuse(codes.Internal, other, "%s: %s", step, rj.Error())
 	case errors.Is(err, signerclient.ErrUnavailable) || errors.Is(err, signerclient.ErrDeadline):
 		return api.Refuse(codes.Unavailable, managerv1.Reason_REASON_SIGNER_UNAVAILABLE, "%s: signerd unreachable: %v", step, err)
 	case signerclient.ReasonOf(err) != signerv1.Reason_REASON_UNSPECIFIED || errors.Is(err, signerclient.ErrDenied):
@@ -629,7 +642,7 @@ func (m *Manager) seen(actor string, at time.Time) {
 	}
 	m.mu.Unlock()
 	if first && m.opts.OnFirstSeen != nil {
-		m.opts.OnFirstSeen(a.name, at)
+		m.onFirstSeen(a.name, at)
 	}
 }
 

@@ -82,6 +82,12 @@
 //   - Signer keys unreadable to this process's uid, named in Config.SignerSeedPaths: run the
 //     manager as its own uid, never signerd's.
 //
+// Whatever the host supplies (the Launcher, the Provisioner, the Events, OnFirstSeen and Now
+// callbacks, the Logger's handler) may fail in any way: a panic with any value, or an error that
+// cannot be read, is recovered, logged, raised as a HOOK warning and refused with its text
+// (RejectionText; "an unreadable rejection" when even that panics), and the manager keeps
+// serving (rejection.go). A panic in a ManagerService call is INTERNAL for that call only.
+//
 // Inputs carry no hosted context (assigned account, lifecycle uid, store identity): the account
 // the manager's credentials belong to is signerd's policy for its client certificate.
 //

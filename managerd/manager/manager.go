@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -140,15 +141,28 @@ func newManager(in Inputs, opts RuntimeOptions) *Manager {
 	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
+	} else {
+		m.log = slog.New(guardedHandler{h: m.log.Handler(), m: m, reporting: new(atomic.Bool)})
 	}
 	if m.pid == 0 {
 		m.pid = os.Getpid()
 	}
+	// Every host-supplied call goes through a guard (rejection.go). The tracker guards the Events
+	// callback and the clock itself (it calls them under its lock, where logging could re-enter
+	// it through a rejected logger); the rest of the manager reads the guarded clock.
 	m.tr = daemon.NewTracker("managerd", opts.Events, opts.Now)
-	m.lnch = opts.Launcher
-	m.prov = opts.Provisioner
-	if m.prov == nil {
-		m.prov = &oneShot{m: m}
+	m.tr.OnRejection(func(rj *Rejection) {
+		m.log.Error("a host callback of the event tracker was rejected; its event was dropped or stamped with time.Now", "hook", rj.Hook, "panicked", rj.Panicked, "rejection", rj.Text)
+	})
+	if opts.Now != nil {
+		m.opts.Now = m.guardedClock(opts.Now)
+	}
+	if opts.Launcher != nil {
+		m.lnch = guardedLauncher{l: opts.Launcher, m: m}
+	}
+	m.prov = &oneShot{m: m}
+	if opts.Provisioner != nil {
+		m.prov = guardedProvisioner{p: opts.Provisioner, m: m}
 	}
 	return m
 }

@@ -34,6 +34,7 @@ const (
 	CodeStopUnproven      = "STOP_UNPROVEN"      // agents not proven gone at shutdown: the lease is kept
 	CodeAPI               = "API"                // ManagerService stopped serving on its own
 	CodeShutdown          = "SHUTDOWN"           // the manager is shutting down, or has stopped
+	CodeHook              = "HOOK"               // a host-supplied call (launcher, provisioner, callback, logger) panicked or returned an unreadable error; the manager went on
 )
 
 // Stop causes, in Err after Done (errors.Is).

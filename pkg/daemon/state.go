@@ -69,7 +69,8 @@ func (e Event) String() string {
 // Tracker holds a daemon's State and hands events to the host's callback, in order, one at a
 // time. The callback runs on the goroutine that raised the event, under the tracker's lock, so
 // it must not block or call back into the daemon; a host that needs to do more hands the event
-// to a goroutine of its own. The zero Tracker is not usable: use NewTracker.
+// to a goroutine of its own. A callback that panics is recovered (the event is dropped, the
+// daemon goes on, OnRejection learns of it). The zero Tracker is not usable: use NewTracker.
 type Tracker struct {
 	daemon string
 	now    func() time.Time
@@ -78,6 +79,20 @@ type Tracker struct {
 	state   State
 	on      func(Event)
 	changed chan struct{} // closed and replaced at every state change
+
+	// onReject learns of a callback (on, now) that panicked; called without mu held.
+	onReject func(*Rejection)
+}
+
+// OnRejection sets f to learn of each host callback of the tracker's (the events callback, the
+// clock) that panicked: the event is dropped (a panicking clock stamps it with time.Now
+// instead) and the tracker goes on. f is called after the tracker's lock is released, on the
+// goroutine that raised the event; a daemon logs it (it cannot report it as an event: the
+// callback that would carry it is the one that panicked). Set it before the first event.
+func (t *Tracker) OnRejection(f func(*Rejection)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.onReject = f
 }
 
 // NewTracker returns a tracker in StateStarting. on may be nil (events are dropped); now nil
@@ -108,30 +123,49 @@ func (t *Tracker) Changed() <-chan struct{} {
 // moves out of it. It reports whether the state changed.
 func (t *Tracker) Set(s State, code, msg string, err error) bool {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.state == s || t.state == StateStopped {
+		t.mu.Unlock()
 		return false
 	}
 	t.state = s
 	close(t.changed)
 	t.changed = make(chan struct{})
-	t.emit(Event{Kind: EventState, State: s, Code: code, Message: msg, Err: err})
+	rejected, report := t.emit(Event{Kind: EventState, State: s, Code: code, Message: msg, Err: err})
+	t.mu.Unlock()
+	report(rejected)
 	return true
 }
 
 // Warn reports a nonfatal condition.
 func (t *Tracker) Warn(code, msg string, err error) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.emit(Event{Kind: EventWarning, State: t.state, Code: code, Message: msg, Err: err})
+	rejected, report := t.emit(Event{Kind: EventWarning, State: t.state, Code: code, Message: msg, Err: err})
+	t.mu.Unlock()
+	report(rejected)
 }
 
-// emit calls the host's callback; t.mu must be held.
-func (t *Tracker) emit(e Event) {
+// emit calls the host's callback; t.mu must be held. A panicking callback (or clock) is
+// recovered: it returns the rejections, and the function to report them with once t.mu is
+// released.
+func (t *Tracker) emit(e Event) (rejected []*Rejection, report func([]*Rejection)) {
+	report = func(rs []*Rejection) {}
 	if t.on == nil {
-		return
+		return nil, report
 	}
-	e.Time = t.now()
+	if f := t.onReject; f != nil {
+		report = func(rs []*Rejection) {
+			for _, r := range rs {
+				f(r)
+			}
+		}
+	}
+	if err := Guard("the clock (Now)", func() error { e.Time = t.now(); return nil }); err != nil {
+		e.Time = time.Now()
+		rejected = append(rejected, err.(*Rejection))
+	}
 	e.Daemon = t.daemon
-	t.on(e)
+	if err := Guard("the events callback", func() error { t.on(e); return nil }); err != nil {
+		rejected = append(rejected, err.(*Rejection))
+	}
+	return rejected, report
 }

@@ -88,8 +88,8 @@ func NewServer(b Backend, opts Options) *grpc.Server {
 	g := &gate{allow: slices.Clone(opts.AllowUIDs), log: log}
 	gs := grpc.NewServer(
 		grpc.Creds(&peerCreds{declared: declared}),
-		grpc.ChainUnaryInterceptor(g.unary),
-		grpc.ChainStreamInterceptor(g.stream),
+		grpc.ChainUnaryInterceptor(recovering{log}.unary, g.unary),
+		grpc.ChainStreamInterceptor(recovering{log}.stream, g.stream),
 		grpc.MaxRecvMsgSize(maxRecvMsgBytes),
 		// Attach streams may be quiet for hours; keepalive pings are allowed but not required.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
