@@ -3,8 +3,6 @@ package dlvclient
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,40 +64,10 @@ func LifecycleMemberships(ctx context.Context, nc *nats.Conn, n space.Names, cal
 	if err != nil {
 		return Inventory{}, fmt.Errorf("dlvclient: inventory: %w", err)
 	}
-	var nonce [16]byte
-	if _, err := rand.Read(nonce[:]); err != nil {
-		return Inventory{}, err
-	}
-	reply := subject + ".reply." + hex.EncodeToString(nonce[:])
-	body, err := json.Marshal(map[string]any{
-		"op":   opLifecycleMemberships,
-		"args": map[string]string{"owner": owner, "actor": actor, "lifecycleUid": uid},
-		"from": map[string]string{"id": callerOwner + "." + callerActor},
-	})
-	if err != nil {
-		return Inventory{}, err
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultInventoryTimeout)
-		defer cancel()
-	}
-	// Subscribed before the request is published on the same connection, so the answer cannot
-	// arrive first.
-	sub, err := nc.SubscribeSync(reply)
-	if err != nil {
-		return Inventory{}, fmt.Errorf("dlvclient: inventory: %w", err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Data: body}); err != nil {
-		return Inventory{}, fmt.Errorf("dlvclient: inventory: %w", err)
-	}
-	m, err := sub.NextMsgWithContext(ctx)
+	m, err := request(ctx, nc, subject, opLifecycleMemberships, map[string]string{"owner": owner, "actor": actor, "lifecycleUid": uid},
+		callerOwner+"."+callerActor, DefaultInventoryTimeout)
 	if err != nil {
 		return Inventory{}, fmt.Errorf("dlvclient: inventory of %s.%s.%s: %w", owner, actor, uid, err)
-	}
-	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
-		return Inventory{}, fmt.Errorf("dlvclient: inventory of %s.%s.%s: %w", owner, actor, uid, nats.ErrNoResponders)
 	}
 	return DecodeInventoryReply(m.Data, owner, actor, uid)
 }

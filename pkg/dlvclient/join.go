@@ -71,40 +71,9 @@ func Join(ctx context.Context, nc *nats.Conn, n space.Names, owner, actor, uid, 
 	if err != nil {
 		return JoinResult{}, fmt.Errorf("dlvclient: join: %w", err)
 	}
-	var nonce [16]byte
-	if _, err := rand.Read(nonce[:]); err != nil {
-		return JoinResult{}, err
-	}
-	reply := subject + ".reply." + hex.EncodeToString(nonce[:])
-	body, err := json.Marshal(map[string]any{
-		"op":   opDurableJoin,
-		"args": map[string]string{"channel": channel},
-		"from": map[string]string{"id": owner + "." + actor},
-	})
-	if err != nil {
-		return JoinResult{}, err
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultJoinTimeout)
-		defer cancel()
-	}
-	// Subscribed before the request is published on the same connection, so the answer cannot
-	// arrive first.
-	sub, err := nc.SubscribeSync(reply)
-	if err != nil {
-		return JoinResult{}, fmt.Errorf("dlvclient: join: %w", err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Data: body}); err != nil {
-		return JoinResult{}, fmt.Errorf("dlvclient: join: %w", err)
-	}
-	m, err := sub.NextMsgWithContext(ctx)
+	m, err := request(ctx, nc, subject, opDurableJoin, map[string]string{"channel": channel}, owner+"."+actor, DefaultJoinTimeout)
 	if err != nil {
 		return JoinResult{}, fmt.Errorf("dlvclient: join %s: %w", channel, err)
-	}
-	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
-		return JoinResult{}, fmt.Errorf("dlvclient: join %s: %w", channel, nats.ErrNoResponders)
 	}
 	return DecodeJoinReply(m.Data, uid)
 }
@@ -148,4 +117,42 @@ func DecodeJoinReply(b []byte, uid string) (JoinResult, error) {
 		return JoinResult{}, fmt.Errorf("%w: generation 0", ErrBadReply)
 	}
 	return res, nil
+}
+
+// request sends one ctl request {op, args, from: {id: from}} on subject with a fresh reply inbox
+// under it (subject.reply.<nonce>, the lane's reply family), and waits for the answer within ctx
+// (timeout when ctx has no deadline). The reply subscription is made before the request is
+// published on the same connection, so the answer cannot arrive first. No responder (an empty
+// 503 status message) is nats.ErrNoResponders.
+func request(ctx context.Context, nc *nats.Conn, subject, op string, args map[string]string, from string, timeout time.Duration) (*nats.Msg, error) {
+	var nonce [16]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return nil, err
+	}
+	reply := subject + ".reply." + hex.EncodeToString(nonce[:])
+	body, err := json.Marshal(map[string]any{"op": op, "args": args, "from": map[string]string{"id": from}})
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	sub, err := nc.SubscribeSync(reply)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Data: body}); err != nil {
+		return nil, err
+	}
+	m, err := sub.NextMsgWithContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+		return nil, nats.ErrNoResponders
+	}
+	return m, nil
 }
