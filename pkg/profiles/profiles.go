@@ -170,6 +170,7 @@ const (
 	fTarget
 	fServiceEndpoint
 	fInstanceID
+	fMemberChannels
 )
 
 // fieldNames maps each field bit to its Params field name, in declaration order.
@@ -190,6 +191,7 @@ var fieldNames = []struct {
 	{fTarget, "Target"},
 	{fServiceEndpoint, "ServiceEndpoint"},
 	{fInstanceID, "InstanceID"},
+	{fMemberChannels, "MemberChannels"},
 }
 
 const (
@@ -246,7 +248,7 @@ var matrix = map[Name]rule{
 	},
 	Deprovisioner: {
 		account: AccountData, lifetime: lt(oneShot),
-		requires: fOwner | fActor | fUID, accepts: fOwner | fActor | fUID | fInboxNonce,
+		requires: fOwner | fActor | fUID, accepts: fOwner | fActor | fUID | fInboxNonce | fMemberChannels,
 		target: true,
 		perms:  deprovisionerPerms,
 	},

@@ -141,6 +141,11 @@ type Params struct {
 	// InstanceID is that endpoint instance's id ([a-z0-9]{26,32}). Only service-serve accepts it
 	// (and requires it); the credential's actor is svc_<InstanceID>.
 	InstanceID string
+	// MemberChannels are the concrete channels (space.ValidateChannel: no pattern) on which a
+	// deprovisioner may read and purge its target lifecycle's durable membership row
+	// (cotal_members_<t>, key <channel>/<owner>.<actor>.<uid>). Only the deprovisioner accepts
+	// it; at most MaxChannels.
+	MemberChannels []string
 }
 
 // RetirementTarget names one exact lifecycle: owner and actor tokens and its lifecycle uid.
