@@ -170,10 +170,6 @@ func agentA() provision.Agent {
 	return provision.Agent{Owner: "local", Actor: "a1", LifecycleUID: uidA, Role: "reviewer", AllowSubscribe: []string{"general", "team.backend"}}
 }
 
-func agentB() provision.Agent {
-	return provision.Agent{Owner: "local", Actor: "b1", LifecycleUID: uidB, Role: "reviewer", AllowSubscribe: []string{"general"}}
-}
-
 // fetchOne binds a pre-created consumer as its agent and fetches one message.
 func fetchOne(t *testing.T, js jetstream.JetStream, stream, consumer string) string {
 	t.Helper()
