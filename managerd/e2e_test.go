@@ -25,6 +25,7 @@ import (
 	"github.com/cotalgo/cotal/managerd/internal/api"
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
+	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 )
@@ -414,6 +415,28 @@ func consumerExists(t testing.TB, m *machine, stream, name string) bool {
 	return true
 }
 
+// memberRowExists reads one durable membership row with a delivery credential, the rows'
+// writer: false when it is absent (never written, deleted or purged).
+func memberRowExists(t testing.TB, m *machine, key string) bool {
+	t.Helper()
+	bucket, err := m.e.N.Bucket(space.Members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := plane3test.JS(t, m.e.Delivery(t)).KeyValue(ctxT(t), bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = kv.Get(ctxT(t), key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("membership row %s: %v", key, err)
+	}
+	return true
+}
+
 func wantReason(t testing.TB, err error, code codes.Code, reason managerv1.Reason) {
 	t.Helper()
 	st, ok := status.FromError(err)
@@ -669,29 +692,39 @@ func TestEndToEnd(t *testing.T) {
 		}
 	})
 
-	t.Run("ok/Stop removes exactly that agent's durables", func(t *testing.T) {
+	t.Run("ok/Stop removes exactly that agent's durables, ACL row and membership row", func(t *testing.T) {
 		n := m.e.N
 		dmA, _ := n.DMConsumer(plane3test.Owner, alice.Actor, alice.LifecycleUid)
 		dlvA, _ := n.DlvConsumer(plane3test.Owner, alice.Actor, alice.LifecycleUid)
 		dmB, _ := n.DMConsumer(plane3test.Owner, bob.Actor, bob.LifecycleUid)
 		dlvB, _ := n.DlvConsumer(plane3test.Owner, bob.Actor, bob.LifecycleUid)
+		aclA, _ := space.ACLKey(plane3test.Owner, alice.Actor, alice.LifecycleUid)
+		memberA, _ := space.MemberKey("general", plane3test.Owner, alice.Actor, alice.LifecycleUid)
+		memberB, _ := space.MemberKey("general", plane3test.Owner, bob.Actor, bob.LifecycleUid)
 		for _, x := range []struct{ stream, name string }{{n.DMStream(), dmA}, {n.DLVStream(), dlvA}} {
 			if !consumerExists(t, m, x.stream, x.name) {
 				t.Fatalf("%s missing before Stop", x.name)
 			}
 		}
+		// alice joined general durably through deliveryd: her membership row is there.
+		if !memberRowExists(t, m, memberA) || !memberRowExists(t, m, memberB) {
+			t.Fatalf("membership rows %s and %s missing before Stop", memberA, memberB)
+		}
 		resp, err := c.Stop(ctxT(t), &managerv1.StopRequest{Name: "alice"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(strings.Join(resp.Deprovisioned, " "), dmA) || !strings.Contains(strings.Join(resp.Deprovisioned, " "), dlvA) {
-			t.Fatalf("deprovisioned %v, want %s and %s", resp.Deprovisioned, dmA, dlvA)
+		if want := []string{dmA, dlvA, aclA, memberA}; !slices.Equal(resp.Deprovisioned, want) {
+			t.Fatalf("deprovisioned %v, want %v", resp.Deprovisioned, want)
 		}
 		if consumerExists(t, m, n.DMStream(), dmA) || consumerExists(t, m, n.DLVStream(), dlvA) {
 			t.Fatal("alice's durables survived Stop")
 		}
 		if !consumerExists(t, m, n.DMStream(), dmB) || !consumerExists(t, m, n.DLVStream(), dlvB) {
 			t.Fatal("Stop of alice removed bob's durables")
+		}
+		if memberRowExists(t, m, memberA) || !memberRowExists(t, m, memberB) {
+			t.Fatalf("after Stop: want %s purged and %s kept", memberA, memberB)
 		}
 		if _, err := os.Stat(fmt.Sprintf("/proc/%d", alice.Pid)); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("alice's process still there after Stop: %v", err)

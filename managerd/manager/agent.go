@@ -22,6 +22,7 @@ import (
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/material"
+	"github.com/cotalgo/cotal/pkg/provision"
 	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/pkg/space"
 )
@@ -57,9 +58,11 @@ type AgentSpec struct {
 type Provisioner interface {
 	// Provision creates them and returns their names; on failure it leaves none behind.
 	Provision(ctx context.Context, a AgentSpec) ([]string, error)
-	// Deprovision removes exactly that lifecycle's consumers and ACL row, and returns what it
-	// removed; already-absent items are not errors.
-	Deprovision(ctx context.Context, owner, actor, uid string) ([]string, error)
+	// Deprovision removes exactly that lifecycle's two consumers, its ACL row and its
+	// membership rows on memberChannels (concrete channels), and returns what it observed
+	// (provision.Result); already-absent items are not errors. A slot left uncertain is a
+	// *provision.DeprovisionError carrying the Result.
+	Deprovision(ctx context.Context, owner, actor, uid string, memberChannels []string) (provision.Result, error)
 }
 
 // Terminal is an agent's PTY as the manager holds it (a *term.Term).
@@ -276,7 +279,7 @@ func (m *Manager) spawn(ctx context.Context, req *managerv1.SpawnRequest) (*mana
 		}
 		if provisioned {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-			if _, err := m.prov.Deprovision(dctx, m.cfg.AgentOwner, a.actor, a.uid); err != nil {
+			if _, err := m.prov.Deprovision(dctx, m.cfg.AgentOwner, a.actor, a.uid, m.memberChannels(a)); err != nil {
 				m.log.Error("spawn failed and its durables could not be removed", "agent", a.name, "uid", a.uid, "err", err)
 				m.tr.Warn(CodeDeprovision, fmt.Sprintf("spawn of %s failed and its durables and ACL row (lifecycle %s) could not be removed", a.name, a.uid), err)
 			}
@@ -612,9 +615,13 @@ func (m *Manager) doStop(ctx context.Context, a *agent) (*managerv1.StopResponse
 		}
 	}
 	a.markExited()
-	removed, err := m.prov.Deprovision(ctx, m.cfg.AgentOwner, a.actor, a.uid)
+	res, err := m.prov.Deprovision(ctx, m.cfg.AgentOwner, a.actor, a.uid, m.memberChannels(a))
 	m.sig.record(signerOnly(err))
 	if err != nil {
+		if de := (*provision.DeprovisionError)(nil); errors.As(err, &de) {
+			// Some slots settled, some did not: a later Stop examines every slot again.
+			m.log.Error("agent deprovision incomplete", "agent", a.name, "uid", a.uid, "removed", de.Result.Removed, "result", de.Result.String(), "err", err)
+		}
 		return nil, m.signerRefusal(err, managerv1.Reason_REASON_PROVISION_FAILED, "deprovision")
 	}
 	m.mu.Lock()
@@ -625,8 +632,18 @@ func (m *Manager) doStop(ctx context.Context, a *agent) (*managerv1.StopResponse
 	a.key.Wipe()
 	m.unrecord(a)
 	m.release(a)
-	m.log.Info("agent stopped", "agent", a.name, "uid", a.uid, "deprovisioned", removed)
-	return &managerv1.StopResponse{Agent: view, Deprovisioned: removed}, nil
+	m.log.Info("agent stopped", "agent", a.name, "uid", a.uid, "deprovisioned", res.Removed, "result", res.String())
+	return &managerv1.StopResponse{Agent: view, Deprovisioned: res.Removed}, nil
+}
+
+// memberChannels is a's teardown member channels (see the package function), logging when
+// some were left out.
+func (m *Manager) memberChannels(a *agent) []string {
+	chans, truncated := memberChannels(a.subscribe, a.allowSub)
+	if truncated {
+		m.log.Warn("agent reads more concrete channels than one deprovisioner names; the rest of its membership rows are left to deliveryd", "agent", a.name, "uid", a.uid, "named", len(chans))
+	}
+	return chans
 }
 
 // seen records a probe from actor.

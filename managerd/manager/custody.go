@@ -135,7 +135,9 @@ func (m *Manager) reap(ctx context.Context) {
 			}
 		}
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		removed, err := m.prov.Deprovision(dctx, c.Owner, c.Actor, c.LifecycleUID)
+		// The record names no channels: the predecessor's membership rows are left to
+		// deliveryd's fan-out writer, which closes a departed lifecycle's rows.
+		res, err := m.prov.Deprovision(dctx, c.Owner, c.Actor, c.LifecycleUID, nil)
 		cancel()
 		if err != nil {
 			m.log.Error("a predecessor's agent could not be deprovisioned; its record stays for the next start", "agent", c.Name, "uid", c.LifecycleUID, "err", err)
@@ -146,6 +148,6 @@ func (m *Manager) reap(ctx context.Context) {
 			m.log.Error("custody record not removed", "path", path, "err", err)
 			m.tr.Warn(CodeCustody, "a reaped agent's custody record could not be removed: "+path, err)
 		}
-		m.log.Info("reaped a predecessor's agent", "agent", c.Name, "uid", c.LifecycleUID, "pid", c.Pid, "instance", c.InstanceID, "deprovisioned", removed)
+		m.log.Info("reaped a predecessor's agent", "agent", c.Name, "uid", c.LifecycleUID, "pid", c.Pid, "instance", c.InstanceID, "deprovisioned", res.Removed, "result", res.String())
 	}
 }

@@ -47,7 +47,9 @@
 // lifetime and its material replaced through the launcher; a failed renewal keeps the last good
 // credential, raises a RENEWAL warning and retries. Stop ends one agent (SIGTERM to its group,
 // SIGKILL after the grace) and, once its process is proven gone, deprovisions exactly its
-// durables and ACL row with a one-shot deprovisioner credential. A custody record of each
+// durables, ACL row and membership rows on its concrete read channels with a one-shot
+// deprovisioner credential (provision.RunDeprovisionAgent; the response lists what it removed,
+// and a slot left uncertain refuses the Stop, which a later Stop retries). A custody record of each
 // running agent in Config.StateDir lets the next manager on that directory reap what this one
 // left.
 //

@@ -23,6 +23,7 @@ import (
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
+	"github.com/cotalgo/cotal/pkg/provision"
 	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/pkg/testkit"
@@ -415,8 +416,8 @@ func (r *recordingProv) Provision(ctx context.Context, a AgentSpec) ([]string, e
 	return r.inner.Provision(ctx, a)
 }
 
-func (r *recordingProv) Deprovision(ctx context.Context, owner, actor, uid string) ([]string, error) {
-	return r.inner.Deprovision(ctx, owner, actor, uid)
+func (r *recordingProv) Deprovision(ctx context.Context, owner, actor, uid string, memberChannels []string) (provision.Result, error) {
+	return r.inner.Deprovision(ctx, owner, actor, uid, memberChannels)
 }
 
 // TestSpawnLaunchFails: a spawn that passes admission, provisions and mints, then cannot be

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cotalgo/cotal/pkg/daemon"
+	"github.com/cotalgo/cotal/pkg/provision"
 )
 
 // Rejection handling (seed 001, "Rejection handling"). Every call the manager makes into code its
@@ -85,13 +86,13 @@ func (g guardedProvisioner) Provision(ctx context.Context, a AgentSpec) (names [
 	return names, g.m.hookFailed(err)
 }
 
-func (g guardedProvisioner) Deprovision(ctx context.Context, owner, actor, uid string) (names []string, err error) {
+func (g guardedProvisioner) Deprovision(ctx context.Context, owner, actor, uid string, memberChannels []string) (res provision.Result, err error) {
 	err = daemon.Guard("the provisioner's Deprovision", func() error {
 		var e error
-		names, e = g.p.Deprovision(ctx, owner, actor, uid)
+		res, e = g.p.Deprovision(ctx, owner, actor, uid, memberChannels)
 		return e
 	})
-	return names, g.m.hookFailed(err)
+	return res, g.m.hookFailed(err)
 }
 
 // guardedClock is RuntimeOptions.Now behind the guard: a panic reads time.Now instead, logged.

@@ -24,6 +24,7 @@ import (
 	"github.com/cotalgo/cotal/managerd/internal/launcher"
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
 	"github.com/cotalgo/cotal/pkg/managerclient"
+	"github.com/cotalgo/cotal/pkg/provision"
 	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
@@ -153,11 +154,11 @@ func (p *hostProv) Provision(ctx context.Context, a AgentSpec) ([]string, error)
 	return p.inner.Provision(ctx, a)
 }
 
-func (p *hostProv) Deprovision(ctx context.Context, owner, actor, uid string) ([]string, error) {
+func (p *hostProv) Deprovision(ctx context.Context, owner, actor, uid string, memberChannels []string) (provision.Result, error) {
 	if f := p.rejects("deprovision"); f != nil {
-		return nil, f()
+		return provision.Result{}, f()
 	}
-	return p.inner.Deprovision(ctx, owner, actor, uid)
+	return p.inner.Deprovision(ctx, owner, actor, uid, memberChannels)
 }
 
 // typedNilRefusal is a launcher bug: a nil *LaunchRefusedError in a non-nil error, whose Error

@@ -38,7 +38,9 @@ var (
 	// retire m1's lifecycle m1.a1 at uid.
 	retirementRequesterM1 = profiles.Params{Owner: "m1", Actor: "manager_serve_" + iidM1, LifecycleUID: managerUID,
 		Target: &profiles.RetirementTarget{Owner: "m1", Actor: "a1", LifecycleUID: uid}}
-	none = profiles.Params{}
+	// deprovisionerO1 is pinned to o1.a1 at uid and its membership row on general.
+	deprovisionerO1 = profiles.Params{Owner: "o1", Actor: "a1", LifecycleUID: uid, MemberChannels: []string{"general"}}
+	none            = profiles.Params{}
 )
 
 type principal struct {
@@ -185,6 +187,28 @@ func TestBrokerRefuses(t *testing.T) {
 		{"fail/auth-plane subscribes to its whole admin subtree", principal{profiles.AuthPlane, none}, sub, must(n.CtlDeliveryAdminTree("local", "authd"))},
 		{"fail/auth-plane hears another principal's admin replies", principal{profiles.AuthPlane, none}, sub, must(n.CtlDeliveryAdminReply("local", "manager", "nonce1234"))},
 		{"fail/auth-plane serves the delivery-admin rail", principal{profiles.AuthPlane, none}, sub, n.CtlDeliveryAdminServe()},
+		{"fail/deprovisioner reads another lifecycle's dm_ consumer", principal{profiles.Deprovisioner, deprovisionerO1}, pub,
+			must(space.ConsumerInfo(n.DMStream(), must(n.DMConsumer("o2", "a2", uid))))},
+		{"fail/deprovisioner deletes another lifecycle's dlv_ consumer", principal{profiles.Deprovisioner, deprovisionerO1}, pub,
+			must(space.ConsumerDelete(n.DLVStream(), must(n.DlvConsumer("o2", "a2", uid))))},
+		{"fail/deprovisioner deletes its own lifecycle's consumer under another uid", principal{profiles.Deprovisioner, deprovisionerO1}, pub,
+			must(space.ConsumerDelete(n.DMStream(), must(n.DMConsumer("o1", "a1", managerUID))))},
+		{"fail/deprovisioner deletes a role queue", principal{profiles.Deprovisioner, deprovisionerO1}, pub,
+			must(space.ConsumerDelete(n.TaskStream(), must(n.SvcConsumer("reviewer"))))},
+		{"fail/deprovisioner reads another lifecycle's ACL key", principal{profiles.Deprovisioner, deprovisionerO1}, pub,
+			must(space.DirectGet(must(n.BucketStream(space.ACL)))) + "." + must(n.KV(space.ACL, must(space.ACLKey("o2", "a2", uid))))},
+		{"fail/deprovisioner purges another lifecycle's ACL key", principal{profiles.Deprovisioner, deprovisionerO1}, pub,
+			must(n.KV(space.ACL, must(space.ACLKey("o2", "a2", uid))))},
+		{"fail/deprovisioner reads the ACL bucket by the leader-served get", principal{profiles.Deprovisioner, deprovisionerO1}, pub,
+			must(space.StreamMsgGet(must(n.BucketStream(space.ACL))))},
+		{"fail/deprovisioner purges another lifecycle's members key", principal{profiles.Deprovisioner, deprovisionerO1}, pub,
+			must(n.KV(space.Members, must(space.MemberKey("general", "o2", "a2", uid))))},
+		{"fail/deprovisioner reads another lifecycle's members key", principal{profiles.Deprovisioner, deprovisionerO1}, pub,
+			must(space.DirectGet(must(n.BucketStream(space.Members)))) + "." + must(n.KV(space.Members, must(space.MemberKey("general", "o2", "a2", uid))))},
+		{"fail/deprovisioner purges its members key on a channel it was not given", principal{profiles.Deprovisioner, deprovisionerO1}, pub,
+			must(n.KV(space.Members, must(space.MemberKey("secret", "o1", "a1", uid))))},
+		{"fail/deprovisioner writes the channels bucket", principal{profiles.Deprovisioner, deprovisionerO1}, pub,
+			must(n.KV(space.Channels, "general"))},
 		{"fail/probe publishes to chat", principal{profiles.Probe, none}, pub, must(n.Chat("o1", "a1", "general"))},
 		{"fail/probe publishes to the JetStream API", principal{profiles.Probe, none}, pub, space.JSAPIInfo},
 		{"fail/probe subscribes to chat", principal{profiles.Probe, none}, sub, n.ChatAll()},

@@ -139,6 +139,7 @@ func set(p Params) field {
 	add(fTarget, p.Target != nil)
 	add(fServiceEndpoint, p.ServiceEndpoint != "")
 	add(fInstanceID, p.InstanceID != "")
+	add(fMemberChannels, len(p.MemberChannels) > 0)
 	return f
 }
 
@@ -238,6 +239,9 @@ func normalize(name Name, r rule, p Params) (Params, error) {
 	if out.AllowPublish, err = channels(name, "AllowPublish", p.AllowPublish); err != nil {
 		return Params{}, err
 	}
+	if out.MemberChannels, err = concreteChannels(name, "MemberChannels", p.MemberChannels); err != nil {
+		return Params{}, err
+	}
 	for _, c := range out.Subscribe {
 		if !slices.ContainsFunc(out.AllowSubscribe, func(a string) bool { return space.PatternCovers(a, c) }) {
 			return Params{}, refuse(name, "Subscribe", "channel %q is not within AllowSubscribe", c)
@@ -307,6 +311,20 @@ func channels(name Name, fieldName string, in []string) ([]string, error) {
 	for i, c := range in {
 		if err := space.ValidateChannelPattern(c); err != nil {
 			return nil, &ParamError{Profile: name, Field: fieldName, Reason: fmt.Sprintf("entry %d: %v", i, err), Err: err}
+		}
+	}
+	return sortedSet(in), nil
+}
+
+// concreteChannels is channels for a list of concrete channels: a membership row's key names one
+// channel, so a pattern names no key and is refused.
+func concreteChannels(name Name, fieldName string, in []string) ([]string, error) {
+	if len(in) > MaxChannels {
+		return nil, refuse(name, fieldName, "has %d channels, more than %d", len(in), MaxChannels)
+	}
+	for i, c := range in {
+		if err := space.ValidateChannel(c); err != nil {
+			return nil, &ParamError{Profile: name, Field: fieldName, Reason: fmt.Sprintf("entry %d: %v (a concrete channel, not a pattern)", i, err), Err: err}
 		}
 	}
 	return sortedSet(in), nil

@@ -184,6 +184,14 @@ func TestBuildRefusals(t *testing.T) {
 		{"fail/provisioner uid not accepted", mxSpace, Provisioner, Params{LifecycleUID: mxUID}, "LifecycleUID", false},
 		{"fail/deprovisioner missing uid", mxSpace, Deprovisioner, Params{Owner: "o", Actor: "a"}, "LifecycleUID", false},
 		{"fail/deprovisioner bad uid", mxSpace, Deprovisioner, Params{Owner: "o", Actor: "a", LifecycleUID: "*"}, "LifecycleUID", true},
+		{"fail/deprovisioner member channel pattern", mxSpace, Deprovisioner, Params{Owner: "o", Actor: "a", LifecycleUID: mxUID, MemberChannels: []string{"general", "team.>"}}, "MemberChannels", true},
+		{"fail/deprovisioner member channel star", mxSpace, Deprovisioner, Params{Owner: "o", Actor: "a", LifecycleUID: mxUID, MemberChannels: []string{"team.*"}}, "MemberChannels", true},
+		{"fail/deprovisioner member channel empty", mxSpace, Deprovisioner, Params{Owner: "o", Actor: "a", LifecycleUID: mxUID, MemberChannels: []string{""}}, "MemberChannels", true},
+		{"fail/deprovisioner member channel slash", mxSpace, Deprovisioner, Params{Owner: "o", Actor: "a", LifecycleUID: mxUID, MemberChannels: []string{"a/b"}}, "MemberChannels", true},
+		{"fail/deprovisioner too many member channels", mxSpace, Deprovisioner, Params{Owner: "o", Actor: "a", LifecycleUID: mxUID, MemberChannels: tooMany}, "MemberChannels", false},
+		{"fail/agent member channels not accepted", mxSpace, Agent, mxWith(mxAgent(), func(p *Params) { p.MemberChannels = []string{"general"} }), "MemberChannels", false},
+		{"fail/provisioner member channels not accepted", mxSpace, Provisioner, Params{MemberChannels: []string{"general"}}, "MemberChannels", false},
+		{"fail/delivery member channels not accepted", mxSpace, Delivery, Params{MemberChannels: []string{"general"}}, "MemberChannels", false},
 		{"fail/auth-callout owner not accepted", mxSpace, AuthCallout, Params{Owner: "o", Actor: "a"}, "Owner", false},
 		{"fail/auth-callout nonce not accepted", mxSpace, AuthCallout, Params{InboxNonce: "abcdefgh"}, "InboxNonce", false},
 		{"fail/sentinel subscribe not accepted", mxSpace, Sentinel, Params{Subscribe: []string{"x"}}, "Subscribe", false},
@@ -311,6 +319,41 @@ func TestBuildOK(t *testing.T) {
 		}
 		if !reflect.DeepEqual(s.Tags, []string{"profile:deprovisioner"}) || s.JWTName != "deprovisioner" {
 			t.Fatalf("tags %v name %q", s.Tags, s.JWTName)
+		}
+	})
+	t.Run("ok/deprovisioner member rows only for the named channels", func(t *testing.T) {
+		bare, err := Build(mxSpace, Deprovisioner, Params{Owner: "local", Actor: "bob", LifecycleUID: mxUID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, row := range bare.Pub.Allow {
+			if strings.Contains(row, "cotal_members_") {
+				t.Fatalf("deprovisioner without member channels holds members row %q", row)
+			}
+		}
+		s, err := Build(mxSpace, Deprovisioner, Params{Owner: "local", Actor: "bob", LifecycleUID: mxUID, MemberChannels: []string{"team.b", "team.a", "team.b"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var members []string
+		for _, row := range s.Pub.Allow {
+			if strings.Contains(row, "cotal_members_") {
+				members = append(members, row)
+			}
+		}
+		key := func(ch string) string { return "$KV.cotal_members_demo_space." + ch + "/local.bob." + mxUID }
+		want := []string{
+			"$JS.API.STREAM.INFO.KV_cotal_members_demo_space",
+			"$JS.API.DIRECT.GET.KV_cotal_members_demo_space." + key("team.a"), key("team.a"),
+			"$JS.API.DIRECT.GET.KV_cotal_members_demo_space." + key("team.b"), key("team.b"),
+		}
+		if !slices.Equal(members, want) {
+			t.Fatalf("members rows %v, want %v", members, want)
+		}
+		for _, other := range []string{key("team.c"), "$KV.cotal_members_demo_space.team.a/local.carol." + mxUID, "$KV.cotal_members_demo_space.team.a/local.bob.cccccccccccccccccccccccccc"} {
+			if pubAllowed(s, other) {
+				t.Errorf("deprovisioner may publish %q", other)
+			}
 		}
 	})
 	t.Run("ok/optional principal tags", func(t *testing.T) {

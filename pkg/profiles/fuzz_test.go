@@ -61,6 +61,9 @@ func (v mxFuzzValues) params(include field) Params {
 	if include&fInstanceID != 0 {
 		p.InstanceID = v.uid
 	}
+	if include&fMemberChannels != 0 {
+		p.MemberChannels = []string{v.ch2, v.ch3}
+	}
 	return p
 }
 

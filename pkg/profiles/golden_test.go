@@ -38,7 +38,7 @@ var mxGoldenParams = map[Name]Params{
 	},
 	Supervisor:    {Owner: "local", Actor: "manager"},
 	Provisioner:   {Owner: "local", Actor: "manager"},
-	Deprovisioner: {Owner: "local", Actor: "bob", LifecycleUID: mxUID},
+	Deprovisioner: {Owner: "local", Actor: "bob", LifecycleUID: mxUID, MemberChannels: []string{"team.backend", "general", "general"}},
 	Delivery:      {},
 	Observer:      {},
 	Admin:         {Owner: "u_abcdefghijklmnopqrstuvwxyz", Actor: "web", InboxNonce: "bksyh3qicrxbejqrvpgufe4nu6-web-nonce-0001"},

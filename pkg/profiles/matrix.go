@@ -306,8 +306,11 @@ func provisionerPerms(b *builder) {
 }
 
 // deprovisionerPerms is upstream's deprovisioner arm, pinned to one departed lifecycle (Owner,
-// Actor, LifecycleUID name the target, not the holder): delete its DM and DLV consumers by exact
-// name and purge its ACL row. It reads no body and reaches no other lifecycle.
+// Actor, LifecycleUID name the target, not the holder): read (INFO) and delete its DM and DLV
+// consumers by exact name; read its ACL row by the direct get that names the key, and write it
+// (the revision-conditioned purge, and the fence's empty-read row); and, for each of
+// MemberChannels, read and purge that lifecycle's membership row on that channel by exact key.
+// It reads no message body and reaches no other lifecycle.
 func deprovisionerPerms(b *builder) {
 	n, p := b.n, b.p
 	b.pub(space.JSAPIInfo, nil)
@@ -321,7 +324,9 @@ func deprovisionerPerms(b *builder) {
 		b.pub("", err)
 		return
 	}
+	b.pub(space.ConsumerInfo(n.DMStream(), dmC))
 	b.pub(space.ConsumerDelete(n.DMStream(), dmC))
+	b.pub(space.ConsumerInfo(n.DLVStream(), dlvC))
 	b.pub(space.ConsumerDelete(n.DLVStream(), dlvC))
 	b.kvBind(space.ACL)
 	key, err := space.ACLKey(p.Owner, p.Actor, p.LifecycleUID)
@@ -329,7 +334,21 @@ func deprovisionerPerms(b *builder) {
 		b.pub("", err)
 		return
 	}
+	b.kvGetKey(space.ACL, key)
 	b.pub(n.KV(space.ACL, key))
+	if len(p.MemberChannels) == 0 {
+		return
+	}
+	b.kvBind(space.Members)
+	for _, ch := range p.MemberChannels {
+		mk, err := space.MemberKey(ch, p.Owner, p.Actor, p.LifecycleUID)
+		if err != nil {
+			b.pub("", err)
+			return
+		}
+		b.kvGetKey(space.Members, mk)
+		b.pub(n.KV(space.Members, mk))
+	}
 }
 
 // deliveryPerms is upstream's delivery arm: the fan-out writer reads all of CHAT, the trusted

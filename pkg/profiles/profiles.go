@@ -48,9 +48,9 @@
 // signed-in owner, so any user could stall delivery for a space. The rules here:
 //
 //   - No profile but delivery may fetch from, ack on, update or delete fanout or reader, and none
-//     but the owner (bind-only) and the deprovisioner (delete by exact name) may touch a member's
-//     dm_ or dlv_ durable; the provisioner creates them and reads none (TestOnlyOwnersTouchDurables
-//     checks this over every profile).
+//     but the owner (bind-only) and the deprovisioner (INFO and delete by exact name) may touch a
+//     member's dm_ or dlv_ durable; the provisioner creates them and reads none
+//     (TestOnlyOwnersTouchDurables checks this over every profile).
 //   - Observer and admin hold no consumer verb at all, and deny $JS.API.CONSUMER.> and $JS.ACK.>
 //     as defence in depth. They read history with message gets (STREAM.MSG.GET, and DIRECT.GET
 //     bare and by subject, for streams with allow_direct), whose request carries the sequence or
@@ -173,6 +173,7 @@ const (
 	fTarget
 	fServiceEndpoint
 	fInstanceID
+	fMemberChannels
 )
 
 // fieldNames maps each field bit to its Params field name, in declaration order.
@@ -193,6 +194,7 @@ var fieldNames = []struct {
 	{fTarget, "Target"},
 	{fServiceEndpoint, "ServiceEndpoint"},
 	{fInstanceID, "InstanceID"},
+	{fMemberChannels, "MemberChannels"},
 }
 
 const (
@@ -267,7 +269,7 @@ var matrix = map[Name]rule{
 	},
 	Deprovisioner: {
 		account: AccountData, lifetime: lt(oneShot),
-		requires: fOwner | fActor | fUID, accepts: fOwner | fActor | fUID | fInboxNonce,
+		requires: fOwner | fActor | fUID, accepts: fOwner | fActor | fUID | fInboxNonce | fMemberChannels,
 		target: true,
 		perms:  deprovisionerPerms,
 	},

@@ -150,6 +150,11 @@ type Params struct {
 	// instance whose lease it holds; its Actor must be manager_<InstanceID>); every other profile
 	// refuses it.
 	InstanceID string
+	// MemberChannels are the concrete channels (space.ValidateChannel: no pattern) on which a
+	// deprovisioner may read and purge its target lifecycle's durable membership row
+	// (cotal_members_<t>, key <channel>/<owner>.<actor>.<uid>). Only the deprovisioner accepts
+	// it; at most MaxChannels.
+	MemberChannels []string
 }
 
 // RetirementTarget names one exact lifecycle: owner and actor tokens and its lifecycle uid.

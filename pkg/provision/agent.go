@@ -40,7 +40,8 @@ func (p Provisioned) Durables() []string {
 	return out
 }
 
-// Steps of ProvisionAgent and DeprovisionAgent, named in a *StepError.
+// Steps of ProvisionAgent, Rollback, FenceLifecycleACL and DeprovisionAgent's validation, named
+// in a *StepError.
 const (
 	StepValidate   = "validate"
 	StepStreams    = "read streams"
@@ -56,6 +57,7 @@ const (
 	StepDeleteDM   = "delete dm_ durable"
 	StepDeleteDlv  = "delete dlv_ durable"
 	StepPurgeACL   = "purge ACL row"
+	StepFenceACL   = "fence ACL row"
 )
 
 // ErrConflict matches a StepError about something that exists in another shape than the one
@@ -338,30 +340,9 @@ func existingRow(ctx context.Context, kv jetstream.KeyValue, key string, allow [
 	return true, nil
 }
 
-// DeprovisionAgent removes one departed lifecycle's items on a deprovisioner connection pinned to
-// it (upstream deprovision): its dm_ and dlv_ durables, deleted by exact name, and its ACL row,
-// purged. It never touches the role queue, which other agents of the role share. A durable that
-// is already gone is not an error and is not reported; the deprovisioner may not read the ACL
-// row, so the purge (idempotent) is always reported, by key. It returns what it removed, and on
-// the first failure a *StepError naming the step.
-//
-// The lifecycle's membership rows (cotal_members_<t>, <channel>/<owner>.<actor>.<uid>) are not
-// written here: the deprovisioner may not, since their keys begin with the channel, and a channel
-// may be any instance of a subtree grant, so no permission can be pinned to one lifecycle's rows.
-// The ACL purge is the departure deliveryd acts on: its fan-out writer, the rows' only writer with
-// durableJoin, routes nothing more to a row whose lifecycle has no ACL row and closes it to an
-// empty interval, and its reader drops the lifecycle's entries still in flight at once.
-func DeprovisionAgent(ctx context.Context, js jetstream.JetStream, n space.Names, owner, actor, uid string) ([]string, error) {
-	p, err := lifecycleNames(n, owner, actor, uid)
-	if err != nil {
-		return nil, &StepError{Lifecycle: owner + "." + actor + "." + uid, Step: StepValidate, Err: err}
-	}
-	return remove(ctx, js, n, p, p.DM, p.Dlv, p.ACLKey)
-}
-
 // Rollback removes what a failed ProvisionAgent created (p.Created), on a deprovisioner
-// connection for that lifecycle, as DeprovisionAgent does; items this run found already there
-// stay. A role queue in Created is left (it is shared, and the deprovisioner may not delete it).
+// connection for that lifecycle: the durables by exact name, the ACL row by an unconditional
+// purge (this run wrote it moments ago); items this run found already there stay. A role queue in Created is left (it is shared, and the deprovisioner may not delete it).
 func Rollback(ctx context.Context, js jetstream.JetStream, n space.Names, p Provisioned) ([]string, error) {
 	return remove(ctx, js, n, p, p.Created...)
 }

@@ -1,7 +1,6 @@
 package provision_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -171,10 +170,6 @@ func agentA() provision.Agent {
 	return provision.Agent{Owner: "local", Actor: "a1", LifecycleUID: uidA, Role: "reviewer", AllowSubscribe: []string{"general", "team.backend"}}
 }
 
-func agentB() provision.Agent {
-	return provision.Agent{Owner: "local", Actor: "b1", LifecycleUID: uidB, Role: "reviewer", AllowSubscribe: []string{"general"}}
-}
-
 // fetchOne binds a pre-created consumer as its agent and fetches one message.
 func fetchOne(t *testing.T, js jetstream.JetStream, stream, consumer string) string {
 	t.Helper()
@@ -311,75 +306,6 @@ func TestProvisionAgent(t *testing.T) {
 		}
 		if again := aclRow(t, pjs, "local.a1."+uidA); again == nil || again.Revision() != row.Revision() {
 			t.Fatalf("ACL row rewritten: %v", again)
-		}
-	})
-}
-
-// TestDeprovisionAgent: a deprovisioner minted for lifecycle A removes exactly A's dm_, dlv_ and
-// ACL row, leaves B's and the shared role queue, reports an already-removed durable as nothing;
-// and A's deprovisioner cannot delete B's durables or purge B's row (the broker refuses).
-func TestDeprovisionAgent(t *testing.T) {
-	e := newAgentEnv(t, true)
-	for _, a := range []provision.Agent{agentA(), agentB()} {
-		if _, err := provision.RunProvisionAgent(testCtx(t), e.cfg, a); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dmA, dlvA, dmB, dlvB := "dm_local-a1-"+uidA, "dlv_local-a1-"+uidA, "dm_local-b1-"+uidB, "dlv_local-b1-"+uidB
-	keyA, keyB := "local.a1."+uidA, "local.b1."+uidB
-
-	removed, err := provision.RunDeprovisionAgent(testCtx(t), e.cfg, "local", "a1", uidA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []string{dmA, dlvA, keyA}; !slices.Equal(removed, want) {
-		t.Fatalf("removed %v, want %v", removed, want)
-	}
-	left := []string{"DLV_alpha/" + dlvB, "DM_alpha/" + dmB, "TASK_alpha/svc_reviewer"}
-	if got := e.consumers(t); !slices.Equal(got, left) {
-		t.Fatalf("broker holds %v, want %v", got, left)
-	}
-	pjs := e.provisioner(t)
-	if aclRow(t, pjs, keyA) != nil || aclRow(t, pjs, keyB) == nil {
-		t.Fatal("ACL rows: want A's purged and B's kept")
-	}
-
-	again, err := provision.RunDeprovisionAgent(testCtx(t), e.cfg, "local", "a1", uidA)
-	if err != nil || !slices.Equal(again, []string{keyA}) {
-		t.Fatalf("second deprovision: removed %v, err %v", again, err)
-	}
-
-	t.Run("fail/A's deprovisioner reaches nothing of B", func(t *testing.T) {
-		js, nc, errs := e.conn(t, mtls.KindManagerd, signerv1.Profile_PROFILE_DEPROVISIONER,
-			&signerv1.ProfileParams{Owner: "local", Actor: "a1", LifecycleUid: uidA})
-		// A refused request gets no answer: each gets its own short deadline.
-		short := func() context.Context {
-			ctx, cancel := context.WithTimeout(testCtx(t), time.Second)
-			t.Cleanup(cancel)
-			return ctx
-		}
-		_, err := provision.DeprovisionAgent(short(), js, e.n, "local", "b1", uidB)
-		var se *provision.StepError
-		if !errors.As(err, &se) || se.Step != provision.StepDeleteDM {
-			t.Fatalf("err = %v, want a refusal at %q", err, provision.StepDeleteDM)
-		}
-		errs.wait(t, nc, testkit.PublishViolation("$JS.API.CONSUMER.DELETE.DM_alpha."+dmB))
-		if err := js.DeleteConsumer(short(), "DLV_alpha", dlvB); err == nil {
-			t.Fatal("deleting B's dlv_ succeeded")
-		}
-		errs.wait(t, nc, testkit.PublishViolation("$JS.API.CONSUMER.DELETE.DLV_alpha."+dlvB))
-		if err := js.DeleteConsumer(short(), "TASK_alpha", "svc_reviewer"); err == nil {
-			t.Fatal("deleting the role queue succeeded")
-		}
-		if err := nc.Publish("$KV.cotal_acl_alpha."+keyB, nil); err != nil {
-			t.Fatal(err)
-		}
-		errs.wait(t, nc, testkit.PublishViolation("$KV.cotal_acl_alpha."+keyB))
-		if got := e.consumers(t); !slices.Equal(got, left) {
-			t.Fatalf("broker holds %v, want %v", got, left)
-		}
-		if aclRow(t, pjs, keyB) == nil {
-			t.Fatal("B's ACL row is gone")
 		}
 	})
 }

@@ -34,7 +34,7 @@ func ExampleRunProvisionAgent() {
 	p, err := provision.RunProvisionAgent(ctx, cfg, provision.Agent{Owner: "local", Actor: "a1",
 		LifecycleUID: uid, Role: "reviewer", AllowSubscribe: []string{"general"}}) // provisioner
 	fmt.Println(p, err)
-	removed, err := provision.RunDeprovisionAgent(ctx, cfg, "local", "a1", uid) // deprovisioner
+	res, err := provision.RunDeprovisionAgent(ctx, cfg, "local", "a1", uid, []string{"general"}) // deprovisioner
 	// or, on connections you hold: ProvisionAgent(ctx, js, names, agent), Rollback, DeprovisionAgent
-	fmt.Println(removed, err)
+	fmt.Println(res, err)
 }

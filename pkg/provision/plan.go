@@ -12,8 +12,10 @@
 //
 // Per agent incarnation, ProvisionAgent makes what upstream's provisionAgentDurables makes (its
 // dm_ and dlv_ durables, its role's shared queue and its read-ACL row, the ACL type deliveryd
-// reads) on a provisioner credential, and DeprovisionAgent removes the lifecycle's own items on a
-// deprovisioner credential signerd pins to that lifecycle; RunProvisionAgent and
+// reads) on a provisioner credential. On a deprovisioner credential signerd pins to that
+// lifecycle, FenceLifecycleACL narrows its ACL row to no reads and DeprovisionAgent removes its
+// footprint (both durables, the ACL row and its membership rows on named channels), counting
+// each slot's outcome in a Result; RunProvisionAgent, RunFenceLifecycleACL and
 // RunDeprovisionAgent mint those one-shot credentials as Run does.
 //
 // It makes the lifecycle records store cotal_records_<t> beside the auth store cotal_auth_<t>;

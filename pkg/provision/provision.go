@@ -287,7 +287,7 @@ func ensureDefaults(ctx context.Context, js jetstream.JetStream, n space.Names, 
 	return "", false, fmt.Errorf("provision: %s in %s kept changing while it was written", key, bucket)
 }
 
-// Config is what Run, RunProvisionAgent and RunDeprovisionAgent need. Signer, Space and NatsURL
+// Config is what Run, RunProvisionAgent, RunDeprovisionAgent and RunFenceLifecycleACL need. Signer, Space and NatsURL
 // are required.
 type Config struct {
 	// Signer mints the one-shot credential.
@@ -367,19 +367,39 @@ func RunProvisionAgent(ctx context.Context, cfg Config, a Agent) (Provisioned, e
 }
 
 // RunDeprovisionAgent is DeprovisionAgent on a one-shot deprovisioner credential minted through
-// signerd with the target lifecycle as its parameters (signerd pins its rights to exactly that
-// lifecycle's dm_ and dlv_ durables and ACL row); key in memory only, as Run.
-func RunDeprovisionAgent(ctx context.Context, cfg Config, owner, actor, uid string) ([]string, error) {
+// signerd with the target lifecycle and memberChannels as its parameters (signerd pins its rights
+// to exactly that lifecycle's dm_ and dlv_ durables, its ACL row and its membership rows on those
+// channels); key in memory only, as Run. A credential that cannot be minted or connected is
+// returned as that error, with an empty Result: no slot was examined.
+func RunDeprovisionAgent(ctx context.Context, cfg Config, owner, actor, uid string, memberChannels []string) (Result, error) {
 	n, err := space.NewNames(cfg.Space)
 	if err != nil {
-		return nil, fmt.Errorf("provision: %w", err)
+		return Result{}, fmt.Errorf("provision: %w", err)
+	}
+	if _, err := memberKeys(owner, actor, uid, memberChannels); err != nil {
+		return Result{}, &StepError{Lifecycle: owner + "." + actor + "." + uid, Step: StepValidate, Err: err}
+	}
+	js, done, err := cfg.deprovisioner(ctx, owner, actor, uid, memberChannels...)
+	if err != nil {
+		return Result{}, err
+	}
+	defer done()
+	return DeprovisionAgent(ctx, js, n, owner, actor, uid, memberChannels)
+}
+
+// RunFenceLifecycleACL is FenceLifecycleACL on a one-shot deprovisioner credential for the
+// lifecycle with no member channels, minted as RunDeprovisionAgent mints one.
+func RunFenceLifecycleACL(ctx context.Context, cfg Config, owner, actor, uid string) (Fence, error) {
+	n, err := space.NewNames(cfg.Space)
+	if err != nil {
+		return Fence{}, fmt.Errorf("provision: %w", err)
 	}
 	js, done, err := cfg.deprovisioner(ctx, owner, actor, uid)
 	if err != nil {
-		return nil, err
+		return Fence{}, err
 	}
 	defer done()
-	return DeprovisionAgent(ctx, js, n, owner, actor, uid)
+	return FenceLifecycleACL(ctx, js, n, owner, actor, uid)
 }
 
 // without is list less the entries of drop.
@@ -405,10 +425,11 @@ func (cfg Config) provisioner(ctx context.Context) (jetstream.JetStream, func(),
 	return cfg.oneShot(ctx, signerv1.Profile_PROFILE_PROVISIONER, params)
 }
 
-// deprovisioner connects with a one-shot deprovisioner credential pinned to one lifecycle.
-func (cfg Config) deprovisioner(ctx context.Context, owner, actor, uid string) (jetstream.JetStream, func(), error) {
+// deprovisioner connects with a one-shot deprovisioner credential pinned to one lifecycle and,
+// when given, its membership rows on memberChannels.
+func (cfg Config) deprovisioner(ctx context.Context, owner, actor, uid string, memberChannels ...string) (jetstream.JetStream, func(), error) {
 	return cfg.oneShot(ctx, signerv1.Profile_PROFILE_DEPROVISIONER,
-		&signerv1.ProfileParams{Owner: owner, Actor: actor, LifecycleUid: uid})
+		&signerv1.ProfileParams{Owner: owner, Actor: actor, LifecycleUid: uid, MemberChannels: memberChannels})
 }
 
 // oneShot mints a credential of profile through signerd for a user nkey held only in memory,

@@ -71,10 +71,11 @@ func TestDeprovisionedMembersCostNothing(t *testing.T) {
 	for _, lc := range gone {
 		nc := e.Conn(t, mtls.KindManagerd, signerv1.Profile_PROFILE_DEPROVISIONER,
 			&signerv1.ProfileParams{Owner: plane3test.Owner, Actor: lc.actor, LifecycleUid: lc.uid})
-		removed, err := provision.DeprovisionAgent(plane3test.Ctx(t), plane3test.JS(t, nc), e.N, plane3test.Owner, lc.actor, lc.uid)
+		// No member channels: the membership rows are left for the fan-out writer to close.
+		res, err := provision.DeprovisionAgent(plane3test.Ctx(t), plane3test.JS(t, nc), e.N, plane3test.Owner, lc.actor, lc.uid, nil)
 		nc.Close()
-		if err != nil || len(removed) != 3 {
-			t.Fatalf("deprovision %s: removed %v: %v", lc.actor, removed, err)
+		if err != nil || len(res.Removed) != 3 || res.Deleted == nil || *res.Deleted != 3 {
+			t.Fatalf("deprovision %s: %+v: %v", lc.actor, res, err)
 		}
 	}
 	inboxBefore := streamLast(t, djs, e.N.InboxStream())
@@ -200,7 +201,7 @@ func TestDeprovisionIsPerLifecycle(t *testing.T) {
 	provisionAndJoin(uid1)
 	nc := e.Conn(t, mtls.KindManagerd, signerv1.Profile_PROFILE_DEPROVISIONER,
 		&signerv1.ProfileParams{Owner: plane3test.Owner, Actor: "a1", LifecycleUid: uid1})
-	if _, err := provision.DeprovisionAgent(plane3test.Ctx(t), plane3test.JS(t, nc), e.N, plane3test.Owner, "a1", uid1); err != nil {
+	if _, err := provision.DeprovisionAgent(plane3test.Ctx(t), plane3test.JS(t, nc), e.N, plane3test.Owner, "a1", uid1, nil); err != nil {
 		t.Fatal(err)
 	}
 	provisionAndJoin(uidNew)

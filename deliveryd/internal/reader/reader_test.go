@@ -268,7 +268,7 @@ func TestReaderGate(t *testing.T) {
 				f.e.Join(t, f.djs, "general", "a1", uid1, 3, 1)
 				nc := f.e.Conn(t, mtls.KindManagerd, signerv1.Profile_PROFILE_DEPROVISIONER,
 					&signerv1.ProfileParams{Owner: plane3test.Owner, Actor: "a1", LifecycleUid: uid1})
-				if _, err := provision.DeprovisionAgent(plane3test.Ctx(t), plane3test.JS(t, nc), f.e.N, plane3test.Owner, "a1", uid1); err != nil {
+				if _, err := provision.DeprovisionAgent(plane3test.Ctx(t), plane3test.JS(t, nc), f.e.N, plane3test.Owner, "a1", uid1, nil); err != nil {
 					t.Fatal(err)
 				}
 				f.depart(t, "general", "a1", uid1)

@@ -408,11 +408,11 @@ func (s *stack) cleanStale(ctx context.Context, pcfg provision.Config) error {
 		return fmt.Errorf("%s: %w", s.l.lifecycles(), err)
 	}
 	for _, lc := range stale {
-		removed, err := provision.RunDeprovisionAgent(ctx, pcfg, "local", lc.Actor, lc.UID)
+		res, err := provision.RunDeprovisionAgent(ctx, pcfg, "local", lc.Actor, lc.UID, nil)
 		if err != nil {
 			return fmt.Errorf("deprovision %s (lifecycle %s) left by an interrupted run: %w", lc.Name, lc.UID, err)
 		}
-		fmt.Fprintf(s.out, "cleanup:   deprovisioned %s (lifecycle %s) left by an interrupted run: %s\n", lc.Name, lc.UID, strings.Join(removed, ", "))
+		fmt.Fprintf(s.out, "cleanup:   deprovisioned %s (lifecycle %s) left by an interrupted run: %s (%s)\n", lc.Name, lc.UID, strings.Join(res.Removed, ", "), res)
 	}
 	return os.Remove(s.l.lifecycles())
 }

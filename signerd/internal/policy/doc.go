@@ -92,6 +92,10 @@
 // the answer is channel-not-allowed. A rule of "team.*" therefore grants the concrete channels
 // team.<x>, and a pattern grant needs a rule ending in ">".
 //
+// A deprovisioner's member_channels are not judged against channels: they grant no read or post,
+// only the purge of the one target lifecycle's membership rows on those concrete channels, which
+// the profile already pins (profiles.Build refuses a pattern there).
+//
 // Validation at load also refuses: an id that is neither a SPIFFE ID nor a valid pattern, a
 // duplicate id, a pattern that an earlier pattern already matches entirely (it could never be
 // selected), an unknown RPC or profile name, an unparsable or non-positive ttl_max, a missing or

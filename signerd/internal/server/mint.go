@@ -247,7 +247,7 @@ func systemSpec(sp *keystore.Space, name profiles.Name, p profiles.Params) (*pro
 func setParams(p profiles.Params) bool {
 	return p.Owner != "" || p.Actor != "" || p.LifecycleUID != "" || p.Role != "" || p.InboxNonce != "" ||
 		len(p.Subscribe) > 0 || len(p.AllowSubscribe) > 0 || len(p.AllowPublish) > 0 || len(p.Capabilities) > 0 ||
-		p.Target != nil || p.ServiceEndpoint != "" || p.InstanceID != ""
+		p.Target != nil || p.ServiceEndpoint != "" || p.InstanceID != "" || len(p.MemberChannels) > 0
 }
 
 // paramsOf copies a request's parameters. A target message that is present counts as set even
@@ -258,6 +258,7 @@ func paramsOf(p *signerv1.ProfileParams) profiles.Params {
 		Owner: p.GetOwner(), Actor: p.GetActor(), LifecycleUID: p.GetLifecycleUid(), Role: p.GetRole(),
 		Subscribe: p.GetSubscribe(), AllowSubscribe: p.GetAllowSubscribe(), AllowPublish: p.GetAllowPublish(),
 		Capabilities: p.GetCapabilities(), ServiceEndpoint: p.GetServiceEndpoint(), InstanceID: p.GetInstanceId(),
+		MemberChannels: p.GetMemberChannels(),
 	}
 	if t := p.GetTarget(); t != nil {
 		out.Target = &profiles.RetirementTarget{Owner: t.GetOwner(), Actor: t.GetActor(), LifecycleUID: t.GetLifecycleUid()}

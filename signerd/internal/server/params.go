@@ -43,6 +43,7 @@ const (
 	paramTargetUID      = "target_uid"
 	paramServiceEp      = "service_endpoint"
 	paramInstanceID     = "instance_id"
+	paramMemberChannels = "member_channels"
 )
 
 // errNoParams marks a credential minted before signerd recorded parameters.
@@ -72,6 +73,7 @@ func paramTags(p profiles.Params) []string {
 	}
 	add(paramServiceEp, p.ServiceEndpoint)
 	add(paramInstanceID, p.InstanceID)
+	add(paramMemberChannels, strings.Join(p.MemberChannels, ","))
 	return tags
 }
 
@@ -136,6 +138,8 @@ func paramsFromTags(tags jwt.TagList) (profiles.Params, error) {
 			p.ServiceEndpoint = v
 		case paramInstanceID:
 			p.InstanceID = v
+		case paramMemberChannels:
+			p.MemberChannels = list()
 		default:
 			return profiles.Params{}, fmt.Errorf("unknown parameter %.40q", field)
 		}

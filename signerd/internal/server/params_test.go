@@ -17,7 +17,7 @@ func sameParams(a, b profiles.Params) bool {
 		a.InboxNonce == b.InboxNonce && slices.Equal(a.Subscribe, b.Subscribe) && slices.Equal(a.AllowSubscribe, b.AllowSubscribe) &&
 		slices.Equal(a.AllowPublish, b.AllowPublish) && slices.Equal(a.Capabilities, b.Capabilities) &&
 		(a.Target == nil) == (b.Target == nil) && (a.Target == nil || *a.Target == *b.Target) &&
-		a.ServiceEndpoint == b.ServiceEndpoint && a.InstanceID == b.InstanceID
+		a.ServiceEndpoint == b.ServiceEndpoint && a.InstanceID == b.InstanceID && slices.Equal(a.MemberChannels, b.MemberChannels)
 }
 
 func TestParamTags(t *testing.T) {
@@ -37,6 +37,7 @@ func TestParamTags(t *testing.T) {
 		{"ok/retirement-target", profiles.Params{Owner: "o", Actor: "manager_serve_iiiiiiiiiiiiiiiiiiiiiiiiii", LifecycleUID: "mmmmmmmmmmmmmmmmmmmmmmmmmm",
 			Target: &profiles.RetirementTarget{Owner: "o", Actor: "Bob", LifecycleUID: "abcdefghijklmnopqrstuvwxyz"}}},
 		{"ok/service-serve", profiles.Params{Owner: "u_abcdefghijklmnopqrstuvwxyz", ServiceEndpoint: "billing.api-v2", InstanceID: "ssssssssssssssssssssssssss"}},
+		{"ok/deprovisioner-member-channels", profiles.Params{Owner: "o", Actor: "Bob", LifecycleUID: "abcdefghijklmnopqrstuvwxyz", MemberChannels: []string{"general", "Team.A-b"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tags := paramTags(tc.p)

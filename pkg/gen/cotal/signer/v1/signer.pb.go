@@ -421,9 +421,13 @@ type ProfileParams struct {
 	ServiceEndpoint string `protobuf:"bytes,10,opt,name=service_endpoint,json=serviceEndpoint,proto3" json:"service_endpoint,omitempty"`
 	// Optional. The endpoint instance id ([a-z0-9]{26,32}); required by PROFILE_SERVICE_SERVE and
 	// PROFILE_REMOTE_MANAGER (the manager instance) and refused by every other profile.
-	InstanceId    string `protobuf:"bytes,11,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	InstanceId string `protobuf:"bytes,11,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// Optional. Concrete channels (no patterns) whose durable membership rows
+	// (cotal_members_<t>, <channel>/<owner>.<actor>.<uid>) of the target lifecycle a
+	// PROFILE_DEPROVISIONER may read and purge; refused by every other profile.
+	MemberChannels []string `protobuf:"bytes,12,rep,name=member_channels,json=memberChannels,proto3" json:"member_channels,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ProfileParams) Reset() {
@@ -531,6 +535,13 @@ func (x *ProfileParams) GetInstanceId() string {
 		return x.InstanceId
 	}
 	return ""
+}
+
+func (x *ProfileParams) GetMemberChannels() []string {
+	if x != nil {
+		return x.MemberChannels
+	}
+	return nil
 }
 
 // RetirementTarget is one exact managed lifecycle.
@@ -2376,7 +2387,7 @@ var File_cotal_signer_v1_signer_proto protoreflect.FileDescriptor
 
 const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\n" +
-	"\x1ccotal/signer/v1/signer.proto\x12\x0fcotal.signer.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\x03\n" +
+	"\x1ccotal/signer/v1/signer.proto\x12\x0fcotal.signer.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb4\x03\n" +
 	"\rProfileParams\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x14\n" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12#\n" +
@@ -2390,7 +2401,8 @@ const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\x10service_endpoint\x18\n" +
 	" \x01(\tR\x0fserviceEndpoint\x12\x1f\n" +
 	"\vinstance_id\x18\v \x01(\tR\n" +
-	"instanceId\"c\n" +
+	"instanceId\x12'\n" +
+	"\x0fmember_channels\x18\f \x03(\tR\x0ememberChannels\"c\n" +
 	"\x10RetirementTarget\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x14\n" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12#\n" +
