@@ -69,6 +69,7 @@ func (s *Service) startAuthority(ctx context.Context, n space.Names, led *ledger
 	s.authority, err = authority.New(authority.Config{
 		Store: st, Ledger: led, Space: s.cfg.Space, Account: account, Signer: s.signer.API(),
 		Held: s.planeHeld, Logger: s.log, Context: s.retire.plane, Callouts: &s.retire.idle, Now: now,
+		PublicURL: s.enrollPublicURL(), Provisioner: s.newProvisioner(),
 	})
 	if err != nil {
 		return &StartError{Code: CodeConfig, Reason: "lifecycle authority refused", Err: err}
