@@ -229,6 +229,39 @@ func TestManagedAgentEnrollment(t *testing.T) {
 			t.Fatalf("reservations of bob %v", uids)
 		}
 	})
+	t.Run("ok/concurrent enrollments of one alias are serialized: one uid", func(t *testing.T) {
+		const n = 4
+		type res struct {
+			status int
+			uid    string
+		}
+		out := make(chan res, n)
+		for range n {
+			go func() {
+				var got res // sent even if a helper's t.Fatal ends the goroutine early
+				defer func() { out <- got }()
+				r, e := m.enroll(t, proof, map[string]any{"actor": "hank", "tokenHash": strings.Repeat("9", 64)})
+				got.status = r.status
+				if e != nil {
+					got.uid = e.LifecycleUID
+				}
+			}()
+		}
+		var uids []string
+		for range n {
+			r := <-out
+			if r.status != http.StatusOK {
+				t.Fatalf("status %d", r.status)
+			}
+			uids = append(uids, r.uid)
+		}
+		if distinct := slices.Compact(slices.Sorted(slices.Values(uids))); len(distinct) != 1 || distinct[0] == "" {
+			t.Fatalf("uids %v", uids)
+		}
+		if got := m.reservedFor(t, h.owner, "hank"); len(got) != 1 || got[0] != uids[0] {
+			t.Fatalf("reservations of hank %v, answered %v", got, uids)
+		}
+	})
 	t.Run("fail/another digest for the alias is conflict", func(t *testing.T) {
 		other := map[string]any{"actor": "bob", "tokenHash": strings.Repeat("c", 64)}
 		r, _ := m.enroll(t, proof, other)
