@@ -7,7 +7,10 @@ package service
 
 import (
 	"context"
+	"slices"
 	"strings"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/cotalgo/cotal/authd/internal/authority"
 	"github.com/cotalgo/cotal/authd/internal/exchange"
@@ -19,9 +22,11 @@ type brokerProvisioner struct{ cfg provision.Config }
 
 var _ authority.Provisioner = brokerProvisioner{}
 
-// newProvisioner is the provisioner of this authd: its signer client and brokers.
-func (s *Service) newProvisioner() brokerProvisioner {
-	return brokerProvisioner{cfg: provision.Config{Signer: s.signer, Space: s.cfg.Space, NatsURL: strings.Join(s.cfg.Brokers, ",")}}
+// newProvisioner is the provisioner of this authd: its signer client, its brokers and the
+// host's broker options (TLS, say).
+func (s *Service) newProvisioner(natsOpts []nats.Option) brokerProvisioner {
+	return brokerProvisioner{cfg: provision.Config{Signer: s.signer, Space: s.cfg.Space, NatsURL: strings.Join(s.cfg.Brokers, ","),
+		NatsOptions: slices.Clone(natsOpts)}}
 }
 
 // ProvisionAgent is provision.RunProvisionAgent on a credential minted for spawnerOwner.spawnerActor.
