@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/cotalgo/cotal/authd/internal/authority"
 	"github.com/cotalgo/cotal/authd/internal/callout"
 	"github.com/cotalgo/cotal/authd/internal/exchange"
@@ -51,8 +53,9 @@ const (
 // GetSpace's (the activate door's accountPublicKey must equal it), and must be the plane
 // credential's own. Called once the plane claim is held (s.plane, s.gate set). now is
 // RuntimeOptions.Now, the clock every other part runs on: approvals, roots and service token
-// bounds are judged on it.
-func (s *Service) startAuthority(ctx context.Context, n space.Names, led *ledger.Ledger, now func() time.Time) error {
+// bounds are judged on it. natsOpts are RuntimeOptions.NatsOptions, for the enrollment
+// provisioner's one-shot connections.
+func (s *Service) startAuthority(ctx context.Context, n space.Names, led *ledger.Ledger, now func() time.Time, natsOpts []nats.Option) error {
 	gs, err := s.signer.GetSpace(ctx, s.cfg.Space)
 	if err != nil {
 		return &StartError{Code: CodeSigner, Reason: "signerd did not serve the space's public facts", Err: err}
@@ -69,6 +72,7 @@ func (s *Service) startAuthority(ctx context.Context, n space.Names, led *ledger
 	s.authority, err = authority.New(authority.Config{
 		Store: st, Ledger: led, Space: s.cfg.Space, Account: account, Signer: s.signer.API(),
 		Held: s.planeHeld, Logger: s.log, Context: s.retire.plane, Callouts: &s.retire.idle, Now: now,
+		PublicURL: s.enrollPublicURL(), Provisioner: s.newProvisioner(natsOpts),
 	})
 	if err != nil {
 		return &StartError{Code: CodeConfig, Reason: "lifecycle authority refused", Err: err}

@@ -89,7 +89,9 @@
 // Both faces serve POST /manager-service-authority (issue 25; authd/internal/msadoor, wire in
 // pkg/managerauthority; the loopback door needs the cap): a remote manager's prepare, activate,
 // renew and retire under the owner of an IdP token whose interactive row holds supervise, and the
-// managed-agent decisions (their writers answer 501 for now). Its failed proofs count in the
+// managed-agent kinds: enrollment runs the stock enrollment writer (authority.EnrollManagedAgent,
+// its durables on authd's own provisioner, enroll.go), prepare-retirement is decided and answered
+// 501 (its footprint writer is not built). Its failed proofs count in the
 // face's /exchange failure window.
 //
 // # Readiness and events

@@ -32,6 +32,7 @@ import (
 // caller-side identity: the instance id, the manager's lifecycle uid and five user nkeys.
 type msa struct {
 	h       *human
+	logs    *testkit.SyncBuffer
 	pub     string // the public face's base URL
 	account string
 	iid     string
@@ -40,16 +41,24 @@ type msa struct {
 	ids     managerauthority.Identities
 }
 
-func newMSA(t *testing.T) *msa {
+func newMSA(t *testing.T) *msa { return newMSAFace(t, true) }
+
+// newMSAFace is newMSA with the public face on or off (pub "" then).
+func newMSAFace(t *testing.T, public bool) *msa {
 	t.Helper()
 	logs := &testkit.SyncBuffer{}
 	h := newHumanWith(t, newEnv(t), true, func(c *config.Config) *config.Config {
-		c.PublicListen, c.PublicURL = "127.0.0.1:0", "https://auth.example/t"
+		if public {
+			c.PublicListen, c.PublicURL = "127.0.0.1:0", "https://auth.example/t"
+		}
 		return c
 	}, func(_ *service.Inputs, o *service.RuntimeOptions) {
 		o.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	})
-	m := &msa{h: h, pub: "http://" + publicAddr(t, logs)}
+	m := &msa{h: h, logs: logs}
+	if public {
+		m.pub = "http://" + publicAddr(t, logs)
+	}
 	resp, err := h.api.GetSpace(ctxT(t), &signerv1.GetSpaceRequest{Space: sp})
 	if err != nil {
 		t.Fatal(err)
@@ -342,11 +351,12 @@ func TestManagerServiceAuthority(t *testing.T) {
 		return v
 	}
 	enroll := map[string]any{"target": map[string]any{"actor": "bob", "tokenHash": strings.Repeat("a", 64), "allowSubscribe": []string{"general"}}}
-	t.Run("fail/an authorized enrollment is 501 until its writer exists", func(t *testing.T) {
+	t.Run("ok/an authorized enrollment is served", func(t *testing.T) {
 		r, _ := m.call(t, false, idpSub, managed(managerauthority.KindEnrollment, proof0, enroll))
-		want(t, r, http.StatusNotImplemented, "unimplemented")
-		if !strings.Contains(r.Error, "authorized but not served") {
-			t.Fatalf("refusal %q", r.Error)
+		want(t, r, http.StatusOK, "")
+		var e managerauthority.Enrollment
+		if err := json.Unmarshal(r.body, &e); err != nil || e.Owner != h.owner || e.Actor != "bob" || space.ValidateUID(e.LifecycleUID) != nil {
+			t.Fatalf("enrollment %s: %v", r.body, err)
 		}
 	})
 	t.Run("fail/an enrollment with a wrong proof is permission-denied", func(t *testing.T) {

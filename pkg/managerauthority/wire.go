@@ -254,6 +254,23 @@ type EnrollmentRequest struct {
 	Target EnrollmentTarget
 }
 
+// Enrollment is the answer to a manager-managed-agent-enrollment request (seed 001 "Fresh
+// managed agents"): the coordinate the host chose (owner, actor, lifecycleUid), the space's
+// sentinel as NATS creds text (a public bearer user JWT with a throwaway seed: no authority of its
+// own), the effective lists (the requested ones clamped to the supervising row's), and
+// agentBearerExchangeUrl, the host's public auth-service base URL the agent exchanges its actor
+// token at (pkg/authclient's Config.URL: <base>/exchange).
+type Enrollment struct {
+	Owner                  string   `json:"owner"`
+	Actor                  string   `json:"actor"`
+	LifecycleUID           string   `json:"lifecycleUid"`
+	SentinelCreds          string   `json:"sentinelCreds"`
+	Subscribe              []string `json:"subscribe"`
+	AllowSubscribe         []string `json:"allowSubscribe"`
+	AllowPublish           []string `json:"allowPublish"`
+	AgentBearerExchangeURL string   `json:"agentBearerExchangeUrl"`
+}
+
 // PrepareRetirementRequest is a manager-managed-agent-prepare-retirement request.
 type PrepareRetirementRequest struct {
 	ManagedRequest

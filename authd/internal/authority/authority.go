@@ -110,6 +110,12 @@ type Config struct {
 	// containment waits out the callouts in flight at its gate freeze. nil: no callout is served
 	// in this process.
 	Callouts Idler
+	// PublicURL is the public face's base URL (config public_url), the agentBearerExchangeUrl an
+	// enrollment answers; "" (no public face) refuses enrollment (failed-precondition).
+	PublicURL string
+	// Provisioner makes and removes an enrolled agent's durables and ACL row on this authd's own
+	// one-shot credentials; nil refuses enrollment (unavailable).
+	Provisioner Provisioner
 }
 
 // Idler is what the barrier needs of the callout responder: WaitIdle returns once every callout
@@ -134,6 +140,7 @@ type Authority struct {
 
 	ctx     context.Context // the plane's: flights run on it (Config.Context)
 	flights flights         // retirement flights by opId (flight.go)
+	aliases aliasLocks      // the enrollment writer's per-alias serialization (enroll.go)
 	barrierTuning
 }
 

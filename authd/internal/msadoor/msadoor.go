@@ -24,10 +24,11 @@
 //     conflict, already-exists and expired 409 (a later registration committed: the manager's
 //     epoch is stale), failed-precondition 412, unavailable 503.
 //
-// The managed-agent enrollment and prepare-retirement kinds are decided
-// (authority.AuthorizeRemoteManagedAgentEnrollment, …PrepareRetirement) and then answered 501:
-// their stock writers (the managed row, the durables, the footprint removal) are not in this
-// door yet.
+// The managed-agent enrollment kind runs the stock enrollment writer
+// (authority.EnrollManagedAgent: the decision, then the managed row, the durables and the ACL
+// row) and answers managerauthority.Enrollment. The prepare-retirement kind is decided
+// (authority.AuthorizeRemoteManagedAgentPrepareRetirement) and then answered 501: its stock
+// writer (fence, inventory, footprint removal, revoke) is not in this door yet.
 //
 // Failed proofs count in the failure window the face's /exchange counts in (Config.Throttle, 30
 // a minute per source): a wrong cap per peer address, an IdP token that does not verify per peer
@@ -81,7 +82,7 @@ type Authority interface {
 	ActivateRemoteManager(ctx context.Context, m authority.RemoteManager) (authority.Registration, string, error)
 	RenewRemoteManager(ctx context.Context, m authority.RemoteManager, epoch uint64, proof string) (*signerv1.Credential, error)
 	RetirementRequester(ctx context.Context, m authority.RemoteManager, serveEpoch uint64, proof string, target managerauthority.Target, opID, requesterKey string) (*signerv1.Credential, error)
-	AuthorizeRemoteManagedAgentEnrollment(ctx context.Context, owner string, r *managerauthority.EnrollmentRequest) (authority.ManagedAgentDecision, error)
+	EnrollManagedAgent(ctx context.Context, owner string, r *managerauthority.EnrollmentRequest) (managerauthority.Enrollment, error)
 	AuthorizeRemoteManagedAgentPrepareRetirement(ctx context.Context, owner string, r *managerauthority.PrepareRetirementRequest) (authority.ManagedAgentDecision, error)
 }
 
@@ -284,11 +285,11 @@ func (d *Door) dispatch(ctx context.Context, p *parsed, owner string) (any, *ref
 		return nil, refused(http.StatusNotImplemented, CodeUnimplemented,
 			fmt.Sprintf("%s is not served by the stock authority: a host that runs managed agents on its own runtime decides it at the verify-enrollment door", p.kind), nil)
 	case p.enroll != nil:
-		if _, err := d.cfg.Authority.AuthorizeRemoteManagedAgentEnrollment(ctx, owner, p.enroll); err != nil {
+		ans, err := d.cfg.Authority.EnrollManagedAgent(ctx, owner, p.enroll)
+		if err != nil {
 			return nil, authorityRefusal(err)
 		}
-		return nil, refused(http.StatusNotImplemented, CodeUnimplemented,
-			"managed-agent enrollment is authorized but not served yet: this authd has no stock enrollment writer (managed row, durables)", nil)
+		return ans, nil
 	case p.prepare != nil:
 		if _, err := d.cfg.Authority.AuthorizeRemoteManagedAgentPrepareRetirement(ctx, owner, p.prepare); err != nil {
 			return nil, authorityRefusal(err)
