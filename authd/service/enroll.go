@@ -37,10 +37,11 @@ func (p brokerProvisioner) ProvisionAgent(ctx context.Context, spawnerOwner, spa
 	return err
 }
 
-// DeprovisionAgent is the one call of pkg/provision's deprovisioning (kept alone here so a
-// change of its signature touches one line).
+// DeprovisionAgent is the one call of pkg/provision's deprovisioning, undoing an enrollment that
+// failed: its agent never connected, so it joined no channel and holds no members row; only its
+// durables and ACL row are removed.
 func (p brokerProvisioner) DeprovisionAgent(ctx context.Context, owner, actor, uid string) error {
-	_, err := provision.RunDeprovisionAgent(ctx, p.cfg, owner, actor, uid)
+	_, err := provision.RunDeprovisionAgent(ctx, p.cfg, owner, actor, uid, nil)
 	return err
 }
 
