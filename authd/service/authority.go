@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/cotalgo/cotal/authd/internal/authority"
 	"github.com/cotalgo/cotal/authd/internal/callout"
 	"github.com/cotalgo/cotal/authd/internal/exchange"
@@ -52,7 +54,7 @@ const (
 // credential's own. Called once the plane claim is held (s.plane, s.gate set). now is
 // RuntimeOptions.Now, the clock every other part runs on: approvals, roots and service token
 // bounds are judged on it.
-func (s *Service) startAuthority(ctx context.Context, n space.Names, led *ledger.Ledger, now func() time.Time) error {
+func (s *Service) startAuthority(ctx context.Context, n space.Names, led *ledger.Ledger, now func() time.Time, natsOpts []nats.Option) error {
 	gs, err := s.signer.GetSpace(ctx, s.cfg.Space)
 	if err != nil {
 		return &StartError{Code: CodeSigner, Reason: "signerd did not serve the space's public facts", Err: err}
@@ -69,6 +71,7 @@ func (s *Service) startAuthority(ctx context.Context, n space.Names, led *ledger
 	s.authority, err = authority.New(authority.Config{
 		Store: st, Ledger: led, Space: s.cfg.Space, Account: account, Signer: s.signer.API(),
 		Held: s.planeHeld, Logger: s.log, Context: s.retire.plane, Callouts: &s.retire.idle, Now: now,
+		Footprint: s.footprint(n, natsOpts),
 	})
 	if err != nil {
 		return &StartError{Code: CodeConfig, Reason: "lifecycle authority refused", Err: err}
@@ -126,8 +129,9 @@ func (s *Service) planeHeld() error {
 	return nil
 }
 
-// lifecycleDoors is exchange.Config.Lifecycle: the activate door on ManagedActivatePath and the
-// retire door on ManagedRetirePath (retire.go); any other path is 404.
+// lifecycleDoors is exchange.Config.Lifecycle: the activate door on ManagedActivatePath, the
+// retire door on ManagedRetirePath (retire.go) and the verify-enrollment door on
+// VerifyEnrollmentPath; any other path is 404.
 func (s *Service) lifecycleDoors(capHex string) (http.Handler, error) {
 	door, err := authority.NewActivateDoor(s.authority, capHex, s.refuseUnlessReady)
 	if err != nil {
@@ -136,6 +140,7 @@ func (s *Service) lifecycleDoors(capHex string) (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle(exchange.ManagedActivatePath, door)
 	mux.Handle(exchange.ManagedRetirePath, s.retireDoor(capHex))
+	mux.Handle(exchange.VerifyEnrollmentPath, s.authority.VerifyEnrollmentDoor([]byte("Bearer "+capHex)))
 	return mux, nil
 }
 

@@ -233,7 +233,7 @@ func (s *Service) start(ctx, runCtx context.Context, in RuntimeOptions) error {
 	s.logReclaim()
 	s.gate = newPlaneGate(s.dataNC, s.plane)
 	s.retire.plane = runCtx
-	if err := s.startAuthority(ctx, n, led, in.Now); err != nil {
+	if err := s.startAuthority(ctx, n, led, in.Now, in.NatsOptions); err != nil {
 		if ctx.Err() != nil {
 			return fail(CodeSigner, "", err) // reported as canceled
 		}

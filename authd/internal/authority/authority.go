@@ -110,6 +110,9 @@ type Config struct {
 	// containment waits out the callouts in flight at its gate freeze. nil: no callout is served
 	// in this process.
 	Callouts Idler
+	// Footprint, optional, releases a managed lifecycle's broker footprint for the stock
+	// prepare-retirement writer (remote_prepare.go); nil answers that writer unavailable.
+	Footprint Footprint
 }
 
 // Idler is what the barrier needs of the callout responder: WaitIdle returns once every callout
@@ -134,6 +137,7 @@ type Authority struct {
 
 	ctx     context.Context // the plane's: flights run on it (Config.Context)
 	flights flights         // retirement flights by opId (flight.go)
+	aliases aliasLocks      // the stock managed-agent writers, serialized per alias (remote_prepare.go)
 	barrierTuning
 }
 

@@ -24,10 +24,12 @@
 //     conflict, already-exists and expired 409 (a later registration committed: the manager's
 //     epoch is stale), failed-precondition 412, unavailable 503.
 //
-// The managed-agent enrollment and prepare-retirement kinds are decided
-// (authority.AuthorizeRemoteManagedAgentEnrollment, …PrepareRetirement) and then answered 501:
-// their stock writers (the managed row, the durables, the footprint removal) are not in this
-// door yet.
+// The managed-agent enrollment kind is decided (authority.AuthorizeRemoteManagedAgentEnrollment)
+// and then answered 501: its stock writer (the managed row, the durables) is not in this door
+// yet. The prepare-retirement kind runs the stock writer
+// (authority.PrepareManagedAgentRetirement: fence, inventory, footprint removal, revoke) and
+// answers managerauthority.PrepareRetirementAnswer; an unreadable inventory or a partial removal
+// is 503 unavailable with the grant kept for a retry.
 //
 // Failed proofs count in the failure window the face's /exchange counts in (Config.Throttle, 30
 // a minute per source): a wrong cap per peer address, an IdP token that does not verify per peer
@@ -83,6 +85,7 @@ type Authority interface {
 	RetirementRequester(ctx context.Context, m authority.RemoteManager, serveEpoch uint64, proof string, target managerauthority.Target, opID, requesterKey string) (*signerv1.Credential, error)
 	AuthorizeRemoteManagedAgentEnrollment(ctx context.Context, owner string, r *managerauthority.EnrollmentRequest) (authority.ManagedAgentDecision, error)
 	AuthorizeRemoteManagedAgentPrepareRetirement(ctx context.Context, owner string, r *managerauthority.PrepareRetirementRequest) (authority.ManagedAgentDecision, error)
+	PrepareManagedAgentRetirement(ctx context.Context, owner string, r *managerauthority.PrepareRetirementRequest) (*managerauthority.PrepareRetirementAnswer, error)
 }
 
 var _ Authority = (*authority.Authority)(nil)
@@ -290,11 +293,11 @@ func (d *Door) dispatch(ctx context.Context, p *parsed, owner string) (any, *ref
 		return nil, refused(http.StatusNotImplemented, CodeUnimplemented,
 			"managed-agent enrollment is authorized but not served yet: this authd has no stock enrollment writer (managed row, durables)", nil)
 	case p.prepare != nil:
-		if _, err := d.cfg.Authority.AuthorizeRemoteManagedAgentPrepareRetirement(ctx, owner, p.prepare); err != nil {
+		ans, err := d.cfg.Authority.PrepareManagedAgentRetirement(ctx, owner, p.prepare)
+		if err != nil {
 			return nil, authorityRefusal(err)
 		}
-		return nil, refused(http.StatusNotImplemented, CodeUnimplemented,
-			"managed-agent prepare-retirement is authorized but not served yet: this authd has no stock footprint writer (fence, inventory, deprovision, revoke)", nil)
+		return ans, nil
 	}
 	return d.serveAuthority(ctx, p.req, owner)
 }
