@@ -55,9 +55,14 @@ type Footprint interface {
 	Deprovision(ctx context.Context, owner, actor, uid string, memberChannels []string) (provision.Result, error)
 }
 
+// ErrReleaseIncomplete is wrapped by every unavailable refusal of PrepareManagedAgentRetirement
+// that kept the grant because the release did not finish (the fence, the inventory or a
+// footprint slot): its message says what was released and may be shown to the caller.
+var ErrReleaseIncomplete = errors.New("the managed agent's release is incomplete; its grant is kept")
+
 // inventoryTimeout bounds the inventory read: deliveryd answers from its index, and a prepare
 // that cannot read it in time fails for a retry rather than hold the alias lock.
-const inventoryTimeout = 10 * time.Second
+const inventoryTimeout = 5 * time.Second
 
 // aliasLocks serializes the stock writers per alias (owner.actor).
 type aliasLocks struct {
@@ -140,7 +145,7 @@ func (a *Authority) PrepareManagedAgentRetirement(ctx context.Context, owner str
 
 	fence, err := a.cfg.Footprint.Fence(ctx, t.Owner, t.Actor, t.LifecycleUID)
 	if err != nil {
-		return nil, &Error{Code: CodeUnavailable, Msg: "the lifecycle's ACL row could not be fenced; the grant is kept for a retry", Err: err}
+		return nil, &Error{Code: CodeUnavailable, Msg: "the lifecycle's ACL row could not be fenced; the grant is kept for a retry", Err: errors.Join(ErrReleaseIncomplete, err)}
 	}
 	ictx, cancel := context.WithTimeout(ctx, inventoryTimeout)
 	inv, ierr := a.cfg.Footprint.Inventory(ictx, t.Owner, t.Actor, t.LifecycleUID)
@@ -155,9 +160,9 @@ func (a *Authority) PrepareManagedAgentRetirement(ctx context.Context, owner str
 		"fence", fence.State, "inventoryComplete", ierr == nil, "memberChannels", len(channels), "result", res.String(), "err", derr)
 	switch {
 	case derr != nil:
-		return nil, &Error{Code: CodeUnavailable, Msg: fmt.Sprintf("the footprint was not fully removed (%s); the grant is kept for a retry", res), Err: derr}
+		return nil, &Error{Code: CodeUnavailable, Msg: fmt.Sprintf("the footprint was not fully removed (%s); the grant is kept for a retry", res), Err: errors.Join(ErrReleaseIncomplete, derr)}
 	case ierr != nil:
-		return nil, &Error{Code: CodeUnavailable, Msg: fmt.Sprintf("deliveryd's membership inventory could not be read: removed what the grant names (%s); the grant is kept for a retry", res), Err: ierr}
+		return nil, &Error{Code: CodeUnavailable, Msg: fmt.Sprintf("deliveryd's membership inventory could not be read: removed what the grant names (%s); the grant is kept for a retry", res), Err: errors.Join(ErrReleaseIncomplete, ierr)}
 	}
 
 	// Revoke the grant still at this uid (the alias lock keeps the stock writers out; a row

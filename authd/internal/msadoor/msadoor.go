@@ -295,7 +295,14 @@ func (d *Door) dispatch(ctx context.Context, p *parsed, owner string) (any, *ref
 	case p.prepare != nil:
 		ans, err := d.cfg.Authority.PrepareManagedAgentRetirement(ctx, owner, p.prepare)
 		if err != nil {
-			return nil, authorityRefusal(err)
+			rf := authorityRefusal(err)
+			// An incomplete release says what it released and that the grant is kept (counts
+			// and names only, never a secret); any other outage stays generic.
+			var ae *authority.Error
+			if errors.Is(err, authority.ErrReleaseIncomplete) && errors.As(err, &ae) {
+				rf.public = ae.Msg
+			}
+			return nil, rf
 		}
 		return ans, nil
 	}
