@@ -72,7 +72,7 @@ func (s *Service) startAuthority(ctx context.Context, n space.Names, led *ledger
 	s.authority, err = authority.New(authority.Config{
 		Store: st, Ledger: led, Space: s.cfg.Space, Account: account, Signer: s.signer.API(),
 		Held: s.planeHeld, Logger: s.log, Context: s.retire.plane, Callouts: &s.retire.idle, Now: now,
-		PublicURL: s.enrollPublicURL(), Provisioner: s.newProvisioner(natsOpts),
+		PublicURL: s.enrollPublicURL(), Provisioner: s.newProvisioner(natsOpts), Footprint: s.footprint(n, natsOpts),
 	})
 	if err != nil {
 		return &StartError{Code: CodeConfig, Reason: "lifecycle authority refused", Err: err}
@@ -130,8 +130,9 @@ func (s *Service) planeHeld() error {
 	return nil
 }
 
-// lifecycleDoors is exchange.Config.Lifecycle: the activate door on ManagedActivatePath and the
-// retire door on ManagedRetirePath (retire.go); any other path is 404.
+// lifecycleDoors is exchange.Config.Lifecycle: the activate door on ManagedActivatePath, the
+// retire door on ManagedRetirePath (retire.go) and the verify-enrollment door on
+// VerifyEnrollmentPath; any other path is 404.
 func (s *Service) lifecycleDoors(capHex string) (http.Handler, error) {
 	door, err := authority.NewActivateDoor(s.authority, capHex, s.refuseUnlessReady)
 	if err != nil {
@@ -140,6 +141,7 @@ func (s *Service) lifecycleDoors(capHex string) (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle(exchange.ManagedActivatePath, door)
 	mux.Handle(exchange.ManagedRetirePath, s.retireDoor(capHex))
+	mux.Handle(exchange.VerifyEnrollmentPath, s.authority.VerifyEnrollmentDoor([]byte("Bearer "+capHex)))
 	return mux, nil
 }
 

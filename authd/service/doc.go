@@ -90,9 +90,19 @@
 // pkg/managerauthority; the loopback door needs the cap): a remote manager's prepare, activate,
 // renew and retire under the owner of an IdP token whose interactive row holds supervise, and the
 // managed-agent kinds: enrollment runs the stock enrollment writer (authority.EnrollManagedAgent,
-// its durables on authd's own provisioner, enroll.go), prepare-retirement is decided and answered
-// 501 (its footprint writer is not built). Its failed proofs count in the
-// face's /exchange failure window.
+// its durables on authd's own provisioner, enroll.go). Its failed proofs count in the face's
+// /exchange failure window. A prepare-retirement, under the target alias's lock, fences
+// the target lifecycle's ACL row, reads deliveryd's lifecycleMemberships inventory on the plane
+// connection (as local.authd), removes the footprint (the two durables, the ACL row and the
+// membership rows on the grant's concrete allowSubscribe channels and the inventory's) on
+// one-shot deprovisioner credentials, and then revokes the managed grant; the head is untouched.
+// An unreadable inventory still removes what the grant names, keeps the grant and answers 503
+// for a retry; a grant already gone is a no-op with zero counts.
+//
+// POST /manager-service-authority/verify-enrollment (loopback only: the retire door's guards and
+// the cap; 404 on the public face) takes {owner, request} from a platform that keeps the
+// managed-agent writers itself, and decides the enrollment, prepare-retirement, runtime-create
+// and runtime-status kinds with the authority's checks; it writes nothing.
 //
 // # Readiness and events
 //

@@ -107,8 +107,8 @@ func (m *msa) provisionerJS(t *testing.T) jetstream.JetStream {
 	return js
 }
 
-// footprint reports which of uid's dm_ and dlv_ durables and ACL row exist on the broker.
-func footprint(t *testing.T, js jetstream.JetStream, owner, actor, uid string) (dm, dlv, acl bool) {
+// enrolledFootprint reports which of uid's dm_ and dlv_ durables and ACL row exist on the broker.
+func enrolledFootprint(t *testing.T, js jetstream.JetStream, owner, actor, uid string) (dm, dlv, acl bool) {
 	t.Helper()
 	n, _ := space.NewNames(sp)
 	exists := func(stream, name string) bool {
@@ -212,7 +212,7 @@ func TestManagedAgentEnrollment(t *testing.T) {
 		if err != nil || !found || res.Owner != h.owner || res.Actor != "bob" || res.MintedBy != "auth-service:"+sp {
 			t.Fatalf("reservation %+v found %v err %v", res, found, err)
 		}
-		if dm, dlv, acl := footprint(t, js, h.owner, "bob", e.LifecycleUID); !dm || !dlv || !acl {
+		if dm, dlv, acl := enrolledFootprint(t, js, h.owner, "bob", e.LifecycleUID); !dm || !dlv || !acl {
 			t.Fatalf("footprint dm %v dlv %v acl %v", dm, dlv, acl)
 		}
 	})
@@ -318,7 +318,7 @@ func TestManagedAgentEnrollment(t *testing.T) {
 		if len(uids) != 1 {
 			t.Fatalf("reservations of frank %v", uids)
 		}
-		if dm, dlv, acl := footprint(t, js, h.owner, "frank", uids[0]); dm || dlv || acl {
+		if dm, dlv, acl := enrolledFootprint(t, js, h.owner, "frank", uids[0]); dm || dlv || acl {
 			t.Fatalf("footprint left: dm %v dlv %v acl %v", dm, dlv, acl)
 		}
 		// The undo ran: the row revoked and the lifecycle deprovisioned, both without error.

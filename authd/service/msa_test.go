@@ -363,10 +363,14 @@ func TestManagerServiceAuthority(t *testing.T) {
 		r, _ := m.call(t, false, idpSub, managed(managerauthority.KindEnrollment, "sha256:"+strings.Repeat("b", 64), enroll))
 		want(t, r, http.StatusForbidden, "permission-denied")
 	})
-	t.Run("fail/an authorized prepare-retirement is 501 until its writer exists", func(t *testing.T) {
+	t.Run("ok/an authorized prepare-retirement of a target without a grant is a no-op", func(t *testing.T) {
 		r, _ := m.call(t, true, idpSub, managed(managerauthority.KindPrepareRetirement, proof0, map[string]any{"target": target,
 			"opId": must(lifecycle.ManagedRetirementOpID(target.LifecycleUID))}))
-		want(t, r, http.StatusNotImplemented, "unimplemented")
+		want(t, r, http.StatusOK, "")
+		var ans managerauthority.PrepareRetirementAnswer
+		if err := json.Unmarshal(r.body, &ans); err != nil || !ans.Prepared || ans.Revoked || ans.Target != target || ans.Cleanup.Examined != 0 {
+			t.Fatalf("answer %s (%v)", r.body, err)
+		}
 	})
 	opID := must(lifecycle.ManagedRetirementOpID(target.LifecycleUID))
 	requester, _ := nkeys.CreateUser()
@@ -517,8 +521,8 @@ func TestManagerServiceAuthorityWire(t *testing.T) {
 		{"fail/delegated execution is 501", raw(managed(managerauthority.KindDelegatedExecution, nil)), http.StatusNotImplemented, "unimplemented"},
 		{"fail/runtime create is 501", raw(managed(managerauthority.KindRuntimeCreate, map[string]any{"target": target})), http.StatusNotImplemented, "unimplemented"},
 		{"fail/runtime status is 501", raw(managed(managerauthority.KindRuntimeStatus, map[string]any{"target": target})), http.StatusNotImplemented, "unimplemented"},
-		// The two managed-agent writers are not built: the decision runs (an unregistered
-		// instance is failed-precondition), and an authorized one would be 501.
+		// The managed-agent kinds are decided first (an unregistered instance is
+		// failed-precondition).
 		{"fail/enrollment of an unregistered instance", raw(managed(managerauthority.KindEnrollment, map[string]any{"target": map[string]any{"actor": "bob", "tokenHash": strings.Repeat("a", 64)}})), http.StatusPreconditionFailed, "failed-precondition"},
 		{"fail/prepare-retirement of an unregistered instance", raw(managed(managerauthority.KindPrepareRetirement, map[string]any{"target": target, "opId": must(lifecycle.ManagedRetirementOpID(target["lifecycleUid"].(string)))})), http.StatusPreconditionFailed, "failed-precondition"},
 	} {

@@ -116,6 +116,9 @@ type Config struct {
 	// Provisioner makes and removes an enrolled agent's durables and ACL row on this authd's own
 	// one-shot credentials; nil refuses enrollment (unavailable).
 	Provisioner Provisioner
+	// Footprint, optional, releases a managed lifecycle's broker footprint for the stock
+	// prepare-retirement writer (remote_prepare.go); nil answers that writer unavailable.
+	Footprint Footprint
 }
 
 // Idler is what the barrier needs of the callout responder: WaitIdle returns once every callout
@@ -140,7 +143,7 @@ type Authority struct {
 
 	ctx     context.Context // the plane's: flights run on it (Config.Context)
 	flights flights         // retirement flights by opId (flight.go)
-	aliases aliasLocks      // the enrollment writer's per-alias serialization (enroll.go)
+	aliases aliasLocks      // the stock managed-agent writers (enrollment, prepare-retirement), serialized per alias
 	barrierTuning
 }
 

@@ -35,7 +35,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -93,7 +92,10 @@ func (a *Authority) EnrollManagedAgent(ctx context.Context, owner string, r *man
 		return managerauthority.Enrollment{}, err
 	}
 
-	unlock := a.aliases.lock(owner + "." + t.Actor)
+	unlock, err := a.aliases.lock(ctx, owner+"."+t.Actor)
+	if err != nil {
+		return managerauthority.Enrollment{}, &Error{Code: CodeUnavailable, Msg: "the alias is busy", Err: err}
+	}
 	defer unlock()
 
 	parent, err := a.cfg.Ledger.AuthorizeGrant(owner, r.Actor)
@@ -394,40 +396,4 @@ func provisionRefusal(err error) error {
 		return &Error{Code: CodeFailedPrecondition, Msg: "the agent's durables exist in another shape on the broker", Err: err}
 	}
 	return &Error{Code: CodeUnavailable, Msg: "the agent's durables could not be provisioned", Err: err}
-}
-
-// aliasLocks serializes the enrollment writer per alias (owner.actor) within this authd, the
-// plane claim's single writer.
-type aliasLocks struct {
-	mu sync.Mutex
-	m  map[string]*aliasLock
-}
-
-type aliasLock struct {
-	mu sync.Mutex
-	n  int
-}
-
-// lock takes key's lock and returns its release.
-func (l *aliasLocks) lock(key string) func() {
-	l.mu.Lock()
-	if l.m == nil {
-		l.m = map[string]*aliasLock{}
-	}
-	e := l.m[key]
-	if e == nil {
-		e = &aliasLock{}
-		l.m[key] = e
-	}
-	e.n++
-	l.mu.Unlock()
-	e.mu.Lock()
-	return func() {
-		e.mu.Unlock()
-		l.mu.Lock()
-		if e.n--; e.n == 0 {
-			delete(l.m, key)
-		}
-		l.mu.Unlock()
-	}
 }

@@ -2,7 +2,6 @@ package authority
 
 import (
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/cotalgo/cotal/authd/internal/ledger"
@@ -51,36 +50,4 @@ func TestClampLists(t *testing.T) {
 			t.Fatal("a delegated role is not within")
 		}
 	})
-}
-
-// TestAliasLocks: one holder per alias at a time, other aliases independent, entries freed.
-func TestAliasLocks(t *testing.T) {
-	var l aliasLocks
-	var mu sync.Mutex
-	inside, most := 0, 0
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			unlock := l.lock("o.a")
-			mu.Lock()
-			inside++
-			most = max(most, inside)
-			mu.Unlock()
-			other := l.lock("o.b") // another alias never waits on o.a
-			other()
-			mu.Lock()
-			inside--
-			mu.Unlock()
-			unlock()
-		}()
-	}
-	wg.Wait()
-	if most != 1 {
-		t.Fatalf("%d holders of one alias at once", most)
-	}
-	if len(l.m) != 0 {
-		t.Fatalf("%d lock entries left", len(l.m))
-	}
 }

@@ -35,7 +35,7 @@
 // and a lifecycle a retirement has begun on, or one active at another uid, gets no bearer (409;
 // 503 while the authority is unavailable). Without an Activator the agent arm refuses (503).
 //
-// The loopback lifecycle doors, ManagedActivatePath and ManagedRetirePath, are routed to
+// The loopback lifecycle doors, ManagedActivatePath, ManagedRetirePath and VerifyEnrollmentPath, are routed to
 // Config.Lifecycle before this face's own Origin check, so the door's guard set keeps its order
 // (405 before 403); without a Lifecycle handler they are 404. The service endpoint route
 // (serviceaccess.Path) is routed the same way to Config.ServiceEndpoints, 404 without it, and the
@@ -116,6 +116,9 @@ const (
 	ManagedActivatePath = "/managed-lifecycle/activate"
 	// ManagedRetirePath retires one (upstream MANAGED_RETIRE_PATH).
 	ManagedRetirePath = "/managed-lifecycle/retire"
+	// VerifyEnrollmentPath decides a managed-agent request for a host that keeps the writers in
+	// its own storage (upstream VERIFY_ENROLLMENT_PATH); it writes nothing.
+	VerifyEnrollmentPath = "/manager-service-authority/verify-enrollment"
 )
 
 // Activator activates a managed lifecycle at a uid. *authority.Authority satisfies it.
@@ -180,7 +183,7 @@ type Config struct {
 	// Activator activates a managed row's lifecycle before its bearer is signed; nil makes the
 	// agent arm refuse every exchange (503).
 	Activator Activator
-	// Lifecycle serves ManagedActivatePath and ManagedRetirePath (its own guards, the cap
+	// Lifecycle serves ManagedActivatePath, ManagedRetirePath and VerifyEnrollmentPath (its own guards, the cap
 	// included); nil answers them 404.
 	Lifecycle http.Handler
 	// ServiceEndpoints serves serviceaccess.Path, GET and POST /service-endpoint-authority (its
@@ -279,7 +282,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.servePublic(w, r)
 		return
 	}
-	if p := r.URL.Path; p == ManagedActivatePath || p == ManagedRetirePath {
+	if p := r.URL.Path; p == ManagedActivatePath || p == ManagedRetirePath || p == VerifyEnrollmentPath {
 		if h.cfg.Lifecycle == nil {
 			writeError(w, http.StatusNotFound, "no such route")
 			return

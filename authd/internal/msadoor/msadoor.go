@@ -26,9 +26,10 @@
 //
 // The managed-agent enrollment kind runs the stock enrollment writer
 // (authority.EnrollManagedAgent: the decision, then the managed row, the durables and the ACL
-// row) and answers managerauthority.Enrollment. The prepare-retirement kind is decided
-// (authority.AuthorizeRemoteManagedAgentPrepareRetirement) and then answered 501: its stock
-// writer (fence, inventory, footprint removal, revoke) is not in this door yet.
+// row) and answers managerauthority.Enrollment. The prepare-retirement kind runs the stock writer
+// (authority.PrepareManagedAgentRetirement: fence, inventory, footprint removal, revoke) and
+// answers managerauthority.PrepareRetirementAnswer; an unreadable inventory or a partial removal
+// is 503 unavailable with the grant kept for a retry.
 //
 // Failed proofs count in the failure window the face's /exchange counts in (Config.Throttle, 30
 // a minute per source): a wrong cap per peer address, an IdP token that does not verify per peer
@@ -84,6 +85,7 @@ type Authority interface {
 	RetirementRequester(ctx context.Context, m authority.RemoteManager, serveEpoch uint64, proof string, target managerauthority.Target, opID, requesterKey string) (*signerv1.Credential, error)
 	EnrollManagedAgent(ctx context.Context, owner string, r *managerauthority.EnrollmentRequest) (managerauthority.Enrollment, error)
 	AuthorizeRemoteManagedAgentPrepareRetirement(ctx context.Context, owner string, r *managerauthority.PrepareRetirementRequest) (authority.ManagedAgentDecision, error)
+	PrepareManagedAgentRetirement(ctx context.Context, owner string, r *managerauthority.PrepareRetirementRequest) (*managerauthority.PrepareRetirementAnswer, error)
 }
 
 var _ Authority = (*authority.Authority)(nil)
@@ -291,11 +293,18 @@ func (d *Door) dispatch(ctx context.Context, p *parsed, owner string) (any, *ref
 		}
 		return ans, nil
 	case p.prepare != nil:
-		if _, err := d.cfg.Authority.AuthorizeRemoteManagedAgentPrepareRetirement(ctx, owner, p.prepare); err != nil {
-			return nil, authorityRefusal(err)
+		ans, err := d.cfg.Authority.PrepareManagedAgentRetirement(ctx, owner, p.prepare)
+		if err != nil {
+			rf := authorityRefusal(err)
+			// An incomplete release says what it released and that the grant is kept (counts
+			// and names only, never a secret); any other outage stays generic.
+			var ae *authority.Error
+			if errors.Is(err, authority.ErrReleaseIncomplete) && errors.As(err, &ae) {
+				rf.public = ae.Msg
+			}
+			return nil, rf
 		}
-		return nil, refused(http.StatusNotImplemented, CodeUnimplemented,
-			"managed-agent prepare-retirement is authorized but not served yet: this authd has no stock footprint writer (fence, inventory, deprovision, revoke)", nil)
+		return ans, nil
 	}
 	return d.serveAuthority(ctx, p.req, owner)
 }
