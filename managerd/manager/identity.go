@@ -127,12 +127,12 @@ func newRemoteIdentity(path, spaceName, instanceID string) (*remoteIdentity, err
 			return nil, err
 		}
 		seed, err := kp.Seed()
-		kp.Wipe()
 		if err != nil {
+			kp.Wipe()
 			return nil, err
 		}
-		id.Seeds[i] = string(seed)
-		clear(seed)
+		id.Seeds[i] = string(seed) // a copy: Wipe overwrites the key pair's own seed
+		kp.Wipe()
 	}
 	if err := id.check(spaceName); err != nil {
 		return nil, err
