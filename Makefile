@@ -21,6 +21,7 @@ FUZZ_TARGETS ?= \
 	authd/internal/idp:FuzzDecode \
 	authd/internal/exchange:FuzzDecodeRequest \
 	pkg/managerauthority:FuzzDecodeBody \
+	pkg/managerauthority:FuzzDecodeAnswer \
 	signerd/internal/server:FuzzParseMint \
 	signerd/internal/server:FuzzParseSignBearer \
 	signerd/internal/server:FuzzVerifyCalloutRequest \

@@ -21,6 +21,7 @@ func TestHelp(t *testing.T) {
 		{"ok/top-help-serve", []string{"--help"}, 0, "managerd serve --config FILE", ""},
 		{"ok/serve-help", []string{"serve", "--help"}, 0, "-dev-allow-readable-seeds", ""},
 		{"ok/serve-help-schema", []string{"serve", "-h"}, 0, "signer_seed_paths:", ""},
+		{"ok/serve-help-remote", []string{"serve", "-h"}, 0, "idp_token_file:", ""},
 		{"fail/serve-without-config", []string{"serve"}, 2, "", "--config is required"},
 		{"fail/serve-missing-config-file", []string{"serve", "--config", "/nonexistent/managerd.yaml"}, 1, "", "/nonexistent/managerd.yaml"},
 		{"ok/help-word", []string{"help"}, 0, "managerd launcher --config FILE", ""},

@@ -13,11 +13,12 @@ import (
 const serveSynopsis = `managerd serve --config FILE [--dev-allow-readable-seeds]
 
 The agent supervisor of one space on this machine: ManagerService on a Unix socket, agents
-started through the launcher, each as a uid of its own, every credential minted by signerd. SIGTERM or
+started through the launcher, each as a uid of its own, every credential minted by signerd (or,
+with authority: remote, its own credential issued by authd's manager-service authority). SIGTERM or
 SIGINT is a default shutdown (agents keep running); ManagerService.Shutdown{with_agents} stops
 them too.
 
-It refuses to start if signerd cannot be reached, if its instance lease is held by a live
+It refuses to start if signerd (or the remote authority) cannot be reached or refuses it, if its instance lease is held by a live
 manager (or a manager on another root), or if it can open any file under signer_seed_paths:
 managerd's uid must not be able to read a signing key. --dev-allow-readable-seeds lets a
 single-uid development stack past that last check, with a loud warning; never in a deployment.
@@ -41,7 +42,23 @@ Configuration (strict YAML: an unknown key stops start-up, naming it):
   capacity: 16
   agent_ttl: 1h                                # asked of signerd per agent credential
   signer_seed_paths: [/var/lib/cotal/signerd/signer, /var/lib/cotal/signerd/operator]
-  log_level: info`
+  log_level: info
+
+A remote managerd (no signerd certificate, no seed) sets authority: remote instead of a signer
+section, which it refuses. authd's manager-service authority then prepares its supervisor
+credential (a remote-manager credential for its identity's supervisor key), activates each start
+(the epoch and registration revision go into the lease row) and renews the credential:
+
+  authority: remote                            # default: signer (the signer section above)
+  authority_url: https://auth.example/t        # authd's public_url (http only to a loopback host)
+  idp_token_file: /etc/cotal/managerd/idp.token  # 0600 in a 0700 dir, this uid's; re-read per call
+  owner: <the owner authd derives from the IdP token>
+  actor: cli                                   # the interactive ledger actor holding supervise
+  # instance_id is optional: the identity in state_dir/remote-identity.json (instance id,
+  # lifecycle uid, five nkeys; 0600) is made at the first start and reused by every restart.
+
+A remote managerd refuses Spawn (FAILED_PRECONDITION, ENROLLMENT_UNAVAILABLE) until the authority
+serves managed-agent enrollment.`
 
 // runServe is `managerd serve --config FILE`.
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {

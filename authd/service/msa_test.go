@@ -316,6 +316,9 @@ func TestManagerServiceAuthority(t *testing.T) {
 		if err != nil || !found || g.State != lifecycle.GateOpen || g.Principal != serve || g.ProcessEpoch != 0 {
 			t.Fatalf("gate %+v found %v err %v", g, found, err)
 		}
+		if mat.RegistrationRevision == nil || *mat.RegistrationRevision == 0 || *mat.RegistrationRevision != g.RegistrationRevision {
+			t.Fatalf("registrationRevision %v, want the gate's %d", mat.RegistrationRevision, g.RegistrationRevision)
+		}
 		proof0 = mat.NextRegistrationProof
 	})
 

@@ -257,6 +257,11 @@ func (m *Manager) spawn(ctx context.Context, req *managerv1.SpawnRequest) (*mana
 	if !started {
 		return nil, api.Refuse(codes.FailedPrecondition, managerv1.Reason_REASON_SHUTTING_DOWN, "the manager is not running")
 	}
+	if m.cfg.Remote() {
+		// No enrollment hook: a remote managerd never authors a local grant the host knows
+		// nothing about (seed 001 "Fresh managed agents").
+		return nil, api.Refuse(codes.FailedPrecondition, managerv1.Reason_REASON_ENROLLMENT_UNAVAILABLE, "%s", MsgEnrollmentUnavailable)
+	}
 	// A manager that cannot confirm its lease or reach the broker admits no agent: the spawn
 	// would provision and mint for an instance that may no longer be the space's. A shutdown's
 	// own refusal (admit) names it.

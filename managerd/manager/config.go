@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/cotalgo/cotal/pkg/creds"
 	"github.com/cotalgo/cotal/pkg/daemon"
 	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/pkg/space"
@@ -36,18 +38,40 @@ type Config struct {
 	Space string `yaml:"space"`
 	// Brokers are the broker URLs (nats:// or tls://). Required.
 	Brokers []string `yaml:"brokers"`
+	// Authority is where the manager's own supervisor credential comes from: AuthoritySigner
+	// ("signer", the default) mints it from signerd with the certificate in Signer;
+	// AuthorityRemote ("remote") is a remote managerd with no signerd certificate and no seed:
+	// authd's manager-service authority at AuthorityURL prepares, activates and renews it
+	// (remote.go), authenticated by the IdP token in IdPTokenFile.
+	Authority string `yaml:"authority"`
+	// AuthorityURL is authd's base URL serving POST /manager-service-authority (its public_url,
+	// or its loopback face): https, or http to a loopback host. Required with authority: remote,
+	// refused otherwise.
+	AuthorityURL string `yaml:"authority_url"`
+	// IdPTokenFile holds the IdP token (the human proof of the owner) the remote authority
+	// requires: an absolute path to a regular file of this uid, mode 0600, re-read at every call
+	// (a refreshed token is picked up without a restart). Required with authority: remote,
+	// refused otherwise.
+	IdPTokenFile string `yaml:"idp_token_file"`
 	// Signer is how to reach signerd with managerd's client certificate
-	// (spiffe://<td>/managerd/<space token>). Required.
+	// (spiffe://<td>/managerd/<space token>). Required with authority: signer; refused with
+	// authority: remote.
 	Signer signerclient.FileConfig `yaml:"signer"`
 	// StateDir holds the custody records of the agents this instance started (custody.go: what a
 	// successor needs to reap them); 0700, created if missing. Required.
 	StateDir string `yaml:"state_dir"`
 	// InstanceID names this manager instance (UID grammar, [a-z0-9]{26,32}); its lease key is
-	// lease.<instance_id> in cotal_manager_<space>. Required.
+	// lease.<instance_id> in cotal_manager_<space>. Required with authority: signer. With
+	// authority: remote it is optional: the instance id is the remote identity's in StateDir
+	// (generated at the first start when empty; a configured one must match it).
 	InstanceID string `yaml:"instance_id"`
 	// Root is the workspace root this instance serves, an absolute path. Required.
 	Root string `yaml:"root"`
 	// Owner and Actor are the manager's own principal (its supervisor credential). Required.
+	// With authority: remote, Owner must be the owner authd derives from the IdP token and Actor
+	// is the interactive ledger actor (holding supervise) that authenticates the requests; the
+	// credential's principal is <owner>.manager_<instance id> and the lease's holder
+	// <owner>.manager_serve_<instance id>.
 	Owner string `yaml:"owner"`
 	Actor string `yaml:"actor"`
 	// AgentOwner is the owner token agents are spawned under; default Owner.
@@ -65,7 +89,8 @@ type Config struct {
 	// AgentTTL is the lifetime asked of signerd for each agent credential; zero means the
 	// profile's default.
 	AgentTTL yamlx.Duration `yaml:"agent_ttl"`
-	// CredentialTTL is the lifetime asked for managerd's own supervisor credential.
+	// CredentialTTL is the lifetime asked for managerd's own supervisor credential (signer mode
+	// only: the remote authority decides it).
 	CredentialTTL yamlx.Duration `yaml:"credential_ttl"`
 	// RenewRetry is the wait after a failed agent renewal; default 30s.
 	RenewRetry yamlx.Duration `yaml:"renew_retry"`
@@ -83,6 +108,15 @@ type Config struct {
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel string `yaml:"log_level"`
 }
+
+// Authority modes.
+const (
+	AuthoritySigner = "signer"
+	AuthorityRemote = "remote"
+)
+
+// Remote reports whether c is a remote managerd (authority: remote).
+func (c *Config) Remote() bool { return c.Authority == AuthorityRemote }
 
 // LauncherConfig locates the launcher.
 type LauncherConfig struct {
@@ -112,9 +146,19 @@ func LoadConfig(path string) (*Config, error) {
 
 // Validate applies defaults and checks every value.
 func (c *Config) Validate() error {
+	switch c.Authority {
+	case "":
+		c.Authority = AuthoritySigner
+	case AuthoritySigner, AuthorityRemote:
+	default:
+		return fmt.Errorf("authority %q: want %s (the default) or %s", c.Authority, AuthoritySigner, AuthorityRemote)
+	}
 	var missing []string
+	if !c.Remote() && c.InstanceID == "" {
+		missing = append(missing, "instance_id")
+	}
 	for _, k := range []struct{ name, v string }{
-		{"space", c.Space}, {"state_dir", c.StateDir}, {"instance_id", c.InstanceID}, {"root", c.Root},
+		{"space", c.Space}, {"state_dir", c.StateDir}, {"root", c.Root},
 		{"owner", c.Owner}, {"actor", c.Actor}, {"launcher.socket", c.Launcher.Socket},
 		{"launcher.token_file", c.Launcher.TokenFile}, {"api.socket", c.API.Socket},
 	} {
@@ -131,9 +175,40 @@ func (c *Config) Validate() error {
 	if len(c.Connectors) == 0 {
 		missing = append(missing, "connectors")
 	}
-	missing = append(missing, c.Signer.Missing("signer.")...)
+	if c.Remote() {
+		if !reflect.ValueOf(c.Signer).IsZero() {
+			return errors.New("signer: a remote managerd (authority: remote) has no signerd certificate; remove the signer section")
+		}
+		if c.CredentialTTL != 0 {
+			return errors.New("credential_ttl: with authority: remote the authority decides the credential's lifetime; remove it")
+		}
+		for _, k := range []struct{ name, v string }{{"authority_url", c.AuthorityURL}, {"idp_token_file", c.IdPTokenFile}} {
+			if k.v == "" {
+				missing = append(missing, k.name)
+			}
+		}
+	} else {
+		if c.AuthorityURL != "" || c.IdPTokenFile != "" {
+			return errors.New("authority_url and idp_token_file are for authority: remote; a signer-mode managerd takes neither")
+		}
+		missing = append(missing, c.Signer.Missing("signer.")...)
+	}
 	if len(missing) > 0 {
 		return fmt.Errorf("missing required keys: %s", strings.Join(missing, ", "))
+	}
+	if c.Remote() {
+		if err := CheckAuthorityURL(c.AuthorityURL); err != nil {
+			return fmt.Errorf("authority_url: %w", err)
+		}
+		if !filepath.IsAbs(c.IdPTokenFile) {
+			return fmt.Errorf("idp_token_file %q: want an absolute path", c.IdPTokenFile)
+		}
+		if err := creds.CheckSecretDir(filepath.Dir(c.IdPTokenFile)); err != nil {
+			return fmt.Errorf("idp_token_file: %w (want its directory this uid's, mode 0700)", err)
+		}
+		if err := creds.CheckSecretFile(c.IdPTokenFile); err != nil {
+			return fmt.Errorf("idp_token_file: %w (want a regular file of this uid, mode 0600)", err)
+		}
 	}
 	if err := space.ValidateName(c.Space); err != nil {
 		return fmt.Errorf("space: %w", err)
@@ -141,8 +216,10 @@ func (c *Config) Validate() error {
 	if err := daemon.CheckBrokers(c.Brokers); err != nil {
 		return err
 	}
-	if err := space.ValidateUID(c.InstanceID); err != nil {
-		return fmt.Errorf("instance_id: %w", err)
+	if c.InstanceID != "" {
+		if err := space.ValidateUID(c.InstanceID); err != nil {
+			return fmt.Errorf("instance_id: %w", err)
+		}
 	}
 	if c.AgentOwner == "" {
 		c.AgentOwner = c.Owner

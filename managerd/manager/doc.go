@@ -38,6 +38,14 @@
 // the committed epoch in the lease row and writes IdentityFile in Config.StateDir
 // (Manager.Registration; register.go).
 //
+// A remote managerd (Config.Authority "remote"; remote.go) holds no signerd certificate: its
+// identity (RemoteIdentityFile) is loaded or made, the supervisor credential is prepared by
+// authd's manager-service authority (Inputs.RemoteAuthority, by default the HTTPAuthority client
+// of Config.AuthorityURL) and proven on the broker, the lease is taken as the gate principal
+// <owner>.manager_serve_<instance id>, and the authority activates this start before it serves
+// (its epoch and revision in the lease row); renewals ask the authority too. Spawn is refused
+// (REASON_ENROLLMENT_UNAVAILABLE) until the authority serves managed-agent enrollment.
+//
 // Spawn (ManagerService, or Backend in process) admits a request before any signer call (name,
 // connector, capacity counting spawns in progress, channels, environment), then per agent: a
 // fresh user nkey and lifecycle uid, its durables and ACL row through a one-shot provisioner

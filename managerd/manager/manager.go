@@ -24,6 +24,7 @@ import (
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/lease"
+	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/pkg/space"
 )
@@ -37,6 +38,10 @@ type Inputs struct {
 	// this uid, logging a loud warning and raising a READABLE_SEEDS warning event. A deployment
 	// never sets it.
 	AllowReadableSeeds bool
+	// RemoteAuthority is a remote managerd's manager-service authority (Config.Authority
+	// "remote"; remote.go); nil means the stock HTTP client of Config.AuthorityURL
+	// (NewHTTPAuthority). A signer-mode manager refuses one.
+	RemoteAuthority RemoteAuthority
 }
 
 // RuntimeOptions are how the manager runs inside its host. Every field is optional.
@@ -93,6 +98,11 @@ type Manager struct {
 
 	sig signerState
 
+	// remoteAuth is Inputs.RemoteAuthority; remote is a remote managerd's authority state (nil in
+	// signer mode).
+	remoteAuth RemoteAuthority
+	remote     *remoteState
+
 	// registry is the registration loop's state (register.go).
 	registry registration
 
@@ -133,7 +143,7 @@ func Start(ctx context.Context, in Inputs, opts RuntimeOptions) (*Manager, error
 
 // newManager builds a manager that start runs; the configuration is checked by start.
 func newManager(in Inputs, opts RuntimeOptions) *Manager {
-	m := &Manager{allowSeeds: in.AllowReadableSeeds, opts: opts, pid: opts.PID, log: opts.Logger,
+	m := &Manager{allowSeeds: in.AllowReadableSeeds, remoteAuth: in.RemoteAuthority, opts: opts, pid: opts.PID, log: opts.Logger,
 		agents: map[string]*agent{}, byActor: map[string]*agent{}, done: make(chan struct{})}
 	if in.Config != nil {
 		cfg := *in.Config
@@ -224,29 +234,40 @@ func (m *Manager) start(ctx context.Context) (err error) {
 	}
 	m.runCtx, m.runCancel = context.WithCancel(context.WithoutCancel(ctx))
 
-	// The supervisor credential: a key held only in memory, minted by signerd, proven on the broker.
-	sc := cfg.Signer.ClientConfig()
-	sc.Logger = m.log
-	sc.Interceptors = append(sc.Interceptors, signerTimer)
-	if m.signer, err = signerclient.Dial(sc); err != nil {
-		return fail(CodeConfig, "signer client refused", err)
-	}
-	if m.rail, err = signerclient.NewRail(signerclient.RailConfig{
-		Client: m.signer, Space: cfg.Space, Profile: signerv1.Profile_PROFILE_SUPERVISOR,
-		Params: &signerv1.ProfileParams{Owner: cfg.Owner, Actor: cfg.Actor},
-		TTL:    cfg.CredentialTTL.D(), NatsURLs: cfg.Brokers, Logger: m.log, OnRenewFailed: m.onRailRenewFailed,
-	}); err != nil {
-		return fail(CodeConfig, "supervisor rail refused", err)
-	}
-	if err := m.rail.Start(ctx); err != nil {
-		m.sig.record(err)
-		var pe *signerclient.ProofError
-		if errors.As(err, &pe) {
-			return fail(CodeBroker, "the broker refused the supervisor credential", err)
+	if cfg.Remote() {
+		// The supervisor credential of a remote managerd: its identity's supervisor key, the
+		// credential prepared by the remote authority, proven on the broker.
+		if err := m.startRemoteRail(ctx, fail); err != nil {
+			return err
 		}
-		return fail(CodeSigner, "no supervisor credential from signerd", err)
+	} else {
+		if m.remoteAuth != nil {
+			return fail(CodeConfig, "a RemoteAuthority is given but authority is signer", errors.New("set authority: remote, or drop Inputs.RemoteAuthority"))
+		}
+		// The supervisor credential: a key held only in memory, minted by signerd, proven on the broker.
+		sc := cfg.Signer.ClientConfig()
+		sc.Logger = m.log
+		sc.Interceptors = append(sc.Interceptors, signerTimer)
+		if m.signer, err = signerclient.Dial(sc); err != nil {
+			return fail(CodeConfig, "signer client refused", err)
+		}
+		if m.rail, err = signerclient.NewRail(signerclient.RailConfig{
+			Client: m.signer, Space: cfg.Space, Profile: signerv1.Profile_PROFILE_SUPERVISOR,
+			Params: &signerv1.ProfileParams{Owner: cfg.Owner, Actor: cfg.Actor},
+			TTL:    cfg.CredentialTTL.D(), NatsURLs: cfg.Brokers, Logger: m.log, OnRenewFailed: m.onRailRenewFailed,
+		}); err != nil {
+			return fail(CodeConfig, "supervisor rail refused", err)
+		}
+		if err := m.rail.Start(ctx); err != nil {
+			m.sig.record(err)
+			var pe *signerclient.ProofError
+			if errors.As(err, &pe) {
+				return fail(CodeBroker, "the broker refused the supervisor credential", err)
+			}
+			return fail(CodeSigner, "no supervisor credential from signerd", err)
+		}
+		m.sig.record(nil)
 	}
-	m.sig.record(nil)
 
 	// The broker connection; the host's options first, then the handlers that move State.
 	opts := append(m.rail.NatsOptions(), nats.Name("cotal-managerd "+cfg.InstanceID), nats.MaxReconnects(-1))
@@ -257,8 +278,12 @@ func (m *Manager) start(ctx context.Context) (err error) {
 		return fail(CodeBroker, "broker connection refused", err)
 	}
 
-	// The instance lease.
+	// The instance lease: a signer-mode manager holds it as its principal, a remote one as the
+	// gate principal the authority registers, <owner>.manager_serve_<instance id>.
 	holder, err := space.PrincipalKey(cfg.Owner, cfg.Actor)
+	if cfg.Remote() {
+		holder, err = lifecycle.ServePrincipal(cfg.Owner, cfg.InstanceID)
+	}
 	if err != nil {
 		return fail(CodeConfig, "owner and actor refused", err)
 	}
@@ -275,6 +300,13 @@ func (m *Manager) start(ctx context.Context) (err error) {
 			}}
 		}
 		return fail(CodeLease, "instance lease failed", err)
+	}
+	if cfg.Remote() {
+		// Activate: the authority registers this start; its epoch and revision go into the
+		// lease row before the manager serves.
+		if err := m.activateRemote(ctx); err != nil {
+			return fail(CodeAuthority, "the remote authority did not activate this start", err)
+		}
 	}
 	// A predecessor's agents (it was killed, or spared them) are reaped before any new spawn.
 	m.reap(ctx)
@@ -296,17 +328,21 @@ func (m *Manager) start(ctx context.Context) (err error) {
 
 	// The upkeep, then ready, then ManagerService answers (a Shutdown it serves finds every
 	// goroutine started).
-	m.wg.Add(3)
+	m.wg.Add(2)
 	go func() {
 		defer m.wg.Done()
 		if err := m.lease.Run(m.runCtx); err != nil && m.runCtx.Err() == nil {
 			m.log.Error("instance lease loop ended", "err", err)
 		}
 	}()
-	go func() {
-		defer m.wg.Done()
-		m.registerLoop(m.runCtx)
-	}()
+	if !cfg.Remote() {
+		// A remote managerd registered by activate; a signer-mode one on the register-manager rail.
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			m.registerLoop(m.runCtx)
+		}()
+	}
 	go func() {
 		defer m.wg.Done()
 		err := m.rail.Run(m.runCtx)

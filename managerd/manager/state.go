@@ -124,6 +124,8 @@ func (m *Manager) onLease(from, to lease.State, err error) {
 
 // onRailRenewFailed is the supervisor rail's OnRenewFailed.
 func (m *Manager) onRailRenewFailed(err error, retryIn time.Duration) {
-	m.sig.record(err)
+	if !m.cfg.Remote() { // a remote managerd's renewal asks the remote authority, not signerd
+		m.sig.record(err)
+	}
 	m.tr.Warn(CodeSupervisorRenewal, fmt.Sprintf("the supervisor credential's renewal failed; the current one stays, next attempt in %v", retryIn.Round(time.Second)), err)
 }

@@ -194,8 +194,9 @@ func ActorsOf(instanceID string) (Actors, error) {
 // Material is the answer to a manager-service-authority request: the request's coordinates
 // echoed with the owner the host derived, the phase's credentials, and per operation: prepare's
 // nextRegistrationProof (the ActivationProof activate requires), activate's processEpoch,
-// accountPublicKey and nextRegistrationProof (the current registration proof renew, retire and
-// the managed-agent kinds require; never the activation proof), renew's and retire's
+// accountPublicKey, registrationRevision (the revision the gate records, which the manager writes
+// into its lease row with the epoch) and nextRegistrationProof (the current registration proof
+// renew, retire and the managed-agent kinds require; never the activation proof), renew's and retire's
 // registrationProof echo, and retire's retirement echo. IssuedAt and ExpiresAt are Unix seconds
 // (ExpiresAt the earliest credential expiry, 0 without one).
 type Material struct {
@@ -211,6 +212,7 @@ type Material struct {
 	RegistrationProof     string      `json:"registrationProof,omitempty"`
 	AccountPublicKey      string      `json:"accountPublicKey,omitempty"`
 	ProcessEpoch          *uint64     `json:"processEpoch,omitempty"`
+	RegistrationRevision  *uint64     `json:"registrationRevision,omitempty"`
 	Retirement            *Retirement `json:"retirement,omitempty"`
 	IssuedAt              int64       `json:"issuedAt"`
 	ExpiresAt             int64       `json:"expiresAt"`
@@ -782,4 +784,57 @@ func ActivationProof(spaceName, owner string, r *Request) (string, error) {
 	b = append(b, `},"artifactDigests":[]}`...)
 	sum := sha256.Sum256(b)
 	return lifecycle.ProofPrefix + hex.EncodeToString(sum[:]), nil
+}
+
+// MaxAnswerBytes bounds one answer a client reads (a Material holds at most two JWTs).
+const MaxAnswerBytes = 64 << 10
+
+// Refusal is a refused request's answer, {"error", "code"}, with its HTTP status.
+type Refusal struct {
+	Status int    `json:"-"`
+	Msg    string `json:"error"`
+	Code   string `json:"code"`
+}
+
+func (r *Refusal) Error() string {
+	return fmt.Sprintf("the manager-service authority refused (%d %s): %s", r.Status, r.Code, r.Msg)
+}
+
+// DecodeMaterial parses an answer on the client side: at most MaxAnswerBytes, one closed
+// Material object (an unknown field, a value of another type or data after it is refused), of
+// kind KindAuthority and v 1, every credential with a JWT and an expiry. Binding it to the
+// request (the echoed coordinates, the credential's subject) is the caller's.
+func DecodeMaterial(b []byte) (*Material, error) {
+	if len(b) > MaxAnswerBytes {
+		return nil, bad("the answer is %d bytes (at most %d)", len(b), MaxAnswerBytes)
+	}
+	var m Material
+	if err := lifecycle.DecodeObject(b, &m); err != nil {
+		return nil, bad("the answer: %v", err)
+	}
+	if m.V != 1 || m.Kind != KindAuthority || !m.Operation.Served() {
+		return nil, bad("the answer is not a v 1 %s answer of a served operation", KindAuthority)
+	}
+	for _, c := range []*Credential{m.Credentials.Supervisor, m.Credentials.RetirementRequester} {
+		if c != nil && (c.JWT == "" || c.Exp <= 0) {
+			return nil, bad("the answer has a credential without a JWT or an expiry")
+		}
+	}
+	return &m, nil
+}
+
+// DecodeRefusal parses a refusal's body (at most MaxAnswerBytes, the closed {"error","code"} with
+// a code); status is the HTTP status it came with.
+func DecodeRefusal(status int, b []byte) (*Refusal, error) {
+	if len(b) > MaxAnswerBytes {
+		return nil, bad("the refusal is %d bytes (at most %d)", len(b), MaxAnswerBytes)
+	}
+	r := &Refusal{Status: status}
+	if err := lifecycle.DecodeObject(b, r); err != nil {
+		return nil, bad("the refusal: %v", err)
+	}
+	if r.Code == "" || len(r.Code) > 64 || len(r.Msg) > 4096 {
+		return nil, bad("the refusal has no code, or a code or message too long")
+	}
+	return r, nil
 }

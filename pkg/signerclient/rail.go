@@ -88,10 +88,25 @@ func (e *ProofError) Error() string {
 // Unwrap returns the connection error.
 func (e *ProofError) Unwrap() error { return e.Err }
 
-// RailConfig is what NewRail needs. Client, Space, Profile and NatsURL or NatsURLs are required.
+// Source issues a rail's credentials when they do not come from signerd: a remote managerd's
+// supervisor credential, which authd's manager-service authority mints (prepare) and renews
+// (renew) for the rail's public key. Mint and Renew answer a user JWT for userPublicKey; the
+// rail checks and proves it on the broker before it adopts it, exactly as it does signerd's, and
+// renews at RenewFraction of its life. Renew is given the JWT in use. A Source never sees the
+// rail's seed.
+type Source interface {
+	Mint(ctx context.Context, userPublicKey string) (jwt string, err error)
+	Renew(ctx context.Context, userPublicKey, currentJWT string) (jwt string, err error)
+}
+
+// RailConfig is what NewRail needs. Space and NatsURL or NatsURLs are required, and either Source
+// or Client and Profile.
 type RailConfig struct {
-	// Client calls signerd.
+	// Client calls signerd (Mint, and Remint proven by the rail's key). Ignored with Source.
 	Client *Client
+	// Source, if set, issues the credentials instead of signerd: Client, Profile, Params and TTL
+	// are then not used.
+	Source Source
 	// Space is the space to mint in.
 	Space string
 	// Profile and Params describe the credential; signerd builds the permissions.
@@ -194,13 +209,13 @@ type Rail struct {
 }
 
 // NewRail validates cfg and generates the rail's user nkey, or decodes it from cfg.UserSeed. It
-// refuses a nil client, an invalid space name, an unspecified profile, an empty broker URL,
+// refuses a nil client without a Source, an invalid space name, an unspecified profile, an empty broker URL,
 // negative durations, and a UserSeed that is wiped, not canonically encoded or not a user seed.
 func NewRail(cfg RailConfig) (*Rail, error) {
 	switch {
-	case cfg.Client == nil:
-		return nil, errors.New("signerclient: RailConfig.Client is nil")
-	case cfg.Profile == signerv1.Profile_PROFILE_UNSPECIFIED:
+	case cfg.Source == nil && cfg.Client == nil:
+		return nil, errors.New("signerclient: RailConfig.Client and Source are nil")
+	case cfg.Source == nil && cfg.Profile == signerv1.Profile_PROFILE_UNSPECIFIED:
 		return nil, errors.New("signerclient: RailConfig.Profile is unspecified")
 	case cfg.NatsURL == "" && len(cfg.NatsURLs) == 0:
 		return nil, errors.New("signerclient: RailConfig.NatsURL and NatsURLs are empty")
@@ -375,11 +390,7 @@ func (r *Rail) Start(ctx context.Context) error {
 	if !r.startOnce.CompareAndSwap(false, true) {
 		return ErrStarted
 	}
-	req := &signerv1.MintRequest{Space: r.cfg.Space, Profile: r.cfg.Profile, UserPublicKey: r.pub, Params: r.cfg.Params}
-	if r.cfg.TTL > 0 {
-		req.Ttl = durationpb.New(r.cfg.TTL)
-	}
-	cred, err := r.cfg.Client.Mint(ctx, req)
+	cred, err := r.mint(ctx)
 	if err != nil {
 		r.startOnce.Store(false)
 		return fmt.Errorf("signerclient: start: mint: %w", err)
@@ -392,6 +403,22 @@ func (r *Rail) Start(ctx context.Context) error {
 	r.cur.Store(c)
 	r.log.Info("credential adopted", "jti", c.jti, "expires", c.expires)
 	return nil
+}
+
+// mint is the first credential: from the Source, else a signerd Mint.
+func (r *Rail) mint(ctx context.Context) (*signerv1.Credential, error) {
+	if r.cfg.Source != nil {
+		j, err := r.cfg.Source.Mint(ctx, r.pub)
+		if err != nil {
+			return nil, err
+		}
+		return &signerv1.Credential{Jwt: j}, nil
+	}
+	req := &signerv1.MintRequest{Space: r.cfg.Space, Profile: r.cfg.Profile, UserPublicKey: r.pub, Params: r.cfg.Params}
+	if r.cfg.TTL > 0 {
+		req.Ttl = durationpb.New(r.cfg.TTL)
+	}
+	return r.cfg.Client.Mint(ctx, req)
 }
 
 // accept checks a credential from signerd and proves it on the broker. account, when set, is
@@ -599,6 +626,13 @@ func (r *Rail) RenewNow(ctx context.Context) (Renewed, error) {
 // renew remints cur and accepts the result. The proof is dated signerNow, signerd's clock as
 // cur's iat and the time since it arrived tell it, not the local wall clock.
 func (r *Rail) renew(ctx context.Context, cur *credential) (*credential, error) {
+	if r.cfg.Source != nil {
+		j, err := r.cfg.Source.Renew(ctx, r.pub, cur.jwt)
+		if err != nil {
+			return nil, fmt.Errorf("renew: %w", err)
+		}
+		return r.accept(ctx, &signerv1.Credential{Jwt: j}, cur.account)
+	}
 	cred, err := r.cfg.Client.remint(ctx, r.cfg.Space, cur.jwt, r.sign, r.cfg.TTL, signerNow(cur, r.cfg.Now()))
 	if err != nil {
 		return nil, fmt.Errorf("remint: %w", err)

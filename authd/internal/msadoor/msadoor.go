@@ -355,8 +355,8 @@ func (d *Door) serveAuthority(ctx context.Context, req *managerauthority.Request
 			// caller could compute.
 			return nil, refused(http.StatusServiceUnavailable, CodeUnavailable, "the registration proof could not be issued", errors.New("current proof equals the activation proof"))
 		}
-		epoch := reg.ProcessEpoch
-		mat.ProcessEpoch, mat.AccountPublicKey, mat.NextRegistrationProof = &epoch, d.cfg.Account, proof
+		epoch, rev := reg.ProcessEpoch, reg.RegistrationRevision
+		mat.ProcessEpoch, mat.RegistrationRevision, mat.AccountPublicKey, mat.NextRegistrationProof = &epoch, &rev, d.cfg.Account, proof
 	case managerauthority.OpRenew:
 		cred, err := d.cfg.Authority.RenewRemoteManager(ctx, m, *req.ProcessEpoch, req.RegistrationProof)
 		if err != nil {

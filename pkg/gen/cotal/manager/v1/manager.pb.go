@@ -75,6 +75,9 @@ const (
 	// The manager is unavailable: its broker connection is down or its instance lease is not
 	// confirmed; retry once Status shows it ready (UNAVAILABLE). Nothing was started.
 	Reason_REASON_UNAVAILABLE Reason = 20
+	// A remote managerd (authority: remote) spawns only agents its authority enrolls, and the
+	// authority serves no managed-agent enrollment (FAILED_PRECONDITION). Nothing was started.
+	Reason_REASON_ENROLLMENT_UNAVAILABLE Reason = 21
 )
 
 // Enum value maps for Reason.
@@ -101,29 +104,31 @@ var (
 		18: "REASON_ATTACH_LIMIT",
 		19: "REASON_STOP_UNPROVEN",
 		20: "REASON_UNAVAILABLE",
+		21: "REASON_ENROLLMENT_UNAVAILABLE",
 	}
 	Reason_value = map[string]int32{
-		"REASON_UNSPECIFIED":           0,
-		"REASON_PEER_NOT_ALLOWED":      1,
-		"REASON_INVALID_ARGUMENT":      2,
-		"REASON_NAME_INVALID":          3,
-		"REASON_NAME_IN_USE":           4,
-		"REASON_CONNECTOR_UNKNOWN":     5,
-		"REASON_CHANNEL_INVALID":       6,
-		"REASON_SUBSCRIBE_NOT_ALLOWED": 7,
-		"REASON_CAPACITY_EXHAUSTED":    8,
-		"REASON_ENV_NOT_ALLOWED":       9,
-		"REASON_AGENT_UNKNOWN":         10,
-		"REASON_SHUTTING_DOWN":         11,
-		"REASON_SHUTDOWN_CONFLICT":     12,
-		"REASON_SIGNER_REFUSED":        13,
-		"REASON_SIGNER_UNAVAILABLE":    14,
-		"REASON_PROVISION_FAILED":      15,
-		"REASON_LAUNCH_FAILED":         16,
-		"REASON_AGENT_EXITED":          17,
-		"REASON_ATTACH_LIMIT":          18,
-		"REASON_STOP_UNPROVEN":         19,
-		"REASON_UNAVAILABLE":           20,
+		"REASON_UNSPECIFIED":            0,
+		"REASON_PEER_NOT_ALLOWED":       1,
+		"REASON_INVALID_ARGUMENT":       2,
+		"REASON_NAME_INVALID":           3,
+		"REASON_NAME_IN_USE":            4,
+		"REASON_CONNECTOR_UNKNOWN":      5,
+		"REASON_CHANNEL_INVALID":        6,
+		"REASON_SUBSCRIBE_NOT_ALLOWED":  7,
+		"REASON_CAPACITY_EXHAUSTED":     8,
+		"REASON_ENV_NOT_ALLOWED":        9,
+		"REASON_AGENT_UNKNOWN":          10,
+		"REASON_SHUTTING_DOWN":          11,
+		"REASON_SHUTDOWN_CONFLICT":      12,
+		"REASON_SIGNER_REFUSED":         13,
+		"REASON_SIGNER_UNAVAILABLE":     14,
+		"REASON_PROVISION_FAILED":       15,
+		"REASON_LAUNCH_FAILED":          16,
+		"REASON_AGENT_EXITED":           17,
+		"REASON_ATTACH_LIMIT":           18,
+		"REASON_STOP_UNPROVEN":          19,
+		"REASON_UNAVAILABLE":            20,
+		"REASON_ENROLLMENT_UNAVAILABLE": 21,
 	}
 )
 
@@ -2257,7 +2262,7 @@ const file_cotal_manager_v1_manager_proto_rawDesc = "" +
 	"withAgents\"D\n" +
 	"\x10ShutdownResponse\x12\x18\n" +
 	"\astopped\x18\x01 \x03(\tR\astopped\x12\x16\n" +
-	"\x06spared\x18\x02 \x03(\tR\x06spared*\xc9\x04\n" +
+	"\x06spared\x18\x02 \x03(\tR\x06spared*\xec\x04\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17REASON_PEER_NOT_ALLOWED\x10\x01\x12\x1b\n" +
@@ -2280,7 +2285,8 @@ const file_cotal_manager_v1_manager_proto_rawDesc = "" +
 	"\x13REASON_AGENT_EXITED\x10\x11\x12\x17\n" +
 	"\x13REASON_ATTACH_LIMIT\x10\x12\x12\x18\n" +
 	"\x14REASON_STOP_UNPROVEN\x10\x13\x12\x16\n" +
-	"\x12REASON_UNAVAILABLE\x10\x14*\x9a\x01\n" +
+	"\x12REASON_UNAVAILABLE\x10\x14\x12!\n" +
+	"\x1dREASON_ENROLLMENT_UNAVAILABLE\x10\x15*\x9a\x01\n" +
 	"\fProcessState\x12\x1d\n" +
 	"\x19PROCESS_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16PROCESS_STATE_STARTING\x10\x01\x12\x19\n" +
