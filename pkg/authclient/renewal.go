@@ -219,12 +219,17 @@ func (s *RenewalSource) State() SourceState {
 	return s.state
 }
 
-// Close closes the source and aborts a pull in flight; later pulls are refused. Idempotent.
+// Close closes the source and aborts a pull in flight, returning once that pull has ended (so
+// it no longer touches the store); later pulls are refused. Idempotent.
 func (s *RenewalSource) Close() {
 	s.mu.Lock()
 	s.state.State, s.state.Cause = SourceClosed, ""
+	f := s.flight
 	s.mu.Unlock()
 	s.cancel()
+	if f != nil {
+		<-f.done
+	}
 }
 
 // SentinelCreds returns the space's sentinel (the provider's Sentinel): the bearer user JWT a
