@@ -1,0 +1,241 @@
+package service_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cotalgo/cotal/managerd/manager"
+	"github.com/cotalgo/cotal/pkg/authclient"
+	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
+	"github.com/cotalgo/cotal/pkg/lifecycle"
+	"github.com/cotalgo/cotal/pkg/material"
+	"github.com/cotalgo/cotal/pkg/testkit"
+)
+
+// hostLauncher is a host's own manager.Launcher at this test's uid (the one managerd's manager
+// tests use, rebuilt here where managerd/internal cannot be imported): it writes the launch
+// material 0600 in the agent's directory and starts `sleep` in a session of its own on a real
+// PTY; it signals the process group and proves a child gone by /proc.
+type hostLauncher struct {
+	root string
+	mu   sync.Mutex
+	cmds []*exec.Cmd
+}
+
+func newHostLauncher(t *testing.T) *hostLauncher {
+	l := &hostLauncher{root: t.TempDir()}
+	t.Cleanup(func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for _, c := range l.cmds {
+			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		}
+	})
+	return l
+}
+
+// startTime is field 22 of /proc/<pid>/stat.
+func startTime(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	f := bytes.Fields(b[bytes.LastIndexByte(b, ')')+1:])
+	if len(f) < 20 {
+		return 0, errors.New("malformed /proc stat")
+	}
+	return strconv.ParseUint(string(f[19]), 10, 64)
+}
+
+func (l *hostLauncher) Launch(_ context.Context, req manager.LaunchRequest) (manager.Child, *os.File, error) {
+	dir := filepath.Join(l.root, req.Name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return manager.Child{}, nil, err
+	}
+	path := filepath.Join(dir, "launch-material")
+	if err := os.WriteFile(path, req.Material, 0o600); err != nil {
+		return manager.Child{}, nil, err
+	}
+	cmd := exec.Command("sleep", "300")
+	cmd.Env = []string{material.EnvVar + "=" + path}
+	master, err := pty.Start(cmd)
+	if err != nil {
+		return manager.Child{}, nil, err
+	}
+	st, err := startTime(cmd.Process.Pid)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		master.Close()
+		return manager.Child{}, nil, err
+	}
+	l.mu.Lock()
+	l.cmds = append(l.cmds, cmd)
+	l.mu.Unlock()
+	go func() { _ = cmd.Wait() }() // reaped, so that Gone sees it go
+	return manager.Child{Pid: cmd.Process.Pid, StartTime: st, Dir: dir}, master, nil
+}
+
+func (l *hostLauncher) Signal(_ context.Context, child manager.Child, sig syscall.Signal) error {
+	gone, err := child.Gone()
+	if err != nil {
+		return err
+	}
+	if gone {
+		if sig == 0 {
+			return &manager.LaunchRefusedError{Reason: manager.LaunchChildUnknown, Message: "gone"}
+		}
+		return nil
+	}
+	if sig == 0 {
+		return nil
+	}
+	if err := syscall.Kill(-child.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return err
+	}
+	return nil
+}
+
+func (l *hostLauncher) ReplaceMaterial(_ context.Context, child manager.Child, b []byte) error {
+	return os.WriteFile(filepath.Join(child.Dir, "launch-material"), b, 0o600)
+}
+
+// startWith runs a remote managerd on in and opts; it is closed when the test ends.
+func (r *remoteRig) startWith(t *testing.T, in manager.Inputs, opts manager.RuntimeOptions, mlogs *testkit.SyncBuffer) *manager.Manager {
+	t.Helper()
+	opts.Logger = slog.New(slog.NewJSONHandler(mlogs, nil))
+	m, err := manager.Start(context.Background(), in, opts)
+	if err != nil {
+		t.Fatalf("start: %v\nmanagerd:\n%s", err, mlogs.String())
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = m.Close(ctx)
+	})
+	return m
+}
+
+// startOnly is a RemoteAuthority with the start hooks only: embedding the interface hides the
+// stock client's EnrollManagedAgent.
+type startOnly struct{ manager.RemoteAuthority }
+
+// TestRemoteManagerdSpawn is issue 25 item 6's spawn: a remote managerd enrolls the agent at
+// authd's door (only the SHA-256 of the actor token it made leaves it), binds the answer, and
+// launches the agent through a host launcher with the exchange form of its launch material
+// (0600; the exchange URL, the token and the sentinel; no creds). With that material a client
+// exchanges the token at authd's public face and connects through the callout. The real
+// testagent is not run: the material's exchange URL is the public URL authd publishes
+// (https://auth.example/t, a proxy the test has not got), so the exchange is made with
+// pkg/authclient's agent arm against the face's listen address, as enroll_test does. A remote
+// managerd whose authority has no enrollment hook refuses Spawn.
+func TestRemoteManagerdSpawn(t *testing.T) {
+	r := newRemoteRig(t)
+	cfg := r.config()
+	lnch := newHostLauncher(t)
+	mlogs := &testkit.SyncBuffer{}
+	r.startWith(t, manager.Inputs{Config: cfg}, manager.RuntimeOptions{Launcher: lnch}, mlogs)
+	c := r.client(t, cfg)
+	h := r.h
+	var ag *managerv1.Agent
+	var mat material.Material
+
+	t.Run("ok/spawn enrolls and launches with the exchange form", func(t *testing.T) {
+		resp, err := c.Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "a1", Connector: "echo", Subscribe: []string{"general"}})
+		if err != nil {
+			t.Fatalf("spawn: %v\nmanagerd:\n%s", err, mlogs.String())
+		}
+		ag = resp.GetAgent()
+		if ag.GetOwner() != h.owner || ag.GetActor() != "a1" || ag.GetProcess() != managerv1.ProcessState_PROCESS_STATE_RUNNING {
+			t.Fatalf("agent %v", ag)
+		}
+		path := filepath.Join(lnch.root, "a1", "launch-material")
+		fi, err := os.Stat(path)
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("material %v err %v, want mode 0600", fi, err)
+		}
+		if mat, err = material.ReadFile(path); err != nil {
+			t.Fatal(err)
+		}
+		if !mat.Exchange() || mat.Creds != "" || mat.ExchangeURL != h.s.PublicURL() || mat.Owner != h.owner || mat.Actor != "a1" ||
+			mat.LifecycleUID != ag.GetLifecycleUid() || len(mat.Subscribe) != 1 || mat.Subscribe[0] != "general" {
+			t.Fatalf("material %v (exchange %v, creds %d bytes), want the exchange form at %s", mat, mat.Exchange(), len(mat.Creds), h.s.PublicURL())
+		}
+		raw, _ := os.ReadFile(path)
+		if bytes.Contains(raw, []byte(`"creds"`)) || bytes.Contains(raw, []byte("NKEY SEED")) {
+			t.Fatal("the exchange form carries a credential")
+		}
+		// Only the token's SHA-256 reached the authority: the ledger row holds it.
+		row, _, err := h.led.Get(h.owner, "a1")
+		sum := sha256.Sum256([]byte(mat.Token))
+		if err != nil || row.TokenHash != hex.EncodeToString(sum[:]) || row.LifecycleUID != ag.GetLifecycleUid() {
+			t.Fatalf("ledger row uid %s err %v: want the token's SHA-256 at uid %s", row.LifecycleUID, err, ag.GetLifecycleUid())
+		}
+		if strings.Contains(mlogs.String(), mat.Token) || strings.Contains(r.logs.String(), mat.Token) {
+			t.Fatal("the actor token was logged")
+		}
+	})
+
+	t.Run("ok/the material exchanges at the public face and connects through the callout", func(t *testing.T) {
+		if mat.Token == "" {
+			t.Fatal("no material (the spawn failed)")
+		}
+		ac, err := authclient.New(authclient.Config{URL: r.pub, Owner: mat.Owner, Actor: mat.Actor, ActorToken: mat.Token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts, err := ac.NatsOptions(mat.Sentinel)
+		if err != nil {
+			t.Fatalf("exchange: %v", err)
+		}
+		nc, err := nats.Connect(strings.Join(mat.Servers, ","), append(opts, nats.NoReconnect())...)
+		if err != nil {
+			t.Fatalf("connect through the callout: %v", err)
+		}
+		defer nc.Close()
+		if err := nc.FlushTimeout(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		// The exchange activated the lifecycle at the uid the authority chose and the manager bound.
+		head, _, found, err := h.e.lifecycleStore(t).Head(ctxT(t), h.owner, "a1")
+		if err != nil || !found || head.State != lifecycle.HeadActive || head.LifecycleUID != ag.GetLifecycleUid() {
+			t.Fatalf("head %+v found %v err %v, want active at the spawned uid %s", head, found, err, ag.GetLifecycleUid())
+		}
+	})
+
+	t.Run("fail/an authority without the enrollment hook refuses spawn", func(t *testing.T) {
+		cfg2 := r.config()
+		cfg2.StateDir, cfg2.Root = filepath.Join(r.dir, "state2"), filepath.Join(r.dir, "root2")
+		cfg2.API.Socket = filepath.Join(r.dir, "api2", "m.sock")
+		stock, err := manager.NewHTTPAuthority(cfg2.AuthorityURL, cfg2.IdPTokenFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.startWith(t, manager.Inputs{Config: cfg2, RemoteAuthority: startOnly{stock}}, manager.RuntimeOptions{Launcher: lnch}, &testkit.SyncBuffer{})
+		c2 := r.client(t, cfg2)
+		_, err = c2.Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "a2", Connector: "echo"})
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "managed-agent enrollment is not available") {
+			t.Fatalf("spawn = %v, want FAILED_PRECONDITION naming enrollment", err)
+		}
+		if _, _, err := h.led.Get(h.owner, "a2"); err == nil {
+			t.Fatal("a row of a2 was written")
+		}
+	})
+}
