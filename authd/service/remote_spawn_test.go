@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -35,13 +36,21 @@ import (
 // material 0600 in the agent's directory and starts `sleep` in a session of its own on a real
 // PTY; it signals the process group and proves a child gone by /proc.
 type hostLauncher struct {
-	root string
-	mu   sync.Mutex
-	cmds []*exec.Cmd
+	root     string
+	mu       sync.Mutex
+	cmds     []*exec.Cmd
+	children map[string]manager.Child // the last child of each name
+}
+
+// child is the last child launched as name.
+func (l *hostLauncher) child(name string) manager.Child {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.children[name]
 }
 
 func newHostLauncher(t *testing.T) *hostLauncher {
-	l := &hostLauncher{root: t.TempDir()}
+	l := &hostLauncher{root: t.TempDir(), children: map[string]manager.Child{}}
 	t.Cleanup(func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -86,11 +95,13 @@ func (l *hostLauncher) Launch(_ context.Context, req manager.LaunchRequest) (man
 		master.Close()
 		return manager.Child{}, nil, err
 	}
+	child := manager.Child{Pid: cmd.Process.Pid, StartTime: st, Dir: dir}
 	l.mu.Lock()
 	l.cmds = append(l.cmds, cmd)
+	l.children[req.Name] = child
 	l.mu.Unlock()
 	go func() { _ = cmd.Wait() }() // reaped, so that Gone sees it go
-	return manager.Child{Pid: cmd.Process.Pid, StartTime: st, Dir: dir}, master, nil
+	return child, master, nil
 }
 
 func (l *hostLauncher) Signal(_ context.Context, child manager.Child, sig syscall.Signal) error {
@@ -237,5 +248,214 @@ func TestRemoteManagerdSpawn(t *testing.T) {
 		if _, _, err := h.led.Get(h.owner, "a2"); err == nil {
 			t.Fatal("a row of a2 was written")
 		}
+	})
+}
+
+// logIndex is the index of the first line of logs at or after from that holds every part, or -1.
+func logIndex(logs string, from int, parts ...string) int {
+	lines := strings.Split(logs, "\n")
+	for i := from; i < len(lines); i++ {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(lines[i], p)
+		}
+		if all {
+			return i
+		}
+	}
+	return -1
+}
+
+// activate exchanges the agent's material at the public face and connects through the callout
+// once (the lifecycle's first exchange makes its head active), then hangs up.
+func activate(t *testing.T, r *remoteRig, lnch *hostLauncher, name string) material.Material {
+	t.Helper()
+	mat, err := material.ReadFile(filepath.Join(lnch.root, name, "launch-material"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac, err := authclient.New(authclient.Config{URL: r.pub, Owner: mat.Owner, Actor: mat.Actor, ActorToken: mat.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := ac.NatsOptions(mat.Sentinel)
+	if err != nil {
+		t.Fatalf("exchange: %v", err)
+	}
+	nc, err := nats.Connect(strings.Join(mat.Servers, ","), append(opts, nats.NoReconnect())...)
+	if err != nil {
+		t.Fatalf("connect through the callout: %v", err)
+	}
+	defer nc.Close()
+	if err := nc.FlushTimeout(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return mat
+}
+
+// TestRemoteManagerdStop is issue 25 item 6's stop: once the agent's process is proven gone, a
+// remote managerd prepares the retirement at authd's door, has a retirement requester minted at
+// the current epoch, and retires the lifecycle on the retire-lifecycle rail, in that order; the
+// head is retired and the name free (a new spawn of it gets a new uid). With deliveryd down the
+// prepare fails (unavailable): no requester, no rail, the name held, a pending-retirement record
+// (0600) in the state directory; once deliveryd is back the background retry retires it under
+// the same opId and frees the name. A retirement still pending when the manager closes is
+// retried by the next start (at its new serve epoch), which holds the name until it is retired.
+func TestRemoteManagerdStop(t *testing.T) {
+	r := newRemoteRig(t)
+	h := r.h
+	d := h.e.startDeliveryd(t)
+	cfg := r.config()
+	lnch := newHostLauncher(t)
+	mlogs := &testkit.SyncBuffer{}
+	mgr := r.startWith(t, manager.Inputs{Config: cfg}, manager.RuntimeOptions{Launcher: lnch}, mlogs)
+	c := r.client(t, cfg)
+	st := h.e.lifecycleStore(t)
+	spawn := func(t *testing.T, name string) *managerv1.Agent {
+		t.Helper()
+		resp, err := c.Spawn(ctxT(t), &managerv1.SpawnRequest{Name: name, Connector: "echo", Subscribe: []string{"general"}})
+		if err != nil {
+			t.Fatalf("spawn %s: %v\nmanagerd:\n%s", name, err, mlogs.String())
+		}
+		return resp.GetAgent()
+	}
+	pendingPath := func(name string) string { return filepath.Join(cfg.StateDir, "retire", name+".json") }
+
+	t.Run("ok/stop prepares, mints the requester, retires on the rail; the name is free", func(t *testing.T) {
+		ag := spawn(t, "a1")
+		activate(t, r, lnch, "a1")
+		from := len(strings.Split(r.logs.String(), "\n")) - 1
+		resp, err := c.Stop(ctxT(t), &managerv1.StopRequest{Name: "a1"})
+		if err != nil {
+			t.Fatalf("stop: %v\nmanagerd:\n%s", err, mlogs.String())
+		}
+		if resp.GetAgent().GetProcess() != managerv1.ProcessState_PROCESS_STATE_EXITED {
+			t.Fatalf("stopped agent %v", resp.GetAgent())
+		}
+		if gone, err := lnch.child("a1").Gone(); err != nil || !gone || lnch.child("a1").Pid != int(ag.GetPid()) {
+			t.Fatalf("the agent (pid %d) gone %v err %v", ag.GetPid(), gone, err)
+		}
+		logs := r.logs.String()
+		prep := logIndex(logs, from, `"msg":"manager service authority: answered"`, `"kind":"manager-managed-agent-prepare-retirement"`)
+		mint := logIndex(logs, max(prep, 0), `"msg":"manager service authority: answered"`, `"operation":"retire"`)
+		rail := logIndex(logs, max(mint, 0), `"msg":"retire rail: retirement requested"`, `"uid":"`+ag.GetLifecycleUid()+`"`)
+		if prep < 0 || mint <= prep || rail <= mint {
+			t.Fatalf("authd log order prepare %d, requester %d, rail %d: want all three, in that order", prep, mint, rail)
+		}
+		head, _, found, err := st.Head(ctxT(t), h.owner, "a1")
+		if err != nil || !found || head.State != lifecycle.HeadRetired || head.LifecycleUID != ag.GetLifecycleUid() {
+			t.Fatalf("head %+v found %v err %v, want retired at %s", head, found, err, ag.GetLifecycleUid())
+		}
+		if _, err := os.Stat(pendingPath("a1")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("pending record after a finished retirement: %v", err)
+		}
+		again := spawn(t, "a1")
+		if again.GetLifecycleUid() == ag.GetLifecycleUid() || again.GetLifecycleUid() == "" {
+			t.Fatalf("respawn uid %s, want a new one (was %s)", again.GetLifecycleUid(), ag.GetLifecycleUid())
+		}
+	})
+
+	t.Run("fail/prepare unavailable: no requester, no rail, name held, pending record; retried once deliveryd is back", func(t *testing.T) {
+		ag := spawn(t, "b1")
+		activate(t, r, lnch, "b1")
+		if err := d.Close(ctxT(t)); err != nil {
+			t.Fatalf("stop deliveryd: %v", err)
+		}
+		from := len(strings.Split(r.logs.String(), "\n")) - 1
+		_, err := c.Stop(ctxT(t), &managerv1.StopRequest{Name: "b1"})
+		if msg := status.Convert(err).Message(); status.Code(err) != codes.Unavailable || !strings.Contains(msg, "retirement is pending") ||
+			!strings.Contains(msg, "prepare: ") || !strings.Contains(msg, "(503 unavailable)") {
+			t.Fatalf("stop = %v, want UNAVAILABLE naming the pending retirement and the prepare's 503", err)
+		}
+		logs := r.logs.String()
+		if i := logIndex(logs, from, `"operation":"retire"`); i >= 0 {
+			t.Fatal("a retirement requester was minted after a failed prepare")
+		}
+		if i := logIndex(logs, from, `"msg":"retire rail: retirement requested"`); i >= 0 {
+			t.Fatal("the rail was asked after a failed prepare")
+		}
+		fi, err := os.Stat(pendingPath("b1"))
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("pending record %v err %v, want mode 0600", fi, err)
+		}
+		rec, _ := os.ReadFile(pendingPath("b1"))
+		opID, _ := lifecycle.ManagedRetirementOpID(ag.GetLifecycleUid())
+		if !strings.Contains(string(rec), `"opId":"`+opID+`"`) || !strings.Contains(string(rec), `"lifecycleUid":"`+ag.GetLifecycleUid()+`"`) {
+			t.Fatalf("pending record %s, want opId %s for uid %s", rec, opID, ag.GetLifecycleUid())
+		}
+		_, err = c.Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "b1", Connector: "echo"})
+		if status.Code(err) != codes.AlreadyExists {
+			t.Fatalf("spawn of the held name = %v, want ALREADY_EXISTS", err)
+		}
+		head, _, _, err := st.Head(ctxT(t), h.owner, "b1")
+		if err != nil || head.State != lifecycle.HeadActive {
+			t.Fatalf("head %+v err %v, want still active", head, err)
+		}
+
+		h.e.startDeliveryd(t)
+		testkit.Eventually(t, 30*time.Second, func() error {
+			head, _, _, err := st.Head(ctxT(t), h.owner, "b1")
+			if err != nil || head.State != lifecycle.HeadRetired || head.LifecycleUID != ag.GetLifecycleUid() {
+				return fmt.Errorf("head %+v err %v", head, err)
+			}
+			if _, err := os.Stat(pendingPath("b1")); !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("pending record still there (%v)", err)
+			}
+			return nil
+		})
+		testkit.Eventually(t, 10*time.Second, func() error {
+			resp, err := c.Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "b1", Connector: "echo", Subscribe: []string{"general"}})
+			if err != nil {
+				return err
+			}
+			if resp.GetAgent().GetLifecycleUid() == ag.GetLifecycleUid() {
+				return errors.New("the respawn reused the retired uid")
+			}
+			return nil
+		})
+	})
+	t.Run("ok/a retirement left pending is retried at the next start, its name held meanwhile", func(t *testing.T) {
+		// deliveryd is down again: the previous subtest's ended with it.
+		ag := spawn(t, "c1")
+		activate(t, r, lnch, "c1")
+		if _, err := c.Stop(ctxT(t), &managerv1.StopRequest{Name: "c1"}); status.Code(err) != codes.Unavailable {
+			t.Fatalf("stop = %v, want UNAVAILABLE (pending)", err)
+		}
+		if err := mgr.Close(ctxT(t)); err != nil {
+			t.Fatalf("close: %v", err)
+		}
+		if _, err := os.Stat(pendingPath("c1")); err != nil {
+			t.Fatalf("pending record across the restart: %v", err)
+		}
+		r.startWith(t, manager.Inputs{Config: r.config()}, manager.RuntimeOptions{Launcher: lnch}, mlogs)
+		c2 := r.client(t, cfg)
+		_, err := c2.Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "c1", Connector: "echo"})
+		if status.Code(err) != codes.AlreadyExists || !strings.Contains(status.Convert(err).Message(), "pending retirement") {
+			t.Fatalf("spawn of the held name after the restart = %v, want ALREADY_EXISTS naming the pending retirement", err)
+		}
+		if !strings.Contains(mlogs.String(), `"msg":"resuming a pending retirement","agent":"c1"`) {
+			t.Fatal("the restarted manager did not resume c1's retirement")
+		}
+		h.e.startDeliveryd(t)
+		testkit.Eventually(t, 30*time.Second, func() error {
+			head, _, _, err := st.Head(ctxT(t), h.owner, "c1")
+			if err != nil || head.State != lifecycle.HeadRetired || head.LifecycleUID != ag.GetLifecycleUid() {
+				return fmt.Errorf("head %+v err %v", head, err)
+			}
+			if _, err := os.Stat(pendingPath("c1")); !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("pending record still there (%v)", err)
+			}
+			return nil
+		})
+		testkit.Eventually(t, 10*time.Second, func() error {
+			resp, err := c2.Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "c1", Connector: "echo", Subscribe: []string{"general"}})
+			if err != nil {
+				return err
+			}
+			if resp.GetAgent().GetLifecycleUid() == ag.GetLifecycleUid() {
+				return errors.New("the respawn reused the retired uid")
+			}
+			return nil
+		})
 	})
 }

@@ -229,6 +229,9 @@ func (m *Manager) admit(req *managerv1.SpawnRequest) (*agent, error) {
 	if _, ok := m.agents[name]; ok {
 		return nil, api.Refuse(codes.AlreadyExists, managerv1.Reason_REASON_NAME_IN_USE, "agent %q exists; stop it first", name)
 	}
+	if m.retire.held(name) {
+		return nil, api.Refuse(codes.AlreadyExists, managerv1.Reason_REASON_NAME_IN_USE, "agent %q has a pending retirement; its name is held until the authority retires it", name)
+	}
 	if other, ok := m.byActor[actor]; ok {
 		return nil, api.Refuse(codes.AlreadyExists, managerv1.Reason_REASON_NAME_IN_USE, "agent %q has the same actor token %q", other.name, actor)
 	}
@@ -651,6 +654,9 @@ func (m *Manager) doStop(ctx context.Context, a *agent) (*managerv1.StopResponse
 		}
 	}
 	a.markExited()
+	if m.cfg.Remote() {
+		return m.stopRemote(ctx, a)
+	}
 	res, err := m.prov.Deprovision(ctx, m.cfg.AgentOwner, a.actor, a.uid, m.memberChannels(a))
 	m.sig.record(signerOnly(err))
 	if err != nil {
