@@ -27,6 +27,7 @@ import (
 	"github.com/cotalgo/cotal/pkg/authclient"
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
 	"github.com/cotalgo/cotal/pkg/lifecycle"
+	"github.com/cotalgo/cotal/pkg/managerauthority"
 	"github.com/cotalgo/cotal/pkg/material"
 	"github.com/cotalgo/cotal/pkg/testkit"
 )
@@ -40,6 +41,7 @@ type hostLauncher struct {
 	mu       sync.Mutex
 	cmds     []*exec.Cmd
 	children map[string]manager.Child // the last child of each name
+	refuse   string                   // a name whose launch fails
 }
 
 // child is the last child launched as name.
@@ -75,6 +77,12 @@ func startTime(pid int) (uint64, error) {
 }
 
 func (l *hostLauncher) Launch(_ context.Context, req manager.LaunchRequest) (manager.Child, *os.File, error) {
+	l.mu.Lock()
+	refuse := l.refuse == req.Name
+	l.mu.Unlock()
+	if refuse {
+		return manager.Child{}, nil, &manager.LaunchRefusedError{Reason: "TEST", Message: "refused by the test"}
+	}
 	dir := filepath.Join(l.root, req.Name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return manager.Child{}, nil, err
@@ -147,6 +155,13 @@ func (r *remoteRig) startWith(t *testing.T, in manager.Inputs, opts manager.Runt
 // startOnly is a RemoteAuthority with the start hooks only: embedding the interface hides the
 // stock client's EnrollManagedAgent.
 type startOnly struct{ manager.RemoteAuthority }
+
+// panicky is a host RemoteAuthority whose enrollment hook panics (with nil).
+type panicky struct{ manager.RemoteAuthority }
+
+func (panicky) EnrollManagedAgent(context.Context, *managerauthority.EnrollmentRequest) (*managerauthority.Enrollment, error) {
+	panic(nil)
+}
 
 // TestRemoteManagerdSpawn is issue 25 item 6's spawn: a remote managerd enrolls the agent at
 // authd's door (only the SHA-256 of the actor token it made leaves it), binds the answer, and
@@ -231,6 +246,39 @@ func TestRemoteManagerdSpawn(t *testing.T) {
 		}
 	})
 
+	t.Run("fail/a panicking enrollment hook is a HOOK warning and a refused spawn", func(t *testing.T) {
+		cfg3 := r.config()
+		cfg3.StateDir, cfg3.Root = filepath.Join(r.dir, "state3"), filepath.Join(r.dir, "root3")
+		cfg3.API.Socket = filepath.Join(r.dir, "api3", "m.sock")
+		stock, err := manager.NewHTTPAuthority(cfg3.AuthorityURL, cfg3.IdPTokenFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var hooks []string
+		events := func(e manager.Event) {
+			var rj *manager.Rejection
+			if e.Kind == manager.EventWarning && e.Code == manager.CodeHook && errors.As(e.Err, &rj) {
+				mu.Lock()
+				hooks = append(hooks, rj.Hook)
+				mu.Unlock()
+			}
+		}
+		r.startWith(t, manager.Inputs{Config: cfg3, RemoteAuthority: panicky{stock}}, manager.RuntimeOptions{Launcher: lnch, Events: events}, &testkit.SyncBuffer{})
+		_, err = r.client(t, cfg3).Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "p1", Connector: "echo"})
+		if status.Code(err) != codes.Internal || !strings.Contains(status.Convert(err).Message(), "EnrollManagedAgent") {
+			t.Fatalf("spawn = %v, want INTERNAL naming the rejected hook", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(hooks) != 1 || !strings.Contains(hooks[0], "EnrollManagedAgent") {
+			t.Fatalf("HOOK warnings %v, want one for EnrollManagedAgent", hooks)
+		}
+		if _, err := os.Stat(filepath.Join(lnch.root, "p1")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("p1 was launched (%v)", err)
+		}
+	})
+
 	t.Run("fail/an authority without the enrollment hook refuses spawn", func(t *testing.T) {
 		cfg2 := r.config()
 		cfg2.StateDir, cfg2.Root = filepath.Join(r.dir, "state2"), filepath.Join(r.dir, "root2")
@@ -293,7 +341,8 @@ func activate(t *testing.T, r *remoteRig, lnch *hostLauncher, name string) mater
 	return mat
 }
 
-// TestRemoteManagerdStop is issue 25 item 6's stop: once the agent's process is proven gone, a
+// TestRemoteManagerdStop is issue 25 item 6's stop (and a spawn's undo: a launch that fails
+// after the enrollment prepares the retirement, so the grant is gone): once the agent's process is proven gone, a
 // remote managerd prepares the retirement at authd's door, has a retirement requester minted at
 // the current epoch, and retires the lifecycle on the retire-lifecycle rail, in that order; the
 // head is retired and the name free (a new spawn of it gets a new uid). With deliveryd down the
@@ -320,6 +369,27 @@ func TestRemoteManagerdStop(t *testing.T) {
 		return resp.GetAgent()
 	}
 	pendingPath := func(name string) string { return filepath.Join(cfg.StateDir, "retire", name+".json") }
+
+	t.Run("fail/a launch that fails after the enrollment undoes it (prepare-retirement)", func(t *testing.T) {
+		lnch.mu.Lock()
+		lnch.refuse = "x1"
+		lnch.mu.Unlock()
+		_, err := c.Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "x1", Connector: "echo", Subscribe: []string{"general"}})
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "refused by the test") {
+			t.Fatalf("spawn = %v, want the launcher's refusal", err)
+		}
+		if _, _, err := h.led.Get(h.owner, "x1"); err == nil {
+			t.Fatal("the enrolled grant of x1 stands after the failed spawn")
+		}
+		if !strings.Contains(mlogs.String(), `"msg":"spawn failed after the enrollment; the enrollment was undone","agent":"x1"`) {
+			t.Fatal("no undo logged")
+		}
+		lnch.mu.Lock()
+		lnch.refuse = ""
+		lnch.mu.Unlock()
+		// A fresh token (another digest) enrolls: the grant is gone, not left to conflict.
+		spawn(t, "x1")
+	})
 
 	t.Run("ok/stop prepares, mints the requester, retires on the rail; the name is free", func(t *testing.T) {
 		ag := spawn(t, "a1")

@@ -287,7 +287,7 @@ func (m *Manager) spawn(ctx context.Context, req *managerv1.SpawnRequest) (*mana
 	a.phases.admitted = time.Now()
 	ctx = withPhases(ctx, &a.phases)
 	ok := false
-	var provisioned bool
+	var provisioned, enrolled bool
 	defer func() {
 		defer close(a.ready)
 		if ok {
@@ -301,6 +301,9 @@ func (m *Manager) spawn(ctx context.Context, req *managerv1.SpawnRequest) (*mana
 			}
 			cancel()
 		}
+		if enrolled {
+			m.undoEnrollment(ctx, a)
+		}
 		if a.key != nil {
 			a.key.Wipe()
 		}
@@ -313,6 +316,7 @@ func (m *Manager) spawn(ctx context.Context, req *managerv1.SpawnRequest) (*mana
 		if mat, err = m.enrollRemote(ctx, enroller, a); err != nil {
 			return nil, err
 		}
+		enrolled = true
 	} else {
 		if cs, mat, err = m.provisionAndMint(ctx, a, &provisioned); err != nil {
 			return nil, err

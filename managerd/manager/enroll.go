@@ -18,6 +18,7 @@ import (
 	"github.com/cotalgo/cotal/managerd/internal/api"
 	"github.com/cotalgo/cotal/pkg/daemon"
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
+	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/managerauthority"
 	"github.com/cotalgo/cotal/pkg/material"
 )
@@ -158,4 +159,24 @@ func (m *Manager) bindEnrollment(req *managerauthority.EnrollmentRequest, e *man
 		}
 	}
 	return managerauthority.SentinelJWT(e.SentinelCreds)
+}
+
+// undoEnrollment undoes the enrollment of an agent whose spawn failed after it: the
+// prepare-retirement releases its lifecycle's footprint and revokes its grant. The lifecycle was
+// never activated (no exchange ran), so there is nothing to retire on the rail. A failure is a
+// warning: the grant stands at the authority until an operator retires it.
+func (m *Manager) undoEnrollment(ctx context.Context, a *agent) {
+	opID, err := lifecycle.ManagedRetirementOpID(a.uid)
+	if err == nil {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RemoteCallTimeout)
+		_, err = m.prepareRetirement(dctx, pendingRetirement{V: 1, Name: a.name,
+			Target: managerauthority.Target{Owner: m.cfg.AgentOwner, Actor: a.actor, LifecycleUID: a.uid}, OpID: opID})
+		cancel()
+	}
+	if err != nil {
+		m.log.Error("spawn failed after the enrollment, and the enrollment could not be undone", "agent", a.name, "uid", a.uid, "err", err)
+		m.tr.Warn(CodeAuthority, fmt.Sprintf("spawn of %s failed after its enrollment (lifecycle %s), which could not be undone; its grant stands at the authority", a.name, a.uid), err)
+		return
+	}
+	m.log.Info("spawn failed after the enrollment; the enrollment was undone", "agent", a.name, "uid", a.uid)
 }

@@ -305,35 +305,9 @@ func (m *Manager) retireOnce(ctx context.Context, p pendingRetirement) error {
 	l := m.retire.lock(p.Name)
 	l.Lock()
 	defer l.Unlock()
-	hook, ok := m.remote.auth.(ManagedAgentRetirer)
-	if !ok {
-		return errors.New("the remote authority has no prepare-retirement hook")
-	}
-	// 1. Prepare.
-	env, err := m.managedRequest(managerauthority.KindPrepareRetirement)
+	env, err := m.prepareRetirement(ctx, p)
 	if err != nil {
 		return err
-	}
-	preq := &managerauthority.PrepareRetirementRequest{ManagedRequest: env, Target: p.Target, OpID: p.OpID}
-	var ans *managerauthority.PrepareRetirementAnswer
-	err = daemon.Guard("the remote authority's PrepareAgentRetirement", func() error {
-		var herr error
-		ans, herr = hook.PrepareAgentRetirement(ctx, preq)
-		return herr
-	})
-	if err = m.hookFailed(err); err != nil {
-		return fmt.Errorf("prepare: %w", err)
-	}
-	switch {
-	case ans == nil:
-		return errors.New("prepare: the remote authority answered nothing")
-	case ans.V != 1 || ans.Kind != managerauthority.KindPrepareRetirement || ans.Space != env.Space || ans.Actor != env.Actor ||
-		ans.InstanceID != env.InstanceID || ans.RequestID != env.RequestID || ans.ServeEpoch != env.ServeEpoch:
-		return errors.New("prepare: the answer echoes another kind, space, actor, instance, request id or serve epoch")
-	case ans.Owner != m.cfg.Owner || ans.Target != p.Target || ans.OpID != p.OpID:
-		return errors.New("prepare: the answer names another owner, target or opId")
-	case !ans.Prepared:
-		return errors.New("prepare: the authority did not prepare the retirement")
 	}
 	// 2. The retirement requester, for a fresh nkey at the current serve epoch.
 	kp, err := nkeys.CreateUser()
@@ -357,6 +331,42 @@ func (m *Manager) retireOnce(ctx context.Context, p pendingRetirement) error {
 	}
 	// 3. The rail.
 	return m.retireRail(ctx, p, env.ServeEpoch, mat.Credentials.RetirementRequester.JWT, kp)
+}
+
+// prepareRetirement is the prepare step: the authority releases p's lifecycle's broker
+// footprint and revokes its grant. It returns the envelope it asked under (its proof and epoch
+// are the ones the requester is minted at).
+func (m *Manager) prepareRetirement(ctx context.Context, p pendingRetirement) (managerauthority.ManagedRequest, error) {
+	hook, ok := m.remote.auth.(ManagedAgentRetirer)
+	if !ok {
+		return managerauthority.ManagedRequest{}, errors.New("the remote authority has no prepare-retirement hook")
+	}
+	env, err := m.managedRequest(managerauthority.KindPrepareRetirement)
+	if err != nil {
+		return env, err
+	}
+	preq := &managerauthority.PrepareRetirementRequest{ManagedRequest: env, Target: p.Target, OpID: p.OpID}
+	var ans *managerauthority.PrepareRetirementAnswer
+	err = daemon.Guard("the remote authority's PrepareAgentRetirement", func() error {
+		var herr error
+		ans, herr = hook.PrepareAgentRetirement(ctx, preq)
+		return herr
+	})
+	if err = m.hookFailed(err); err != nil {
+		return env, fmt.Errorf("prepare: %w", err)
+	}
+	switch {
+	case ans == nil:
+		return env, errors.New("prepare: the remote authority answered nothing")
+	case ans.V != 1 || ans.Kind != managerauthority.KindPrepareRetirement || ans.Space != env.Space || ans.Actor != env.Actor ||
+		ans.InstanceID != env.InstanceID || ans.RequestID != env.RequestID || ans.ServeEpoch != env.ServeEpoch:
+		return env, errors.New("prepare: the answer echoes another kind, space, actor, instance, request id or serve epoch")
+	case ans.Owner != m.cfg.Owner || ans.Target != p.Target || ans.OpID != p.OpID:
+		return env, errors.New("prepare: the answer names another owner, target or opId")
+	case !ans.Prepared:
+		return env, errors.New("prepare: the authority did not prepare the retirement")
+	}
+	return env, nil
 }
 
 // retireRail asks the retire-lifecycle rail, as the retirement requester, to retire p's
