@@ -88,9 +88,9 @@ const (
 	CodeAuthority = "AUTHORITY"
 )
 
-// MsgEnrollmentUnavailable is Spawn's refusal on a remote managerd: the authority serves no
-// managed-agent enrollment yet.
-const MsgEnrollmentUnavailable = "managed-agent enrollment is not available from this authority: a remote managerd spawns only agents the authority enrolls, and this one enrolls none yet"
+// MsgEnrollmentUnavailable is Spawn's refusal on a remote managerd whose RemoteAuthority has no
+// ManagedAgentEnroller hook.
+const MsgEnrollmentUnavailable = "managed-agent enrollment is not available from this authority: a remote managerd spawns only agents the authority enrolls, and this authority has no enrollment hook"
 
 // CheckAuthorityURL checks a remote authority base URL: https, or http to a loopback host
 // (127.0.0.0/8, ::1, localhost); no user info, query or fragment.
