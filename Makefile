@@ -22,6 +22,7 @@ FUZZ_TARGETS ?= \
 	authd/internal/exchange:FuzzDecodeRequest \
 	pkg/managerauthority:FuzzDecodeBody \
 	pkg/managerauthority:FuzzDecodeAnswer \
+	pkg/managerauthority:FuzzDecodeManagedAnswer \
 	signerd/internal/server:FuzzParseMint \
 	signerd/internal/server:FuzzParseSignBearer \
 	signerd/internal/server:FuzzVerifyCalloutRequest \

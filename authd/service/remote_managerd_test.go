@@ -13,10 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/cotalgo/cotal/authd/internal/config"
 	"github.com/cotalgo/cotal/authd/service"
 	"github.com/cotalgo/cotal/managerd/manager"
@@ -122,7 +118,7 @@ func (r *remoteRig) answered(op string) int {
 // authd-minted remote-manager, proven on the broker), takes its instance lease as the gate
 // principal, activates (the epoch and registration revision land in the lease row and in
 // Status), serves ManagerService, renews its credential through the authority at 75 % of its
-// life, refuses Spawn with the clear enrollment error, and after a restart reuses its identity
+// life, and after a restart reuses its identity
 // state (same instance, epoch one more).
 func TestRemoteManagerd(t *testing.T) {
 	r := newRemoteRig(t)
@@ -212,25 +208,6 @@ func TestRemoteManagerd(t *testing.T) {
 			}
 			return nil
 		})
-	})
-
-	t.Run("fail/spawn is refused without enrollment", func(t *testing.T) {
-		_, err := c.Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "a1", Connector: "echo"})
-		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "managed-agent enrollment is not available from this authority") {
-			t.Fatalf("spawn = %v, want FAILED_PRECONDITION naming enrollment", err)
-		}
-		var reasons []string
-		for _, d := range status.Convert(err).Details() {
-			if info, ok := d.(*errdetails.ErrorInfo); ok {
-				reasons = append(reasons, info.Domain+"/"+info.Reason)
-			}
-		}
-		if len(reasons) != 1 || reasons[0] != "manager.cotal/ENROLLMENT_UNAVAILABLE" {
-			t.Fatalf("spawn error details %v, want manager.cotal/ENROLLMENT_UNAVAILABLE", reasons)
-		}
-		if s, _ := c.Status(ctxT(t), &managerv1.StatusRequest{}); s.GetAgents() != 0 {
-			t.Fatalf("agents %d after a refused spawn", s.GetAgents())
-		}
 	})
 
 	t.Run("ok/restart reuses the identity and advances the epoch", func(t *testing.T) {

@@ -87,6 +87,9 @@ type agent struct {
 	caps                              []string
 	pub                               string
 
+	// exchange is a remote managerd's agent's exchange URL (it has no key, mint or credential).
+	exchange string
+
 	key  nkeys.KeyPair         // the agent's user key: only for Remint proofs; wiped at stop
 	mint *signerv1.MintRequest // the spawn's mint, asked again for the same key once the credential expired
 
@@ -226,6 +229,9 @@ func (m *Manager) admit(req *managerv1.SpawnRequest) (*agent, error) {
 	if _, ok := m.agents[name]; ok {
 		return nil, api.Refuse(codes.AlreadyExists, managerv1.Reason_REASON_NAME_IN_USE, "agent %q exists; stop it first", name)
 	}
+	if m.retire.held(name) {
+		return nil, api.Refuse(codes.AlreadyExists, managerv1.Reason_REASON_NAME_IN_USE, "agent %q has a pending retirement; its name is held until the authority retires it", name)
+	}
 	if other, ok := m.byActor[actor]; ok {
 		return nil, api.Refuse(codes.AlreadyExists, managerv1.Reason_REASON_NAME_IN_USE, "agent %q has the same actor token %q", other.name, actor)
 	}
@@ -257,10 +263,15 @@ func (m *Manager) spawn(ctx context.Context, req *managerv1.SpawnRequest) (*mana
 	if !started {
 		return nil, api.Refuse(codes.FailedPrecondition, managerv1.Reason_REASON_SHUTTING_DOWN, "the manager is not running")
 	}
-	if m.cfg.Remote() {
+	remote := m.cfg.Remote()
+	var enroller ManagedAgentEnroller
+	if remote {
 		// No enrollment hook: a remote managerd never authors a local grant the host knows
 		// nothing about (seed 001 "Fresh managed agents").
-		return nil, api.Refuse(codes.FailedPrecondition, managerv1.Reason_REASON_ENROLLMENT_UNAVAILABLE, "%s", MsgEnrollmentUnavailable)
+		var ok bool
+		if enroller, ok = m.remote.auth.(ManagedAgentEnroller); !ok {
+			return nil, api.Refuse(codes.FailedPrecondition, managerv1.Reason_REASON_ENROLLMENT_UNAVAILABLE, "%s", MsgEnrollmentUnavailable)
+		}
 	}
 	// A manager that cannot confirm its lease or reach the broker admits no agent: the spawn
 	// would provision and mint for an instance that may no longer be the space's. A shutdown's
@@ -276,7 +287,7 @@ func (m *Manager) spawn(ctx context.Context, req *managerv1.SpawnRequest) (*mana
 	a.phases.admitted = time.Now()
 	ctx = withPhases(ctx, &a.phases)
 	ok := false
-	var provisioned bool
+	var provisioned, enrolled bool
 	defer func() {
 		defer close(a.ready)
 		if ok {
@@ -290,52 +301,29 @@ func (m *Manager) spawn(ctx context.Context, req *managerv1.SpawnRequest) (*mana
 			}
 			cancel()
 		}
+		if enrolled {
+			m.undoEnrollment(ctx, a)
+		}
 		if a.key != nil {
 			a.key.Wipe()
 		}
 		m.release(a)
 	}()
 
-	if a.key, err = nkeys.CreateUser(); err != nil {
-		return nil, fmt.Errorf("manager: user nkey: %w", err)
-	}
-	if a.pub, err = a.key.PublicKey(); err != nil {
-		return nil, fmt.Errorf("manager: user nkey: %w", err)
-	}
-	step := time.Now()
-	a.durables, err = m.prov.Provision(ctx, AgentSpec{Owner: m.cfg.AgentOwner, Actor: a.actor, LifecycleUID: a.uid, Role: a.role, AllowSubscribe: a.allowSub})
-	a.phases.provision = time.Since(step)
-	if err != nil {
-		m.sig.record(signerOnly(err))
-		return nil, m.signerRefusal(err, managerv1.Reason_REASON_PROVISION_FAILED, "provision")
-	}
-	provisioned = true
-	mreq := &signerv1.MintRequest{
-		Space: m.cfg.Space, Profile: signerv1.Profile_PROFILE_AGENT, UserPublicKey: a.pub,
-		Params: &signerv1.ProfileParams{Owner: m.cfg.AgentOwner, Actor: a.actor, LifecycleUid: a.uid, Role: a.role,
-			Subscribe: a.subscribe, AllowSubscribe: a.allowSub, AllowPublish: a.allowPub, Capabilities: a.caps},
-	}
-	if ttl := m.cfg.AgentTTL.D(); ttl > 0 {
-		mreq.Ttl = durationpb.New(ttl)
-	}
-	step = time.Now()
-	a.mint = mreq
-	cred, err := m.signer.Mint(ctx, mreq)
-	a.phases.mint = time.Since(step)
-	m.sig.record(err)
-	if err != nil {
-		return nil, m.signerRefusal(err, managerv1.Reason_REASON_SIGNER_REFUSED, "mint")
-	}
-	cs := credState{jwt: cred.GetJwt(), iat: cred.GetIssuedAt().AsTime(), exp: cred.GetExpiresAt().AsTime(), recvd: time.Now()}
-	if cred.GetExpiresAt() == nil || !cs.exp.After(cs.iat) {
-		return nil, api.Refuse(codes.Internal, managerv1.Reason_REASON_SIGNER_REFUSED, "signerd returned an agent credential without a usable expiry")
-	}
-	mat, err := m.material(a, cs.jwt)
-	if err != nil {
-		return nil, err
+	var cs credState
+	var mat []byte
+	if remote {
+		if mat, err = m.enrollRemote(ctx, enroller, a); err != nil {
+			return nil, err
+		}
+		enrolled = true
+	} else {
+		if cs, mat, err = m.provisionAndMint(ctx, a, &provisioned); err != nil {
+			return nil, err
+		}
 	}
 	defer clear(mat)
-	step = time.Now()
+	step := time.Now()
 	child, master, err := m.lnch.Launch(ctx, launcher.Request{
 		Name: a.name, Connector: a.connector, Env: req.GetEnv(), Material: mat,
 		Rows: uint16(req.GetRows()), Cols: uint16(req.GetCols()),
@@ -376,17 +364,67 @@ func (m *Manager) spawn(ctx context.Context, req *managerv1.SpawnRequest) (*mana
 	m.mu.Lock()
 	a.child, a.dir, a.term, a.startedAt = child, child.Dir, t, time.Now()
 	a.cred = cs
-	a.renew.due = renewDue(cs)
+	if !remote {
+		a.renew.due = renewDue(cs)
+	}
 	a.state = managerv1.ProcessState_PROCESS_STATE_RUNNING
 	a.renewCancel = rcancel
 	view := m.view(a)
 	m.mu.Unlock()
 	ok = true
-	m.wg.Add(2)
+	m.wg.Add(1)
 	go func() { defer m.wg.Done(); m.watchExit(rctx, a) }()
-	go func() { defer m.wg.Done(); m.renewLoop(rctx, a) }()
+	if !remote { // an enrolled agent renews its own bearer at the exchange
+		m.wg.Add(1)
+		go func() { defer m.wg.Done(); m.renewLoop(rctx, a) }()
+	}
 	m.log.Info("agent spawned", "agent", a.name, "uid", a.uid, "pid", child.Pid, "user", a.pub, "expires", cs.exp)
 	return view, nil
+}
+
+// provisionAndMint is a signer-mode spawn's grant: the agent's user nkey, its durables and ACL
+// row (*provisioned once they are), and its credential rendered into launch material.
+func (m *Manager) provisionAndMint(ctx context.Context, a *agent, provisioned *bool) (credState, []byte, error) {
+	var err error
+	if a.key, err = nkeys.CreateUser(); err != nil {
+		return credState{}, nil, fmt.Errorf("manager: user nkey: %w", err)
+	}
+	if a.pub, err = a.key.PublicKey(); err != nil {
+		return credState{}, nil, fmt.Errorf("manager: user nkey: %w", err)
+	}
+	step := time.Now()
+	a.durables, err = m.prov.Provision(ctx, AgentSpec{Owner: m.cfg.AgentOwner, Actor: a.actor, LifecycleUID: a.uid, Role: a.role, AllowSubscribe: a.allowSub})
+	a.phases.provision = time.Since(step)
+	if err != nil {
+		m.sig.record(signerOnly(err))
+		return credState{}, nil, m.signerRefusal(err, managerv1.Reason_REASON_PROVISION_FAILED, "provision")
+	}
+	*provisioned = true
+	mreq := &signerv1.MintRequest{
+		Space: m.cfg.Space, Profile: signerv1.Profile_PROFILE_AGENT, UserPublicKey: a.pub,
+		Params: &signerv1.ProfileParams{Owner: m.cfg.AgentOwner, Actor: a.actor, LifecycleUid: a.uid, Role: a.role,
+			Subscribe: a.subscribe, AllowSubscribe: a.allowSub, AllowPublish: a.allowPub, Capabilities: a.caps},
+	}
+	if ttl := m.cfg.AgentTTL.D(); ttl > 0 {
+		mreq.Ttl = durationpb.New(ttl)
+	}
+	step = time.Now()
+	a.mint = mreq
+	cred, err := m.signer.Mint(ctx, mreq)
+	a.phases.mint = time.Since(step)
+	m.sig.record(err)
+	if err != nil {
+		return credState{}, nil, m.signerRefusal(err, managerv1.Reason_REASON_SIGNER_REFUSED, "mint")
+	}
+	cs := credState{jwt: cred.GetJwt(), iat: cred.GetIssuedAt().AsTime(), exp: cred.GetExpiresAt().AsTime(), recvd: time.Now()}
+	if cred.GetExpiresAt() == nil || !cs.exp.After(cs.iat) {
+		return credState{}, nil, api.Refuse(codes.Internal, managerv1.Reason_REASON_SIGNER_REFUSED, "signerd returned an agent credential without a usable expiry")
+	}
+	mat, err := m.material(a, cs.jwt)
+	if err != nil {
+		return credState{}, nil, err
+	}
+	return cs, mat, nil
 }
 
 // killUnproven SIGKILLs a child whose start could not be completed.
@@ -620,6 +658,9 @@ func (m *Manager) doStop(ctx context.Context, a *agent) (*managerv1.StopResponse
 		}
 	}
 	a.markExited()
+	if m.cfg.Remote() {
+		return m.stopRemote(ctx, a)
+	}
 	res, err := m.prov.Deprovision(ctx, m.cfg.AgentOwner, a.actor, a.uid, m.memberChannels(a))
 	m.sig.record(signerOnly(err))
 	if err != nil {
@@ -634,7 +675,9 @@ func (m *Manager) doStop(ctx context.Context, a *agent) (*managerv1.StopResponse
 	view := m.view(a)
 	m.mu.Unlock()
 	a.closeTerm()
-	a.key.Wipe()
+	if a.key != nil {
+		a.key.Wipe()
+	}
 	m.unrecord(a)
 	m.release(a)
 	m.log.Info("agent stopped", "agent", a.name, "uid", a.uid, "deprovisioned", res.Removed, "result", res.String())

@@ -134,6 +134,21 @@ func (m *Manager) reap(ctx context.Context) {
 				continue
 			}
 		}
+		if m.cfg.Remote() {
+			// A remote managerd's predecessor agent is retired, not deprovisioned: its
+			// retirement becomes pending (resumeRetirements retries it) before the custody
+			// record goes.
+			if err := m.pendFromCustody(c); err != nil {
+				m.log.Error("a predecessor's agent's retirement could not be recorded; its custody record stays", "agent", c.Name, "uid", c.LifecycleUID, "err", err)
+				m.tr.Warn(CodeCustody, fmt.Sprintf("a predecessor's agent %s (lifecycle %s): its retirement could not be recorded", c.Name, c.LifecycleUID), err)
+				continue
+			}
+			if err := os.Remove(path); err != nil {
+				m.log.Error("custody record not removed", "path", path, "err", err)
+			}
+			m.log.Info("reaped a predecessor's agent; its retirement is pending", "agent", c.Name, "uid", c.LifecycleUID, "pid", c.Pid)
+			continue
+		}
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		// The record names no channels: the predecessor's membership rows are left to
 		// deliveryd's fan-out writer, which closes a departed lifecycle's rows.

@@ -43,8 +43,10 @@
 // authd's manager-service authority (Inputs.RemoteAuthority, by default the HTTPAuthority client
 // of Config.AuthorityURL) and proven on the broker, the lease is taken as the gate principal
 // <owner>.manager_serve_<instance id>, and the authority activates this start before it serves
-// (its epoch and revision in the lease row); renewals ask the authority too. Spawn is refused
-// (REASON_ENROLLMENT_UNAVAILABLE) until the authority serves managed-agent enrollment.
+// (its epoch and revision in the lease row); renewals ask the authority too. Its Spawn enrolls
+// the agent at the authority and launches it with the exchange form of its launch material
+// (enroll.go); its Stop retires the agent's lifecycle through the authority and the
+// retire-lifecycle rail, keeping a pending-retirement record until it is retired (retire.go).
 //
 // Spawn (ManagerService, or Backend in process) admits a request before any signer call (name,
 // connector, capacity counting spawns in progress, channels, environment), then per agent: a

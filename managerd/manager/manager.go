@@ -113,7 +113,9 @@ type Manager struct {
 	shut     *shutdown
 	apiErr   error // why ManagerService stopped serving on its own
 
-	runCtx    context.Context
+	runCtx context.Context
+	// retire tracks a remote managerd's pending retirements (retire.go).
+	retire    retirements
 	runCancel context.CancelFunc
 	wg        sync.WaitGroup
 	done      chan struct{}
@@ -310,6 +312,11 @@ func (m *Manager) start(ctx context.Context) (err error) {
 	}
 	// A predecessor's agents (it was killed, or spared them) are reaped before any new spawn.
 	m.reap(ctx)
+	if cfg.Remote() {
+		// Retirements a predecessor left pending (a reaped agent's among them) are retried
+		// under their opIds, each holding its name until retired.
+		m.resumeRetirements()
+	}
 
 	// The liveness plane, then ManagerService.
 	if m.live, err = m.nc.QueueSubscribe(m.n.LiveManagerServe(), space.LiveQueue(space.LivePlaneManager), m.onProbe); err != nil {

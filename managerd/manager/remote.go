@@ -46,8 +46,10 @@ import (
 // through the rejection guard (rejection.go): a panicking or unreadable hook is a *Rejection,
 // logged as a HOOK warning, and fails that call.
 //
-// Spawn is refused (FAILED_PRECONDITION) until the authority serves managed-agent enrollment:
-// a remote managerd never authors an agent grant the host knows nothing about.
+// Spawn (spawnRemote in enroll.go) enrolls the agent at the authority (ManagedAgentEnroller) and
+// launches it with the exchange form of its launch material; an authority without the hook makes
+// Spawn FAILED_PRECONDITION: a remote managerd never authors an agent grant the host knows
+// nothing about.
 
 // RemoteAuthority is the manager-service authority a remote managerd asks, the seed's
 // remoteAuthority hooks this project serves. Each takes a complete manager-service-authority
@@ -68,6 +70,15 @@ type RemoteAuthority interface {
 	MintRetirementRequester(ctx context.Context, req *managerauthority.Request) (*managerauthority.Material, error)
 }
 
+// ManagedAgentEnroller is the seed's remoteAuthority.enrollManagedAgent, an optional hook of a
+// RemoteAuthority (the stock HTTPAuthority has it): the authority writes a managed grant for
+// the requested agent at a lifecycle uid it chooses, provisions that uid's durables, and answers
+// the coordinate, the sentinel, the effective lists and the public exchange URL. A remote
+// managerd whose authority lacks it refuses Spawn (REASON_ENROLLMENT_UNAVAILABLE).
+type ManagedAgentEnroller interface {
+	EnrollManagedAgent(ctx context.Context, req *managerauthority.EnrollmentRequest) (*managerauthority.Enrollment, error)
+}
+
 // Remote authority client bounds.
 const (
 	// RemoteCallTimeout bounds one call of the stock client, its answer read included.
@@ -77,9 +88,9 @@ const (
 	CodeAuthority = "AUTHORITY"
 )
 
-// MsgEnrollmentUnavailable is Spawn's refusal on a remote managerd: the authority serves no
-// managed-agent enrollment yet.
-const MsgEnrollmentUnavailable = "managed-agent enrollment is not available from this authority: a remote managerd spawns only agents the authority enrolls, and this one enrolls none yet"
+// MsgEnrollmentUnavailable is Spawn's refusal on a remote managerd whose RemoteAuthority has no
+// ManagedAgentEnroller hook.
+const MsgEnrollmentUnavailable = "managed-agent enrollment is not available from this authority: a remote managerd spawns only agents the authority enrolls, and this authority has no enrollment hook"
 
 // CheckAuthorityURL checks a remote authority base URL: https, or http to a loopback host
 // (127.0.0.0/8, ::1, localhost); no user info, query or fragment.
@@ -157,7 +168,29 @@ func (h *HTTPAuthority) MintRetirementRequester(ctx context.Context, req *manage
 	return h.call(ctx, req)
 }
 
+var _ ManagedAgentEnroller = (*HTTPAuthority)(nil)
+
+// EnrollManagedAgent posts a manager-managed-agent-enrollment request and decodes its answer
+// closed (managerauthority.DecodeEnrollmentAnswer).
+func (h *HTTPAuthority) EnrollManagedAgent(ctx context.Context, req *managerauthority.EnrollmentRequest) (*managerauthority.Enrollment, error) {
+	b, err := h.post(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return managerauthority.DecodeEnrollmentAnswer(b)
+}
+
 func (h *HTTPAuthority) call(ctx context.Context, req *managerauthority.Request) (*managerauthority.Material, error) {
+	b, err := h.post(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return managerauthority.DecodeMaterial(b)
+}
+
+// post sends req in the envelope and returns a 200's body; any other answer is an error (a
+// refusal a *managerauthority.Refusal).
+func (h *HTTPAuthority) post(ctx context.Context, req any) ([]byte, error) {
 	raw, err := creds.ReadSecretFile(h.tokenFile)
 	if err != nil {
 		return nil, fmt.Errorf("read the IdP token: %w", err)
@@ -203,7 +236,7 @@ func (h *HTTPAuthority) call(ctx context.Context, req *managerauthority.Request)
 		}
 		return nil, rf
 	}
-	return managerauthority.DecodeMaterial(b)
+	return b, nil
 }
 
 // remoteState is a remote managerd's authority state: its identity and the current

@@ -253,7 +253,7 @@ type EnrollmentTarget struct {
 // EnrollmentRequest is a manager-managed-agent-enrollment request (no uid: the host picks it).
 type EnrollmentRequest struct {
 	ManagedRequest
-	Target EnrollmentTarget
+	Target EnrollmentTarget `json:"target"`
 }
 
 // Enrollment is the answer to a manager-managed-agent-enrollment request (seed 001 "Fresh
@@ -276,8 +276,8 @@ type Enrollment struct {
 // PrepareRetirementRequest is a manager-managed-agent-prepare-retirement request.
 type PrepareRetirementRequest struct {
 	ManagedRequest
-	Target Target
-	OpID   string
+	Target Target `json:"target"`
+	OpID   string `json:"opId"`
 }
 
 // RuntimeRequest is a manager-managed-agent-runtime-create or -status request.

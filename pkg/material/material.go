@@ -5,6 +5,10 @@
 // format) and the non-secret facts the agent needs to join its space. managerd rewrites it,
 // through the launcher and atomically, each time it renews the credential, so an agent reads it
 // again at every broker connect.
+//
+// A remote managerd's agent gets the exchange form instead (no credential of its own): the
+// authority's public exchange URL, its standing actor token and the space's sentinel, with which
+// it exchanges for a bearer and connects through the auth callout (pkg/authclient's agent arm).
 package material
 
 import (
@@ -13,8 +17,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
+	"strings"
 	"syscall"
 
 	"github.com/nats-io/jwt/v2"
@@ -53,12 +59,26 @@ type Material struct {
 	AllowSubscribe []string `json:"allow_subscribe"`
 	AllowPublish   []string `json:"allow_publish"`
 	// Creds is the agent's NATS credential in the .creds format: the user JWT and the agent's
-	// user seed. A secret: never log it.
-	Creds string `json:"creds"`
+	// user seed. A secret: never log it. Empty in the exchange form.
+	Creds string `json:"creds,omitempty"`
+	// The exchange form (a remote managerd's agent, whose grant the authority enrolled): the
+	// agent exchanges Token, its standing actor token (a secret: never log it), at ExchangeURL
+	// (the authority's public auth-service base, pkg/authclient's Config.URL) for a bearer, and
+	// connects through the auth callout with Sentinel (the space's public bearer user JWT) as its
+	// user JWT. The three are given together and never with Creds.
+	ExchangeURL string `json:"exchange_url,omitempty"`
+	Token       string `json:"token,omitempty"`
+	Sentinel    string `json:"sentinel,omitempty"`
 }
+
+// Exchange reports whether m is the exchange form (no credential of its own).
+func (m Material) Exchange() bool { return m.Creds == "" }
 
 // String never shows the credential.
 func (m Material) String() string {
+	if m.Exchange() {
+		return fmt.Sprintf("material{space %s, principal %s.%s, uid %s, exchange at %s}", m.Space, m.Owner, m.Actor, m.LifecycleUID, m.ExchangeURL)
+	}
 	return fmt.Sprintf("material{space %s, principal %s.%s, uid %s}", m.Space, m.Owner, m.Actor, m.LifecycleUID)
 }
 
@@ -79,7 +99,8 @@ func Encode(m Material) ([]byte, error) {
 
 // Decode parses and validates an encoded material: strict JSON (no unknown field, nothing after
 // the object), version 1, every name by the grammars of pkg/space, broker URLs nats:// or
-// tls://, and a credential whose seed is a user seed for the JWT's subject.
+// tls://, and either a credential whose seed is a user seed for the JWT's subject or the exchange
+// form (Exchange).
 func Decode(b []byte) (Material, error) {
 	if len(b) > MaxBytes {
 		return Material{}, fmt.Errorf("material: %d bytes, over the %d-byte limit", len(b), MaxBytes)
@@ -139,8 +160,44 @@ func (m Material) Validate() error {
 			}
 		}
 	}
-	_, _, err := m.credential()
+	if m.Creds == "" {
+		return m.validateExchange()
+	}
+	if m.ExchangeURL != "" || m.Token != "" || m.Sentinel != "" {
+		return errors.New("material: creds and the exchange form are given together")
+	}
+	_, kp, err := m.credential()
+	if kp != nil {
+		kp.Wipe()
+	}
 	return err
+}
+
+// maxToken bounds the actor token (authd's are 43 characters).
+const maxToken = 512
+
+// validateExchange checks the exchange form: an absolute https URL (or http to a loopback host)
+// without user info, query or fragment; a token of 16-512 printable ASCII characters; and a
+// sentinel that is a bearer user JWT.
+func (m Material) validateExchange() error {
+	u, err := url.Parse(m.ExchangeURL)
+	if err != nil || u.Host == "" || u.Opaque != "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
+		return errors.New("material: no creds, and exchange_url is not an absolute URL without user info, query or fragment")
+	}
+	if u.Scheme != "https" {
+		ip := net.ParseIP(u.Hostname())
+		if u.Scheme != "http" || (u.Hostname() != "localhost" && (ip == nil || !ip.IsLoopback())) {
+			return errors.New("material: exchange_url must be https (or http to a loopback host)")
+		}
+	}
+	if len(m.Token) < 16 || len(m.Token) > maxToken || strings.IndexFunc(m.Token, func(r rune) bool { return r <= ' ' || r > '~' }) >= 0 {
+		return errors.New("material: token is not 16-512 printable ASCII characters")
+	}
+	uc, err := jwt.DecodeUserClaims(m.Sentinel)
+	if err != nil || !uc.BearerToken {
+		return errors.New("material: sentinel is not a bearer user JWT")
+	}
+	return nil
 }
 
 // credential parses Creds: the JWT and the seed's key pair (which the caller wipes).

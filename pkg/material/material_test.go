@@ -93,7 +93,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"role", "role", enc(func(c *Material) { c.Role = "a.b" })},
 		{"subscribe pattern", "subscribe", enc(func(c *Material) { c.Subscribe = []string{"team.>"} })},
 		{"allow pattern", "channel pattern", enc(func(c *Material) { c.AllowPublish = []string{"a..b"} })},
-		{"no creds", "no decorated user JWT", enc(func(c *Material) { c.Creds = "" })},
+		{"no creds nor exchange form", "no creds, and exchange_url", enc(func(c *Material) { c.Creds = "" })},
 		{"seed of another key", "not the JWT subject", enc(func(c *Material) {
 			c.Creds = m.Creds[:strings.Index(m.Creds, "------END NATS USER JWT------")] + other.Creds[strings.Index(other.Creds, "------END NATS USER JWT------"):]
 		})},
@@ -168,6 +168,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add(good)
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`{"version":1}`))
+	if ex, err := Encode(exchangeForm(f)); err == nil {
+		f.Add(ex)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := Decode(b)
 		if err != nil {
@@ -178,8 +181,85 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("accepted material does not encode: %v", err)
 		}
 		back, err := Decode(again)
-		if err != nil || back.Creds != got.Creds || back.LifecycleUID != got.LifecycleUID {
+		if err != nil || back.Creds != got.Creds || back.Token != got.Token || back.LifecycleUID != got.LifecycleUID {
 			t.Fatalf("re-decode: %v", err)
 		}
 	})
+}
+
+// exchangeForm is a valid exchange-form material: a bearer sentinel, a token, an https base.
+func exchangeForm(t testing.TB) Material {
+	t.Helper()
+	m, user := valid(t)
+	user.Wipe()
+	acct, _ := nkeys.CreateAccount()
+	su, _ := nkeys.CreateUser()
+	spub, _ := su.PublicKey()
+	uc := jwt.NewUserClaims(spub)
+	uc.BearerToken = true
+	sentinel, err := uc.Encode(acct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Creds, m.ExchangeURL, m.Token, m.Sentinel = "", "https://auth.example/t", strings.Repeat("T", 43), sentinel
+	return m
+}
+
+// TestExchangeForm: the exchange form (no creds) round-trips, is written and read 0600, and is
+// refused mixed with creds or with an unusable URL, token or sentinel.
+func TestExchangeForm(t *testing.T) {
+	t.Run("ok/round trip through a 0600 file", func(t *testing.T) {
+		m := exchangeForm(t)
+		b, err := Encode(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte(`"creds"`)) {
+			t.Fatalf("the exchange form encodes a creds key: %s", b)
+		}
+		path := filepath.Join(t.TempDir(), "m")
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ReadFile(path)
+		if err != nil || !got.Exchange() || got.ExchangeURL != m.ExchangeURL || got.Token != m.Token || got.Sentinel != m.Sentinel {
+			t.Fatalf("read exchange %v url %q err %v", got.Exchange(), got.ExchangeURL, err)
+		}
+		if _, _, err := got.Credential(); err == nil {
+			t.Fatal("the exchange form yielded a credential")
+		}
+		if strings.Contains(got.String(), m.Token) || strings.Contains(got.String(), m.Sentinel) {
+			t.Fatal("String shows the token or the sentinel")
+		}
+	})
+	t.Run("ok/http to loopback", func(t *testing.T) {
+		m := exchangeForm(t)
+		m.ExchangeURL = "http://127.0.0.1:8081"
+		if err := m.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for name, edit := range map[string]func(*Material){
+		"creds and exchange together": func(m *Material) { c, u := valid(t); u.Wipe(); m.Creds = c.Creds },
+		"http to a remote host":       func(m *Material) { m.ExchangeURL = "http://auth.example" },
+		"url with a query":            func(m *Material) { m.ExchangeURL = "https://auth.example/?a=b" },
+		"no url":                      func(m *Material) { m.ExchangeURL = "" },
+		"short token":                 func(m *Material) { m.Token = "short" },
+		"token with a space":          func(m *Material) { m.Token = strings.Repeat("a", 20) + " b" },
+		"sentinel not a JWT":          func(m *Material) { m.Sentinel = "x" },
+		"sentinel not bearer": func(m *Material) {
+			c, u := valid(t)
+			u.Wipe()
+			tok, _ := jwt.ParseDecoratedJWT([]byte(c.Creds))
+			m.Sentinel = tok
+		},
+	} {
+		t.Run("fail/"+name, func(t *testing.T) {
+			m := exchangeForm(t)
+			edit(&m)
+			if _, err := Encode(m); err == nil {
+				t.Fatal("encoded")
+			}
+		})
+	}
 }

@@ -37,7 +37,11 @@
 // reconnects forever. Its reply inboxes are _INBOX_<user public key>, the only inbox prefix an
 // agent credential may subscribe to (pkg/signerclient's rail explains why).
 //
-// It never prints the material, the JWT or the seed.
+// Given the exchange form of the material (a remote managerd's agent: no credential), it connects
+// through pkg/authclient's agent arm instead: it exchanges its actor token at the material's
+// exchange URL for a bearer and connects through the auth callout with the space's sentinel.
+//
+// It never prints the material, the JWT, the seed or the token.
 package main
 
 import (
@@ -66,6 +70,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"golang.org/x/sys/unix"
 
+	"github.com/cotalgo/cotal/pkg/authclient"
 	"github.com/cotalgo/cotal/pkg/dlvclient"
 	"github.com/cotalgo/cotal/pkg/material"
 	"github.com/cotalgo/cotal/pkg/space"
@@ -160,6 +165,44 @@ type agent struct {
 	key   nkeys.KeyPair // from the last read of the material, for the nonce
 }
 
+// authOptions are the connection's credential options. With a credential (signer mode): the
+// JWT and seed re-read from the material at every connect, and _INBOX_<user key> as the inbox
+// prefix. With the exchange form (a remote managerd's agent): pkg/authclient's agent arm, which
+// exchanges the actor token at the material's exchange URL for a bearer (renewed ahead of its
+// expiry) and connects through the auth callout with the sentinel as its user JWT and its bound
+// inbox nonce.
+func (a *agent) authOptions(ctx context.Context) ([]nats.Option, error) {
+	m := a.m
+	if m.Exchange() {
+		c, err := authclient.New(authclient.Config{URL: m.ExchangeURL, Owner: m.Owner, Actor: m.Actor, ActorToken: m.Token})
+		if err != nil {
+			return nil, err
+		}
+		for {
+			opts, err := c.NatsOptions(m.Sentinel)
+			if err == nil {
+				return opts, nil
+			}
+			a.out.line("error exchange: %s", printable(err.Error()))
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	_, kp, err := m.Credential()
+	if err != nil {
+		return nil, err
+	}
+	pub, err := kp.PublicKey()
+	kp.Wipe()
+	if err != nil {
+		return nil, err
+	}
+	return []nats.Option{nats.UserJWT(a.userJWT, a.sign), nats.CustomInboxPrefix("_INBOX_" + pub)}, nil
+}
+
 // userJWT is the nats.UserJWT callback: read the material file again and keep its key for
 // sign, so each connect presents the freshest credential.
 func (a *agent) userJWT() (string, error) {
@@ -195,12 +238,7 @@ func (a *agent) run(ctx context.Context, stdin io.Reader) error {
 	if a.n, err = space.NewNames(m.Space); err != nil {
 		return err
 	}
-	_, kp, err := m.Credential()
-	if err != nil {
-		return err
-	}
-	pub, err := kp.PublicKey()
-	kp.Wipe()
+	auth, err := a.authOptions(ctx)
 	if err != nil {
 		return err
 	}
@@ -212,13 +250,11 @@ func (a *agent) run(ctx context.Context, stdin io.Reader) error {
 		}
 		a.keyMu.Unlock()
 	}()
-	opts := []nats.Option{
-		nats.UserJWT(a.userJWT, a.sign),
-		nats.CustomInboxPrefix("_INBOX_" + pub),
+	opts := append(auth,
 		nats.IgnoreAuthErrorAbort(),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250 * time.Millisecond),
-		nats.Name("cotal-testagent " + m.Owner + "." + m.Actor),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.Name("cotal-testagent "+m.Owner+"."+m.Actor),
 		nats.ReconnectHandler(func(*nats.Conn) { a.out.line("reconnected") }),
 		// nats.go's default handler prints to stderr; a refused publish is worth a line, an
 		// expired credential (the normal end of one) is not.
@@ -227,7 +263,7 @@ func (a *agent) run(ctx context.Context, stdin io.Reader) error {
 				a.out.line("error %s", printable(err.Error()))
 			}
 		}),
-	}
+	)
 	servers := strings.Join(m.Servers, ",")
 	for {
 		a.nc, err = nats.Connect(servers, opts...)
