@@ -68,6 +68,7 @@ FUZZ_TARGETS ?= \
 	managerd/internal/launcher:FuzzDecodeRequest \
 	pkg/material:FuzzDecode \
 	managerd/manager:FuzzDecodeCustody \
+	managerd/manager:FuzzDecodePending \
 	deliveryd/internal/evict:FuzzDecodeAnswer \
 	authd/service:FuzzGradeAnswer \
 	pkg/lifecycle:FuzzDecodeObject \

@@ -22,6 +22,8 @@ import (
 	"github.com/cotalgo/cotal/pkg/creds"
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/lifecycle"
+	"github.com/cotalgo/cotal/pkg/managerauthority"
 	"github.com/cotalgo/cotal/pkg/mtls"
 	"github.com/cotalgo/cotal/pkg/provision"
 	"github.com/cotalgo/cotal/pkg/signerclient"
@@ -546,6 +548,34 @@ func FuzzDecodeCustody(f *testing.F) {
 		}
 		if _, err := space.ACLKey(c.Owner, c.Actor, c.LifecycleUID); err != nil || c.Pid <= 1 || c.StartTime == 0 || !nameRE.MatchString(c.Name) {
 			t.Fatalf("accepted %+v", c)
+		}
+	})
+}
+
+// FuzzDecodePending: a pending-retirement record read back is a v 1 record of a valid name and
+// a valid lifecycle whose opId is that lifecycle's managed retirement opId, and it round-trips.
+func FuzzDecodePending(f *testing.F) {
+	uid := "abcdefghijklmnopqrstuvwxyz"
+	op, _ := lifecycle.ManagedRetirementOpID(uid)
+	good, _ := json.Marshal(pendingRetirement{V: 1, Name: "a-1", Target: managerauthority.Target{Owner: "u_abcdefghijklmnopqrstuvwxyz", Actor: "a_1", LifecycleUID: uid}, OpID: op})
+	f.Add(good)
+	f.Add([]byte(`{"v":1,"name":"x"}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := decodePending(b)
+		if err != nil {
+			return
+		}
+		want, _ := lifecycle.ManagedRetirementOpID(p.Target.LifecycleUID)
+		if _, err := space.ACLKey(p.Target.Owner, p.Target.Actor, p.Target.LifecycleUID); err != nil || p.V != 1 || p.OpID != want || !nameRE.MatchString(p.Name) {
+			t.Fatalf("accepted %+v", p)
+		}
+		again, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back, err := decodePending(again); err != nil || back != p {
+			t.Fatalf("round trip of %+v = %+v, %v", p, back, err)
 		}
 	})
 }

@@ -1,13 +1,11 @@
 package manager
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -106,14 +104,9 @@ func decodePending(b []byte) (pendingRetirement, error) {
 	if len(b) > maxRetireRecord {
 		return pendingRetirement{}, fmt.Errorf("%d bytes, over %d", len(b), maxRetireRecord)
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
 	var p pendingRetirement
-	if err := dec.Decode(&p); err != nil {
+	if err := lifecycle.DecodeObject(b, &p); err != nil {
 		return pendingRetirement{}, err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return pendingRetirement{}, errors.New("data after the object")
 	}
 	if _, err := space.ACLKey(p.Target.Owner, p.Target.Actor, p.Target.LifecycleUID); err != nil {
 		return pendingRetirement{}, err
