@@ -3,8 +3,10 @@ package service_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,15 +22,18 @@ import (
 
 	"github.com/creack/pty"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/cotalgo/cotal/managerd/manager"
 	"github.com/cotalgo/cotal/pkg/authclient"
+	"github.com/cotalgo/cotal/pkg/dlvclient"
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
 	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/managerauthority"
 	"github.com/cotalgo/cotal/pkg/material"
+	"github.com/cotalgo/cotal/pkg/space"
 	"github.com/cotalgo/cotal/pkg/testkit"
 )
 
@@ -341,6 +346,45 @@ func activate(t *testing.T, r *remoteRig, lnch *hostLauncher, name string) mater
 	return mat
 }
 
+// waitManagerReady polls until mgr is ready, for at most 20 s.
+func waitManagerReady(t *testing.T, mgr *manager.Manager) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !mgr.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatalf("managerd not ready within 20 s (state %v)", mgr.State())
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval
+	}
+}
+
+// connectAgent exchanges the agent's material at the public face and connects through the
+// callout; the connection lives until the test ends.
+func connectAgent(t *testing.T, r *remoteRig, lnch *hostLauncher, name string) (material.Material, *nats.Conn) {
+	t.Helper()
+	mat, err := material.ReadFile(filepath.Join(lnch.root, name, "launch-material"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac, err := authclient.New(authclient.Config{URL: r.pub, Owner: mat.Owner, Actor: mat.Actor, ActorToken: mat.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := ac.NatsOptions(mat.Sentinel)
+	if err != nil {
+		t.Fatalf("exchange %s: %v", name, err)
+	}
+	nc, err := nats.Connect(strings.Join(mat.Servers, ","), append(opts, nats.NoReconnect())...)
+	if err != nil {
+		t.Fatalf("connect %s through the callout: %v", name, err)
+	}
+	t.Cleanup(nc.Close)
+	if err := nc.FlushTimeout(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return mat, nc
+}
+
 // TestRemoteManagerdStop is issue 25 item 6's stop (and a spawn's undo: a launch that fails
 // after the enrollment prepares the retirement, so the grant is gone): once the agent's process is proven gone, a
 // remote managerd prepares the retirement at authd's door, has a retirement requester minted at
@@ -362,6 +406,9 @@ func TestRemoteManagerdStop(t *testing.T) {
 	st := h.e.lifecycleStore(t)
 	spawn := func(t *testing.T, name string) *managerv1.Agent {
 		t.Helper()
+		// The rig's remote-manager credential lives 4 s: at its first expiry the broker cuts
+		// managerd's connection, which it restores with the renewed one.
+		waitManagerReady(t, mgr)
 		resp, err := c.Spawn(ctxT(t), &managerv1.SpawnRequest{Name: name, Connector: "echo", Subscribe: []string{"general"}})
 		if err != nil {
 			t.Fatalf("spawn %s: %v\nmanagerd:\n%s", name, err, mlogs.String())
@@ -389,6 +436,104 @@ func TestRemoteManagerdStop(t *testing.T) {
 		lnch.mu.Unlock()
 		// A fresh token (another digest) enrolls: the grant is gone, not left to conflict.
 		spawn(t, "x1")
+	})
+
+	t.Run("ok/an enrolled agent, connected through the callout, receives through deliveryd what another posts", func(t *testing.T) {
+		// The rig's remote-manager credential lives 4 s, so managerd's broker connection is cut
+		// and restored between renewals; each step starts once it is ready again.
+		defer waitManagerReady(t, mgr)
+		waitManagerReady(t, mgr)
+		for _, name := range []string{"rx", "tx"} {
+			waitManagerReady(t, mgr)
+			if _, err := c.Spawn(ctxT(t), &managerv1.SpawnRequest{Name: name, Connector: "echo", Subscribe: []string{"general"},
+				AllowSubscribe: []string{"general"}, AllowPublish: []string{"general"}}); err != nil {
+				t.Fatalf("spawn %s: %v\nmanagerd:\n%s", name, err, mlogs.String())
+			}
+		}
+		rx, rnc := connectAgent(t, r, lnch, "rx")
+		tx, tnc := connectAgent(t, r, lnch, "tx")
+		n, err := space.NewNames(sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// rx becomes a durable member of general as itself, over its exchanged connection.
+		jr, err := dlvclient.Join(ctxT(t), rnc, n, rx.Owner, rx.Actor, rx.LifecycleUID, "general")
+		if err != nil {
+			t.Fatalf("durable join of rx: %v", err)
+		}
+		if jr.Generation < 1 {
+			t.Fatalf("join %+v, want a generation", jr)
+		}
+		rjs, err := jetstream.New(rnc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dc, err := dlvclient.New(ctxT(t), rjs, dlvclient.Config{Space: sp, Owner: rx.Owner, Actor: rx.Actor, LifecycleUID: rx.LifecycleUID})
+		if err != nil {
+			t.Fatalf("rx binds its delivery durable: %v", err)
+		}
+		got := make(chan dlvclient.Delivery, 4)
+		rctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- dc.Run(rctx, func(_ context.Context, d dlvclient.Delivery) error { got <- d; return nil })
+		}()
+		stopRx := func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("rx's delivery client: %v", err)
+			}
+		}
+		// tx posts on general as itself, over its own exchanged connection.
+		subj, err := n.Chat(tx.Owner, tx.Actor, "general")
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := "hello rx through deliveryd " + rand.Text()
+		body, err := json.Marshal(map[string]any{"id": "m-remote-1", "from": map[string]string{"id": tx.Owner + "." + tx.Actor}, "text": text, "to": "all"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tjs, err := jetstream.New(tnc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tjs.Publish(ctxT(t), subj, body, jetstream.WithMsgID("m-remote-1")); err != nil {
+			t.Fatalf("tx posts on general: %v", err)
+		}
+		select {
+		case d := <-got:
+			var m struct {
+				ID, Text string
+				From     struct{ ID string }
+			}
+			if err := json.Unmarshal(d.Msg, &m); err != nil {
+				t.Fatalf("delivered frame: %v", err)
+			}
+			if d.Channel != "general" || d.ID != "m-remote-1" || m.Text != text || m.From.ID != tx.Owner+"."+tx.Actor {
+				t.Fatalf("rx received channel %q id %q text %q from %q; want general, m-remote-1, %q from %s.%s", d.Channel, d.ID, m.Text, m.From.ID, text, tx.Owner, tx.Actor)
+			}
+		case err := <-done:
+			t.Fatalf("rx's delivery client ended before the message arrived: %v", err)
+		case <-time.After(20 * time.Second):
+			stopRx()
+			t.Fatal("rx received nothing through deliveryd within 20 s")
+		}
+		// The agents hang up (their processes are what Stop ends; these connections stand in for
+		// them), then both despawn through the retirement path; their heads are retired.
+		stopRx()
+		rnc.Close()
+		tnc.Close()
+		for _, name := range []string{"rx", "tx"} {
+			waitManagerReady(t, mgr)
+			if _, err := c.Stop(ctxT(t), &managerv1.StopRequest{Name: name}); err != nil {
+				t.Fatalf("stop %s: %v\nmanagerd:\n%s", name, err, mlogs.String())
+			}
+			head, _, found, err := st.Head(ctxT(t), h.owner, name)
+			if err != nil || !found || head.State != lifecycle.HeadRetired {
+				t.Fatalf("head of %s %+v found %v err %v, want retired", name, head, found, err)
+			}
+		}
 	})
 
 	t.Run("ok/stop prepares, mints the requester, retires on the rail; the name is free", func(t *testing.T) {
