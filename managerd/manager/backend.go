@@ -111,6 +111,10 @@ func (b backend) Status(context.Context) (*managerv1.StatusResponse, error) {
 }
 
 func (b backend) Shutdown(ctx context.Context, withAgents bool) (*managerv1.ShutdownResponse, error) {
+	// A remote managerd admits it only when its authority authorizes the caller (admin.go).
+	if err := b.m.authorizeAdmin(ctx, "Shutdown"); err != nil {
+		return nil, err
+	}
 	return b.m.Shutdown(ctx, withAgents)
 }
 

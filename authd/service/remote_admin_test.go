@@ -1,0 +1,148 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cotalgo/cotal/managerd/manager"
+	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
+	"github.com/cotalgo/cotal/pkg/testkit"
+)
+
+// adminHook is a host RemoteAuthority with an authorizeAdmin hook whose answer the test sets; it
+// records the callers it was asked about.
+type adminHook struct {
+	manager.RemoteAuthority
+	mu      sync.Mutex
+	answer  func() (bool, error)
+	callers []manager.AdminCaller
+}
+
+func (h *adminHook) AuthorizeAdmin(_ context.Context, c manager.AdminCaller) (bool, error) {
+	h.mu.Lock()
+	h.callers = append(h.callers, c)
+	answer := h.answer
+	h.mu.Unlock()
+	return answer()
+}
+
+func (h *adminHook) set(answer func() (bool, error)) {
+	h.mu.Lock()
+	h.answer = answer
+	h.mu.Unlock()
+}
+
+func (h *adminHook) last() (manager.AdminCaller, int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.callers) == 0 {
+		return manager.AdminCaller{}, 0
+	}
+	return h.callers[len(h.callers)-1], len(h.callers)
+}
+
+// TestRemoteManagerdAdmin is issue 25 item 6's "AuthorizeAdmin fails closed": a remote managerd
+// admits its administrative RPC (Shutdown) only when its RemoteAuthority's authorizeAdmin hook
+// answers true for the caller (the manager's owner and the socket peer). The stock authority has
+// no hook: PERMISSION_DENIED naming it. A hook that answers false, errs or panics refuses too (a
+// panic is a HOOK warning); after each refusal the manager still serves. A true lets the
+// shutdown run.
+func TestRemoteManagerdAdmin(t *testing.T) {
+	r := newRemoteRig(t)
+	refused := func(t *testing.T, c managerv1.ManagerServiceClient, mgr *manager.Manager, want string) {
+		t.Helper()
+		_, err := c.Shutdown(ctxT(t), &managerv1.ShutdownRequest{WithAgents: true})
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(status.Convert(err).Message(), want) {
+			t.Fatalf("shutdown = %v, want PERMISSION_DENIED containing %q", err, want)
+		}
+		st, err := c.Status(ctxT(t), &managerv1.StatusRequest{})
+		if err != nil || st == nil {
+			t.Fatalf("status after the refusal: %v", err)
+		}
+		select {
+		case <-mgr.Done():
+			t.Fatal("the manager stopped after a refused shutdown")
+		default:
+		}
+	}
+
+	t.Run("fail/the stock authority has no hook: Shutdown is refused", func(t *testing.T) {
+		cfg := r.config()
+		mgr := r.startWith(t, manager.Inputs{Config: cfg}, manager.RuntimeOptions{Launcher: newHostLauncher(t)}, &testkit.SyncBuffer{})
+		refused(t, r.client(t, cfg), mgr, manager.MsgAdminUnavailable)
+	})
+
+	cfg := r.config()
+	cfg.StateDir, cfg.Root = filepath.Join(r.dir, "state-h"), filepath.Join(r.dir, "root-h")
+	cfg.API.Socket = filepath.Join(r.dir, "api-h", "m.sock")
+	stock, err := manager.NewHTTPAuthority(cfg.AuthorityURL, cfg.IdPTokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := &adminHook{RemoteAuthority: stock}
+	var mu sync.Mutex
+	var rejected []string
+	events := func(e manager.Event) {
+		var rj *manager.Rejection
+		if e.Kind == manager.EventWarning && e.Code == manager.CodeHook && errors.As(e.Err, &rj) {
+			mu.Lock()
+			rejected = append(rejected, rj.Hook)
+			mu.Unlock()
+		}
+	}
+	mlogs := &testkit.SyncBuffer{}
+	mgr := r.startWith(t, manager.Inputs{Config: cfg, RemoteAuthority: hook}, manager.RuntimeOptions{Launcher: newHostLauncher(t), Events: events}, mlogs)
+	c := r.client(t, cfg)
+
+	t.Run("fail/the hook answers false", func(t *testing.T) {
+		hook.set(func() (bool, error) { return false, nil })
+		refused(t, c, mgr, "does not authorize this caller")
+		caller, n := hook.last()
+		if n != 1 || caller.Owner != cfg.Owner || caller.Operation != "Shutdown" || !caller.PeerKnown || caller.PeerUID != uint32(os.Getuid()) || caller.PeerPID != int32(os.Getpid()) {
+			t.Fatalf("the hook was asked %d times, last about %+v; want once, owner %s, Shutdown, this process's uid %d and pid", n, caller, cfg.Owner, os.Getuid())
+		}
+	})
+
+	t.Run("fail/the hook errs", func(t *testing.T) {
+		hook.set(func() (bool, error) { return true, errors.New("authority unavailable") })
+		refused(t, c, mgr, "could not authorize the caller: authority unavailable")
+	})
+
+	t.Run("fail/the hook panics: a HOOK warning, a refusal, and the manager serves on", func(t *testing.T) {
+		hook.set(func() (bool, error) { panic("boom") })
+		refused(t, c, mgr, "could not authorize the caller")
+		mu.Lock()
+		got := strings.Join(rejected, ",")
+		mu.Unlock()
+		if got != "the remote authority's AuthorizeAdmin" {
+			t.Fatalf("HOOK warnings %q, want one for AuthorizeAdmin", got)
+		}
+		if !strings.Contains(mlogs.String(), `"hook":"the remote authority's AuthorizeAdmin","panicked":true`) {
+			t.Fatalf("the panic was not logged as a rejection:\n%s", mlogs.String())
+		}
+	})
+
+	t.Run("ok/the hook answers true: the shutdown runs", func(t *testing.T) {
+		hook.set(func() (bool, error) { return true, nil })
+		resp, err := c.Shutdown(ctxT(t), &managerv1.ShutdownRequest{WithAgents: true})
+		if err != nil || resp == nil {
+			t.Fatalf("shutdown = %v, want it admitted", err)
+		}
+		select {
+		case <-mgr.Done():
+		case <-ctxT(t).Done():
+			t.Fatal("the manager did not stop after an authorized shutdown")
+		}
+		if _, n := hook.last(); n != 4 {
+			t.Fatalf("the hook was asked %d times, want 4", n)
+		}
+	})
+}
