@@ -8,12 +8,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/cotalgo/cotal/managerd/manager"
 	managerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/manager/v1"
+	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/testkit"
 )
 
@@ -143,6 +145,70 @@ func TestRemoteManagerdAdmin(t *testing.T) {
 		}
 		if _, n := hook.last(); n != 4 {
 			t.Fatalf("the hook was asked %d times, want 4", n)
+		}
+	})
+}
+
+// TestRemoteManagerdRetained is issue 25 item 6's "ValidateRetainedAgent fails closed": a remote
+// managerd that finds a predecessor's agent still running at start (the predecessor closed
+// sparing it, leaving its custody record) does not adopt it: it logs the refusal, stops the
+// process, and retires its lifecycle (head retired, the name free: a new spawn gets a new uid).
+func TestRemoteManagerdRetained(t *testing.T) {
+	r := newRemoteRig(t)
+	h := r.h
+	h.e.startDeliveryd(t)
+	cfg := r.config()
+	lnch := newHostLauncher(t)
+	first := r.startWith(t, manager.Inputs{Config: cfg}, manager.RuntimeOptions{Launcher: lnch}, &testkit.SyncBuffer{})
+	resp, err := r.client(t, cfg).Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "k1", Connector: "echo", Subscribe: []string{"general"}})
+	if err != nil {
+		t.Fatalf("spawn: %v", err)
+	}
+	ag := resp.GetAgent()
+	activate(t, r, lnch, "k1")
+	if err := first.Close(ctxT(t)); err != nil {
+		t.Fatalf("close sparing the agent: %v", err)
+	}
+	if gone, err := lnch.child("k1").Gone(); err != nil || gone {
+		t.Fatalf("the agent gone %v err %v after a close that spares it", gone, err)
+	}
+
+	t.Run("fail/the successor does not adopt the retained agent: it stops and retires it", func(t *testing.T) {
+		mlogs := &testkit.SyncBuffer{}
+		second := r.startWith(t, manager.Inputs{Config: cfg}, manager.RuntimeOptions{Launcher: lnch}, mlogs)
+		if !strings.Contains(mlogs.String(), `"msg":"`+manager.MsgRetainedNotAdopted+`","agent":"k1","uid":"`+ag.GetLifecycleUid()+`"`) {
+			t.Fatalf("no refusal of the adoption logged:\n%s", mlogs.String())
+		}
+		if gone, err := lnch.child("k1").Gone(); err != nil || !gone {
+			t.Fatalf("the retained agent gone %v err %v, want stopped", gone, err)
+		}
+		st := h.e.lifecycleStore(t)
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			head, _, found, err := st.Head(ctxT(t), h.owner, "k1")
+			if err == nil && found && head.State == lifecycle.HeadRetired && head.LifecycleUID == ag.GetLifecycleUid() {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("head %+v found %v err %v, want retired at %s\nmanagerd:\n%s", head, found, err, ag.GetLifecycleUid(), mlogs.String())
+			}
+			time.Sleep(50 * time.Millisecond) // polling interval
+		}
+		c := r.client(t, cfg)
+		deadline = time.Now().Add(20 * time.Second)
+		for {
+			waitManagerReady(t, second)
+			resp, err := c.Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "k1", Connector: "echo", Subscribe: []string{"general"}})
+			if err == nil {
+				if uid := resp.GetAgent().GetLifecycleUid(); uid == "" || uid == ag.GetLifecycleUid() {
+					t.Fatalf("respawn uid %q, want a new one (was %s)", uid, ag.GetLifecycleUid())
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("respawn of k1: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond) // polling interval: the name frees once the retirement is recorded
 		}
 	})
 }

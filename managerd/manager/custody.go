@@ -93,6 +93,11 @@ func decodeCustody(b []byte) (custody, error) {
 	return c, nil
 }
 
+// MsgRetainedNotAdopted is logged when a remote managerd finds a predecessor's agent still
+// running at start: it does not adopt it (retained-agent adoption fails closed) but stops it and
+// retires its lifecycle.
+const MsgRetainedNotAdopted = "a retained agent is not adopted: a remote managerd adopts no predecessor's agent; it is stopped and its lifecycle retired"
+
 // reap deals with the records a predecessor on this state directory left (see custody). It runs
 // at start, once the instance lease is held, so no live manager still owns them.
 func (m *Manager) reap(ctx context.Context) {
@@ -125,6 +130,15 @@ func (m *Manager) reap(ctx context.Context) {
 		}
 		child := launcher.Child{Pid: c.Pid, StartTime: c.StartTime, Dir: c.Dir}
 		if gone, err := child.Gone(); err != nil || !gone {
+			if m.cfg.Remote() {
+				// A retained managed agent (seed 001 "Retained managed agents"): a
+				// predecessor's agent still running. A remote managerd adopts none; the
+				// seed's validateRetainedAgent fails closed here: there is nothing it could
+				// validate that managerd could use (the custody record holds no actor token or
+				// sentinel, and the agent's terminal died with its manager), so no hook is
+				// asked and the agent is stopped and retired like any other.
+				m.log.Info(MsgRetainedNotAdopted, "agent", c.Name, "uid", c.LifecycleUID, "pid", c.Pid)
+			}
 			tctx, cancel := context.WithTimeout(ctx, m.cfg.StopGrace.D()+10*time.Second)
 			_, terr := launcher.Terminate(tctx, child, m.cfg.StopGrace.D(), m.lnch.Signal)
 			cancel()
