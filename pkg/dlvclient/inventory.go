@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -78,27 +77,9 @@ func LifecycleMemberships(ctx context.Context, nc *nats.Conn, n space.Names, cal
 // channels a list of distinct concrete channels. Anything else is an error matching ErrBadReply.
 // An answer with complete false is returned with ErrIncomplete.
 func DecodeInventoryReply(b []byte, owner, actor, uid string) (Inventory, error) {
-	if len(b) > MaxInventoryReplyBytes {
-		return Inventory{}, fmt.Errorf("%w: %d bytes", ErrBadReply, len(b))
-	}
-	var r struct {
-		OK    *bool           `json:"ok"`
-		Data  json.RawMessage `json:"data"`
-		Error string          `json:"error"`
-	}
-	if t := bytes.TrimSpace(b); len(t) == 0 || t[0] != '{' || json.Unmarshal(b, &r) != nil || r.OK == nil {
-		return Inventory{}, fmt.Errorf("%w: not a JSON object with a boolean ok", ErrBadReply)
-	}
-	if !*r.OK {
-		msg := r.Error
-		if len(msg) > 300 {
-			msg = msg[:300] + "..."
-		}
-		msg = strings.ToValidUTF8(msg, "?")
-		if msg == "" {
-			msg = "no reason given"
-		}
-		return Inventory{}, &RefusedError{Op: opLifecycleMemberships, Message: msg}
+	data, err := decodeAnswer(b, MaxInventoryReplyBytes, opLifecycleMemberships)
+	if err != nil {
+		return Inventory{}, err
 	}
 	var inv struct {
 		Owner        string    `json:"owner"`
@@ -107,7 +88,7 @@ func DecodeInventoryReply(b []byte, owner, actor, uid string) (Inventory, error)
 		Channels     *[]string `json:"channels"`
 		Complete     *bool     `json:"complete"`
 	}
-	if t := bytes.TrimSpace(r.Data); len(t) == 0 || t[0] != '{' || json.Unmarshal(r.Data, &inv) != nil ||
+	if t := bytes.TrimSpace(data); len(t) == 0 || t[0] != '{' || json.Unmarshal(data, &inv) != nil ||
 		inv.Channels == nil || inv.Complete == nil {
 		return Inventory{}, fmt.Errorf("%w: data is not an inventory {owner, actor, lifecycleUid, channels, complete}", ErrBadReply)
 	}

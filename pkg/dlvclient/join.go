@@ -83,31 +83,13 @@ func Join(ctx context.Context, nc *nats.Conn, n space.Names, owner, actor, uid, 
 // generation, lifecycleUid, reason?} whose lifecycleUid is uid (and generation is at least 1).
 // Anything else is an error matching ErrBadReply.
 func DecodeJoinReply(b []byte, uid string) (JoinResult, error) {
-	if len(b) > MaxReplyBytes {
-		return JoinResult{}, fmt.Errorf("%w: %d bytes", ErrBadReply, len(b))
-	}
-	var r struct {
-		OK    *bool           `json:"ok"`
-		Data  json.RawMessage `json:"data"`
-		Error string          `json:"error"`
-	}
-	if t := bytes.TrimSpace(b); len(t) == 0 || t[0] != '{' || json.Unmarshal(b, &r) != nil || r.OK == nil {
-		return JoinResult{}, fmt.Errorf("%w: not a JSON object with a boolean ok", ErrBadReply)
-	}
-	if !*r.OK {
-		msg := r.Error
-		if len(msg) > 300 {
-			msg = msg[:300] + "..."
-		}
-		msg = strings.ToValidUTF8(msg, "?")
-		if msg == "" {
-			msg = "no reason given"
-		}
-		return JoinResult{}, &RefusedError{Op: opDurableJoin, Message: msg}
+	data, err := decodeAnswer(b, MaxReplyBytes, opDurableJoin)
+	if err != nil {
+		return JoinResult{}, err
 	}
 	var res JoinResult
-	dec := json.NewDecoder(bytes.NewReader(r.Data))
-	if t := bytes.TrimSpace(r.Data); len(t) == 0 || t[0] != '{' || dec.Decode(&res) != nil {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t := bytes.TrimSpace(data); len(t) == 0 || t[0] != '{' || dec.Decode(&res) != nil {
 		return JoinResult{}, fmt.Errorf("%w: data is not a join result", ErrBadReply)
 	}
 	if res.LifecycleUID != uid {
@@ -155,4 +137,33 @@ func request(ctx context.Context, nc *nats.Conn, subject, op string, args map[st
 		return nil, nats.ErrNoResponders
 	}
 	return m, nil
+}
+
+// decodeAnswer reads a ctl answer's envelope: a JSON object of at most max bytes with a boolean
+// ok. ok false is a *RefusedError for op carrying error (clipped to 300 bytes, valid UTF-8); ok
+// true returns data for the caller's own closed decode. Anything else matches ErrBadReply.
+func decodeAnswer(b []byte, max int, op string) (json.RawMessage, error) {
+	if len(b) > max {
+		return nil, fmt.Errorf("%w: %d bytes", ErrBadReply, len(b))
+	}
+	var r struct {
+		OK    *bool           `json:"ok"`
+		Data  json.RawMessage `json:"data"`
+		Error string          `json:"error"`
+	}
+	if t := bytes.TrimSpace(b); len(t) == 0 || t[0] != '{' || json.Unmarshal(b, &r) != nil || r.OK == nil {
+		return nil, fmt.Errorf("%w: not a JSON object with a boolean ok", ErrBadReply)
+	}
+	if !*r.OK {
+		msg := r.Error
+		if len(msg) > 300 {
+			msg = msg[:300] + "..."
+		}
+		msg = strings.ToValidUTF8(msg, "?")
+		if msg == "" {
+			msg = "no reason given"
+		}
+		return nil, &RefusedError{Op: op, Message: msg}
+	}
+	return r.Data, nil
 }
