@@ -113,6 +113,11 @@ func mxFuzzNonce(owner, actor, fuzzed string) string {
 	if fuzzed == "" {
 		return ""
 	}
+	if owner == "" {
+		// Only a profile with a fixed principal (auth-plane's local.authd) accepts a nonce
+		// without an Owner parameter: it is bound to that principal.
+		owner, actor = AuthPlaneOwner, AuthPlaneActor
+	}
 	n, err := space.BoundInboxNonce(owner, actor, "nonce_00")
 	if err != nil {
 		panic(err)
