@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cotalgo/cotal/authd/internal/ledger"
 	"github.com/cotalgo/cotal/managerd/manager"
 	"github.com/cotalgo/cotal/pkg/authclient"
 	"github.com/cotalgo/cotal/pkg/dlvclient"
@@ -160,6 +161,18 @@ func (r *remoteRig) startWith(t *testing.T, in manager.Inputs, opts manager.Runt
 // startOnly is a RemoteAuthority with the start hooks only: embedding the interface hides the
 // stock client's EnrollManagedAgent.
 type startOnly struct{ manager.RemoteAuthority }
+
+// widening is the stock RemoteAuthority whose enrollment answer is tampered with after authd
+// answered: it grants one more publish channel than was asked, so it does not bind.
+type widening struct{ *manager.HTTPAuthority }
+
+func (w widening) EnrollManagedAgent(ctx context.Context, req *managerauthority.EnrollmentRequest) (*managerauthority.Enrollment, error) {
+	e, err := w.HTTPAuthority.EnrollManagedAgent(ctx, req)
+	if err == nil {
+		e.AllowPublish = append(e.AllowPublish, "widened")
+	}
+	return e, err
+}
 
 // panicky is a host RemoteAuthority whose enrollment hook panics (with nil).
 type panicky struct{ manager.RemoteAuthority }
@@ -417,10 +430,11 @@ func TestRemoteManagerdStop(t *testing.T) {
 	}
 	pendingPath := func(name string) string { return filepath.Join(cfg.StateDir, "retire", name+".json") }
 
-	t.Run("fail/a launch that fails after the enrollment undoes it (prepare-retirement)", func(t *testing.T) {
+	t.Run("fail/a launch that fails after the enrollment undoes it (the whole retirement)", func(t *testing.T) {
 		lnch.mu.Lock()
 		lnch.refuse = "x1"
 		lnch.mu.Unlock()
+		waitManagerReady(t, mgr)
 		_, err := c.Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "x1", Connector: "echo", Subscribe: []string{"general"}})
 		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "refused by the test") {
 			t.Fatalf("spawn = %v, want the launcher's refusal", err)
@@ -431,11 +445,49 @@ func TestRemoteManagerdStop(t *testing.T) {
 		if !strings.Contains(mlogs.String(), `"msg":"spawn failed after the enrollment; the enrollment was undone","agent":"x1"`) {
 			t.Fatal("no undo logged")
 		}
+		// The undo is the whole retirement: the enrollment activated the lifecycle, the rail
+		// retired it, and no pending record is left.
+		if head, _, found, err := st.Head(ctxT(t), h.owner, "x1"); err != nil || !found || head.State != lifecycle.HeadRetired {
+			t.Fatalf("head of x1 %+v found %v err %v, want retired", head, found, err)
+		}
+		if _, err := os.Stat(pendingPath("x1")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("pending record after the undo: %v", err)
+		}
 		lnch.mu.Lock()
 		lnch.refuse = ""
 		lnch.mu.Unlock()
 		// A fresh token (another digest) enrolls: the grant is gone, not left to conflict.
 		spawn(t, "x1")
+	})
+
+	t.Run("fail/an enrollment answer that does not bind is retired, not launched", func(t *testing.T) {
+		cfg4 := r.config()
+		cfg4.StateDir, cfg4.Root = filepath.Join(r.dir, "state4"), filepath.Join(r.dir, "root4")
+		cfg4.API.Socket = filepath.Join(r.dir, "api4", "m.sock")
+		stock, err := manager.NewHTTPAuthority(cfg4.AuthorityURL, cfg4.IdPTokenFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m4logs := &testkit.SyncBuffer{}
+		m4 := r.startWith(t, manager.Inputs{Config: cfg4, RemoteAuthority: widening{stock}}, manager.RuntimeOptions{Launcher: lnch}, m4logs)
+		waitManagerReady(t, m4)
+		_, err = r.client(t, cfg4).Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "w1", Connector: "echo", Subscribe: []string{"general"}})
+		if status.Code(err) != codes.Internal || !strings.Contains(status.Convert(err).Message(), "does not bind") {
+			t.Fatalf("spawn = %v, want INTERNAL: the answer does not bind", err)
+		}
+		if _, err := os.Stat(filepath.Join(lnch.root, "w1")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("w1 was launched (%v)", err)
+		}
+		if _, _, err := h.led.Get(h.owner, "w1"); !errors.Is(err, ledger.ErrNoRow) {
+			t.Fatalf("the grant of w1 after the refused bind: %v", err)
+		}
+		head, _, found, err := st.Head(ctxT(t), h.owner, "w1")
+		if err != nil || !found || head.State != lifecycle.HeadRetired {
+			t.Fatalf("head of w1 %+v found %v err %v, want retired", head, found, err)
+		}
+		if !strings.Contains(m4logs.String(), `"msg":"spawn failed after the enrollment; the enrollment was undone","agent":"w1"`) {
+			t.Fatalf("no undo logged:\n%s", m4logs.String())
+		}
 	})
 
 	t.Run("ok/an enrolled agent, connected through the callout, receives through deliveryd what another posts", func(t *testing.T) {
@@ -570,6 +622,37 @@ func TestRemoteManagerdStop(t *testing.T) {
 		}
 	})
 
+	t.Run("ok/an agent that never exchanged its token retires at its uid; the name is free", func(t *testing.T) {
+		ag := spawn(t, "n1")
+		// The enrollment activated the lifecycle before any row or durable: the head stands at
+		// the spawned uid although no exchange ever ran.
+		head, _, found, err := st.Head(ctxT(t), h.owner, "n1")
+		if err != nil || !found || head.State != lifecycle.HeadActive || head.LifecycleUID != ag.GetLifecycleUid() {
+			t.Fatalf("head %+v found %v err %v, want active at %s before any exchange", head, found, err, ag.GetLifecycleUid())
+		}
+		from := len(strings.Split(r.logs.String(), "\n")) - 1
+		if _, err := c.Stop(ctxT(t), &managerv1.StopRequest{Name: "n1"}); err != nil {
+			t.Fatalf("stop: %v\nmanagerd:\n%s", err, mlogs.String())
+		}
+		if i := logIndex(r.logs.String(), from, `"msg":"retire rail: retirement requested"`, `"uid":"`+ag.GetLifecycleUid()+`"`); i < 0 {
+			t.Fatal("the rail was not asked")
+		}
+		head, _, found, err = st.Head(ctxT(t), h.owner, "n1")
+		if err != nil || !found || head.State != lifecycle.HeadRetired || head.LifecycleUID != ag.GetLifecycleUid() {
+			t.Fatalf("head %+v found %v err %v, want retired at %s", head, found, err, ag.GetLifecycleUid())
+		}
+		if _, err := os.Stat(pendingPath("n1")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("pending record after a finished retirement: %v", err)
+		}
+		again := spawn(t, "n1")
+		if again.GetLifecycleUid() == ag.GetLifecycleUid() || again.GetLifecycleUid() == "" {
+			t.Fatalf("respawn uid %s, want a new one (was %s)", again.GetLifecycleUid(), ag.GetLifecycleUid())
+		}
+		if _, err := c.Stop(ctxT(t), &managerv1.StopRequest{Name: "n1"}); err != nil {
+			t.Fatalf("stop the respawn: %v\nmanagerd:\n%s", err, mlogs.String())
+		}
+	})
+
 	t.Run("fail/prepare unavailable: no requester, no rail, name held, pending record; retried once deliveryd is back", func(t *testing.T) {
 		ag := spawn(t, "b1")
 		activate(t, r, lnch, "b1")
@@ -598,6 +681,7 @@ func TestRemoteManagerdStop(t *testing.T) {
 		if !strings.Contains(string(rec), `"opId":"`+opID+`"`) || !strings.Contains(string(rec), `"lifecycleUid":"`+ag.GetLifecycleUid()+`"`) {
 			t.Fatalf("pending record %s, want opId %s for uid %s", rec, opID, ag.GetLifecycleUid())
 		}
+		waitManagerReady(t, mgr)
 		_, err = c.Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "b1", Connector: "echo"})
 		if status.Code(err) != codes.AlreadyExists {
 			t.Fatalf("spawn of the held name = %v, want ALREADY_EXISTS", err)

@@ -21,6 +21,7 @@ import (
 	"github.com/cotalgo/cotal/pkg/lifecycle"
 	"github.com/cotalgo/cotal/pkg/managerauthority"
 	"github.com/cotalgo/cotal/pkg/material"
+	"github.com/cotalgo/cotal/pkg/space"
 )
 
 // A remote managerd's spawn (seed 001 "Fresh managed agents"): the manager makes the agent's
@@ -111,7 +112,15 @@ func (m *Manager) enrollRemote(ctx context.Context, hook ManagedAgentEnroller, a
 	sentinel, err := m.bindEnrollment(req, e)
 	if err != nil {
 		m.log.Error("the remote authority's enrollment does not bind; the agent is not launched", "agent", a.name, "uid", e.LifecycleUID, "err", err)
-		m.tr.Warn(CodeAuthority, fmt.Sprintf("the enrollment of %s does not bind; its grant at the authority stands until retired", a.name), err)
+		// An answer for the owner and actor asked, at a well-formed uid, names a grant this
+		// manager can retire: it is undone like a failed launch's. Any other answer names
+		// nothing this manager asked for, and is left to the host.
+		if _, kerr := space.ACLKey(e.Owner, e.Actor, e.LifecycleUID); kerr == nil && e.Owner == m.cfg.AgentOwner && e.Actor == a.actor {
+			a.uid = e.LifecycleUID
+			m.undoEnrollment(ctx, a)
+		} else {
+			m.tr.Warn(CodeAuthority, fmt.Sprintf("the enrollment of %s does not bind and names no grant this manager asked for; the host must retire what it granted", a.name), err)
+		}
 		return nil, api.Refuse(codes.Internal, managerv1.Reason_REASON_PROVISION_FAILED, "enroll: the remote authority's answer does not bind: %v", err)
 	}
 	a.uid = e.LifecycleUID
@@ -161,22 +170,37 @@ func (m *Manager) bindEnrollment(req *managerauthority.EnrollmentRequest, e *man
 	return managerauthority.SentinelJWT(e.SentinelCreds)
 }
 
-// undoEnrollment undoes the enrollment of an agent whose spawn failed after it: the
-// prepare-retirement releases its lifecycle's footprint and revokes its grant. The lifecycle was
-// never activated (no exchange ran), so there is nothing to retire on the rail. A failure is a
-// warning: the grant stands at the authority until an operator retires it.
+// undoEnrollment undoes the enrollment of an agent whose spawn failed after it: the whole
+// managed retirement, as a Stop runs it (prepare, requester, rail). The authority activated the
+// lifecycle at enrollment, so the rail retires it although no exchange ran. Until it is retired
+// the name stays held: the retirement is recorded as pending first and, when this try fails,
+// retried in the background (and at the next start) like a Stop's.
 func (m *Manager) undoEnrollment(ctx context.Context, a *agent) {
 	opID, err := lifecycle.ManagedRetirementOpID(a.uid)
-	if err == nil {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RemoteCallTimeout)
-		_, err = m.prepareRetirement(dctx, pendingRetirement{V: 1, Name: a.name,
-			Target: managerauthority.Target{Owner: m.cfg.AgentOwner, Actor: a.actor, LifecycleUID: a.uid}, OpID: opID})
-		cancel()
-	}
 	if err != nil {
 		m.log.Error("spawn failed after the enrollment, and the enrollment could not be undone", "agent", a.name, "uid", a.uid, "err", err)
-		m.tr.Warn(CodeAuthority, fmt.Sprintf("spawn of %s failed after its enrollment (lifecycle %s), which could not be undone; its grant stands at the authority", a.name, a.uid), err)
 		return
 	}
+	p := pendingRetirement{V: 1, Name: a.name, Target: managerauthority.Target{Owner: m.cfg.AgentOwner, Actor: a.actor, LifecycleUID: a.uid}, OpID: opID}
+	if err := m.writePending(p); err != nil {
+		m.log.Error("spawn failed after the enrollment; its pending retirement could not be recorded", "agent", a.name, "uid", a.uid, "err", err)
+		m.tr.Warn(CodeAuthority, fmt.Sprintf("spawn of %s failed after its enrollment (lifecycle %s); its retirement could not be recorded and is tried once", a.name, a.uid), err)
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*retireRailTimeout)
+	err = m.retireOnce(dctx, p)
+	cancel()
+	if err != nil {
+		m.retire.mu.Lock()
+		if m.retire.pending == nil {
+			m.retire.pending = map[string]bool{}
+		}
+		m.retire.pending[p.Name] = true
+		m.retire.mu.Unlock()
+		m.log.Warn("spawn failed after the enrollment; its retirement is pending and retried, its name held", "agent", a.name, "uid", a.uid, "opId", opID, "err", err)
+		m.tr.Warn(CodeAuthority, fmt.Sprintf("spawn of %s failed after its enrollment (lifecycle %s); its retirement is pending and retried, its name held", a.name, a.uid), err)
+		m.retryRetirement(p, nil)
+		return
+	}
+	m.removePending(p.Name)
 	m.log.Info("spawn failed after the enrollment; the enrollment was undone", "agent", a.name, "uid", a.uid)
 }

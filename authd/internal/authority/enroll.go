@@ -12,15 +12,25 @@ package authority
 //     lifecycle's retirement is prepared; an interactive row of the alias is conflict;
 //  2. a fresh enrollment refuses an alias whose head is active or retiring at another uid
 //     (conflict: that incarnation must retire first), then picks a uid and reserves it
-//     create-only (uid.<uid> in the records bucket, mintedBy this authd's ManagerInstance: the
-//     reservation the first exchange's activation adopts);
-//  3. writes the managed row by ledger.Put(Managed): parent the supervising actor, tokenHash the
+//     create-only (uid.<uid> in the records bucket, mintedBy this authd's ManagerInstance);
+//  3. activates the lifecycle at that uid (Activate: the head active, the gate open) before any
+//     ledger row or durable, as the seed's launch writer does: an agent that never exchanges its
+//     actor token still has a head at its uid, so its manager's retire rail runs the terminal
+//     barrier there instead of refusing a lifecycle that never began (the first exchange's own
+//     activation answers already-active); a replay activates again, which finishes an
+//     activation a crash interrupted and is otherwise two reads;
+//  4. writes the managed row by ledger.Put(Managed): parent the supervising actor, tokenHash the
 //     SHA-256 the manager sent, the lists clamped to the supervising row's, and Put's envelope
 //     walk (the spawner chain) refuses anything the clamp cannot narrow (a role the supervising
 //     row does not delegate: permission-denied);
-//  4. pre-creates the lifecycle's durables and ACL row on this authd's own one-shot provisioner
-//     credential (Config.Provisioner); a failure revokes the row and deprovisions the lifecycle
-//     before the refusal is answered.
+//  5. pre-creates the lifecycle's durables and ACL row on this authd's own one-shot provisioner
+//     credential (Config.Provisioner); a failure after the activation undoes the enrollment before
+//     the refusal is answered: the row revoked, the lifecycle deprovisioned and retired at its uid
+//     (the managed retirement's barrier), so the alias is free for the next enrollment.
+//
+// A crash between the activation and the row leaves the alias active at a uid no row names; the
+// next fresh enrollment of the alias is conflict, naming that uid, until the host retires it
+// through the retire door (its grant is absent, so the door runs the barrier).
 //
 // The answer carries the space's sentinel as creds text with a throwaway seed and the public
 // face's base URL, where the agent exchanges its actor token; without a public face (no
@@ -121,7 +131,11 @@ func (a *Authority) EnrollManagedAgent(ctx context.Context, owner string, r *man
 		} else if why != "" {
 			return managerauthority.Enrollment{}, refuse(CodeConflict, "%s.%s is enrolled and %s: prepare its retirement first", owner, t.Actor, why)
 		}
-		// A replay: the same uid, its durables made again (a crash may have left them unmade).
+		// A replay: the same uid, activated and its durables made again (a crash may have left
+		// either unfinished).
+		if _, err := a.Activate(ctx, owner, t.Actor, row.LifecycleUID); err != nil {
+			return managerauthority.Enrollment{}, err
+		}
 		if err := a.cfg.Provisioner.ProvisionAgent(ctx, owner, r.Actor, provision.Agent{Owner: owner, Actor: t.Actor,
 			LifecycleUID: row.LifecycleUID, Role: row.Role, AllowSubscribe: row.AllowSubscribe}); err != nil {
 			return managerauthority.Enrollment{}, provisionRefusal(err)
@@ -136,18 +150,27 @@ func (a *Authority) EnrollManagedAgent(ctx context.Context, owner string, r *man
 	if err := a.freshAlias(ctx, owner, t.Actor); err != nil {
 		return managerauthority.Enrollment{}, err
 	}
+	row = ledger.Row{Ver: ledger.Version, Owner: owner, Actor: t.Actor, Scope: lists.scope, AllowSubscribe: lists.allowSubscribe,
+		AllowPublish: lists.allowPublish, Role: t.Role, Parent: parent.Principal(), Label: t.Label, TokenHash: t.TokenHash,
+		GrantedAt: a.now().UnixMilli()}
+	// What Put would refuse is refused before anything is written (the uid is a placeholder in
+	// the grammar: the real one is drawn next).
+	if err := a.cfg.Ledger.Check(ledger.Managed, withUID(row, placeholderUID)); err != nil {
+		return managerauthority.Enrollment{}, ledgerRefusal(err)
+	}
 	uid, err := a.reserveFresh(ctx, owner, t.Actor)
 	if err != nil {
 		return managerauthority.Enrollment{}, err
 	}
-	row = ledger.Row{Ver: ledger.Version, Owner: owner, Actor: t.Actor, Scope: lists.scope, AllowSubscribe: lists.allowSubscribe,
-		AllowPublish: lists.allowPublish, Role: t.Role, Parent: parent.Principal(), Label: t.Label, TokenHash: t.TokenHash,
-		LifecycleUID: uid, GrantedAt: a.now().UnixMilli()}
+	row.LifecycleUID = uid
+	if _, err := a.Activate(ctx, owner, t.Actor, uid); err != nil {
+		return managerauthority.Enrollment{}, errors.Join(err, a.undoEnrollment(ctx, owner, t.Actor, uid))
+	}
 	if err := a.held(); err != nil {
-		return managerauthority.Enrollment{}, err
+		return managerauthority.Enrollment{}, errors.Join(err, a.undoEnrollment(ctx, owner, t.Actor, uid))
 	}
 	if err := a.cfg.Ledger.Put(ledger.Managed, row); err != nil {
-		return managerauthority.Enrollment{}, ledgerRefusal(err)
+		return managerauthority.Enrollment{}, errors.Join(ledgerRefusal(err), a.undoEnrollment(ctx, owner, t.Actor, uid))
 	}
 	if err := a.cfg.Provisioner.ProvisionAgent(ctx, owner, r.Actor, provision.Agent{Owner: owner, Actor: t.Actor, LifecycleUID: uid,
 		Role: t.Role, AllowSubscribe: lists.allowSubscribe}); err != nil {
@@ -159,17 +182,44 @@ func (a *Authority) EnrollManagedAgent(ctx context.Context, owner string, r *man
 	return ans, nil
 }
 
-// undoEnrollment revokes a fresh enrollment's row and deprovisions its lifecycle, bounded by
-// undoTimeout even when ctx has ended. Its error is for the log (the refusal is the cause's).
+// placeholderUID stands for the uid not yet drawn when an enrollment's row is checked.
+const placeholderUID = "aaaaaaaaaaaaaaaaaaaaaaaaaa"
+
+func withUID(r ledger.Row, uid string) ledger.Row {
+	r.LifecycleUID = uid
+	return r
+}
+
+// undoEnrollment revokes a fresh enrollment's row (if it is at uid), deprovisions its lifecycle
+// and retires it at uid when its head stands there (an interrupted activation is finished first,
+// so the barrier finds the gate open), bounded by undoTimeout even when ctx has ended. Its error
+// is for the log (the refusal is the cause's).
 func (a *Authority) undoEnrollment(ctx context.Context, owner, actor, uid string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 	defer cancel()
 	var errs []error
-	if err := a.cfg.Ledger.Revoke(ledger.Managed, owner, actor); err != nil && !errors.Is(err, ledger.ErrNoRow) {
-		errs = append(errs, fmt.Errorf("revoke: %w", err))
+	if row, kind, err := a.cfg.Ledger.Get(owner, actor); err == nil && kind == ledger.Managed && row.LifecycleUID == uid {
+		if err := a.cfg.Ledger.Revoke(ledger.Managed, owner, actor); err != nil && !errors.Is(err, ledger.ErrNoRow) {
+			errs = append(errs, fmt.Errorf("revoke: %w", err))
+		}
+	} else if err != nil && !errors.Is(err, ledger.ErrNoRow) {
+		errs = append(errs, fmt.Errorf("read the row: %w", err))
 	}
 	if err := a.cfg.Provisioner.DeprovisionAgent(ctx, owner, actor, uid); err != nil {
 		errs = append(errs, fmt.Errorf("deprovision: %w", err))
+	}
+	switch h, _, found, err := a.store.Head(ctx, owner, actor); {
+	case err != nil:
+		errs = append(errs, fmt.Errorf("read the head: %w", err))
+	case found && h.LifecycleUID == uid && h.State != lifecycle.HeadRetired:
+		if h.State == lifecycle.HeadActive {
+			if _, err := a.Activate(ctx, owner, actor, uid); err != nil {
+				errs = append(errs, fmt.Errorf("finish the activation: %w", err))
+			}
+		}
+		if _, err := a.Retire(ctx, owner, actor, uid); err != nil {
+			errs = append(errs, fmt.Errorf("retire: %w", err))
+		}
 	}
 	err := errors.Join(errs...)
 	a.log.Warn("enroll: undone", "owner", owner, "actor", actor, "uid", uid, "undo_err", err)
@@ -204,7 +254,7 @@ func (a *Authority) freshAlias(ctx context.Context, owner, actor string) error {
 		return storeRefusal("read the lifecycle head", err)
 	}
 	if found && h.State != lifecycle.HeadRetired {
-		return refuse(CodeConflict, "%s.%s is %s at another lifecycle: retire it first", owner, actor, h.State)
+		return refuse(CodeConflict, "%s.%s is %s at lifecycle %s: retire it first", owner, actor, h.State, h.LifecycleUID)
 	}
 	return nil
 }

@@ -309,28 +309,15 @@ func withinChannels(parent []string, ch string) bool {
 // (ErrSpawnerChain). If the other space gains the principal while the row is being written, the
 // new row is removed again and the Put refused, so at most one row survives.
 func (l *Ledger) Put(kind Kind, r Row) error {
-	if r.Ver == 0 {
-		r.Ver = Version
-	}
-	r.Scope = nonNil(r.Scope)
-	r.AllowSubscribe = nonNil(r.AllowSubscribe)
-	r.AllowPublish = nonNil(r.AllowPublish)
-	if err := validate(kind, r); err != nil {
-		return at(err, "", r.Owner+"."+r.Actor)
+	r, err := l.check(kind, r)
+	if err != nil {
+		return err
 	}
 	path, err := l.Path(kind, r.Owner, r.Actor)
 	if err != nil {
 		return err
 	}
 	other := otherKind(kind)
-	if err := l.refuseOther(other, r); err != nil {
-		return err
-	}
-	if kind == Managed {
-		if err := l.withinSpawnerGrant(r); err != nil {
-			return err
-		}
-	}
 	data, err := encodeRow(r)
 	if err != nil {
 		return err
@@ -345,6 +332,40 @@ func (l *Ledger) Put(kind Kind, r Row) error {
 		return err
 	}
 	return nil
+}
+
+// Check decides what Put would refuse of r in space kind (the row grammar, the other space, the
+// spawner chain) and writes nothing: a writer that must take other steps before the row (an
+// enrollment activates its lifecycle first) refuses up front what Put would refuse after them.
+// Put checks again.
+func (l *Ledger) Check(kind Kind, r Row) error {
+	_, err := l.check(kind, r)
+	return err
+}
+
+// check is Put's decision: r normalized (Ver, nil lists), or its refusal.
+func (l *Ledger) check(kind Kind, r Row) (Row, error) {
+	if r.Ver == 0 {
+		r.Ver = Version
+	}
+	r.Scope = nonNil(r.Scope)
+	r.AllowSubscribe = nonNil(r.AllowSubscribe)
+	r.AllowPublish = nonNil(r.AllowPublish)
+	if err := validate(kind, r); err != nil {
+		return Row{}, at(err, "", r.Owner+"."+r.Actor)
+	}
+	if _, err := l.Path(kind, r.Owner, r.Actor); err != nil {
+		return Row{}, err
+	}
+	if err := l.refuseOther(otherKind(kind), r); err != nil {
+		return Row{}, err
+	}
+	if kind == Managed {
+		if err := l.withinSpawnerGrant(r); err != nil {
+			return Row{}, err
+		}
+	}
+	return r, nil
 }
 
 func (l *Ledger) refuseOther(other Kind, r Row) error {

@@ -653,6 +653,14 @@ func TestSpawnerChain(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLedger(t)
 			tc.setup(t, l)
+			// Check decides what Put decides, and writes nothing.
+			cerr := l.Check(Managed, tc.child)
+			if (cerr == nil) != (tc.want == nil) || tc.want != nil && !errors.Is(cerr, tc.want) {
+				t.Fatalf("Check = %v, want %v", cerr, tc.want)
+			}
+			if _, _, err := l.Get(tc.child.Owner, tc.child.Actor); !errors.Is(err, ErrNoRow) {
+				t.Fatalf("a row after Check: %v", err)
+			}
 			err := l.Put(Managed, tc.child)
 			if tc.want == nil {
 				if err != nil {
