@@ -296,6 +296,13 @@ func TestManagedAgentEnrollment(t *testing.T) {
 		if _, _, err := h.led.Get(h.owner, "erin"); !errors.Is(err, ledger.ErrNoRow) {
 			t.Fatalf("row of erin: %v", err)
 		}
+		// Refused before anything was written: no uid reserved, no head.
+		if uids := m.reservedFor(t, h.owner, "erin"); len(uids) != 0 {
+			t.Fatalf("reservations of erin %v", uids)
+		}
+		if _, _, found, err := h.e.lifecycleStore(t).Head(ctxT(t), h.owner, "erin"); err != nil || found {
+			t.Fatalf("head of erin found %v err %v", found, err)
+		}
 	})
 	t.Run("fail/a provisioning failure leaves no row and no durables", func(t *testing.T) {
 		// A real fault: the role queue svc_worker exists in another shape, so provisioning
@@ -320,6 +327,11 @@ func TestManagedAgentEnrollment(t *testing.T) {
 		}
 		if dm, dlv, acl := enrolledFootprint(t, js, h.owner, "frank", uids[0]); dm || dlv || acl {
 			t.Fatalf("footprint left: dm %v dlv %v acl %v", dm, dlv, acl)
+		}
+		// The enrollment had activated the lifecycle; its undo retired it, so the alias is free.
+		if head, _, found, err := h.e.lifecycleStore(t).Head(ctxT(t), h.owner, "frank"); err != nil || !found ||
+			head.State != lifecycle.HeadRetired || head.LifecycleUID != uids[0] {
+			t.Fatalf("head of frank %+v found %v err %v, want retired at %s", head, found, err, uids[0])
 		}
 		// The undo ran: the row revoked and the lifecycle deprovisioned, both without error.
 		undone := false
