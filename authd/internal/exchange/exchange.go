@@ -55,7 +55,6 @@ package exchange
 import (
 	"context"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -223,8 +222,8 @@ func New(cfg Config) (*Handler, error) {
 	if err := checkConfig(&cfg); err != nil {
 		return nil, err
 	}
-	if b, err := hex.DecodeString(cfg.Cap); err != nil || len(cfg.Cap) != CapHexLen || strings.ToLower(cfg.Cap) != cfg.Cap || len(b) != CapHexLen/2 {
-		return nil, fmt.Errorf("exchange: cap must be %d lowercase hex characters (32 random bytes)", CapHexLen)
+	if err := CheckCap(cfg.Cap); err != nil {
+		return nil, fmt.Errorf("exchange: %w", err)
 	}
 	return newHandler(cfg, nil), nil
 }

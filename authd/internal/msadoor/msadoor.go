@@ -42,7 +42,6 @@ package msadoor
 import (
 	"context"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,7 +49,6 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nkeys"
@@ -134,24 +132,11 @@ func New(cfg Config) (*Door, error) {
 	if cfg.Signer == nil || cfg.Authority == nil {
 		return nil, errors.New("msadoor: a signer and an authority are required")
 	}
-	d := &Door{cfg: cfg, now: cfg.Now, log: cfg.Logger, throttle: cfg.Throttle, face: "public"}
-	if cfg.Loopback {
-		if b, err := hex.DecodeString(cfg.Cap); err != nil || len(cfg.Cap) != exchange.CapHexLen || strings.ToLower(cfg.Cap) != cfg.Cap || len(b) != exchange.CapHexLen/2 {
-			return nil, fmt.Errorf("msadoor: the loopback door's cap must be %d lowercase hex characters", exchange.CapHexLen)
-		}
-		d.cap, d.face = []byte("Bearer "+cfg.Cap), "loopback"
-	} else if cfg.Cap != "" {
-		return nil, errors.New("msadoor: the public door takes no cap")
+	f, err := exchange.NewDoorFace(cfg.Loopback, cfg.Cap, cfg.Now, cfg.Logger, cfg.Throttle)
+	if err != nil {
+		return nil, fmt.Errorf("msadoor: %w", err)
 	}
-	if d.now == nil {
-		d.now = time.Now
-	}
-	if d.log == nil {
-		d.log = slog.New(slog.DiscardHandler)
-	}
-	if d.throttle == nil {
-		d.throttle = exchange.NewFailureThrottle()
-	}
+	d := &Door{cfg: cfg, now: f.Now, log: f.Log, throttle: f.Throttle, face: f.Name, cap: f.Auth}
 	return d, nil
 }
 

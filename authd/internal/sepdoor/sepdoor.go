@@ -167,24 +167,11 @@ func New(cfg Config) (*Door, error) {
 	if cfg.Signer == nil || cfg.Ledger == nil || cfg.Keys == nil || cfg.Authority == nil {
 		return nil, errors.New("sepdoor: a signer, a ledger, a key source and an authority are required")
 	}
-	d := &Door{cfg: cfg, now: cfg.Now, log: cfg.Logger, throttle: cfg.Throttle, face: "public"}
-	if cfg.Loopback {
-		if b, err := hex.DecodeString(cfg.Cap); err != nil || len(cfg.Cap) != exchange.CapHexLen || strings.ToLower(cfg.Cap) != cfg.Cap || len(b) != exchange.CapHexLen/2 {
-			return nil, fmt.Errorf("sepdoor: the loopback door's cap must be %d lowercase hex characters", exchange.CapHexLen)
-		}
-		d.cap, d.face = []byte("Bearer "+cfg.Cap), "loopback"
-	} else if cfg.Cap != "" {
-		return nil, errors.New("sepdoor: the public door takes no cap (operator proofs are loopback only)")
+	f, err := exchange.NewDoorFace(cfg.Loopback, cfg.Cap, cfg.Now, cfg.Logger, cfg.Throttle)
+	if err != nil {
+		return nil, fmt.Errorf("sepdoor: %w (operator proofs are loopback only)", err)
 	}
-	if d.now == nil {
-		d.now = time.Now
-	}
-	if d.log == nil {
-		d.log = slog.New(slog.DiscardHandler)
-	}
-	if d.throttle == nil {
-		d.throttle = exchange.NewFailureThrottle()
-	}
+	d := &Door{cfg: cfg, now: f.Now, log: f.Log, throttle: f.Throttle, face: f.Name, cap: f.Auth}
 	d.validator = &serviceaccess.Validator{Space: cfg.Space, Keys: cfg.Keys, Now: d.now}
 	return d, nil
 }
