@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -82,9 +81,7 @@ func TestRemoteManagerdAdmin(t *testing.T) {
 		refused(t, r.client(t, cfg), mgr, manager.MsgAdminUnavailable)
 	})
 
-	cfg := r.config()
-	cfg.StateDir, cfg.Root = filepath.Join(r.dir, "state-h"), filepath.Join(r.dir, "root-h")
-	cfg.API.Socket = filepath.Join(r.dir, "api-h", "m.sock")
+	cfg := r.configAt("-h")
 	stock, err := manager.NewHTTPAuthority(cfg.AuthorityURL, cfg.IdPTokenFile)
 	if err != nil {
 		t.Fatal(err)

@@ -77,6 +77,28 @@ func (r *remoteRig) config() *manager.Config {
 	}
 }
 
+// configAt is config for a second managerd beside the first: its own state, root and API
+// socket, named by suffix.
+func (r *remoteRig) configAt(suffix string) *manager.Config {
+	c := r.config()
+	c.StateDir, c.Root = filepath.Join(r.dir, "state"+suffix), filepath.Join(r.dir, "root"+suffix)
+	c.API.Socket = filepath.Join(r.dir, "api"+suffix, "m.sock")
+	return c
+}
+
+// secondManagerd starts a second managerd at configAt(suffix) on the stock HTTP authority as
+// wrap makes it into the manager's RemoteAuthority, and returns its config.
+func (r *remoteRig) secondManagerd(t *testing.T, suffix string, wrap func(*manager.HTTPAuthority) manager.RemoteAuthority,
+	opts manager.RuntimeOptions, mlogs *testkit.SyncBuffer) (*manager.Config, *manager.Manager) {
+	t.Helper()
+	cfg := r.configAt(suffix)
+	stock, err := manager.NewHTTPAuthority(cfg.AuthorityURL, cfg.IdPTokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, r.startWith(t, manager.Inputs{Config: cfg, RemoteAuthority: wrap(stock)}, opts, mlogs)
+}
+
 // start runs a remote managerd; it is closed when the test ends.
 func (r *remoteRig) start(t *testing.T, cfg *manager.Config, mlogs *testkit.SyncBuffer) (*manager.Manager, error) {
 	t.Helper()

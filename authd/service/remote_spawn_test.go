@@ -249,7 +249,7 @@ func TestRemoteManagerdSpawn(t *testing.T) {
 		if err != nil {
 			t.Fatalf("exchange: %v", err)
 		}
-		nc, err := nats.Connect(strings.Join(mat.Servers, ","), append(opts, nats.NoReconnect())...)
+		nc, err := nats.Connect(strings.Join(mat.Servers, ","), append(opts, nats.NoReconnect(), nats.Timeout(10*time.Second))...)
 		if err != nil {
 			t.Fatalf("connect through the callout: %v", err)
 		}
@@ -265,13 +265,6 @@ func TestRemoteManagerdSpawn(t *testing.T) {
 	})
 
 	t.Run("fail/a panicking enrollment hook is a HOOK warning and a refused spawn", func(t *testing.T) {
-		cfg3 := r.config()
-		cfg3.StateDir, cfg3.Root = filepath.Join(r.dir, "state3"), filepath.Join(r.dir, "root3")
-		cfg3.API.Socket = filepath.Join(r.dir, "api3", "m.sock")
-		stock, err := manager.NewHTTPAuthority(cfg3.AuthorityURL, cfg3.IdPTokenFile)
-		if err != nil {
-			t.Fatal(err)
-		}
 		var mu sync.Mutex
 		var hooks []string
 		events := func(e manager.Event) {
@@ -282,8 +275,9 @@ func TestRemoteManagerdSpawn(t *testing.T) {
 				mu.Unlock()
 			}
 		}
-		r.startWith(t, manager.Inputs{Config: cfg3, RemoteAuthority: panicky{stock}}, manager.RuntimeOptions{Launcher: lnch, Events: events}, &testkit.SyncBuffer{})
-		_, err = r.client(t, cfg3).Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "p1", Connector: "echo"})
+		cfg3, _ := r.secondManagerd(t, "3", func(s *manager.HTTPAuthority) manager.RemoteAuthority { return panicky{s} },
+			manager.RuntimeOptions{Launcher: lnch, Events: events}, &testkit.SyncBuffer{})
+		_, err := r.client(t, cfg3).Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "p1", Connector: "echo"})
 		if status.Code(err) != codes.Internal || !strings.Contains(status.Convert(err).Message(), "EnrollManagedAgent") {
 			t.Fatalf("spawn = %v, want INTERNAL naming the rejected hook", err)
 		}
@@ -298,16 +292,9 @@ func TestRemoteManagerdSpawn(t *testing.T) {
 	})
 
 	t.Run("fail/an authority without the enrollment hook refuses spawn", func(t *testing.T) {
-		cfg2 := r.config()
-		cfg2.StateDir, cfg2.Root = filepath.Join(r.dir, "state2"), filepath.Join(r.dir, "root2")
-		cfg2.API.Socket = filepath.Join(r.dir, "api2", "m.sock")
-		stock, err := manager.NewHTTPAuthority(cfg2.AuthorityURL, cfg2.IdPTokenFile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.startWith(t, manager.Inputs{Config: cfg2, RemoteAuthority: startOnly{stock}}, manager.RuntimeOptions{Launcher: lnch}, &testkit.SyncBuffer{})
-		c2 := r.client(t, cfg2)
-		_, err = c2.Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "a2", Connector: "echo"})
+		cfg2, _ := r.secondManagerd(t, "2", func(s *manager.HTTPAuthority) manager.RemoteAuthority { return startOnly{s} },
+			manager.RuntimeOptions{Launcher: lnch}, &testkit.SyncBuffer{})
+		_, err := r.client(t, cfg2).Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "a2", Connector: "echo"})
 		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "managed-agent enrollment is not available") {
 			t.Fatalf("spawn = %v, want FAILED_PRECONDITION naming enrollment", err)
 		}
@@ -348,7 +335,7 @@ func activate(t *testing.T, r *remoteRig, lnch *hostLauncher, name string) mater
 	if err != nil {
 		t.Fatalf("exchange: %v", err)
 	}
-	nc, err := nats.Connect(strings.Join(mat.Servers, ","), append(opts, nats.NoReconnect())...)
+	nc, err := nats.Connect(strings.Join(mat.Servers, ","), append(opts, nats.NoReconnect(), nats.Timeout(10*time.Second))...)
 	if err != nil {
 		t.Fatalf("connect through the callout: %v", err)
 	}
@@ -387,7 +374,7 @@ func connectAgent(t *testing.T, r *remoteRig, lnch *hostLauncher, name string) (
 	if err != nil {
 		t.Fatalf("exchange %s: %v", name, err)
 	}
-	nc, err := nats.Connect(strings.Join(mat.Servers, ","), append(opts, nats.NoReconnect())...)
+	nc, err := nats.Connect(strings.Join(mat.Servers, ","), append(opts, nats.NoReconnect(), nats.Timeout(10*time.Second))...)
 	if err != nil {
 		t.Fatalf("connect %s through the callout: %v", name, err)
 	}
@@ -429,6 +416,30 @@ func TestRemoteManagerdStop(t *testing.T) {
 		return resp.GetAgent()
 	}
 	pendingPath := func(name string) string { return filepath.Join(cfg.StateDir, "retire", name+".json") }
+	// retiredAndFree: since log line from, authd saw prepare, requester and rail for ag in that
+	// order; its head is retired at its uid, no pending record is left, and a new spawn of name
+	// gets a new uid.
+	retiredAndFree := func(t *testing.T, name string, ag *managerv1.Agent, from int) {
+		t.Helper()
+		logs := r.logs.String()
+		prep := logIndex(logs, from, `"msg":"manager service authority: answered"`, `"kind":"manager-managed-agent-prepare-retirement"`)
+		mint := logIndex(logs, max(prep, 0), `"msg":"manager service authority: answered"`, `"operation":"retire"`)
+		rail := logIndex(logs, max(mint, 0), `"msg":"retire rail: retirement requested"`, `"uid":"`+ag.GetLifecycleUid()+`"`)
+		if prep < 0 || mint <= prep || rail <= mint {
+			t.Fatalf("authd log order prepare %d, requester %d, rail %d: want all three, in that order", prep, mint, rail)
+		}
+		head, _, found, err := st.Head(ctxT(t), h.owner, name)
+		if err != nil || !found || head.State != lifecycle.HeadRetired || head.LifecycleUID != ag.GetLifecycleUid() {
+			t.Fatalf("head %+v found %v err %v, want retired at %s", head, found, err, ag.GetLifecycleUid())
+		}
+		if _, err := os.Stat(pendingPath(name)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("pending record after a finished retirement: %v", err)
+		}
+		again := spawn(t, name)
+		if again.GetLifecycleUid() == ag.GetLifecycleUid() || again.GetLifecycleUid() == "" {
+			t.Fatalf("respawn uid %s, want a new one (was %s)", again.GetLifecycleUid(), ag.GetLifecycleUid())
+		}
+	}
 
 	t.Run("fail/a launch that fails after the enrollment undoes it (the whole retirement)", func(t *testing.T) {
 		lnch.mu.Lock()
@@ -461,17 +472,11 @@ func TestRemoteManagerdStop(t *testing.T) {
 	})
 
 	t.Run("fail/an enrollment answer that does not bind is retired, not launched", func(t *testing.T) {
-		cfg4 := r.config()
-		cfg4.StateDir, cfg4.Root = filepath.Join(r.dir, "state4"), filepath.Join(r.dir, "root4")
-		cfg4.API.Socket = filepath.Join(r.dir, "api4", "m.sock")
-		stock, err := manager.NewHTTPAuthority(cfg4.AuthorityURL, cfg4.IdPTokenFile)
-		if err != nil {
-			t.Fatal(err)
-		}
 		m4logs := &testkit.SyncBuffer{}
-		m4 := r.startWith(t, manager.Inputs{Config: cfg4, RemoteAuthority: widening{stock}}, manager.RuntimeOptions{Launcher: lnch}, m4logs)
+		cfg4, m4 := r.secondManagerd(t, "4", func(s *manager.HTTPAuthority) manager.RemoteAuthority { return widening{s} },
+			manager.RuntimeOptions{Launcher: lnch}, m4logs)
 		waitManagerReady(t, m4)
-		_, err = r.client(t, cfg4).Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "w1", Connector: "echo", Subscribe: []string{"general"}})
+		_, err := r.client(t, cfg4).Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "w1", Connector: "echo", Subscribe: []string{"general"}})
 		if status.Code(err) != codes.Internal || !strings.Contains(status.Convert(err).Message(), "does not bind") {
 			t.Fatalf("spawn = %v, want INTERNAL: the answer does not bind", err)
 		}
@@ -602,24 +607,7 @@ func TestRemoteManagerdStop(t *testing.T) {
 		if gone, err := lnch.child("a1").Gone(); err != nil || !gone || lnch.child("a1").Pid != int(ag.GetPid()) {
 			t.Fatalf("the agent (pid %d) gone %v err %v", ag.GetPid(), gone, err)
 		}
-		logs := r.logs.String()
-		prep := logIndex(logs, from, `"msg":"manager service authority: answered"`, `"kind":"manager-managed-agent-prepare-retirement"`)
-		mint := logIndex(logs, max(prep, 0), `"msg":"manager service authority: answered"`, `"operation":"retire"`)
-		rail := logIndex(logs, max(mint, 0), `"msg":"retire rail: retirement requested"`, `"uid":"`+ag.GetLifecycleUid()+`"`)
-		if prep < 0 || mint <= prep || rail <= mint {
-			t.Fatalf("authd log order prepare %d, requester %d, rail %d: want all three, in that order", prep, mint, rail)
-		}
-		head, _, found, err := st.Head(ctxT(t), h.owner, "a1")
-		if err != nil || !found || head.State != lifecycle.HeadRetired || head.LifecycleUID != ag.GetLifecycleUid() {
-			t.Fatalf("head %+v found %v err %v, want retired at %s", head, found, err, ag.GetLifecycleUid())
-		}
-		if _, err := os.Stat(pendingPath("a1")); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("pending record after a finished retirement: %v", err)
-		}
-		again := spawn(t, "a1")
-		if again.GetLifecycleUid() == ag.GetLifecycleUid() || again.GetLifecycleUid() == "" {
-			t.Fatalf("respawn uid %s, want a new one (was %s)", again.GetLifecycleUid(), ag.GetLifecycleUid())
-		}
+		retiredAndFree(t, "a1", ag, from)
 	})
 
 	t.Run("ok/an agent that never exchanged its token retires at its uid; the name is free", func(t *testing.T) {
@@ -634,20 +622,7 @@ func TestRemoteManagerdStop(t *testing.T) {
 		if _, err := c.Stop(ctxT(t), &managerv1.StopRequest{Name: "n1"}); err != nil {
 			t.Fatalf("stop: %v\nmanagerd:\n%s", err, mlogs.String())
 		}
-		if i := logIndex(r.logs.String(), from, `"msg":"retire rail: retirement requested"`, `"uid":"`+ag.GetLifecycleUid()+`"`); i < 0 {
-			t.Fatal("the rail was not asked")
-		}
-		head, _, found, err = st.Head(ctxT(t), h.owner, "n1")
-		if err != nil || !found || head.State != lifecycle.HeadRetired || head.LifecycleUID != ag.GetLifecycleUid() {
-			t.Fatalf("head %+v found %v err %v, want retired at %s", head, found, err, ag.GetLifecycleUid())
-		}
-		if _, err := os.Stat(pendingPath("n1")); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("pending record after a finished retirement: %v", err)
-		}
-		again := spawn(t, "n1")
-		if again.GetLifecycleUid() == ag.GetLifecycleUid() || again.GetLifecycleUid() == "" {
-			t.Fatalf("respawn uid %s, want a new one (was %s)", again.GetLifecycleUid(), ag.GetLifecycleUid())
-		}
+		retiredAndFree(t, "n1", ag, from)
 		if _, err := c.Stop(ctxT(t), &managerv1.StopRequest{Name: "n1"}); err != nil {
 			t.Fatalf("stop the respawn: %v\nmanagerd:\n%s", err, mlogs.String())
 		}
