@@ -50,10 +50,19 @@ type tenantProxy struct {
 func newTenantProxy(t *testing.T, tenant string) *tenantProxy {
 	t.Helper()
 	p := &tenantProxy{}
-	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
-		pr.SetURL(p.backend.Load())
-		pr.SetXForwarded()
-	}}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(p.backend.Load())
+			pr.SetXForwarded()
+		},
+		// Counted before the answer is passed on, so the count is there once the client has it.
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.Request.Method == http.MethodPost && resp.Request.URL.Path == "/exchange" && resp.StatusCode == http.StatusOK {
+				p.exchanged.Add(1)
+			}
+			return nil
+		},
+	}
 	p.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rest, ok := strings.CutPrefix(r.URL.Path, "/"+tenant+"/")
 		if !ok || p.backend.Load() == nil {
@@ -61,11 +70,7 @@ func newTenantProxy(t *testing.T, tenant string) *tenantProxy {
 			return
 		}
 		r.URL.Path, r.URL.RawPath = "/"+rest, ""
-		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
-		rp.ServeHTTP(sw, r)
-		if r.Method == http.MethodPost && rest == "exchange" && sw.code == http.StatusOK {
-			p.exchanged.Add(1)
-		}
+		rp.ServeHTTP(w, r)
 	}))
 	p.srv.StartTLS()
 	t.Cleanup(p.srv.Close)
@@ -84,17 +89,6 @@ func (p *tenantProxy) forwardTo(t *testing.T, base string) {
 		t.Fatal(err)
 	}
 	p.backend.Store(u)
-}
-
-// statusWriter records the status code written through it.
-type statusWriter struct {
-	http.ResponseWriter
-	code int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	w.code = code
-	w.ResponseWriter.WriteHeader(code)
 }
 
 // terminal is an Attach stream on one agent and what it has shown (snapshot, then data).
@@ -193,7 +187,8 @@ func agentConns(t *testing.T, h *human, name string) []*server.ConnInfo {
 // the tenant path (the agent trusts it through SSL_CERT_FILE, as a deployed agent trusts its
 // CA), connects through the auth callout, joins general through deliveryd and receives there
 // what the other posts from its terminal; both despawn through the retirement path (prepare,
-// requester, rail, in that order), their heads are retired, and the names are free.
+// requester, rail, in that order), their heads are retired, and the names are free. The same
+// material run by an agent that lacks the proxy's CA gets no exchange: the TLS is verified.
 func TestRemoteManagerdRealAgent(t *testing.T) {
 	bin := filepath.Join(agentBinaries.Dir(t), "testagent")
 	proxy := newTenantProxy(t, "t")

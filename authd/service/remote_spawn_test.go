@@ -180,7 +180,8 @@ func (panicky) EnrollManagedAgent(context.Context, *managerauthority.EnrollmentR
 // exchanges the token at authd's public face and connects through the callout. The real
 // testagent is not run: the material's exchange URL is the public URL authd publishes
 // (https://auth.example/t, a proxy the test has not got), so the exchange is made with
-// pkg/authclient's agent arm against the face's listen address, as enroll_test does. A remote
+// pkg/authclient's agent arm against the face's listen address, as enroll_test does
+// (TestRemoteManagerdRealAgent runs the real testagent through a TLS proxy). A remote
 // managerd whose authority has no enrollment hook refuses Spawn.
 func TestRemoteManagerdSpawn(t *testing.T) {
 	r := newRemoteRig(t)
