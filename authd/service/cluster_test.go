@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,12 @@ import (
 	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
 
-func TestMain(m *testing.M) { cluster.Main(m) }
+func TestMain(m *testing.M) {
+	code := m.Run()
+	cluster.Cleanup()
+	agentBinaries.Remove()
+	os.Exit(code)
+}
 
 // TestPlaneReclaimCluster: on a 3-node cluster (real nats-server processes, the space at three
 // replicas) the sweep hears every server: a holder connected to another node than the successor

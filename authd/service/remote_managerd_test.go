@@ -41,13 +41,20 @@ type remoteRig struct {
 
 func newRemoteRig(t *testing.T) *remoteRig {
 	t.Helper()
+	return newRemoteRigURL(t, "https://auth.example/t")
+}
+
+// newRemoteRigURL is newRemoteRig with authd publishing its public face at publicURL (a TLS
+// proxy's, say); managerd is still pointed at the face's listen address.
+func newRemoteRigURL(t *testing.T, publicURL string) *remoteRig {
+	t.Helper()
 	policy := strings.Replace(signerdtest.DefaultPolicy, "remote-manager: {ttl_max: 24h", "remote-manager: {ttl_max: "+remoteCredLifetime, 1)
 	if policy == signerdtest.DefaultPolicy {
 		t.Fatal("the default policy has no remote-manager row to shorten")
 	}
 	logs := &testkit.SyncBuffer{}
 	h := newHumanWith(t, newEnvWith(t, signerdtest.Options{Spaces: []string{sp}, Policy: policy}), true, func(c *config.Config) *config.Config {
-		c.PublicListen, c.PublicURL = "127.0.0.1:0", "https://auth.example/t"
+		c.PublicListen, c.PublicURL = "127.0.0.1:0", publicURL
 		return c
 	}, func(_ *service.Inputs, o *service.RuntimeOptions) {
 		o.Logger = slog.New(slog.NewJSONHandler(logs, nil))

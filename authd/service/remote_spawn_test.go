@@ -40,11 +40,13 @@ import (
 
 // hostLauncher is a host's own manager.Launcher at this test's uid (the one managerd's manager
 // tests use, rebuilt here where managerd/internal cannot be imported): it writes the launch
-// material 0600 in the agent's directory and starts `sleep` in a session of its own on a real
-// PTY; it signals the process group and proves a child gone by /proc.
+// material 0600 in the agent's directory and starts `sleep` (or argv) in a session of its own on
+// a real PTY; it signals the process group and proves a child gone by /proc.
 type hostLauncher struct {
 	root     string
 	mu       sync.Mutex
+	argv     []string // the agent's command line; nil is `sleep 300`
+	env      []string // the agent's environment besides COTAL_LAUNCH_MATERIAL
 	cmds     []*exec.Cmd
 	children map[string]manager.Child // the last child of each name
 	refuse   string                   // a name whose launch fails
@@ -84,7 +86,7 @@ func startTime(pid int) (uint64, error) {
 
 func (l *hostLauncher) Launch(_ context.Context, req manager.LaunchRequest) (manager.Child, *os.File, error) {
 	l.mu.Lock()
-	refuse := l.refuse == req.Name
+	refuse, argv, env := l.refuse == req.Name, l.argv, l.env
 	l.mu.Unlock()
 	if refuse {
 		return manager.Child{}, nil, &manager.LaunchRefusedError{Reason: "TEST", Message: "refused by the test"}
@@ -97,8 +99,11 @@ func (l *hostLauncher) Launch(_ context.Context, req manager.LaunchRequest) (man
 	if err := os.WriteFile(path, req.Material, 0o600); err != nil {
 		return manager.Child{}, nil, err
 	}
-	cmd := exec.Command("sleep", "300")
-	cmd.Env = []string{material.EnvVar + "=" + path}
+	if argv == nil {
+		argv = []string{"sleep", "300"}
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append([]string{material.EnvVar + "=" + path}, env...)
 	master, err := pty.Start(cmd)
 	if err != nil {
 		return manager.Child{}, nil, err
@@ -188,7 +193,8 @@ func (panicky) EnrollManagedAgent(context.Context, *managerauthority.EnrollmentR
 // exchanges the token at authd's public face and connects through the callout. The real
 // testagent is not run: the material's exchange URL is the public URL authd publishes
 // (https://auth.example/t, a proxy the test has not got), so the exchange is made with
-// pkg/authclient's agent arm against the face's listen address, as enroll_test does. A remote
+// pkg/authclient's agent arm against the face's listen address, as enroll_test does
+// (TestRemoteManagerdRealAgent runs the real testagent through a TLS proxy). A remote
 // managerd whose authority has no enrollment hook refuses Spawn.
 func TestRemoteManagerdSpawn(t *testing.T) {
 	r := newRemoteRig(t)

@@ -170,7 +170,8 @@ type agent struct {
 // prefix. With the exchange form (a remote managerd's agent): pkg/authclient's agent arm, which
 // exchanges the actor token at the material's exchange URL for a bearer (renewed ahead of its
 // expiry) and connects through the auth callout with the sentinel as its user JWT and its bound
-// inbox nonce.
+// inbox nonce, which is also its connection name (the callout refuses any other name, so the
+// credential form alone names the connection "cotal-testagent <owner>.<actor>").
 func (a *agent) authOptions(ctx context.Context) ([]nats.Option, error) {
 	m := a.m
 	if m.Exchange() {
@@ -200,7 +201,8 @@ func (a *agent) authOptions(ctx context.Context) ([]nats.Option, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []nats.Option{nats.UserJWT(a.userJWT, a.sign), nats.CustomInboxPrefix("_INBOX_" + pub)}, nil
+	return []nats.Option{nats.UserJWT(a.userJWT, a.sign), nats.CustomInboxPrefix("_INBOX_" + pub),
+		nats.Name("cotal-testagent " + m.Owner + "." + m.Actor)}, nil
 }
 
 // userJWT is the nats.UserJWT callback: read the material file again and keep its key for
@@ -254,7 +256,6 @@ func (a *agent) run(ctx context.Context, stdin io.Reader) error {
 		nats.IgnoreAuthErrorAbort(),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
-		nats.Name("cotal-testagent "+m.Owner+"."+m.Actor),
 		nats.ReconnectHandler(func(*nats.Conn) { a.out.line("reconnected") }),
 		// nats.go's default handler prints to stderr; a refused publish is worth a line, an
 		// expired credential (the normal end of one) is not.
@@ -265,10 +266,14 @@ func (a *agent) run(ctx context.Context, stdin io.Reader) error {
 		}),
 	)
 	servers := strings.Join(m.Servers, ",")
-	for {
+	for last := ""; ; {
 		a.nc, err = nats.Connect(servers, opts...)
 		if err == nil {
 			break
+		}
+		if err.Error() != last {
+			last = err.Error()
+			a.out.line("error connect: %s", printable(last))
 		}
 		select {
 		case <-ctx.Done():
