@@ -189,8 +189,11 @@ func (s *Service) sign(sp *keystore.Space, spec *profiles.Spec, params profiles.
 		}
 		return nil, err
 	}
-	uc.Tags = append(uc.Tags, paramTags(params)...)
-	uc.Tags = append(uc.Tags, minterTag)
+	// One allocation for the profile's tags, the parameter tags and the minter tag.
+	tags := make(jwt.TagList, 0, len(uc.Tags)+maxParamTags+1)
+	tags = append(tags, uc.Tags...)
+	tags = appendParamTags(tags, params)
+	uc.Tags = append(tags, minterTag)
 	return s.encode(uc, key, spec.Profile, capped)
 }
 
