@@ -13,7 +13,7 @@ func TestDedupe(t *testing.T) {
 	for _, n := range []int{1, dedupeScan, dedupeScan + 1, 3 * dedupeScan} {
 		t.Run(fmt.Sprintf("ok/%d", n), func(t *testing.T) {
 			backing := make([]string, 2*n+1)
-			in := backing[:0:2*n]
+			in := backing[: 0 : 2*n]
 			var want []string
 			for i := range n {
 				v := fmt.Sprintf("s%d", i%(n/2+1))
