@@ -40,6 +40,7 @@ FUZZ_TARGETS ?= \
 	pkg/space:FuzzBoundInboxNonce \
 	managerd/internal/instlease:FuzzDecodeRow \
 	pkg/profiles:FuzzBuild \
+	pkg/profiles:FuzzEncodeUserClaims \
 	pkg/dlvclient:FuzzDecodeFrame \
 	pkg/dlvclient:FuzzEncodeFrame \
 	pkg/dlvclient:FuzzDecodeJoinReply \

@@ -64,7 +64,7 @@ func Build(spaceName string, name Name, p Params) (*Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &builder{n: names, p: np}
+	b := newBuilder(names, np)
 	r.perms(b)
 	if b.err != nil {
 		// Unreachable while normalize checks every grammar the builders check; kept so a drift
@@ -339,20 +339,35 @@ func sortedSet(in []string) []string {
 	return dedupe(out)
 }
 
-// dedupe drops repeats, keeping the first occurrence, so lists keep their upstream order.
+// dedupeScan is the list length up to which dedupe compares each entry with the kept ones
+// instead of building a set: cheaper than a map for the short lists most profiles have.
+const dedupeScan = 32
+
+// dedupe drops repeats, keeping the first occurrence, so lists keep their upstream order. It
+// works in place: in must be the caller's own (the builder's lists, sortedSet's copy). The result
+// is clipped, so an append to it never writes into in's spare capacity.
 func dedupe(in []string) []string {
 	if len(in) == 0 {
 		return nil
 	}
-	seen := make(map[string]bool, len(in))
-	out := make([]string, 0, len(in))
-	for _, s := range in {
-		if !seen[s] {
-			seen[s] = true
-			out = append(out, s)
+	out := in[:0]
+	if len(in) <= dedupeScan {
+		for _, s := range in {
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	} else {
+		seen := make(map[string]struct{}, len(in))
+		for _, s := range in {
+			if _, dup := seen[s]; !dup {
+				seen[s] = struct{}{}
+				out = append(out, s)
+			}
 		}
 	}
-	return out
+	clear(in[len(out):])
+	return slices.Clip(out)
 }
 
 // builder accumulates a profile's rows; the first builder error sticks and the rest are skipped.
@@ -361,6 +376,31 @@ type builder struct {
 	p                                    Params
 	pubAllow, pubDeny, subAllow, subDeny []string
 	err                                  error
+}
+
+// Initial capacities of the builder's lists, enough for every profile's rows today (the delivery
+// daemon's 52 publish rows are the most) so that a Build grows none of them; a list that
+// outgrows its share is reallocated alone.
+const (
+	capPubAllow = 56
+	capPubDeny  = 12
+	capSubAllow = 12
+	capSubDeny  = 4
+)
+
+// newBuilder returns a builder whose four lists share one backing array, each a full slice
+// expression so an append past its share cannot reach the next list's.
+func newBuilder(n space.Names, p Params) *builder {
+	arr := make([]string, capPubAllow+capPubDeny+capSubAllow+capSubDeny)
+	i := 0
+	next := func(c int) []string {
+		s := arr[i : i : i+c]
+		i += c
+		return s
+	}
+	b := &builder{n: n, p: p}
+	b.pubAllow, b.pubDeny, b.subAllow, b.subDeny = next(capPubAllow), next(capPubDeny), next(capSubAllow), next(capSubDeny)
+	return b
 }
 
 func (b *builder) add(list *[]string, s string, err error) {

@@ -29,22 +29,30 @@ const (
 
 const jsAPI = "$JS.API."
 
-func stream1(verb, stream string) (string, error) {
+func stream1(verb, stream string) (string, error) { return stream1Tail(verb, stream, "") }
+
+// stream1Tail is $JS.API.<verb>.<stream><tail>, built in one concatenation (these subjects are
+// built per minted credential).
+func stream1Tail(verb, stream, tail string) (string, error) {
 	if err := validateJSName(KindStream, stream); err != nil {
 		return "", err
 	}
-	return jsAPI + verb + "." + stream, nil
+	return jsAPI + verb + "." + stream + tail, nil
 }
 
 func stream2(verb, stream, consumer string) (string, error) {
-	s, err := stream1(verb, stream)
-	if err != nil {
+	return stream2Tail(verb, stream, consumer, "")
+}
+
+// stream2Tail is $JS.API.<verb>.<stream>.<consumer><tail>, checked in that order.
+func stream2Tail(verb, stream, consumer, tail string) (string, error) {
+	if err := validateJSName(KindStream, stream); err != nil {
 		return "", err
 	}
 	if err := validateJSName(KindConsumer, consumer); err != nil {
 		return "", err
 	}
-	return s + "." + consumer, nil
+	return jsAPI + verb + "." + stream + "." + consumer + tail, nil
 }
 
 // StreamInfo is $JS.API.STREAM.INFO.<stream> (also what a KV bind sends).
@@ -66,27 +74,20 @@ func DirectGet(stream string) (string, error) { return stream1("DIRECT.GET", str
 
 // DirectGetAny is $JS.API.DIRECT.GET.<stream>.>, the direct read the Go KV client uses on
 // allow_direct buckets; like StreamMsgGet it reaches every key of the stream.
-func DirectGetAny(stream string) (string, error) {
-	s, err := stream1("DIRECT.GET", stream)
-	if err != nil {
-		return "", err
-	}
-	return s + ".>", nil
-}
+func DirectGetAny(stream string) (string, error) { return stream1Tail("DIRECT.GET", stream, ".>") }
 
 // DirectGetSubject is $JS.API.DIRECT.GET.<stream>.<subject>, the direct read of the last message
 // on one concrete subject (a KV key's $KV.<bucket>.<key>): unlike DirectGetAny, the subject in
 // the API subject pins what may be read. It refuses a subject with a wildcard or an empty token.
 func DirectGetSubject(stream, subject string) (string, error) {
-	s, err := stream1("DIRECT.GET", stream)
-	if err != nil {
+	if err := validateJSName(KindStream, stream); err != nil {
 		return "", err
 	}
 	if subject == "" || strings.ContainsAny(subject, "*> \t\r\n") || strings.Contains(subject, "..") ||
 		strings.HasPrefix(subject, ".") || strings.HasSuffix(subject, ".") {
 		return "", nameErr(KindFilter, subject, "must be one concrete subject")
 	}
-	return s + "." + subject, nil
+	return jsAPI + "DIRECT.GET." + stream + "." + subject, nil
 }
 
 // ConsumerCreate is the bare $JS.API.CONSUMER.CREATE.<stream>, used by creates whose filter can
@@ -95,35 +96,29 @@ func ConsumerCreate(stream string) (string, error) { return stream1("CONSUMER.CR
 
 // ConsumerCreateAny is $JS.API.CONSUMER.CREATE.<stream>.>: any named consumer, any filter.
 func ConsumerCreateAny(stream string) (string, error) {
-	s, err := ConsumerCreate(stream)
-	if err != nil {
-		return "", err
-	}
-	return s + ".>", nil
+	return stream1Tail("CONSUMER.CREATE", stream, ".>")
 }
 
 // ConsumerCreateNamed is $JS.API.CONSUMER.CREATE.<stream>.<consumer>.>: one consumer name, any
 // filter.
 func ConsumerCreateNamed(stream, consumer string) (string, error) {
-	s, err := stream2("CONSUMER.CREATE", stream, consumer)
-	if err != nil {
-		return "", err
-	}
-	return s + ".>", nil
+	return stream2Tail("CONSUMER.CREATE", stream, consumer, ".>")
 }
 
 // ConsumerCreateFiltered is $JS.API.CONSUMER.CREATE.<stream>.<consumer>.<filter>. The server
 // refuses a create whose body filter differs from the subject's, so the grant pins both the name
 // and the filter. The filter must pass ValidateFilter; its wildcards are the caller's.
 func ConsumerCreateFiltered(stream, consumer, filter string) (string, error) {
-	s, err := stream2("CONSUMER.CREATE", stream, consumer)
-	if err != nil {
+	if err := validateJSName(KindStream, stream); err != nil {
+		return "", err
+	}
+	if err := validateJSName(KindConsumer, consumer); err != nil {
 		return "", err
 	}
 	if err := ValidateFilter(filter); err != nil {
 		return "", err
 	}
-	return s + "." + filter, nil
+	return jsAPI + "CONSUMER.CREATE." + stream + "." + consumer + "." + filter, nil
 }
 
 // DurableCreate is the legacy $JS.API.CONSUMER.DURABLE.CREATE.<stream>.<consumer>.
@@ -133,11 +128,7 @@ func DurableCreate(stream, consumer string) (string, error) {
 
 // DurableCreateAny is $JS.API.CONSUMER.DURABLE.CREATE.<stream>.>.
 func DurableCreateAny(stream string) (string, error) {
-	s, err := stream1("CONSUMER.DURABLE.CREATE", stream)
-	if err != nil {
-		return "", err
-	}
-	return s + ".>", nil
+	return stream1Tail("CONSUMER.DURABLE.CREATE", stream, ".>")
 }
 
 // ConsumerInfo is $JS.API.CONSUMER.INFO.<stream>.<consumer>.
@@ -164,13 +155,7 @@ func ConsumerDelete(stream, consumer string) (string, error) {
 // ConsumerDeleteAny is $JS.API.CONSUMER.DELETE.<stream>.>.
 func ConsumerDeleteAny(stream string) (string, error) { return anyTail("CONSUMER.DELETE", stream) }
 
-func anyTail(verb, stream string) (string, error) {
-	s, err := stream1(verb, stream)
-	if err != nil {
-		return "", err
-	}
-	return s + ".>", nil
-}
+func anyTail(verb, stream string) (string, error) { return stream1Tail(verb, stream, ".>") }
 
 // Ack is $JS.ACK.<stream>.<consumer>.>, the ack subjects of one consumer's deliveries.
 func Ack(stream, consumer string) (string, error) {

@@ -61,7 +61,8 @@ func (n Names) Segment() string { return Segment(n.name) }
 // Prefix is cotal.<token>, the first two tokens of every subject in the space.
 func (n Names) Prefix() string { return Root + "." + n.token }
 
-func (n Names) sub(rest string) string { return n.Prefix() + "." + rest }
+// sub is <Prefix>.<rest>, in one concatenation.
+func (n Names) sub(rest string) string { return Root + "." + n.token + "." + rest }
 
 func (n Names) check() error {
 	if n.token == "" {

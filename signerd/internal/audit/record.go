@@ -335,6 +335,17 @@ func hasSeed(s string) bool {
 
 // encode appends the canonical encoding of r (see the package doc) to b.
 func encode(b []byte, r *Record) []byte {
+	b = encodeHead(b, r)
+	b = appendString(b, r.Hash)
+	return append(b, '}')
+}
+
+// hashKey ends the head of every canonical encoding: the hash is the last member.
+const hashKey = `,"hash":`
+
+// encodeHead appends the canonical encoding of r up to and including hashKey: all of it but the
+// hash value and the closing brace.
+func encodeHead(b []byte, r *Record) []byte {
 	b = append(b, `{"time":`...)
 	b = appendTime(b, r.Time)
 	b = appendField(b, "replica", r.Replica)
@@ -362,8 +373,7 @@ func encode(b []byte, r *Record) []byte {
 		b = strconv.AppendUint(b, r.Count, 10)
 	}
 	b = appendField(b, "prev", r.Prev)
-	b = appendField(b, "hash", r.Hash)
-	return append(b, '}')
+	return append(b, hashKey...)
 }
 
 func appendTime(b []byte, t time.Time) []byte {
@@ -411,14 +421,24 @@ func appendString(b []byte, s string) []byte {
 
 // seal computes r's hash on top of prev, sets r.Prev and r.Hash, and returns
 // the line (with its newline) and the raw hash.
+//
+// The record is encoded once: the hash is the last member, so the hashed body (hash "") and the
+// line differ only after the head. The buffer holds prev's 32 bytes before the head, so that
+// SHA-256(prev || body) is one call over one slice; the line is the buffer after them.
 func seal(prev [32]byte, r *Record) (line []byte, sum [32]byte) {
 	r.Prev = hex.EncodeToString(prev[:])
 	r.Hash = ""
-	body := encode(make([]byte, 0, 512), r)
-	sum = chainHash(prev, body)
-	r.Hash = hex.EncodeToString(sum[:])
-	line = encode(body[:0], r)
-	return append(line, '\n'), sum
+	buf := make([]byte, 0, 640)
+	buf = append(buf, prev[:]...)
+	buf = encodeHead(buf, r)
+	head := len(buf)
+	buf = append(buf, `""}`...)
+	sum = sha256.Sum256(buf)
+	buf = append(buf[:head], '"')
+	buf = hex.AppendEncode(buf, sum[:])
+	r.Hash = string(buf[head+1:])
+	buf = append(buf, '"', '}', '\n')
+	return buf[len(prev):], sum
 }
 
 // chainHash is SHA-256(prev || body), the chain step.

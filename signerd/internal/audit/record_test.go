@@ -3,6 +3,7 @@ package audit
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -273,11 +274,23 @@ func TestAppendRefusesBadRecord(t *testing.T) {
 func FuzzSealVerify(f *testing.F) {
 	f.Add("spiffe://x", "Mint", "space\x00\"\\", "\u2028\xff<&>", "é\x7f", int64(0))
 	f.Add("", "", "", "", "", int64(-1))
+	long := strings.Repeat("\u00e9\"", 200)
+	f.Add(long, long, long, long, long, int64(1<<62))
 	f.Fuzz(func(t *testing.T, caller, rpc, space, subject, reqID string, ns int64) {
 		r := Record{Caller: caller, RPC: rpc, Space: space, Subject: subject, RequestID: reqID,
 			Decision: Granted, Time: time.Unix(0, ns), Replica: "r1", Seq: 1}
 		sanitize(&r)
-		line, _ := seal(genesis("r1"), &r)
+		line, hash := seal(genesis("r1"), &r)
+		// seal encodes once; it must give what the two-pass definition gives: the hash over
+		// prev and the encoding with hash "", then the encoding with the hash filled in.
+		unsealed := r
+		unsealed.Hash = ""
+		if want := chainHash(genesis("r1"), encode(nil, &unsealed)); hash != want || r.Hash != hex.EncodeToString(want[:]) {
+			t.Fatalf("seal hash %x (field %s), want %x", hash, r.Hash, want)
+		}
+		if want := append(encode(nil, &r), '\n'); !bytes.Equal(line, want) {
+			t.Fatalf("sealed line\n%s\nwant\n%s", line, want)
+		}
 		sum, err := Verify(bytes.NewReader(line))
 		if err != nil {
 			t.Fatalf("sealed line does not verify: %v\n%s", err, line)

@@ -189,14 +189,18 @@ func (s *Service) sign(sp *keystore.Space, spec *profiles.Spec, params profiles.
 		}
 		return nil, err
 	}
-	uc.Tags = append(uc.Tags, paramTags(params)...)
-	uc.Tags = append(uc.Tags, minterTag)
+	// One allocation for the profile's tags, the parameter tags and the minter tag.
+	tags := make(jwt.TagList, 0, len(uc.Tags)+maxParamTags+1)
+	tags = append(tags, uc.Tags...)
+	tags = appendParamTags(tags, params)
+	uc.Tags = append(tags, minterTag)
 	return s.encode(uc, key, spec.Profile, capped)
 }
 
-// encode signs uc with key and describes the result.
+// encode signs uc with key and describes the result. profiles.EncodeUserClaims gives the bytes
+// uc.Encode would, with a fraction of its allocations.
 func (s *Service) encode(uc *jwt.UserClaims, key *keystore.SigningKey, profile profiles.Name, capped bool) (*signerv1.Credential, error) {
-	token, err := uc.Encode(key)
+	token, err := profiles.EncodeUserClaims(uc, key)
 	if err != nil {
 		return nil, fmt.Errorf("server: encode user JWT: %w", err)
 	}

@@ -50,8 +50,14 @@ const (
 var errNoParams = errors.New("credential does not record its minting parameters")
 
 // paramTags returns the tags that record p.
-func paramTags(p profiles.Params) []string {
-	tags := []string{ParamsTag}
+func paramTags(p profiles.Params) []string { return appendParamTags(nil, p) }
+
+// maxParamTags is the most tags appendParamTags adds: ParamsTag and one per field.
+const maxParamTags = 16
+
+// appendParamTags appends paramTags(p) to tags.
+func appendParamTags(tags []string, p profiles.Params) []string {
+	tags = append(tags, ParamsTag)
 	add := func(field, v string) {
 		if v != "" {
 			tags = append(tags, ParamTagPrefix+field+"="+v)

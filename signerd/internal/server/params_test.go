@@ -116,3 +116,17 @@ func TestCompactJWT(t *testing.T) {
 		}
 	}
 }
+
+// TestParamTagsBound: with every parameter set, paramTags writes exactly maxParamTags tags, the
+// capacity sign reserves for them.
+func TestParamTagsBound(t *testing.T) {
+	p := profiles.Params{
+		Owner: "o", Actor: "a", LifecycleUID: "u", Role: "r", InboxNonce: "n",
+		Subscribe: []string{"s"}, AllowSubscribe: []string{"s"}, AllowPublish: []string{"p"},
+		Capabilities: []string{"spawn"}, ServiceEndpoint: "e", InstanceID: "i", MemberChannels: []string{"m"},
+		Target: &profiles.RetirementTarget{Owner: "o", Actor: "b", LifecycleUID: "v"},
+	}
+	if got := len(paramTags(p)); got != maxParamTags {
+		t.Fatalf("paramTags wrote %d tags with every field set, maxParamTags is %d", got, maxParamTags)
+	}
+}
