@@ -33,10 +33,11 @@ type Process struct {
 	// Addr is its listener, host:port on 127.0.0.1.
 	Addr string
 
-	cmd    *exec.Cmd
-	exited chan struct{}
-	mu     sync.Mutex
-	stderr []string
+	bin, cfg string // the binary and its serve configuration
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	mu       sync.Mutex
+	stderr   []string
 }
 
 // StartProcess runs bin (see Build) as `signerd serve` with replica id id and returns once it
@@ -44,19 +45,43 @@ type Process struct {
 func (s *Signer) StartProcess(t testing.TB, bin, id string) *Process {
 	t.Helper()
 	dir := t.TempDir()
-	p := &Process{ID: id, AuditPath: filepath.Join(dir, "audit", id+".audit"), exited: make(chan struct{})}
-	cfg := filepath.Join(dir, "serve.yaml")
+	p := &Process{ID: id, AuditPath: filepath.Join(dir, "audit", id+".audit"), bin: bin, cfg: filepath.Join(dir, "serve.yaml")}
 	text := "listen: 127.0.0.1:0\n" + s.cfgText + "log_level: info\n" +
 		"audit: {path: " + strconv.Quote(p.AuditPath) + ", replica: " + id + "}\n"
-	mustWrite(t, cfg, []byte(text), 0o600)
-	p.cmd = exec.Command(bin, "serve", "--config", cfg)
+	mustWrite(t, p.cfg, []byte(text), 0o600)
+	t.Cleanup(func() { p.Kill(t) })
+	p.start(t)
+	return p
+}
+
+// Restart starts the process again after it exited (Kill), on the same configuration and audit
+// file, and returns once it serves; Addr is its new listener. It fails t if the process is
+// still running.
+func (p *Process) Restart(t testing.TB) {
+	t.Helper()
+	select {
+	case <-p.exited:
+	default:
+		t.Fatalf("signerdtest: Restart of %s while it runs", p.ID)
+	}
+	p.start(t)
+}
+
+// start runs the process and waits until it logs that it serves.
+func (p *Process) start(t testing.TB) {
+	t.Helper()
+	p.exited = make(chan struct{})
+	p.mu.Lock()
+	p.stderr = nil
+	p.mu.Unlock()
+	p.cmd = exec.Command(p.bin, "serve", "--config", p.cfg)
 	p.cmd.Env = append(os.Environ(), "CREDENTIALS_DIRECTORY=")
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("signerdtest: start %s: %v", bin, err)
+		t.Fatalf("signerdtest: start %s: %v", p.bin, err)
 	}
 	listen := make(chan string, 1)
 	go func() {
@@ -77,23 +102,28 @@ func (s *Signer) StartProcess(t testing.TB, bin, id string) *Process {
 			}
 		}
 	}()
-	go func() { _ = p.cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() { p.Kill(t) })
+	cmd, exited := p.cmd, p.exited
+	go func() { _ = cmd.Wait(); close(exited) }()
 	select {
 	case p.Addr = <-listen:
 	case <-p.exited:
-		t.Fatalf("signerdtest: %s exited before serving:\n%s", id, p.log())
+		t.Fatalf("signerdtest: %s exited before serving:\n%s", p.ID, p.log())
 	case <-time.After(30 * time.Second):
 		p.Kill(t)
-		t.Fatalf("signerdtest: %s did not serve within 30s:\n%s", id, p.log())
+		t.Fatalf("signerdtest: %s did not serve within 30s:\n%s", p.ID, p.log())
 	}
-	return p
 }
+
+// Log returns the first lines the current run of the process wrote to stderr.
+func (p *Process) Log() string { return p.log() }
 
 // Kill kills the process with SIGKILL, as kill -9 does, and waits for it to exit. It is
 // idempotent.
 func (p *Process) Kill(t testing.TB) {
 	t.Helper()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return // never started
+	}
 	select {
 	case <-p.exited:
 		return

@@ -5,6 +5,20 @@
 // written ([Log.AppendWritten]); the durable line of any later decision
 // covers it.
 //
+// # Group commit
+//
+// A Log runs a writer and a syncer side by side. The writer writes lines as
+// they are appended (up to Config.MaxBatch per write), also while an fsync
+// runs; the syncer fsyncs everything written so far and then releases every
+// waiter whose line that fsync covered, and starts the next fsync as soon as
+// one ends. A batch is therefore "every line written since the previous fsync
+// began", and no request waits behind an fsync that does not cover its line.
+// An Append is answered only by an fsync that began after its line's write
+// completed. A failed write or fsync fails every waiter not yet made durable
+// (and every later Append); an fsync already running when a write fails still
+// answers the lines it covers. Before a rotation the writer fsyncs the current
+// file's lines itself, so no fsync ever targets a file renamed away.
+//
 // # Line format
 //
 // Every line is the canonical encoding of a [Record] followed by "\n". The

@@ -145,11 +145,11 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// queued reports how many lines wait for the writer.
-func queued(l *Log) int {
+// unsynced reports how many lines are written and wait for an fsync to take them.
+func unsynced(l *Log) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.queue)
+	return len(l.written)
 }
 
 // seqs returns the seq of every line, in file order.

@@ -22,16 +22,18 @@ type Config struct {
 	// Replica names this signerd replica's chain. Required; letters, digits,
 	// '.', '_', '-', ':' only, at most 64 bytes.
 	Replica string
-	// MaxBatch caps the lines written per fsync. 0 means 256.
+	// MaxBatch caps the lines the writer puts in one write. 0 means 256. An
+	// fsync covers every line written since the previous fsync began, which
+	// may be several writes.
 	MaxBatch int
 	// MaxBytes is the size at which the file is rotated: a line that would
 	// take it past MaxBytes goes to a new file (see Rotate). 0 means
 	// DefaultMaxBytes (64 MiB); less than MinMaxBytes (64 KiB) is refused.
 	MaxBytes int64
 	// MaxDelay is how long the writer may wait for more lines before it
-	// writes a batch smaller than MaxBatch. 0 means no wait: lines that
-	// arrive while an fsync runs form the next batch, which is already
-	// group commit without adding latency.
+	// writes a batch smaller than MaxBatch. 0 means no wait: lines are written
+	// as they come, also while an fsync runs, and the next fsync covers all
+	// of them, which is already group commit without adding latency.
 	MaxDelay time.Duration
 	// WrittenSyncDelay is how long lines appended with AppendWritten may stay
 	// written but not fsynced when no durable line follows them (a durable
@@ -39,9 +41,10 @@ type Config struct {
 	WrittenSyncDelay time.Duration
 	// Now is the clock for Record.Time. nil means time.Now.
 	Now func() time.Time
-	// OnBatch, if set, is called from the writer goroutine after every
-	// fsync with the number of lines it made durable (for a histogram the
-	// caller owns). It must not block or call back into the Log.
+	// OnBatch, if set, is called after every fsync with the number of lines
+	// it made durable (for a histogram the caller owns), from the goroutine
+	// that ran the fsync, never from two at once. It must not block or call
+	// back into the Log.
 	OnBatch func(n int)
 	// IO replaces the writer's write and fsync calls; its zero value means
 	// the file's own. It exists so tests can make the disk fail (ENOSPC,
@@ -103,18 +106,30 @@ type Log struct {
 	writtenSyncDelay time.Duration
 	maxBytes         int64
 
-	wake    chan struct{} // capacity 1: "the queue changed"
-	stop    chan struct{} // closed by Close
-	stopped chan struct{} // closed when the writer has drained and exited
-	failed  chan struct{} // closed when the log breaks
+	wake        chan struct{} // capacity 1: "the queue changed"
+	syncWake    chan struct{} // capacity 1: "lines were written"
+	stop        chan struct{} // closed by Close
+	stopped     chan struct{} // closed when the writer has drained, synced and exited
+	syncStopped chan struct{} // closed when the syncer has exited
+	failed      chan struct{} // closed when the log breaks
 
 	mu      sync.Mutex
-	seq     uint64   // seq of the last line queued; mu must be held
-	prev    [32]byte // hash of the last line queued; mu must be held
-	queue   []*pending
+	seq     uint64     // seq of the last line queued; mu must be held
+	prev    [32]byte   // hash of the last line queued; mu must be held
+	queue   []*pending // lines appended, not yet taken by the writer
 	closed  bool
 	broken  error
 	durable Head // last line known to be on disk; mu must be held
+
+	// Lines written and not yet taken by an fsync, in file order, and the file that holds
+	// them (all of them: a rotation fsyncs them first); mu must be held. writtenDurable says
+	// one of them waits for its fsync (Append), so the syncer must not wait.
+	written        []*pending
+	writtenFile    *os.File
+	writtenDurable bool
+	spare          []*pending // a drained written slice, for reuse
+	syncing        bool       // an fsync is running; syncDone is broadcast when it ends
+	syncDone       *sync.Cond // on mu
 
 	// The current file, counting lines queued for it; mu must be held.
 	first     uint64 // seq of its first line (of the next line when empty)
@@ -126,15 +141,15 @@ type Log struct {
 	closeErr  error
 }
 
-// pending is one line waiting for its batch's fsync.
+// pending is one line waiting to be written and then covered by an fsync.
 type pending struct {
 	line     []byte
 	head     Head
 	rotateTo string     // if set, the writer renames the current file to this name and starts a new one with line
-	done     chan error // capacity 1, written exactly once by the writer
+	done     chan error // capacity 1, written exactly once (by the writer, the syncer or fail)
 	// written releases the waiter once the line is written to the file, before the fsync
-	// (AppendWritten); the writer sets answered when it does, so a failed fsync does not
-	// answer it twice.
+	// (AppendWritten); the writer sets answered (under mu) when it hands the line to the
+	// syncer, so neither a later fsync nor a failure answers it twice.
 	written, answered bool
 }
 
@@ -186,10 +201,13 @@ func New(cfg Config) (*Log, error) {
 
 		writtenSyncDelay: cfg.WrittenSyncDelay,
 		wake:             make(chan struct{}, 1),
+		syncWake:         make(chan struct{}, 1),
 		stop:             make(chan struct{}),
 		stopped:          make(chan struct{}),
+		syncStopped:      make(chan struct{}),
 		failed:           make(chan struct{}),
 	}
+	l.syncDone = sync.NewCond(&l.mu)
 	if l.io.Write == nil {
 		l.io.Write = (*os.File).Write
 	}
@@ -210,6 +228,7 @@ func New(cfg Config) (*Log, error) {
 		return nil, err
 	}
 	go l.run()
+	go l.syncer()
 	return l, nil
 }
 
@@ -459,6 +478,7 @@ func (l *Log) Close() error {
 		l.mu.Unlock()
 		close(l.stop)
 		<-l.stopped
+		<-l.syncStopped
 		l.mu.Lock()
 		broken := l.broken
 		l.mu.Unlock()
@@ -472,111 +492,206 @@ func (l *Log) Close() error {
 }
 
 // DefaultWrittenSyncDelay is how long lines that only had to be written (AppendWritten) may wait
-// for an fsync: the next batch with a durable line fsyncs them too, and when none comes within
-// this delay the writer fsyncs them on their own.
+// for an fsync: the next fsync for a durable line covers them too, and when none comes within
+// this delay the syncer fsyncs them on their own.
 const DefaultWrittenSyncDelay = 20 * time.Millisecond
 
-// run is the single writer: it takes a batch, writes it with one write and, when any of its lines
-// must be durable before its answer, one fsync, and only then releases the batch's waiters. A
-// batch of only AppendWritten lines is answered once written; its fsync is the next batch's, or
-// the writer's own after WrittenSyncDelay without one, or the one before a rotation or at
-// Close. On this machine an fsync costs about 165 µs of CPU, and a callout would otherwise pay
-// two (its open's line and its answer's).
+// The pipeline. Two goroutines share the file: run (the writer) takes queued lines, writes up to
+// MaxBatch of them with one write and hands them to syncer, which fsyncs everything written so far
+// and only then releases the waiters of the lines that fsync covered. The writer never waits for
+// an fsync, so lines that arrive while one runs are written at once and the next fsync (the
+// syncer's next call, started as soon as the running one ends) covers them all: a request waits
+// for at most the rest of the running fsync and its own, never behind an fsync it is not part
+// of. A line is released only by an fsync that began after its write completed, because the
+// syncer takes a line only after the writer has handed it over, which it does after the write.
+// Fsyncs never overlap (syncWritten waits for a running one), so "durable up to" only grows.
+//
+// A batch of only AppendWritten lines is answered once written; its fsync is the next one, or
+// the syncer's own after WrittenSyncDelay without one, or the one before a rotation or at Close.
+// On this machine an fsync costs about 165 µs of CPU, and a callout would otherwise pay two (its
+// open's line and its answer's).
+
+// run is the writer: it writes batches as they come and hands them to the syncer. Before a
+// rotation it fsyncs what the current file holds (waiting for a running fsync first), so the
+// syncer never fsyncs a file that was renamed away without its lines; at Close it drains the
+// queue and fsyncs the rest.
 func (l *Log) run() {
 	defer close(l.stopped)
 	var buf []byte
 	var batch []*pending
-	unsynced, unsyncedHead := 0, Head{} // lines written since the last fsync, and the last one
-	syncUnsynced := func() error {
-		if unsynced == 0 {
-			return nil
-		}
-		if err := l.io.Sync(l.f); err != nil {
-			return err
-		}
-		l.madeDurable(unsyncedHead, unsynced)
-		unsynced = 0
-		return nil
-	}
 	for {
-		var idle bool
-		batch, idle = l.next(batch[:0], unsynced > 0)
-		if idle || len(batch) == 0 {
-			if err := syncUnsynced(); err != nil {
-				l.fail(nil, err)
-				unsynced = 0
-			}
-			if idle {
-				continue
-			}
+		batch = l.next(batch[:0])
+		if len(batch) == 0 {
+			_ = l.syncWritten() // closed and drained; an error broke the log and answered everyone
 			return
 		}
 		var err error
 		if to := batch[0].rotateTo; to != "" {
 			// The lines the current file holds unsynced become durable before it is renamed.
-			if err = syncUnsynced(); err == nil {
+			if err = l.syncWritten(); err == nil {
 				err = l.rotateFile(to)
 			}
 		}
-		buf = buf[:0]
-		for _, p := range batch {
-			buf = append(buf, p.line...)
+		if err == nil {
+			err = l.Err() // a broken log writes nothing more
 		}
 		if err == nil {
+			buf = buf[:0]
+			for _, p := range batch {
+				buf = append(buf, p.line...)
+			}
 			_, err = l.io.Write(l.f, buf)
 		}
-		if err == nil {
-			durable := false
-			for _, p := range batch {
-				if p.written {
-					p.answered = true
-					p.done <- nil
-				} else {
-					durable = true
-				}
-			}
-			unsynced, unsyncedHead = unsynced+len(batch), batch[len(batch)-1].head
-			if !durable {
-				clear(batch)
-				continue
-			}
-			err = syncUnsynced()
-		}
 		if err != nil {
-			l.fail(batch, err)
-			unsynced = 0
-			continue
-		}
-		for _, p := range batch {
-			if !p.answered {
-				p.done <- nil
-			}
+			l.fail(batch, err, false)
+		} else {
+			l.handOff(batch)
 		}
 		clear(batch)
 	}
 }
 
-// madeDurable records that the lines up to head, n of them since the last fsync, are on disk.
-func (l *Log) madeDurable(head Head, n int) {
+// handOff gives a written batch to the syncer and answers its AppendWritten lines. A log that
+// broke while the batch was being written fails it instead: its lines follow lines that never
+// became durable.
+func (l *Log) handOff(batch []*pending) {
+	l.mu.Lock()
+	if err := l.broken; err != nil {
+		l.mu.Unlock()
+		l.fail(batch, err, false)
+		return
+	}
+	l.writtenFile = l.f // the writer's own field; every written line is in this file
+	for _, p := range batch {
+		if p.written {
+			p.answered = true
+		} else {
+			l.writtenDurable = true
+		}
+	}
+	l.written = append(l.written, batch...)
+	l.mu.Unlock()
+	for _, p := range batch {
+		if p.written {
+			p.done <- nil
+		}
+	}
+	select {
+	case l.syncWake <- struct{}{}:
+	default:
+	}
+}
+
+// syncer fsyncs written lines: at once when one of them waits for durability, after
+// WrittenSyncDelay when they only had to be written. It exits when the writer has (the writer
+// fsyncs the rest itself) or when the log breaks.
+func (l *Log) syncer() {
+	defer close(l.syncStopped)
+	var timer *time.Timer
+	var timeout <-chan time.Time
+	stopTimer := func() {
+		if timer != nil {
+			timer.Stop()
+			timer, timeout = nil, nil
+		}
+	}
+	defer stopTimer()
+	for {
+		l.mu.Lock()
+		n, durable, broken := len(l.written), l.writtenDurable, l.broken != nil
+		l.mu.Unlock()
+		switch {
+		case broken:
+			return
+		case durable:
+			stopTimer()
+			_ = l.syncWritten()
+			continue
+		case n > 0 && timer == nil:
+			timer = time.NewTimer(l.writtenSyncDelay)
+			timeout = timer.C
+		case n == 0:
+			stopTimer()
+		}
+		select {
+		case <-l.syncWake:
+		case <-timeout:
+			timer, timeout = nil, nil
+			_ = l.syncWritten()
+		case <-l.stopped:
+			return
+		}
+	}
+}
+
+// syncWritten fsyncs every line written so far and releases their waiters. It first waits for
+// a running fsync (the other goroutine's) to end. It returns the error that broke the log, if
+// it is broken now.
+func (l *Log) syncWritten() error {
+	l.mu.Lock()
+	for l.syncing {
+		l.syncDone.Wait()
+	}
+	if l.broken != nil || len(l.written) == 0 {
+		err := l.broken
+		l.mu.Unlock()
+		return err
+	}
+	batch, f := l.written, l.writtenFile
+	l.written, l.spare, l.writtenDurable = l.spare, nil, false
+	l.syncing = true
+	l.mu.Unlock()
+
+	if err := l.io.Sync(f); err != nil {
+		return l.fail(batch, err, true)
+	}
+	head := batch[len(batch)-1].head
 	l.mu.Lock()
 	l.durable = head
 	l.mu.Unlock()
 	if l.onBatch != nil {
-		l.onBatch(n)
+		l.onBatch(len(batch)) // still syncing: calls never overlap
 	}
+	l.mu.Lock()
+	l.syncing = false
+	l.syncDone.Broadcast()
+	l.mu.Unlock()
+	for _, p := range batch {
+		if !p.answered {
+			p.done <- nil
+		}
+	}
+	clear(batch)
+	l.mu.Lock()
+	if l.spare == nil {
+		l.spare = batch[:0]
+	}
+	l.mu.Unlock()
+	return nil
 }
 
-// fail poisons the log and fails the batch and everything queued behind it:
-// their seqs were assigned on top of lines that are not on disk.
-func (l *Log) fail(batch []*pending, cause error) {
-	err := fmt.Errorf("%w: %s: %w", ErrBroken, l.path, cause)
+// fail poisons the log and fails batch (the lines whose write or fsync failed) and every line
+// not yet made durable behind it (written or queued): their seqs were assigned on top of lines
+// that are not on disk. Lines an fsync running elsewhere covers are that fsync's to answer. With
+// endSync it also ends the caller's fsync (syncing), in the same critical section, so no one
+// fsyncs after it. It returns the error that broke the log.
+func (l *Log) fail(batch []*pending, cause error, endSync bool) error {
+	err := cause
+	if !errors.Is(cause, ErrBroken) {
+		err = fmt.Errorf("%w: %s: %w", ErrBroken, l.path, cause)
+	}
 	l.mu.Lock()
 	first := l.broken == nil
 	if first {
 		l.broken = err
 	}
-	rest := l.queue
-	l.queue = nil
+	rest := append(l.written, l.queue...)
+	l.written, l.queue, l.writtenDurable = nil, nil, false
+	if endSync {
+		l.syncing = false
+		l.syncDone.Broadcast()
+	}
+	broken := l.broken
 	l.mu.Unlock()
 	if first {
 		close(l.failed)
@@ -587,34 +702,28 @@ func (l *Log) fail(batch []*pending, cause error) {
 		}
 	}
 	for _, p := range rest {
-		p.done <- err
+		if !p.answered {
+			p.done <- err
+		}
 	}
 	clear(batch)
+	return broken
 }
 
 // next blocks until there is something to write and returns up to maxBatch lines, appended to
-// batch. It returns an empty batch once the log is closed and drained. With unsynced set (lines
-// written and not yet fsynced) it waits at most WrittenSyncDelay and then returns idle.
-func (l *Log) next(batch []*pending, unsynced bool) (_ []*pending, idle bool) {
-	var timeout <-chan time.Time
-	if unsynced {
-		t := time.NewTimer(l.writtenSyncDelay)
-		defer t.Stop()
-		timeout = t.C
-	}
+// batch. It returns an empty batch once the log is closed and drained.
+func (l *Log) next(batch []*pending) []*pending {
 	for {
 		l.mu.Lock()
 		n, closed := len(l.queue), l.closed
 		l.mu.Unlock()
 		if n == 0 {
 			if closed {
-				return batch, false
+				return batch
 			}
 			select {
 			case <-l.wake:
 			case <-l.stop:
-			case <-timeout:
-				return batch, true
 			}
 			continue
 		}
@@ -635,7 +744,7 @@ func (l *Log) next(batch []*pending, unsynced bool) (_ []*pending, idle bool) {
 		clear(l.queue[rest:])
 		l.queue = l.queue[:rest]
 		l.mu.Unlock()
-		return batch, false
+		return batch
 	}
 }
 

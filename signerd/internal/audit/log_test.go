@@ -3,6 +3,7 @@ package audit
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"log/slog"
@@ -73,23 +74,31 @@ type gatedSync struct {
 	calls   atomic.Int32
 	entered chan int        // receives each call's number as it starts
 	gates   []chan struct{} // call i waits on gates[i-1] if present
+	opened  []sync.Once
 	fail    map[int]error
-	synced  atomic.Int32 // number of the last call that returned
+	synced  atomic.Int32    // number of the last call that returned
+	ended   <-chan struct{} // the test's end: every gate opens, so a failed test's Close does not hang
 }
 
-func newGatedSync(gates int, fail map[int]error) *gatedSync {
-	g := &gatedSync{entered: make(chan int, 64), fail: fail}
+func newGatedSync(t *testing.T, gates int, fail map[int]error) *gatedSync {
+	g := &gatedSync{entered: make(chan int, 64), fail: fail, opened: make([]sync.Once, gates), ended: t.Context().Done()}
 	for range gates {
 		g.gates = append(g.gates, make(chan struct{}))
 	}
 	return g
 }
 
+// release lets fsync call n run.
+func (g *gatedSync) release(n int) { g.opened[n-1].Do(func() { close(g.gates[n-1]) }) }
+
 func (g *gatedSync) sync(f *os.File) error {
 	n := int(g.calls.Add(1))
 	g.entered <- n
 	if n <= len(g.gates) {
-		<-g.gates[n-1]
+		select {
+		case <-g.gates[n-1]:
+		case <-g.ended:
+		}
 	}
 	defer g.synced.Store(int32(n))
 	if err := g.fail[n]; err != nil {
@@ -110,9 +119,65 @@ func (g *gatedSync) waitEntered(t *testing.T, want int) {
 	}
 }
 
+// appendResult is what an Append returned and the last fsync call that had completed when it did.
+type appendResult struct {
+	err        error
+	syncedCall int32
+}
+
+// appendAsync runs Append(sample(i)) and sends its result.
+func appendAsync(l *Log, g *gatedSync, i int, out chan<- appendResult) {
+	go func() {
+		err := l.Append(context.Background(), sample(i))
+		out <- appendResult{err, g.synced.Load()}
+	}()
+}
+
+// notYet fails t if ch already holds a result.
+func notYet(t *testing.T, ch <-chan appendResult, what string) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		t.Fatalf("%s returned (%v) before the fsync that covers it", what, r.err)
+	default:
+	}
+}
+
+// writeTap is an IO.Write hook that writes through and reports the seqs each write carried.
+type writeTap struct {
+	writes chan []uint64
+	fail   map[int]error // write call n fails (nothing written) with fail[n]
+	calls  atomic.Int32
+}
+
+func newWriteTap(fail map[int]error) *writeTap {
+	return &writeTap{writes: make(chan []uint64, 1024), fail: fail}
+}
+
+func (w *writeTap) write(f *os.File, b []byte) (int, error) {
+	n := int(w.calls.Add(1))
+	if err := w.fail[n]; err != nil {
+		return 0, err
+	}
+	var got []uint64
+	for _, ln := range bytes.SplitAfter(b, []byte("\n")) {
+		if len(ln) == 0 {
+			continue
+		}
+		var r struct{ Seq uint64 }
+		if err := json.Unmarshal(ln, &r); err != nil {
+			return 0, err
+		}
+		got = append(got, r.Seq)
+	}
+	k, err := f.Write(b)
+	w.writes <- got
+	return k, err
+}
+
 func TestAppendReturnsOnlyAfterFsync(t *testing.T) {
 	path := logPath(t)
-	g := newGatedSync(1, nil)
+	g := newGatedSync(t, 1, nil)
 	l := openLog(t, Config{Path: path}, g.sync)
 	type result struct {
 		err        error
@@ -141,7 +206,7 @@ func TestAppendReturnsOnlyAfterFsync(t *testing.T) {
 	if h := l.Head(); h.Seq != 0 {
 		t.Fatalf("head seq %d before fsync, want 0", h.Seq)
 	}
-	close(g.gates[0])
+	g.release(1)
 	r := recv(t, res)
 	if r.err != nil {
 		t.Fatal(r.err)
@@ -159,7 +224,7 @@ func TestAppendReturnsOnlyAfterFsync(t *testing.T) {
 // fsync, not two), and that Append waits for it.
 func TestAppendWrittenReturnsBeforeFsync(t *testing.T) {
 	path := logPath(t)
-	g := newGatedSync(1, nil)
+	g := newGatedSync(t, 1, nil)
 	l := openLog(t, Config{Path: path, WrittenSyncDelay: time.Hour}, g.sync)
 	if err := l.AppendWritten(context.Background(), sample(0)); err != nil {
 		t.Fatalf("AppendWritten: %v", err)
@@ -182,7 +247,7 @@ func TestAppendWrittenReturnsBeforeFsync(t *testing.T) {
 		t.Fatalf("Append returned (%v) while its fsync was still running", err)
 	default:
 	}
-	close(g.gates[0])
+	g.release(1)
 	if err := recv(t, durable); err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +263,7 @@ func TestAppendWrittenReturnsBeforeFsync(t *testing.T) {
 // writer after WrittenSyncDelay, before a rotation renames its file, and at Close.
 func TestAppendWrittenSyncedAlone(t *testing.T) {
 	t.Run("ok/after-the-delay", func(t *testing.T) {
-		g := newGatedSync(0, nil)
+		g := newGatedSync(t, 0, nil)
 		l := openLog(t, Config{Path: logPath(t), WrittenSyncDelay: time.Millisecond}, g.sync)
 		if err := l.AppendWritten(context.Background(), sample(0)); err != nil {
 			t.Fatal(err)
@@ -216,7 +281,7 @@ func TestAppendWrittenSyncedAlone(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			inodes = append(inodes, fi.Sys().(*syscall.Stat_t).Ino) // only the writer calls it
+			inodes = append(inodes, fi.Sys().(*syscall.Stat_t).Ino) // fsyncs never overlap, and l.mu orders them
 			return f.Sync()
 		}
 		l := openLog(t, Config{Path: path, WrittenSyncDelay: time.Hour}, sync)
@@ -235,7 +300,7 @@ func TestAppendWrittenSyncedAlone(t *testing.T) {
 		}
 	})
 	t.Run("ok/at-close", func(t *testing.T) {
-		g := newGatedSync(0, nil)
+		g := newGatedSync(t, 0, nil)
 		l := openLog(t, Config{Path: logPath(t), WrittenSyncDelay: time.Hour}, g.sync)
 		if err := l.AppendWritten(context.Background(), sample(0)); err != nil {
 			t.Fatal(err)
@@ -257,7 +322,7 @@ func TestAppendWrittenSyncedAlone(t *testing.T) {
 func TestAppendWrittenThenFailedSync(t *testing.T) {
 	path := logPath(t)
 	diskErr := errors.New("injected: EIO")
-	g := newGatedSync(1, map[int]error{1: diskErr})
+	g := newGatedSync(t, 1, map[int]error{1: diskErr})
 	l := openLog(t, Config{Path: path, WrittenSyncDelay: time.Hour}, g.sync)
 	if err := l.AppendWritten(context.Background(), sample(0)); err != nil {
 		t.Fatalf("AppendWritten: %v", err)
@@ -265,7 +330,7 @@ func TestAppendWrittenThenFailedSync(t *testing.T) {
 	durable := make(chan error, 1)
 	go func() { durable <- l.Append(context.Background(), sample(1)) }()
 	g.waitEntered(t, 1)
-	close(g.gates[0])
+	g.release(1)
 	if err := recv(t, durable); !errors.Is(err, ErrBroken) || !errors.Is(err, diskErr) {
 		t.Fatalf("durable append behind a failed fsync: %v, want ErrBroken wrapping it", err)
 	}
@@ -277,56 +342,140 @@ func TestAppendWrittenThenFailedSync(t *testing.T) {
 	}
 }
 
+// TestGroupCommit: lines appended while an fsync runs are written at once (in writes of at most
+// MaxBatch lines), not held behind it, and the next fsync covers all of them: one fsync for
+// everything written since the running one began.
 func TestGroupCommit(t *testing.T) {
 	tests := []struct {
 		name     string
 		maxBatch int
 		queued   int
-		want     []int
 	}{
-		{"ok/queued-lines-share-one-fsync", 0, 10, []int{1, 10}},
-		{"ok/max-batch-caps-a-batch", 4, 10, []int{1, 4, 4, 2}},
+		{"ok/lines-written-during-an-fsync-share-the-next", 0, 10},
+		{"ok/max-batch-caps-a-write-not-an-fsync", 4, 10},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			path := logPath(t)
-			g := newGatedSync(1, nil)
+			g := newGatedSync(t, 1, nil)
+			w := newWriteTap(nil)
 			var mu sync.Mutex
 			var sizes []int
-			l := openLog(t, Config{Path: path, MaxBatch: tc.maxBatch, OnBatch: func(n int) {
+			l := openLog(t, Config{Path: path, MaxBatch: tc.maxBatch, IO: IO{Write: w.write}, OnBatch: func(n int) {
 				mu.Lock()
 				sizes = append(sizes, n)
 				mu.Unlock()
 			}}, g.sync)
-			errs := make(chan error, tc.queued+1)
-			go func() { errs <- l.Append(context.Background(), sample(0)) }()
+			res := make(chan appendResult, tc.queued+1)
+			appendAsync(l, g, 0, res)
 			g.waitEntered(t, 1)
 			for i := range tc.queued {
-				go func() { errs <- l.Append(context.Background(), sample(i+1)) }()
+				appendAsync(l, g, i+1, res)
 			}
-			eventually(t, "appends to queue behind the running fsync", func() bool { return queued(l) == tc.queued })
-			close(g.gates[0])
+			// Every line is written while fsync 1 is still blocked.
+			eventually(t, "the lines to be written behind the blocked fsync", func() bool { return unsynced(l) == tc.queued })
+			if n := g.synced.Load(); n != 0 {
+				t.Fatalf("fsync call %d completed while gated", n)
+			}
+			g.release(1)
 			for range tc.queued + 1 {
-				if err := recv(t, errs); err != nil {
-					t.Fatal(err)
+				if r := recv(t, res); r.err != nil {
+					t.Fatal(r.err)
 				}
 			}
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
 			}
+			close(w.writes)
+			var written []uint64
+			limit := cmpOr(tc.maxBatch, defaultMaxBatch)
+			for seqs := range w.writes {
+				if len(seqs) == 0 || len(seqs) > limit {
+					t.Fatalf("a write of %d lines, want 1 to %d", len(seqs), limit)
+				}
+				written = append(written, seqs...)
+			}
+			if want := seqRange(1, tc.queued+1); !slices.Equal(written, want) {
+				t.Fatalf("written seqs %v, want %v in order", written, want)
+			}
 			mu.Lock()
 			defer mu.Unlock()
-			if !slices.Equal(sizes, tc.want) {
-				t.Fatalf("batch sizes %v, want %v", sizes, tc.want)
+			if want := []int{1, tc.queued}; !slices.Equal(sizes, want) {
+				t.Fatalf("fsync batch sizes %v, want %v", sizes, want)
 			}
-			if got := int(g.calls.Load()); got != len(tc.want) {
-				t.Fatalf("%d fsyncs, want %d", got, len(tc.want))
+			if got := g.calls.Load(); got != 2 {
+				t.Fatalf("%d fsyncs, want 2", got)
 			}
 			if _, err := Verify(bytes.NewReader(join(readLines(t, path)))); err != nil {
 				t.Fatal(err)
 			}
 		})
 	}
+}
+
+// TestWriteOverlapsFsync (issue 26): with fsync 1 blocked, a new Append's line is written (the
+// write hook sees it) before fsync 1 ends; that Append is not answered by fsync 1, which began
+// before its write, but only when fsync 2 (blocked too) completes.
+func TestWriteOverlapsFsync(t *testing.T) {
+	path := logPath(t)
+	g := newGatedSync(t, 2, nil)
+	w := newWriteTap(nil)
+	l := openLog(t, Config{Path: path, IO: IO{Write: w.write}}, g.sync)
+	first, second := make(chan appendResult, 1), make(chan appendResult, 1)
+	appendAsync(l, g, 0, first)
+	if got := recv(t, w.writes); !slices.Equal(got, []uint64{1}) {
+		t.Fatalf("first write carried seqs %v, want [1]", got)
+	}
+	g.waitEntered(t, 1)
+
+	appendAsync(l, g, 1, second)
+	if got := recv(t, w.writes); !slices.Equal(got, []uint64{2}) {
+		t.Fatalf("second write carried seqs %v, want [2]", got)
+	}
+	if n := g.synced.Load(); n != 0 {
+		t.Fatalf("fsync call %d completed before the second write was seen; want it still blocked", n)
+	}
+	if data, err := os.ReadFile(path); err != nil || !bytes.Contains(data, []byte(`"seq":2,`)) {
+		t.Fatalf("seq 2 not in the file while fsync 1 is blocked: %v", err)
+	}
+	notYet(t, first, "the first Append")
+	notYet(t, second, "the second Append")
+	if h := l.Head(); h.Seq != 0 {
+		t.Fatalf("head seq %d with no fsync completed, want 0", h.Seq)
+	}
+
+	g.release(1)
+	if r := recv(t, first); r.err != nil || r.syncedCall != 1 {
+		t.Fatalf("first Append = %v after fsync call %d, want nil after call 1", r.err, r.syncedCall)
+	}
+	g.waitEntered(t, 2)
+	notYet(t, second, "the second Append (written during fsync 1)")
+	if h := l.Head(); h.Seq != 1 {
+		t.Fatalf("head seq %d after fsync 1, want 1: fsync 1 began before seq 2 was written", h.Seq)
+	}
+	g.release(2)
+	if r := recv(t, second); r.err != nil || r.syncedCall != 2 {
+		t.Fatalf("second Append = %v after fsync call %d, want nil after call 2", r.err, r.syncedCall)
+	}
+	if h := l.Head(); h.Seq != 2 {
+		t.Fatalf("head seq %d after fsync 2, want 2", h.Seq)
+	}
+}
+
+func cmpOr(a, b int) int {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+// seqRange is from, from+1, ..., to.
+func seqRange(from, to int) []uint64 {
+	var out []uint64
+	for s := from; s <= to; s++ {
+		out = append(out, uint64(s))
+	}
+	return out
 }
 
 func TestMaxDelayGathersABatch(t *testing.T) {
@@ -356,41 +505,54 @@ func TestMaxDelayGathersABatch(t *testing.T) {
 	}
 }
 
+// TestFailedSyncPoisonsLog: a failed fsync fails exactly the waiters whose lines it covered and
+// every line after them (written during it, or appended later), none before it.
 func TestFailedSyncPoisonsLog(t *testing.T) {
 	path := logPath(t)
 	diskErr := errors.New("injected: EIO")
-	// Call 1 (line 1) succeeds once released; call 2 (the batch of lines
-	// 2-6) fails once released.
-	g := newGatedSync(2, map[int]error{2: diskErr})
-	l := openLog(t, Config{Path: path}, g.sync)
+	// Call 1 (line 1) succeeds once released; call 2 (lines 2-6, written
+	// during call 1) fails once released.
+	g := newGatedSync(t, 2, map[int]error{2: diskErr})
+	var mu sync.Mutex
+	var sizes []int
+	l := openLog(t, Config{Path: path, OnBatch: func(n int) {
+		mu.Lock()
+		sizes = append(sizes, n)
+		mu.Unlock()
+	}}, g.sync)
 
-	first := make(chan error, 1)
-	go func() { first <- l.Append(context.Background(), sample(0)) }()
+	before := make(chan appendResult, 1)
+	appendAsync(l, g, 0, before)
 	g.waitEntered(t, 1)
-	batch := make(chan error, 5)
+	covered := make(chan appendResult, 5)
 	for i := range 5 {
-		go func() { batch <- l.Append(context.Background(), sample(i+1)) }()
+		appendAsync(l, g, i+1, covered)
 	}
-	eventually(t, "the second batch to queue", func() bool { return queued(l) == 5 })
-	close(g.gates[0])
-	if err := recv(t, first); err != nil {
-		t.Fatalf("first append: %v", err)
+	eventually(t, "lines 2-6 to be written during fsync 1", func() bool { return unsynced(l) == 5 })
+	g.release(1)
+	if r := recv(t, before); r.err != nil {
+		t.Fatalf("the line before the failing fsync: %v", r.err)
 	}
 	g.waitEntered(t, 2)
-	// Lines queued behind the failing batch fail too: their prev is a line
-	// that never became durable.
-	behind := make(chan error, 3)
+	// Lines written while the failing fsync runs fail too: their prev is a
+	// line that never became durable.
+	after := make(chan appendResult, 3)
 	for i := range 3 {
-		go func() { behind <- l.Append(context.Background(), sample(i+6)) }()
+		appendAsync(l, g, i+6, after)
 	}
-	eventually(t, "lines to queue behind the failing batch", func() bool { return queued(l) == 3 })
-	close(g.gates[1])
-	for name, ch := range map[string]chan error{"batch": batch, "behind": behind} {
+	eventually(t, "lines 7-9 to be written during fsync 2", func() bool { return unsynced(l) == 3 })
+	g.release(2)
+	for name, ch := range map[string]chan appendResult{"covered": covered, "after": after} {
 		for range cap(ch) {
-			if err := recv(t, ch); !errors.Is(err, ErrBroken) || !errors.Is(err, diskErr) {
-				t.Fatalf("%s waiter got %v, want ErrBroken wrapping the sync error", name, err)
+			if r := recv(t, ch); !errors.Is(r.err, ErrBroken) || !errors.Is(r.err, diskErr) {
+				t.Fatalf("%s waiter got %v, want ErrBroken wrapping the sync error", name, r.err)
 			}
 		}
+	}
+	select {
+	case <-l.Failed():
+	default:
+		t.Fatal("Failed not closed once the waiters were failed")
 	}
 	// Later appends fail fast without touching the disk.
 	if err := l.Append(context.Background(), sample(9)); !errors.Is(err, ErrBroken) || !strings.Contains(err.Error(), path) {
@@ -404,6 +566,54 @@ func TestFailedSyncPoisonsLog(t *testing.T) {
 	}
 	if err := l.Close(); !errors.Is(err, ErrBroken) {
 		t.Fatalf("Close = %v, want ErrBroken", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(sizes, []int{1}) {
+		t.Fatalf("OnBatch saw %v, want [1]: only fsync 1 made lines durable", sizes)
+	}
+}
+
+// TestFailedWriteDuringFsync: a write that fails while an earlier line's fsync runs fails its own
+// line and breaks the log, but the running fsync still answers the line it covers: that line
+// was written before the failure and is durable once the fsync returns.
+func TestFailedWriteDuringFsync(t *testing.T) {
+	path := logPath(t)
+	g := newGatedSync(t, 1, nil)
+	w := newWriteTap(map[int]error{2: syscall.ENOSPC})
+	l := openLog(t, Config{Path: path, IO: IO{Write: w.write}}, g.sync)
+	before := make(chan appendResult, 1)
+	appendAsync(l, g, 0, before)
+	g.waitEntered(t, 1)
+	failing := make(chan appendResult, 1)
+	appendAsync(l, g, 1, failing)
+	if r := recv(t, failing); !errors.Is(r.err, ErrBroken) || !errors.Is(r.err, syscall.ENOSPC) {
+		t.Fatalf("the line whose write failed got %v, want ErrBroken wrapping ENOSPC", r.err)
+	}
+	select {
+	case <-l.Failed():
+	default:
+		t.Fatal("Failed not closed after the failed write")
+	}
+	notYet(t, before, "the line of the running fsync")
+	g.release(1)
+	if r := recv(t, before); r.err != nil || r.syncedCall != 1 {
+		t.Fatalf("the line the running fsync covered got %v after call %d, want nil after call 1", r.err, r.syncedCall)
+	}
+	if h := l.Head(); h.Seq != 1 {
+		t.Fatalf("head seq %d, want 1", h.Seq)
+	}
+	if err := l.Append(context.Background(), sample(2)); !errors.Is(err, ErrBroken) {
+		t.Fatalf("append after the failed write: %v, want ErrBroken", err)
+	}
+	if err := l.Close(); !errors.Is(err, ErrBroken) {
+		t.Fatalf("Close = %v, want ErrBroken", err)
+	}
+	if got := g.calls.Load(); got != 1 {
+		t.Fatalf("%d fsync calls, want 1", got)
+	}
+	if got := seqs(t, readLines(t, path)); !slices.Equal(got, []uint64{1}) {
+		t.Fatalf("file holds seqs %v, want [1]", got)
 	}
 }
 
@@ -701,7 +911,7 @@ func wantField(field string) func(*testing.T, Config, error) {
 
 func TestAppendCanceledWhileWaiting(t *testing.T) {
 	path := logPath(t)
-	g := newGatedSync(1, nil)
+	g := newGatedSync(t, 1, nil)
 	l := openLog(t, Config{Path: path}, g.sync)
 	ctx, cancel := context.WithCancel(context.Background())
 	res := make(chan error, 1)
@@ -712,7 +922,7 @@ func TestAppendCanceledWhileWaiting(t *testing.T) {
 		t.Fatalf("Append = %v, want context.Canceled", err)
 	}
 	// The queued line still lands: over-reporting is the safe side.
-	close(g.gates[0])
+	g.release(1)
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -302,3 +304,117 @@ func copyFile(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// TestRotateUnderLoad (issue 26): with appends in flight from many goroutines, rotations by size
+// and on request, every fsync is of the file still at the path (never of one renamed away), a
+// file's fsyncs end before the next file's begin, the last fsync of each file covered all of its
+// bytes (a rotated file's lines were made durable before the rename), and the files verify as
+// one chain holding every line.
+func TestRotateUnderLoad(t *testing.T) {
+	path := logPath(t)
+	type syncRec struct {
+		ino       uint64
+		size      int64
+		atPathIno uint64
+	}
+	var mu sync.Mutex
+	var recs []syncRec
+	syncFn := func(f *os.File) error {
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		var atPath uint64 // 0: no file at the path (mid-rotation)
+		if at, err := os.Stat(path); err == nil {
+			atPath = ino(at)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		mu.Lock()
+		recs = append(recs, syncRec{ino(fi), fi.Size(), atPath})
+		mu.Unlock()
+		return nil
+	}
+	l := openLog(t, Config{Path: path, MaxBytes: MinMaxBytes}, syncFn)
+	const workers, each = 8, 60
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*each+3)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				errs <- l.Append(context.Background(), sample(w*each+i))
+			}
+		})
+	}
+	for range 3 {
+		errs <- l.Rotate(context.Background())
+	}
+	wg.Wait()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	rotated, err := Rotated(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := append(rotated, path)
+	if len(files) < 3 {
+		t.Fatalf("%d files, want at least 3 (rotations by size and on request)", len(files))
+	}
+	sum, err := VerifyFiles(files, FilesOptions{})
+	if err != nil {
+		t.Fatalf("VerifyFiles: %v", err)
+	}
+	decisions := 0
+	for _, f := range files {
+		for _, ln := range readLines(t, f) {
+			if decodeLine(t, ln).RPC != ContinueRPC {
+				decisions++
+			}
+		}
+	}
+	if decisions != workers*each || sum.Chains[0].Seq != uint64(sum.Lines) {
+		t.Fatalf("%d decisions in %d lines ending at seq %d, want %d decisions on one chain", decisions, sum.Lines, sum.Chains[0].Seq, workers*each)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	order := map[uint64]int{} // inode -> position in files
+	for i, f := range files {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		order[ino(fi)] = i
+		var last *syncRec
+		for k := range recs {
+			if recs[k].ino == ino(fi) {
+				last = &recs[k]
+			}
+		}
+		if last == nil || last.size != fi.Size() {
+			t.Fatalf("%s (%d bytes): last fsync %+v, want one that covered every byte", f, fi.Size(), last)
+		}
+	}
+	pos := 0
+	for _, r := range recs {
+		if r.ino != r.atPathIno {
+			t.Fatalf("an fsync of inode %d while inode %d was at the path: a file renamed away", r.ino, r.atPathIno)
+		}
+		p, ok := order[r.ino]
+		if !ok || p < pos {
+			t.Fatalf("fsync of inode %d (file %d) after file %d's: fsyncs went back to an earlier file", r.ino, p, pos)
+		}
+		pos = p
+	}
+}
+
+func ino(fi os.FileInfo) uint64 { return fi.Sys().(*syscall.Stat_t).Ino }
