@@ -410,7 +410,7 @@ func (m *Manager) provisionAndMint(ctx context.Context, a *agent, provisioned *b
 	}
 	step = time.Now()
 	a.mint = mreq
-	cred, err := m.signer.Mint(ctx, mreq)
+	cred, err := m.signer.Calls().Mint(ctx, mreq)
 	a.phases.mint = time.Since(step)
 	m.sig.record(err)
 	if err != nil {
@@ -579,7 +579,7 @@ func (m *Manager) renewOnce(ctx context.Context, a *agent, cur credState) error 
 		err = errExpired
 	}
 	if errors.Is(err, errExpired) || signerclient.ReasonOf(err) == signerv1.Reason_REASON_CREDENTIAL_EXPIRED {
-		cred, err = m.signer.Mint(cctx, a.mint)
+		cred, err = m.signer.Calls().Mint(cctx, a.mint)
 	}
 	m.sig.record(err)
 	if err != nil {

@@ -75,6 +75,7 @@ type Client struct {
 	conn     *grpc.ClientConn
 	attempts *attemptCounter
 	api      signerv1.SignerServiceClient
+	calls    *Calls
 	now      func() time.Time
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -151,7 +152,9 @@ func dial(cfg Config, tlsCfg *tls.Config) (*Client, error) {
 	}
 	done := make(chan struct{})
 	close(done)
-	return &Client{conn: conn, attempts: attempts, api: signerv1.NewSignerServiceClient(conn), now: now, cancel: func() {}, done: done}, nil
+	c := &Client{conn: conn, attempts: attempts, api: signerv1.NewSignerServiceClient(conn), now: now, cancel: func() {}, done: done}
+	c.calls = newCalls(c, len(addrs), timeout, cfg.Interceptors)
+	return c, nil
 }
 
 // deadlineInterceptor gives every call without a deadline one, so no outbound call can hang,
@@ -167,8 +170,10 @@ func deadlineInterceptor(timeout time.Duration) grpc.UnaryClientInterceptor {
 	}
 }
 
-// Close stops the certificate reloader and closes the connection.
+// Close ends the streams of Calls (their calls in flight fail UNAVAILABLE), stops the
+// certificate reloader and closes the connection.
 func (c *Client) Close() error {
+	c.calls.close()
 	c.cancel()
 	<-c.done
 	return c.conn.Close()

@@ -101,6 +101,9 @@ type Options struct {
 	// same keys, policy and server certificate), each with its own listener, replica id
 	// (test-1, test-2, ...) and audit file; default 1. Signer's own fields are replica 1's.
 	Replicas int
+	// NoStream serves without the Stream RPC (UNIMPLEMENTED, as a signerd from before it), for
+	// tests of the clients' fallback to the unary RPCs.
+	NoStream bool
 }
 
 // Signer is a running test signerd: one replica, or several (Replicas) on the same keys.
@@ -126,6 +129,8 @@ type Signer struct {
 	// clock.
 	cfgText string
 	now     func() time.Time
+	// noStream is Options.NoStream.
+	noStream bool
 }
 
 // Replica is one running signerd of a Signer. Stop, Restart, BreakAudit and cleanup are called
@@ -204,7 +209,7 @@ shutdown_timeout: 5s
 # signerd's defaults.
 limits: {max_connections_per_source: 512}
 `
-	s.now = opts.Now
+	s.now, s.noStream = opts.Now, opts.NoStream
 	for i := range opts.Replicas {
 		r := &Replica{ID: "test-" + strconv.Itoa(i+1), s: s, maxDelay: opts.AuditMaxDelay}
 		if i == 0 {
@@ -251,7 +256,7 @@ func (r *Replica) run(t testing.TB, listen string) {
 		}
 		return f.Write(b)
 	}
-	srv, err := serve.Start(cfg, nil, serve.Options{Now: r.s.now, AuditIO: audit.IO{Write: write}})
+	srv, err := serve.Start(cfg, nil, serve.Options{Now: r.s.now, AuditIO: audit.IO{Write: write}, NoStream: r.s.noStream})
 	if err != nil {
 		t.Fatalf("signerdtest: start %s: %v", r.ID, err)
 	}

@@ -207,7 +207,8 @@ type ServiceGate interface {
 // Config is what New needs. Space, Signer, Ledger and JWKS are required.
 type Config struct {
 	Space string
-	// Signer is authd's signerd client (its API is used for the callout RPCs).
+	// Signer is authd's signerd client; the callout RPCs go over its Calls (signerd's Stream,
+	// the unary RPCs when signerd does not serve it).
 	Signer *signerclient.Client
 	// Ledger is the actor ledger, read fresh on every request.
 	Ledger *ledger.Ledger
@@ -245,7 +246,7 @@ type Config struct {
 	// never carries request content. It must not block.
 	Warn func(code, msg string, err error)
 
-	// signer replaces Signer.API() in tests.
+	// signer replaces Signer.Calls() in tests.
 	signer Signer
 }
 
@@ -292,7 +293,7 @@ func New(cfg Config) (*Responder, error) {
 		if cfg.Signer == nil {
 			return nil, errors.New("callout: Config.Signer is nil")
 		}
-		signer = cfg.Signer.API()
+		signer = cfg.Signer.Calls()
 	}
 	switch {
 	case cfg.Ledger == nil:

@@ -67,6 +67,9 @@ type Options struct {
 	// AuditIO replaces the audit log's write and fsync; the zero value means the real ones.
 	// Tests use it to fail the disk (ENOSPC) under a running signer.
 	AuditIO audit.IO
+	// NoStream serves SignerService without its Stream RPC (UNIMPLEMENTED, as a signerd from
+	// before it); tests use it for the clients' fallback to the unary RPCs.
+	NoStream bool
 }
 
 // Start opens everything cfg names and binds the listeners; it returns once the server is ready
@@ -159,6 +162,7 @@ func Start(cfg *Config, log *slog.Logger, opts Options) (s *Signer, err error) {
 		Keys: s.keys, Policy: s.policy, Limiter: policy.NewLimiter(s.policy.Current, now),
 		Audit: s.audit, Peers: peers, Now: now, Logger: log, Metrics: metrics,
 		IdempotencyBytes: cfg.Idempotency.MaxBytes, IdempotencyCallerBytes: cfg.Idempotency.CallerBytes,
+		NoStream: opts.NoStream,
 	})
 	if err != nil {
 		return nil, err
@@ -299,6 +303,9 @@ func (s *Signer) reloadPolicy(err error) {
 // before it is stopped; there is no way back but a restart.
 func (s *Signer) Drain() {
 	s.health.Shutdown()
+	// Streams are told to drain too: their callers half-close them once every request sent is
+	// answered, and open their next stream on a replica that is serving.
+	s.svc.StopStreams()
 	s.log.Info("signerd draining: health NOT_SERVING")
 }
 
@@ -316,6 +323,9 @@ func (s *Signer) shutdown() {
 		s.log.Warn("sd_notify STOPPING failed", "err", err)
 	}
 	s.health.Shutdown()
+	// Open Streams would hold GracefulStop until ShutdownTimeout: each is told to drain, and ends
+	// once its caller half-closes it with every request answered (server.StreamDrainGrace).
+	s.svc.StopStreams()
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()
 	select {

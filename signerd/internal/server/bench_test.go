@@ -21,11 +21,12 @@ import (
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
 	"github.com/cotalgo/cotal/pkg/profiles"
+	"github.com/cotalgo/cotal/pkg/signerclient"
 	"github.com/cotalgo/cotal/signerd/internal/keystore"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
 
-// The minting benchmarks recorded in BENCHMARKS.md. Three ways to turn (space, agent parameters,
+// The minting benchmarks recorded in BENCHMARKS.md. Five ways to turn (space, agent parameters,
 // user public key) into a signed agent user JWT, on the same machine in one run:
 //
 //   - inprocess-nkeys: what upstream does per credential: nkeys.FromSeed, profiles.Build,
@@ -34,6 +35,10 @@ import (
 //   - inprocess-cached: the same with one keystore.SigningKey (expanded key kept) reused.
 //   - remote-mtls: signerd's Mint over loopback mTLS gRPC, with the policy decision, the rate
 //     limiter and the audit line (group commit, one fsync per batch) before each answer.
+//   - remote-client: the same through pkg/signerclient's unary Mint, which also decodes and
+//     checks the returned JWT.
+//   - remote-stream: pkg/signerclient's Calls().Mint, the same request and checks over one
+//     Stream RPC (issue 26 item 3).
 //
 // The in-process variants run on every core (b.RunParallel), so "naive throughput" is the
 // machine's best in-process rate and the remote/naive ratio is the strict one. Client and server
@@ -184,6 +189,9 @@ func (m *localMinter) encode(kp nkeys.KeyPair, userPub string) error {
 // remoteMinter is one mTLS gRPC connection to a test signerd, shared by every client goroutine.
 type remoteMinter struct {
 	client signerv1.SignerServiceClient
+	// sc is pkg/signerclient over the same signerd: its Mint (unary) and Calls().Mint (Stream)
+	// both decode and check the returned JWT, which the raw client above does not.
+	sc *signerclient.Client
 }
 
 func newRemoteMinter(tb testing.TB) *remoteMinter {
@@ -198,7 +206,12 @@ func newRemoteMinter(tb testing.TB) *remoteMinter {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = conn.Close() })
-	m := &remoteMinter{client: signerv1.NewSignerServiceClient(conn)}
+	sc, err := signerclient.Dial(signerclient.Config{Addr: s.Addr, TLS: s.ClientFor(tb, mtls.KindManagerd, benchSpace)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = sc.Close() })
+	m := &remoteMinter{client: signerv1.NewSignerServiceClient(conn), sc: sc}
 	// One call outside any timer: the TLS handshake and HTTP/2 setup are not per-credential costs.
 	kp, err := nkeys.CreateUser()
 	if err != nil {
@@ -210,6 +223,11 @@ func newRemoteMinter(tb testing.TB) *remoteMinter {
 	}
 	if err := m.mint(context.Background(), pub); err != nil {
 		tb.Fatalf("warm-up mint: %v", err)
+	}
+	for _, f := range []func(string) error{m.clientMint, m.streamMint} {
+		if err := f(pub); err != nil {
+			tb.Fatalf("warm-up mint: %v", err)
+		}
 	}
 	return m
 }
@@ -227,6 +245,18 @@ func (m *remoteMinter) mint(ctx context.Context, userPub string) error {
 	return nil
 }
 
+// clientMint is signerclient's unary Mint.
+func (m *remoteMinter) clientMint(userPub string) error {
+	_, err := m.sc.Mint(context.Background(), benchRequest(userPub))
+	return err
+}
+
+// streamMint is signerclient's Mint over the Stream RPC (Calls).
+func (m *remoteMinter) streamMint(userPub string) error {
+	_, err := m.sc.Calls().Mint(context.Background(), benchRequest(userPub))
+	return err
+}
+
 // variant is one way to mint, with the client concurrency that reaches its peak.
 type variant struct {
 	name string
@@ -235,7 +265,7 @@ type variant struct {
 	mint        func(userPub string) error
 }
 
-// variants sets up the three ways to mint. The signerd is started here, once per benchmark
+// variants sets up the ways to mint. The signerd is started here, once per benchmark
 // function rather than once per b.N round, and idles while the in-process variants run.
 func variants(tb testing.TB) []variant {
 	tb.Helper()
@@ -247,6 +277,8 @@ func variants(tb testing.TB) []variant {
 		{"remote-mtls", remoteParallelism, func(userPub string) error {
 			return remote.mint(context.Background(), userPub)
 		}},
+		{"remote-client", remoteParallelism, remote.clientMint},
+		{"remote-stream", remoteParallelism, remote.streamMint},
 	}
 }
 

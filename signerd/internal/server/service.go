@@ -97,6 +97,9 @@ type Config struct {
 	// own oldest entries); 0 means DefaultIdempotencyCallerBytes, and it is capped at
 	// IdempotencyBytes.
 	IdempotencyCallerBytes int64
+	// NoStream serves no Stream RPC: it answers UNIMPLEMENTED, as a signerd from before it
+	// does (tests of the clients' fallback to the unary RPCs).
+	NoStream bool
 }
 
 // Service implements signerv1.SignerServiceServer.
@@ -115,6 +118,9 @@ type Service struct {
 	opened  *openedCache
 	// refusals counts the refusals past a rate limit until Run writes them.
 	refusals *refusalTally
+	// streams counts open Streams per caller and tells them to drain; see stream.go.
+	streams  *streamTable
+	noStream bool
 }
 
 var _ signerv1.SignerServiceServer = (*Service)(nil)
@@ -136,7 +142,8 @@ func New(cfg Config) (*Service, error) {
 		return nil, errors.New("server: negative idempotency cache budget")
 	}
 	s := &Service{keys: cfg.Keys, policy: cfg.Policy, limiter: cfg.Limiter, audit: cfg.Audit,
-		peers: cfg.Peers, now: cfg.Now, log: cfg.Logger, metrics: cfg.Metrics, refusals: newRefusalTally()}
+		peers: cfg.Peers, now: cfg.Now, log: cfg.Logger, metrics: cfg.Metrics, refusals: newRefusalTally(),
+		streams: newStreamTable(), noStream: cfg.NoStream}
 	if s.now == nil {
 		s.now = time.Now
 	}

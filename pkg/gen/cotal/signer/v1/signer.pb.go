@@ -2383,6 +2383,306 @@ func (x *SignServiceCredentialResponse) GetJti() string {
 	return ""
 }
 
+// StreamRequest is one call on a Stream.
+type StreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The caller's id for this request, unique among its requests in flight on the
+	// stream; the answer carries it.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Required. The call; a request without one is refused for its id (INVALID_ARGUMENT).
+	//
+	// Types that are valid to be assigned to Call:
+	//
+	//	*StreamRequest_Mint
+	//	*StreamRequest_OpenCallout
+	//	*StreamRequest_SignCallout
+	Call          isStreamRequest_Call `protobuf_oneof:"call"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamRequest) Reset() {
+	*x = StreamRequest{}
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamRequest) ProtoMessage() {}
+
+func (x *StreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
+func (*StreamRequest) Descriptor() ([]byte, []int) {
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *StreamRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *StreamRequest) GetCall() isStreamRequest_Call {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+func (x *StreamRequest) GetMint() *MintRequest {
+	if x != nil {
+		if x, ok := x.Call.(*StreamRequest_Mint); ok {
+			return x.Mint
+		}
+	}
+	return nil
+}
+
+func (x *StreamRequest) GetOpenCallout() *OpenCalloutRequestRequest {
+	if x != nil {
+		if x, ok := x.Call.(*StreamRequest_OpenCallout); ok {
+			return x.OpenCallout
+		}
+	}
+	return nil
+}
+
+func (x *StreamRequest) GetSignCallout() *SignCalloutResponseRequest {
+	if x != nil {
+		if x, ok := x.Call.(*StreamRequest_SignCallout); ok {
+			return x.SignCallout
+		}
+	}
+	return nil
+}
+
+type isStreamRequest_Call interface {
+	isStreamRequest_Call()
+}
+
+type StreamRequest_Mint struct {
+	// A Mint, answered as the Mint RPC answers it.
+	Mint *MintRequest `protobuf:"bytes,2,opt,name=mint,proto3,oneof"`
+}
+
+type StreamRequest_OpenCallout struct {
+	// An OpenCalloutRequest, answered as that RPC answers it.
+	OpenCallout *OpenCalloutRequestRequest `protobuf:"bytes,3,opt,name=open_callout,json=openCallout,proto3,oneof"`
+}
+
+type StreamRequest_SignCallout struct {
+	// A SignCalloutResponse, answered as that RPC answers it.
+	SignCallout *SignCalloutResponseRequest `protobuf:"bytes,4,opt,name=sign_callout,json=signCallout,proto3,oneof"`
+}
+
+func (*StreamRequest_Mint) isStreamRequest_Call() {}
+
+func (*StreamRequest_OpenCallout) isStreamRequest_Call() {}
+
+func (*StreamRequest_SignCallout) isStreamRequest_Call() {}
+
+// StreamResponse answers one StreamRequest, or tells the caller to stop sending on the stream.
+type StreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id of the request answered; 0 with drain.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The answer.
+	//
+	// Types that are valid to be assigned to Result:
+	//
+	//	*StreamResponse_Mint
+	//	*StreamResponse_OpenCallout
+	//	*StreamResponse_SignCallout
+	//	*StreamResponse_Status
+	//	*StreamResponse_Drain
+	Result        isStreamResponse_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamResponse) Reset() {
+	*x = StreamResponse{}
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamResponse) ProtoMessage() {}
+
+func (x *StreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
+func (*StreamResponse) Descriptor() ([]byte, []int) {
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *StreamResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *StreamResponse) GetResult() isStreamResponse_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *StreamResponse) GetMint() *MintResponse {
+	if x != nil {
+		if x, ok := x.Result.(*StreamResponse_Mint); ok {
+			return x.Mint
+		}
+	}
+	return nil
+}
+
+func (x *StreamResponse) GetOpenCallout() *OpenCalloutRequestResponse {
+	if x != nil {
+		if x, ok := x.Result.(*StreamResponse_OpenCallout); ok {
+			return x.OpenCallout
+		}
+	}
+	return nil
+}
+
+func (x *StreamResponse) GetSignCallout() *SignCalloutResponseResponse {
+	if x != nil {
+		if x, ok := x.Result.(*StreamResponse_SignCallout); ok {
+			return x.SignCallout
+		}
+	}
+	return nil
+}
+
+func (x *StreamResponse) GetStatus() []byte {
+	if x != nil {
+		if x, ok := x.Result.(*StreamResponse_Status); ok {
+			return x.Status
+		}
+	}
+	return nil
+}
+
+func (x *StreamResponse) GetDrain() *StreamDrain {
+	if x != nil {
+		if x, ok := x.Result.(*StreamResponse_Drain); ok {
+			return x.Drain
+		}
+	}
+	return nil
+}
+
+type isStreamResponse_Result interface {
+	isStreamResponse_Result()
+}
+
+type StreamResponse_Mint struct {
+	// The Mint answer.
+	Mint *MintResponse `protobuf:"bytes,2,opt,name=mint,proto3,oneof"`
+}
+
+type StreamResponse_OpenCallout struct {
+	// The OpenCalloutRequest answer.
+	OpenCallout *OpenCalloutRequestResponse `protobuf:"bytes,3,opt,name=open_callout,json=openCallout,proto3,oneof"`
+}
+
+type StreamResponse_SignCallout struct {
+	// The SignCalloutResponse answer.
+	SignCallout *SignCalloutResponseResponse `protobuf:"bytes,4,opt,name=sign_callout,json=signCallout,proto3,oneof"`
+}
+
+type StreamResponse_Status struct {
+	// A refusal: the serialized google.rpc.Status the unary RPC would have returned, with the
+	// same code, message and details (a google.rpc.ErrorInfo for a policy refusal).
+	Status []byte `protobuf:"bytes,5,opt,name=status,proto3,oneof"`
+}
+
+type StreamResponse_Drain struct {
+	// signerd is stopping or draining: send nothing more on this stream and half-close it; the
+	// requests already sent are answered. Open a new stream (or use the unary RPCs) for more.
+	Drain *StreamDrain `protobuf:"bytes,6,opt,name=drain,proto3,oneof"`
+}
+
+func (*StreamResponse_Mint) isStreamResponse_Result() {}
+
+func (*StreamResponse_OpenCallout) isStreamResponse_Result() {}
+
+func (*StreamResponse_SignCallout) isStreamResponse_Result() {}
+
+func (*StreamResponse_Status) isStreamResponse_Result() {}
+
+func (*StreamResponse_Drain) isStreamResponse_Result() {}
+
+// StreamDrain asks the caller to half-close a Stream; it carries nothing.
+type StreamDrain struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamDrain) Reset() {
+	*x = StreamDrain{}
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamDrain) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamDrain) ProtoMessage() {}
+
+func (x *StreamDrain) ProtoReflect() protoreflect.Message {
+	mi := &file_cotal_signer_v1_signer_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamDrain.ProtoReflect.Descriptor instead.
+func (*StreamDrain) Descriptor() ([]byte, []int) {
+	return file_cotal_signer_v1_signer_proto_rawDescGZIP(), []int{27}
+}
+
 var File_cotal_signer_v1_signer_proto protoreflect.FileDescriptor
 
 const file_cotal_signer_v1_signer_proto_rawDesc = "" +
@@ -2554,7 +2854,22 @@ const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\x03kid\x18\x02 \x01(\tR\x03kid\x129\n" +
 	"\n" +
 	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x10\n" +
-	"\x03jti\x18\x04 \x01(\tR\x03jti*\xe6\x03\n" +
+	"\x03jti\x18\x04 \x01(\tR\x03jti\"\xfe\x01\n" +
+	"\rStreamRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x122\n" +
+	"\x04mint\x18\x02 \x01(\v2\x1c.cotal.signer.v1.MintRequestH\x00R\x04mint\x12O\n" +
+	"\fopen_callout\x18\x03 \x01(\v2*.cotal.signer.v1.OpenCalloutRequestRequestH\x00R\vopenCallout\x12P\n" +
+	"\fsign_callout\x18\x04 \x01(\v2+.cotal.signer.v1.SignCalloutResponseRequestH\x00R\vsignCalloutB\x06\n" +
+	"\x04call\"\xd4\x02\n" +
+	"\x0eStreamResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x123\n" +
+	"\x04mint\x18\x02 \x01(\v2\x1d.cotal.signer.v1.MintResponseH\x00R\x04mint\x12P\n" +
+	"\fopen_callout\x18\x03 \x01(\v2+.cotal.signer.v1.OpenCalloutRequestResponseH\x00R\vopenCallout\x12Q\n" +
+	"\fsign_callout\x18\x04 \x01(\v2,.cotal.signer.v1.SignCalloutResponseResponseH\x00R\vsignCallout\x12\x18\n" +
+	"\x06status\x18\x05 \x01(\fH\x00R\x06status\x124\n" +
+	"\x05drain\x18\x06 \x01(\v2\x1c.cotal.signer.v1.StreamDrainH\x00R\x05drainB\b\n" +
+	"\x06result\"\r\n" +
+	"\vStreamDrain*\xe6\x03\n" +
 	"\aProfile\x12\x17\n" +
 	"\x13PROFILE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rPROFILE_AGENT\x10\x01\x12\x16\n" +
@@ -2606,7 +2921,7 @@ const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\x15ServiceCredentialKind\x12'\n" +
 	"#SERVICE_CREDENTIAL_KIND_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eSERVICE_CREDENTIAL_KIND_ACCESS\x10\x01\x12#\n" +
-	"\x1fSERVICE_CREDENTIAL_KIND_RENEWAL\x10\x022\x8a\a\n" +
+	"\x1fSERVICE_CREDENTIAL_KIND_RENEWAL\x10\x022\xd9\a\n" +
 	"\rSignerService\x12C\n" +
 	"\x04Mint\x12\x1c.cotal.signer.v1.MintRequest\x1a\x1d.cotal.signer.v1.MintResponse\x12I\n" +
 	"\x06Remint\x12\x1e.cotal.signer.v1.RemintRequest\x1a\x1f.cotal.signer.v1.RemintResponse\x12O\n" +
@@ -2618,7 +2933,8 @@ const file_cotal_signer_v1_signer_proto_rawDesc = "" +
 	"\aGetJWKS\x12\x1f.cotal.signer.v1.GetJWKSRequest\x1a .cotal.signer.v1.GetJWKSResponse\x12X\n" +
 	"\vDeriveOwner\x12#.cotal.signer.v1.DeriveOwnerRequest\x1a$.cotal.signer.v1.DeriveOwnerResponse\x12@\n" +
 	"\x03Mac\x12\x1b.cotal.signer.v1.MacRequest\x1a\x1c.cotal.signer.v1.MacResponse\x12v\n" +
-	"\x15SignServiceCredential\x12-.cotal.signer.v1.SignServiceCredentialRequest\x1a..cotal.signer.v1.SignServiceCredentialResponseB;Z9github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1;signerv1b\x06proto3"
+	"\x15SignServiceCredential\x12-.cotal.signer.v1.SignServiceCredentialRequest\x1a..cotal.signer.v1.SignServiceCredentialResponse\x12M\n" +
+	"\x06Stream\x12\x1e.cotal.signer.v1.StreamRequest\x1a\x1f.cotal.signer.v1.StreamResponse(\x010\x01B;Z9github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1;signerv1b\x06proto3"
 
 var (
 	file_cotal_signer_v1_signer_proto_rawDescOnce sync.Once
@@ -2633,7 +2949,7 @@ func file_cotal_signer_v1_signer_proto_rawDescGZIP() []byte {
 }
 
 var file_cotal_signer_v1_signer_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_cotal_signer_v1_signer_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_cotal_signer_v1_signer_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_cotal_signer_v1_signer_proto_goTypes = []any{
 	(Profile)(0),                          // 0: cotal.signer.v1.Profile
 	(Reason)(0),                           // 1: cotal.signer.v1.Reason
@@ -2664,57 +2980,69 @@ var file_cotal_signer_v1_signer_proto_goTypes = []any{
 	(*MacResponse)(nil),                   // 26: cotal.signer.v1.MacResponse
 	(*SignServiceCredentialRequest)(nil),  // 27: cotal.signer.v1.SignServiceCredentialRequest
 	(*SignServiceCredentialResponse)(nil), // 28: cotal.signer.v1.SignServiceCredentialResponse
-	(*durationpb.Duration)(nil),           // 29: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),         // 30: google.protobuf.Timestamp
+	(*StreamRequest)(nil),                 // 29: cotal.signer.v1.StreamRequest
+	(*StreamResponse)(nil),                // 30: cotal.signer.v1.StreamResponse
+	(*StreamDrain)(nil),                   // 31: cotal.signer.v1.StreamDrain
+	(*durationpb.Duration)(nil),           // 32: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),         // 33: google.protobuf.Timestamp
 }
 var file_cotal_signer_v1_signer_proto_depIdxs = []int32{
 	5,  // 0: cotal.signer.v1.ProfileParams.target:type_name -> cotal.signer.v1.RetirementTarget
 	0,  // 1: cotal.signer.v1.MintRequest.profile:type_name -> cotal.signer.v1.Profile
 	4,  // 2: cotal.signer.v1.MintRequest.params:type_name -> cotal.signer.v1.ProfileParams
-	29, // 3: cotal.signer.v1.MintRequest.ttl:type_name -> google.protobuf.Duration
-	30, // 4: cotal.signer.v1.Credential.issued_at:type_name -> google.protobuf.Timestamp
-	30, // 5: cotal.signer.v1.Credential.expires_at:type_name -> google.protobuf.Timestamp
+	32, // 3: cotal.signer.v1.MintRequest.ttl:type_name -> google.protobuf.Duration
+	33, // 4: cotal.signer.v1.Credential.issued_at:type_name -> google.protobuf.Timestamp
+	33, // 5: cotal.signer.v1.Credential.expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 6: cotal.signer.v1.Credential.profile:type_name -> cotal.signer.v1.Profile
 	7,  // 7: cotal.signer.v1.MintResponse.credential:type_name -> cotal.signer.v1.Credential
-	29, // 8: cotal.signer.v1.RemintRequest.ttl:type_name -> google.protobuf.Duration
+	32, // 8: cotal.signer.v1.RemintRequest.ttl:type_name -> google.protobuf.Duration
 	7,  // 9: cotal.signer.v1.RemintResponse.credential:type_name -> cotal.signer.v1.Credential
 	0,  // 10: cotal.signer.v1.CalloutGrant.profile:type_name -> cotal.signer.v1.Profile
 	4,  // 11: cotal.signer.v1.CalloutGrant.params:type_name -> cotal.signer.v1.ProfileParams
-	30, // 12: cotal.signer.v1.CalloutGrant.expires_at:type_name -> google.protobuf.Timestamp
+	33, // 12: cotal.signer.v1.CalloutGrant.expires_at:type_name -> google.protobuf.Timestamp
 	15, // 13: cotal.signer.v1.SignCalloutResponseRequest.grant:type_name -> cotal.signer.v1.CalloutGrant
-	29, // 14: cotal.signer.v1.SignBearerRequest.ttl:type_name -> google.protobuf.Duration
-	30, // 15: cotal.signer.v1.SignBearerResponse.expires_at:type_name -> google.protobuf.Timestamp
+	32, // 14: cotal.signer.v1.SignBearerRequest.ttl:type_name -> google.protobuf.Duration
+	33, // 15: cotal.signer.v1.SignBearerResponse.expires_at:type_name -> google.protobuf.Timestamp
 	21, // 16: cotal.signer.v1.GetJWKSResponse.keys:type_name -> cotal.signer.v1.JWK
 	2,  // 17: cotal.signer.v1.MacRequest.domain:type_name -> cotal.signer.v1.MacDomain
 	3,  // 18: cotal.signer.v1.SignServiceCredentialRequest.kind:type_name -> cotal.signer.v1.ServiceCredentialKind
-	29, // 19: cotal.signer.v1.SignServiceCredentialRequest.ttl:type_name -> google.protobuf.Duration
-	30, // 20: cotal.signer.v1.SignServiceCredentialRequest.not_after:type_name -> google.protobuf.Timestamp
-	30, // 21: cotal.signer.v1.SignServiceCredentialResponse.expires_at:type_name -> google.protobuf.Timestamp
-	6,  // 22: cotal.signer.v1.SignerService.Mint:input_type -> cotal.signer.v1.MintRequest
-	9,  // 23: cotal.signer.v1.SignerService.Remint:input_type -> cotal.signer.v1.RemintRequest
-	11, // 24: cotal.signer.v1.SignerService.GetSpace:input_type -> cotal.signer.v1.GetSpaceRequest
-	13, // 25: cotal.signer.v1.SignerService.OpenCalloutRequest:input_type -> cotal.signer.v1.OpenCalloutRequestRequest
-	16, // 26: cotal.signer.v1.SignerService.SignCalloutResponse:input_type -> cotal.signer.v1.SignCalloutResponseRequest
-	18, // 27: cotal.signer.v1.SignerService.SignBearer:input_type -> cotal.signer.v1.SignBearerRequest
-	20, // 28: cotal.signer.v1.SignerService.GetJWKS:input_type -> cotal.signer.v1.GetJWKSRequest
-	23, // 29: cotal.signer.v1.SignerService.DeriveOwner:input_type -> cotal.signer.v1.DeriveOwnerRequest
-	25, // 30: cotal.signer.v1.SignerService.Mac:input_type -> cotal.signer.v1.MacRequest
-	27, // 31: cotal.signer.v1.SignerService.SignServiceCredential:input_type -> cotal.signer.v1.SignServiceCredentialRequest
-	8,  // 32: cotal.signer.v1.SignerService.Mint:output_type -> cotal.signer.v1.MintResponse
-	10, // 33: cotal.signer.v1.SignerService.Remint:output_type -> cotal.signer.v1.RemintResponse
-	12, // 34: cotal.signer.v1.SignerService.GetSpace:output_type -> cotal.signer.v1.GetSpaceResponse
-	14, // 35: cotal.signer.v1.SignerService.OpenCalloutRequest:output_type -> cotal.signer.v1.OpenCalloutRequestResponse
-	17, // 36: cotal.signer.v1.SignerService.SignCalloutResponse:output_type -> cotal.signer.v1.SignCalloutResponseResponse
-	19, // 37: cotal.signer.v1.SignerService.SignBearer:output_type -> cotal.signer.v1.SignBearerResponse
-	22, // 38: cotal.signer.v1.SignerService.GetJWKS:output_type -> cotal.signer.v1.GetJWKSResponse
-	24, // 39: cotal.signer.v1.SignerService.DeriveOwner:output_type -> cotal.signer.v1.DeriveOwnerResponse
-	26, // 40: cotal.signer.v1.SignerService.Mac:output_type -> cotal.signer.v1.MacResponse
-	28, // 41: cotal.signer.v1.SignerService.SignServiceCredential:output_type -> cotal.signer.v1.SignServiceCredentialResponse
-	32, // [32:42] is the sub-list for method output_type
-	22, // [22:32] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	32, // 19: cotal.signer.v1.SignServiceCredentialRequest.ttl:type_name -> google.protobuf.Duration
+	33, // 20: cotal.signer.v1.SignServiceCredentialRequest.not_after:type_name -> google.protobuf.Timestamp
+	33, // 21: cotal.signer.v1.SignServiceCredentialResponse.expires_at:type_name -> google.protobuf.Timestamp
+	6,  // 22: cotal.signer.v1.StreamRequest.mint:type_name -> cotal.signer.v1.MintRequest
+	13, // 23: cotal.signer.v1.StreamRequest.open_callout:type_name -> cotal.signer.v1.OpenCalloutRequestRequest
+	16, // 24: cotal.signer.v1.StreamRequest.sign_callout:type_name -> cotal.signer.v1.SignCalloutResponseRequest
+	8,  // 25: cotal.signer.v1.StreamResponse.mint:type_name -> cotal.signer.v1.MintResponse
+	14, // 26: cotal.signer.v1.StreamResponse.open_callout:type_name -> cotal.signer.v1.OpenCalloutRequestResponse
+	17, // 27: cotal.signer.v1.StreamResponse.sign_callout:type_name -> cotal.signer.v1.SignCalloutResponseResponse
+	31, // 28: cotal.signer.v1.StreamResponse.drain:type_name -> cotal.signer.v1.StreamDrain
+	6,  // 29: cotal.signer.v1.SignerService.Mint:input_type -> cotal.signer.v1.MintRequest
+	9,  // 30: cotal.signer.v1.SignerService.Remint:input_type -> cotal.signer.v1.RemintRequest
+	11, // 31: cotal.signer.v1.SignerService.GetSpace:input_type -> cotal.signer.v1.GetSpaceRequest
+	13, // 32: cotal.signer.v1.SignerService.OpenCalloutRequest:input_type -> cotal.signer.v1.OpenCalloutRequestRequest
+	16, // 33: cotal.signer.v1.SignerService.SignCalloutResponse:input_type -> cotal.signer.v1.SignCalloutResponseRequest
+	18, // 34: cotal.signer.v1.SignerService.SignBearer:input_type -> cotal.signer.v1.SignBearerRequest
+	20, // 35: cotal.signer.v1.SignerService.GetJWKS:input_type -> cotal.signer.v1.GetJWKSRequest
+	23, // 36: cotal.signer.v1.SignerService.DeriveOwner:input_type -> cotal.signer.v1.DeriveOwnerRequest
+	25, // 37: cotal.signer.v1.SignerService.Mac:input_type -> cotal.signer.v1.MacRequest
+	27, // 38: cotal.signer.v1.SignerService.SignServiceCredential:input_type -> cotal.signer.v1.SignServiceCredentialRequest
+	29, // 39: cotal.signer.v1.SignerService.Stream:input_type -> cotal.signer.v1.StreamRequest
+	8,  // 40: cotal.signer.v1.SignerService.Mint:output_type -> cotal.signer.v1.MintResponse
+	10, // 41: cotal.signer.v1.SignerService.Remint:output_type -> cotal.signer.v1.RemintResponse
+	12, // 42: cotal.signer.v1.SignerService.GetSpace:output_type -> cotal.signer.v1.GetSpaceResponse
+	14, // 43: cotal.signer.v1.SignerService.OpenCalloutRequest:output_type -> cotal.signer.v1.OpenCalloutRequestResponse
+	17, // 44: cotal.signer.v1.SignerService.SignCalloutResponse:output_type -> cotal.signer.v1.SignCalloutResponseResponse
+	19, // 45: cotal.signer.v1.SignerService.SignBearer:output_type -> cotal.signer.v1.SignBearerResponse
+	22, // 46: cotal.signer.v1.SignerService.GetJWKS:output_type -> cotal.signer.v1.GetJWKSResponse
+	24, // 47: cotal.signer.v1.SignerService.DeriveOwner:output_type -> cotal.signer.v1.DeriveOwnerResponse
+	26, // 48: cotal.signer.v1.SignerService.Mac:output_type -> cotal.signer.v1.MacResponse
+	28, // 49: cotal.signer.v1.SignerService.SignServiceCredential:output_type -> cotal.signer.v1.SignServiceCredentialResponse
+	30, // 50: cotal.signer.v1.SignerService.Stream:output_type -> cotal.signer.v1.StreamResponse
+	40, // [40:51] is the sub-list for method output_type
+	29, // [29:40] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_cotal_signer_v1_signer_proto_init() }
@@ -2726,13 +3054,25 @@ func file_cotal_signer_v1_signer_proto_init() {
 		(*SignCalloutResponseRequest_Grant)(nil),
 		(*SignCalloutResponseRequest_Error)(nil),
 	}
+	file_cotal_signer_v1_signer_proto_msgTypes[25].OneofWrappers = []any{
+		(*StreamRequest_Mint)(nil),
+		(*StreamRequest_OpenCallout)(nil),
+		(*StreamRequest_SignCallout)(nil),
+	}
+	file_cotal_signer_v1_signer_proto_msgTypes[26].OneofWrappers = []any{
+		(*StreamResponse_Mint)(nil),
+		(*StreamResponse_OpenCallout)(nil),
+		(*StreamResponse_SignCallout)(nil),
+		(*StreamResponse_Status)(nil),
+		(*StreamResponse_Drain)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cotal_signer_v1_signer_proto_rawDesc), len(file_cotal_signer_v1_signer_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   25,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

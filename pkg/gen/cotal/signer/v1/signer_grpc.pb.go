@@ -32,6 +32,7 @@ const (
 	SignerService_DeriveOwner_FullMethodName           = "/cotal.signer.v1.SignerService/DeriveOwner"
 	SignerService_Mac_FullMethodName                   = "/cotal.signer.v1.SignerService/Mac"
 	SignerService_SignServiceCredential_FullMethodName = "/cotal.signer.v1.SignerService/SignServiceCredential"
+	SignerService_Stream_FullMethodName                = "/cotal.signer.v1.SignerService/Stream"
 )
 
 // SignerServiceClient is the client API for SignerService service.
@@ -88,6 +89,18 @@ type SignerServiceClient interface {
 	// approval's end). signerd builds the closed claim set itself.
 	// May call: authd of that space only.
 	SignServiceCredential(ctx context.Context, in *SignServiceCredentialRequest, opts ...grpc.CallOption) (*SignServiceCredentialResponse, error)
+	// Stream carries Mint, OpenCalloutRequest and SignCalloutResponse calls over one long-lived
+	// bidirectional stream, for busy callers (authd's callout responder, managerd's spawns). Each
+	// request is answered exactly as its unary RPC answers it: the same policy, rate limit,
+	// request_id idempotency and audit line, one per request. Answers carry the request's id and
+	// may arrive in any order. signerd reads at most a fixed number of requests ahead of its
+	// answers per stream (64), so a caller that sends faster is held back by HTTP/2 flow control,
+	// and caps the streams one caller may hold open. An id that is already in flight on the stream,
+	// and a request without a call, are refused for that id. When signerd stops or drains it sends
+	// a StreamDrain: the caller sends nothing more on that stream, half-closes it, and is answered
+	// for every request it sent.
+	// May call: any caller; each request is judged by the policy of its own RPC.
+	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamRequest, StreamResponse], error)
 }
 
 type signerServiceClient struct {
@@ -198,6 +211,19 @@ func (c *signerServiceClient) SignServiceCredential(ctx context.Context, in *Sig
 	return out, nil
 }
 
+func (c *signerServiceClient) Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamRequest, StreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SignerService_ServiceDesc.Streams[0], SignerService_Stream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[StreamRequest, StreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SignerService_StreamClient = grpc.BidiStreamingClient[StreamRequest, StreamResponse]
+
 // SignerServiceServer is the server API for SignerService service.
 // All implementations must embed UnimplementedSignerServiceServer
 // for forward compatibility.
@@ -252,6 +278,18 @@ type SignerServiceServer interface {
 	// approval's end). signerd builds the closed claim set itself.
 	// May call: authd of that space only.
 	SignServiceCredential(context.Context, *SignServiceCredentialRequest) (*SignServiceCredentialResponse, error)
+	// Stream carries Mint, OpenCalloutRequest and SignCalloutResponse calls over one long-lived
+	// bidirectional stream, for busy callers (authd's callout responder, managerd's spawns). Each
+	// request is answered exactly as its unary RPC answers it: the same policy, rate limit,
+	// request_id idempotency and audit line, one per request. Answers carry the request's id and
+	// may arrive in any order. signerd reads at most a fixed number of requests ahead of its
+	// answers per stream (64), so a caller that sends faster is held back by HTTP/2 flow control,
+	// and caps the streams one caller may hold open. An id that is already in flight on the stream,
+	// and a request without a call, are refused for that id. When signerd stops or drains it sends
+	// a StreamDrain: the caller sends nothing more on that stream, half-closes it, and is answered
+	// for every request it sent.
+	// May call: any caller; each request is judged by the policy of its own RPC.
+	Stream(grpc.BidiStreamingServer[StreamRequest, StreamResponse]) error
 	mustEmbedUnimplementedSignerServiceServer()
 }
 
@@ -291,6 +329,9 @@ func (UnimplementedSignerServiceServer) Mac(context.Context, *MacRequest) (*MacR
 }
 func (UnimplementedSignerServiceServer) SignServiceCredential(context.Context, *SignServiceCredentialRequest) (*SignServiceCredentialResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SignServiceCredential not implemented")
+}
+func (UnimplementedSignerServiceServer) Stream(grpc.BidiStreamingServer[StreamRequest, StreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method Stream not implemented")
 }
 func (UnimplementedSignerServiceServer) mustEmbedUnimplementedSignerServiceServer() {}
 func (UnimplementedSignerServiceServer) testEmbeddedByValue()                       {}
@@ -493,6 +534,13 @@ func _SignerService_SignServiceCredential_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SignerService_Stream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SignerServiceServer).Stream(&grpc.GenericServerStream[StreamRequest, StreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SignerService_StreamServer = grpc.BidiStreamingServer[StreamRequest, StreamResponse]
+
 // SignerService_ServiceDesc is the grpc.ServiceDesc for SignerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -541,6 +589,13 @@ var SignerService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _SignerService_SignServiceCredential_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Stream",
+			Handler:       _SignerService_Stream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "cotal/signer/v1/signer.proto",
 }
