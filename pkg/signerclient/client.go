@@ -195,6 +195,12 @@ func (c *Client) Mint(ctx context.Context, req *signerv1.MintRequest) (*signerv1
 		return nil, localInvalid("nil MintRequest")
 	}
 	resp, err := c.api.Mint(ctx, req)
+	return mintAnswer(req, resp, err)
+}
+
+// mintAnswer is Mint's answer to req: the call's error as an *Error, or the credential once it
+// is checked against req (Client.Mint and Calls.Mint share it).
+func mintAnswer(req *signerv1.MintRequest, resp *signerv1.MintResponse, err error) (*signerv1.Credential, error) {
 	if err != nil {
 		return nil, AsError(err)
 	}

@@ -109,14 +109,7 @@ func (k *Calls) Mint(ctx context.Context, req *signerv1.MintRequest) (*signerv1.
 	err := k.call(ctx, signerv1.SignerService_Mint_FullMethodName,
 		&signerv1.StreamRequest{Call: &signerv1.StreamRequest_Mint{Mint: req}}, req, resp,
 		func(ctx context.Context) (proto.Message, error) { return k.c.api.Mint(ctx, req) })
-	if err != nil {
-		return nil, AsError(err)
-	}
-	cred := resp.GetCredential()
-	if err := checkCredential(cred, req.GetUserPublicKey()); err != nil {
-		return nil, err
-	}
-	return cred, nil
+	return mintAnswer(req, resp, err)
 }
 
 // OpenCalloutRequest is the generated client's OpenCalloutRequest over the stream. opts apply

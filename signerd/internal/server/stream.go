@@ -141,27 +141,27 @@ func (s *Service) Stream(st grpc.BidiStreamingServer[signerv1.StreamRequest, sig
 	readDone := make(chan error, 1)
 	go func() { readDone <- ss.read() }()
 
-	var end error
-	select {
-	case err := <-readDone:
-		end = err
-	case <-sendFailed:
-		end = status.Error(codes.Unavailable, "stream send failed")
-	case <-ctx.Done():
-		end = status.FromContextError(ctx.Err()).Err()
-	case <-s.streams.stop:
-		ss.queue(&signerv1.StreamResponse{Result: &signerv1.StreamResponse_Drain{Drain: &signerv1.StreamDrain{}}})
-		t := time.NewTimer(StreamDrainGrace)
+	// ended waits for the stream's end: the reader done, the sender failed or the context ended;
+	// stopping reports signerd stopping (stop), and a fired timeout ends the drain's grace.
+	ended := func(stop <-chan struct{}, timeout <-chan time.Time) (end error, stopping bool) {
 		select {
 		case err := <-readDone:
-			end = err
+			return err, false
 		case <-sendFailed:
-			end = status.Error(codes.Unavailable, "stream send failed")
+			return status.Error(codes.Unavailable, "stream send failed"), false
 		case <-ctx.Done():
-			end = status.FromContextError(ctx.Err()).Err()
-		case <-t.C:
-			end = status.Error(codes.Unavailable, "signerd is stopping; the stream was not half-closed in time")
+			return status.FromContextError(ctx.Err()).Err(), false
+		case <-stop:
+			return nil, true
+		case <-timeout:
+			return status.Error(codes.Unavailable, "signerd is stopping; the stream was not half-closed in time"), false
 		}
+	}
+	end, stopping := ended(s.streams.stop, nil)
+	if stopping {
+		ss.queue(&signerv1.StreamResponse{Result: &signerv1.StreamResponse_Drain{Drain: &signerv1.StreamDrain{}}})
+		t := time.NewTimer(StreamDrainGrace)
+		end, _ = ended(nil, t.C)
 		t.Stop()
 	}
 	// No request is dispatched from here on; every one dispatched is answered (or the send
