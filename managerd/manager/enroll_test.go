@@ -4,31 +4,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/jwt/v2"
-	"github.com/nats-io/nkeys"
-
 	"github.com/cotalgo/cotal/pkg/managerauthority"
+	"github.com/cotalgo/cotal/pkg/testkit"
 )
-
-// sentinelCreds is a sentinel's creds text: a user JWT (bearer as asked) and a throwaway seed.
-func sentinelCreds(t *testing.T, bearer bool) string {
-	t.Helper()
-	akp, _ := nkeys.CreateAccount()
-	ukp, _ := nkeys.CreateUser()
-	pub, _ := ukp.PublicKey()
-	uc := jwt.NewUserClaims(pub)
-	uc.BearerToken = bearer
-	tok, err := uc.Encode(akp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed, _ := ukp.Seed()
-	b, err := jwt.FormatUserConfig(tok, seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
 
 // TestBindEnrollment: a remote managerd binds an enrollment answer to what it asked: its owner,
 // the actor, each effective list within the asked one, a bearer sentinel, an http(s) exchange
@@ -39,7 +17,7 @@ func TestBindEnrollment(t *testing.T) {
 		Subscribe: []string{"general"}, AllowSubscribe: []string{"general", "team.>"}, AllowPublish: []string{"general"}}}
 	good := func() *managerauthority.Enrollment {
 		return &managerauthority.Enrollment{Owner: "u_o", Actor: "a1", LifecycleUID: "0123456789abcdefghijklmnop",
-			SentinelCreds: sentinelCreds(t, true), Subscribe: []string{"general"}, AllowSubscribe: []string{"general"},
+			SentinelCreds: testkit.SentinelCreds(t, true), Subscribe: []string{"general"}, AllowSubscribe: []string{"general"},
 			AllowPublish: []string{"general"}, AgentBearerExchangeURL: "https://auth.example/t"}
 	}
 	t.Run("ok/a clamped answer binds", func(t *testing.T) {
@@ -60,7 +38,7 @@ func TestBindEnrollment(t *testing.T) {
 		"a bad uid":                     func(e *managerauthority.Enrollment) { e.LifecycleUID = "../x" },
 		"a channel that was not asked":  func(e *managerauthority.Enrollment) { e.AllowPublish = []string{"general", "secret"} },
 		"a wider pattern":               func(e *managerauthority.Enrollment) { e.AllowSubscribe = []string{">"} },
-		"a sentinel that is not bearer": func(e *managerauthority.Enrollment) { e.SentinelCreds = sentinelCreds(t, false) },
+		"a sentinel that is not bearer": func(e *managerauthority.Enrollment) { e.SentinelCreds = testkit.SentinelCreds(t, false) },
 		"a file exchange URL":           func(e *managerauthority.Enrollment) { e.AgentBearerExchangeURL = "file:///x" },
 	} {
 		t.Run("fail/"+name, func(t *testing.T) {

@@ -5,32 +5,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/jwt/v2"
-	"github.com/nats-io/nkeys"
+	"github.com/cotalgo/cotal/pkg/testkit"
 )
 
-// testSentinel is a sentinel's creds text: a bearer user JWT and a throwaway seed.
-func testSentinel(t testing.TB, bearer bool) string {
-	t.Helper()
-	akp, _ := nkeys.CreateAccount()
-	ukp, _ := nkeys.CreateUser()
-	upub, _ := ukp.PublicKey()
-	uc := jwt.NewUserClaims(upub)
-	uc.BearerToken = bearer
-	tok, err := uc.Encode(akp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed, _ := ukp.Seed()
-	b, err := jwt.FormatUserConfig(tok, seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 func testEnrollment(t testing.TB) Enrollment {
-	return Enrollment{Owner: "u_o", Actor: "bob", LifecycleUID: "0123456789abcdef0123456789", SentinelCreds: testSentinel(t, true),
+	return Enrollment{Owner: "u_o", Actor: "bob", LifecycleUID: "0123456789abcdef0123456789", SentinelCreds: testkit.SentinelCreds(t, true),
 		Subscribe: []string{"general"}, AllowSubscribe: []string{"general"}, AllowPublish: []string{"general"},
 		AgentBearerExchangeURL: "https://auth.example/t"}
 }
@@ -49,7 +28,7 @@ func TestDecodeManagedAnswers(t *testing.T) {
 			t.Fatalf("sentinel err %v", err)
 		}
 	})
-	notBearer, _ := json.Marshal(func() Enrollment { e := testEnrollment(t); e.SentinelCreds = testSentinel(t, false); return e }())
+	notBearer, _ := json.Marshal(func() Enrollment { e := testEnrollment(t); e.SentinelCreds = testkit.SentinelCreds(t, false); return e }())
 	noSentinel, _ := json.Marshal(func() Enrollment { e := testEnrollment(t); e.SentinelCreds = ""; return e }())
 	for name, b := range map[string]string{
 		"unknown field":       strings.Replace(string(good), `"owner"`, `"creds":"x","owner"`, 1),

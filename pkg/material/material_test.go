@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
+
+	"github.com/cotalgo/cotal/pkg/testkit"
 )
 
 // valid builds a material with a real user JWT (signed by a throwaway account) for a fresh key.
@@ -192,15 +194,7 @@ func exchangeForm(t testing.TB) Material {
 	t.Helper()
 	m, user := valid(t)
 	user.Wipe()
-	acct, _ := nkeys.CreateAccount()
-	su, _ := nkeys.CreateUser()
-	spub, _ := su.PublicKey()
-	uc := jwt.NewUserClaims(spub)
-	uc.BearerToken = true
-	sentinel, err := uc.Encode(acct)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sentinel, _ := testkit.SentinelJWT(t, true)
 	m.Creds, m.ExchangeURL, m.Token, m.Sentinel = "", "https://auth.example/t", strings.Repeat("T", 43), sentinel
 	return m
 }
