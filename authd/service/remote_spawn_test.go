@@ -422,6 +422,32 @@ func TestRemoteManagerdStop(t *testing.T) {
 		return resp.GetAgent()
 	}
 	pendingPath := func(name string) string { return filepath.Join(cfg.StateDir, "retire", name+".json") }
+	// retriedAndFree: a pending retirement of ag, retried in the background, ends with its head
+	// retired at its uid and no pending record; then a spawn of name through client gets a new
+	// uid.
+	retriedAndFree := func(t *testing.T, client managerv1.ManagerServiceClient, name string, ag *managerv1.Agent) {
+		t.Helper()
+		testkit.Eventually(t, 30*time.Second, func() error {
+			head, _, _, err := st.Head(ctxT(t), h.owner, name)
+			if err != nil || head.State != lifecycle.HeadRetired || head.LifecycleUID != ag.GetLifecycleUid() {
+				return fmt.Errorf("head %+v err %v", head, err)
+			}
+			if _, err := os.Stat(pendingPath(name)); !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("pending record still there (%v)", err)
+			}
+			return nil
+		})
+		testkit.Eventually(t, 10*time.Second, func() error {
+			resp, err := client.Spawn(ctxT(t), &managerv1.SpawnRequest{Name: name, Connector: "echo", Subscribe: []string{"general"}})
+			if err != nil {
+				return err
+			}
+			if resp.GetAgent().GetLifecycleUid() == ag.GetLifecycleUid() {
+				return errors.New("the respawn reused the retired uid")
+			}
+			return nil
+		})
+	}
 	// retiredAndFree: since log line from, authd saw prepare, requester and rail for ag in that
 	// order; its head is retired at its uid, no pending record is left, and a new spawn of name
 	// gets a new uid.
@@ -673,26 +699,7 @@ func TestRemoteManagerdStop(t *testing.T) {
 		}
 
 		h.e.startDeliveryd(t)
-		testkit.Eventually(t, 30*time.Second, func() error {
-			head, _, _, err := st.Head(ctxT(t), h.owner, "b1")
-			if err != nil || head.State != lifecycle.HeadRetired || head.LifecycleUID != ag.GetLifecycleUid() {
-				return fmt.Errorf("head %+v err %v", head, err)
-			}
-			if _, err := os.Stat(pendingPath("b1")); !errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("pending record still there (%v)", err)
-			}
-			return nil
-		})
-		testkit.Eventually(t, 10*time.Second, func() error {
-			resp, err := c.Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "b1", Connector: "echo", Subscribe: []string{"general"}})
-			if err != nil {
-				return err
-			}
-			if resp.GetAgent().GetLifecycleUid() == ag.GetLifecycleUid() {
-				return errors.New("the respawn reused the retired uid")
-			}
-			return nil
-		})
+		retriedAndFree(t, c, "b1", ag)
 	})
 	t.Run("ok/a retirement left pending is retried at the next start, its name held meanwhile", func(t *testing.T) {
 		// deliveryd is down again: the previous subtest's ended with it.
@@ -717,25 +724,6 @@ func TestRemoteManagerdStop(t *testing.T) {
 			t.Fatal("the restarted manager did not resume c1's retirement")
 		}
 		h.e.startDeliveryd(t)
-		testkit.Eventually(t, 30*time.Second, func() error {
-			head, _, _, err := st.Head(ctxT(t), h.owner, "c1")
-			if err != nil || head.State != lifecycle.HeadRetired || head.LifecycleUID != ag.GetLifecycleUid() {
-				return fmt.Errorf("head %+v err %v", head, err)
-			}
-			if _, err := os.Stat(pendingPath("c1")); !errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("pending record still there (%v)", err)
-			}
-			return nil
-		})
-		testkit.Eventually(t, 10*time.Second, func() error {
-			resp, err := c2.Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "c1", Connector: "echo", Subscribe: []string{"general"}})
-			if err != nil {
-				return err
-			}
-			if resp.GetAgent().GetLifecycleUid() == ag.GetLifecycleUid() {
-				return errors.New("the respawn reused the retired uid")
-			}
-			return nil
-		})
+		retriedAndFree(t, c2, "c1", ag)
 	})
 }
