@@ -81,24 +81,13 @@ func TestRemoteManagerdAdmin(t *testing.T) {
 		refused(t, r.client(t, cfg), mgr, manager.MsgAdminUnavailable)
 	})
 
-	cfg := r.configAt("-h")
-	stock, err := manager.NewHTTPAuthority(cfg.AuthorityURL, cfg.IdPTokenFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hook := &adminHook{RemoteAuthority: stock}
-	var mu sync.Mutex
-	var rejected []string
-	events := func(e manager.Event) {
-		var rj *manager.Rejection
-		if e.Kind == manager.EventWarning && e.Code == manager.CodeHook && errors.As(e.Err, &rj) {
-			mu.Lock()
-			rejected = append(rejected, rj.Hook)
-			mu.Unlock()
-		}
-	}
+	var hook *adminHook
+	warned := &hookWarnings{}
 	mlogs := &testkit.SyncBuffer{}
-	mgr := r.startWith(t, manager.Inputs{Config: cfg, RemoteAuthority: hook}, manager.RuntimeOptions{Launcher: newHostLauncher(t), Events: events}, mlogs)
+	cfg, mgr := r.secondManagerd(t, "-h", func(s *manager.HTTPAuthority) manager.RemoteAuthority {
+		hook = &adminHook{RemoteAuthority: s}
+		return hook
+	}, manager.RuntimeOptions{Launcher: newHostLauncher(t), Events: warned.events}, mlogs)
 	c := r.client(t, cfg)
 
 	t.Run("fail/the hook answers false", func(t *testing.T) {
@@ -118,10 +107,7 @@ func TestRemoteManagerdAdmin(t *testing.T) {
 	t.Run("fail/the hook panics: a HOOK warning, a refusal, and the manager serves on", func(t *testing.T) {
 		hook.set(func() (bool, error) { panic("boom") })
 		refused(t, c, mgr, "could not authorize the caller")
-		mu.Lock()
-		got := strings.Join(rejected, ",")
-		mu.Unlock()
-		if got != "the remote authority's AuthorizeAdmin" {
+		if got := strings.Join(warned.list(), ","); got != "the remote authority's AuthorizeAdmin" {
 			t.Fatalf("HOOK warnings %q, want one for AuthorizeAdmin", got)
 		}
 		if !strings.Contains(mlogs.String(), `"hook":"the remote authority's AuthorizeAdmin","panicked":true`) {

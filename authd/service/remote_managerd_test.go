@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -104,6 +106,28 @@ func (r *remoteRig) secondManagerd(t *testing.T, suffix string, wrap func(*manag
 		t.Fatal(err)
 	}
 	return cfg, r.startWith(t, manager.Inputs{Config: cfg, RemoteAuthority: wrap(stock)}, opts, mlogs)
+}
+
+// hookWarnings collects, from a manager's events, the hook of each HOOK warning's rejection.
+type hookWarnings struct {
+	mu    sync.Mutex
+	hooks []string
+}
+
+func (w *hookWarnings) events(e manager.Event) {
+	var rj *manager.Rejection
+	if e.Kind == manager.EventWarning && e.Code == manager.CodeHook && errors.As(e.Err, &rj) {
+		w.mu.Lock()
+		w.hooks = append(w.hooks, rj.Hook)
+		w.mu.Unlock()
+	}
+}
+
+// list is the hooks warned of so far, in order.
+func (w *hookWarnings) list() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.hooks)
 }
 
 // start runs a remote managerd; it is closed when the test ends.

@@ -271,25 +271,14 @@ func TestRemoteManagerdSpawn(t *testing.T) {
 	})
 
 	t.Run("fail/a panicking enrollment hook is a HOOK warning and a refused spawn", func(t *testing.T) {
-		var mu sync.Mutex
-		var hooks []string
-		events := func(e manager.Event) {
-			var rj *manager.Rejection
-			if e.Kind == manager.EventWarning && e.Code == manager.CodeHook && errors.As(e.Err, &rj) {
-				mu.Lock()
-				hooks = append(hooks, rj.Hook)
-				mu.Unlock()
-			}
-		}
+		warned := &hookWarnings{}
 		cfg3, _ := r.secondManagerd(t, "3", func(s *manager.HTTPAuthority) manager.RemoteAuthority { return panicky{s} },
-			manager.RuntimeOptions{Launcher: lnch, Events: events}, &testkit.SyncBuffer{})
+			manager.RuntimeOptions{Launcher: lnch, Events: warned.events}, &testkit.SyncBuffer{})
 		_, err := r.client(t, cfg3).Spawn(ctxT(t), &managerv1.SpawnRequest{Name: "p1", Connector: "echo"})
 		if status.Code(err) != codes.Internal || !strings.Contains(status.Convert(err).Message(), "EnrollManagedAgent") {
 			t.Fatalf("spawn = %v, want INTERNAL naming the rejected hook", err)
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if len(hooks) != 1 || !strings.Contains(hooks[0], "EnrollManagedAgent") {
+		if hooks := warned.list(); len(hooks) != 1 || !strings.Contains(hooks[0], "EnrollManagedAgent") {
 			t.Fatalf("HOOK warnings %v, want one for EnrollManagedAgent", hooks)
 		}
 		if _, err := os.Stat(filepath.Join(lnch.root, "p1")); !errors.Is(err, os.ErrNotExist) {
