@@ -190,12 +190,7 @@ func (m *Manager) undoEnrollment(ctx context.Context, a *agent) {
 	err = m.retireOnce(dctx, p)
 	cancel()
 	if err != nil {
-		m.retire.mu.Lock()
-		if m.retire.pending == nil {
-			m.retire.pending = map[string]bool{}
-		}
-		m.retire.pending[p.Name] = true
-		m.retire.mu.Unlock()
+		m.retire.hold(p.Name)
 		m.log.Warn("spawn failed after the enrollment; its retirement is pending and retried, its name held", "agent", a.name, "uid", a.uid, "opId", opID, "err", err)
 		m.tr.Warn(CodeAuthority, fmt.Sprintf("spawn of %s failed after its enrollment (lifecycle %s); its retirement is pending and retried, its name held", a.name, a.uid), err)
 		m.retryRetirement(p, nil)

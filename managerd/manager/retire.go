@@ -153,6 +153,16 @@ func (r *retirements) lock(name string) *sync.Mutex {
 	return l
 }
 
+// hold marks name as held by a pending retirement the manager has no agent for.
+func (r *retirements) hold(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pending == nil {
+		r.pending = map[string]bool{}
+	}
+	r.pending[name] = true
+}
+
 // held reports whether name is held by a pending retirement the manager has no agent for.
 func (r *retirements) held(name string) bool {
 	r.mu.Lock()
@@ -281,12 +291,7 @@ func (m *Manager) resumeRetirements() {
 			m.tr.Warn(CodeAuthority, "a pending-retirement record is unreadable; it is left for an operator", err)
 			continue
 		}
-		m.retire.mu.Lock()
-		if m.retire.pending == nil {
-			m.retire.pending = map[string]bool{}
-		}
-		m.retire.pending[p.Name] = true
-		m.retire.mu.Unlock()
+		m.retire.hold(p.Name)
 		m.log.Info("resuming a pending retirement", "agent", p.Name, "uid", p.Target.LifecycleUID, "opId", p.OpID)
 		m.retryRetirement(p, nil)
 	}
