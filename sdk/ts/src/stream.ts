@@ -80,6 +80,11 @@ export interface SignerCalls {
   readonly fellBack: number;
   /** drained counts the streams signerd told to drain (StreamDrain). */
   readonly drained: number;
+  /** ended counts the streams that have ended, cleanly or not. */
+  readonly ended: number;
+  /** broken counts the ended streams that did not end cleanly (signerd or the connection broke
+   * them, or signerd ended one that was not half-closed in time); close() breaks none. */
+  readonly broken: number;
   /** inFlight counts the calls written to a stream and not yet answered. */
   readonly inFlight: number;
 }
@@ -152,6 +157,8 @@ class Calls implements SignerCalls {
   opened = 0;
   fellBack = 0;
   drained = 0;
+  ended = 0;
+  broken = 0;
   private readonly unary;
   private cur: Stream | undefined;
   private opening: Promise<Stream | undefined> | undefined;
@@ -381,6 +388,7 @@ class Stream {
   /** read delivers answers until the stream ends, then fails every call still waiting. */
   private async read(messages: AsyncIterable<StreamResponse>): Promise<void> {
     let why = "stream ended";
+    let broken = false;
     try {
       for await (const r of messages) {
         if (r.result.case === "drain") {
@@ -401,17 +409,22 @@ class Stream {
       }
     } catch (err) {
       why = toSignerError(err).rawMessage;
+      broken = true;
     }
-    this.end(why);
+    this.end(why, broken);
   }
 
   /** end marks the stream gone; a call whose request was sent fails Unavailable (never resent),
    * one whose request never left may be sent again. */
-  private end(why: string): void {
+  private end(why: string, broken: boolean): void {
     if (this.ended) {
       return;
     }
     this.ended = true;
+    this.owner.ended++;
+    if (broken) {
+      this.owner.broken++;
+    }
     clearTimeout(this.ageTimer);
     this.owner.detach(this);
     this.queue.close();
@@ -437,7 +450,7 @@ class Stream {
 
   /** abort ends the stream at once; its calls fail as on a broken stream. */
   abort(why: string): void {
-    this.end(why);
+    this.end(why, false);
   }
 }
 
