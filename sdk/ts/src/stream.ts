@@ -71,8 +71,8 @@ export interface SignerCalls {
     request: MessageInitShape<typeof SignCalloutResponseRequestSchema>,
     options?: SignerCallOptions,
   ): Promise<SignCalloutResponseResponse>;
-  /** close ends the stream: calls in flight on it and calls made afterwards fail
-   * Code.Unavailable. It does not close the transport. */
+  /** close ends the streams (the current one and any still retiring): calls in flight on them
+   * and calls made afterwards fail Code.Unavailable. It does not close the transport. */
   close(): void;
   /** opened counts the streams signerd has accepted. */
   readonly opened: number;
@@ -85,7 +85,8 @@ export interface SignerCalls {
   /** broken counts the ended streams that did not end cleanly (signerd or the connection broke
    * them, or signerd ended one that was not half-closed in time); close() breaks none. */
   readonly broken: number;
-  /** inFlight counts the calls written to a stream and not yet answered. */
+  /** inFlight counts the calls written to a stream (the current one or a retiring one) and not
+   * yet answered. */
   readonly inFlight: number;
 }
 
@@ -161,6 +162,8 @@ class Calls implements SignerCalls {
   broken = 0;
   private readonly unary;
   private cur: Stream | undefined;
+  /** Every stream not yet ended: the current one and those retiring. */
+  readonly live = new Set<Stream>();
   private opening: Promise<Stream | undefined> | undefined;
   private unaryUntil = 0;
   private closed = false;
@@ -173,7 +176,11 @@ class Calls implements SignerCalls {
   }
 
   get inFlight(): number {
-    return this.cur?.sentCount() ?? 0;
+    let n = 0;
+    for (const cs of this.live) {
+      n += cs.sentCount();
+    }
+    return n;
   }
 
   mint(request: MessageInitShape<typeof MintRequestSchema>, options?: SignerCallOptions): Promise<MintResponse> {
@@ -196,9 +203,10 @@ class Calls implements SignerCalls {
 
   close(): void {
     this.closed = true;
-    const cs = this.cur;
     this.cur = undefined;
-    cs?.abort("signer calls closed");
+    for (const cs of [...this.live]) {
+      cs.abort("signer calls closed");
+    }
   }
 
   /** detach forgets cs if it is the current stream. */
@@ -293,6 +301,7 @@ class Calls implements SignerCalls {
     }
     this.opened++;
     this.cur = cs;
+    this.live.add(cs);
     return cs;
   }
 }
@@ -421,6 +430,7 @@ class Stream {
       return;
     }
     this.ended = true;
+    this.owner.live.delete(this);
     this.owner.ended++;
     if (broken) {
       this.owner.broken++;

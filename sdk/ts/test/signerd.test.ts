@@ -25,6 +25,7 @@ import {
   STREAM_MAX_AGE_MS,
   STREAM_RETRY_AFTER_MS,
   createSignerCalls,
+  decodeStatus,
   type Credential,
   type SignerCalls,
   ProfileParamsSchema,
@@ -282,7 +283,17 @@ test("fail/garbage-error-details", TIMEOUT, () => {
     const ce = new ConnectError("x", Code.PermissionDenied);
     ce.details = [{ type: "google.rpc.ErrorInfo", value: bytes }];
     assert.equal(toSignerError(ce).code, Code.PermissionDenied);
+    // A stream refusal's google.rpc.Status is read from the network too.
+    const st = decodeStatus(bytes);
+    assert.ok(st === undefined || (Number.isInteger(st.code) && typeof st.message === "string" && Array.isArray(st.details)));
   }
+  const encoded = new BinaryWriter().tag(1, 0).int32(Code.PermissionDenied).tag(2, 2).string("no").tag(3, 2).fork()
+    .tag(1, 2).string("type.googleapis.com/google.rpc.ErrorInfo").tag(2, 2).bytes(errorInfo("BAD_PROOF", ERROR_DOMAIN)).join().finish();
+  const decoded = decodeStatus(encoded);
+  assert.deepEqual(
+    { code: decoded?.code, message: decoded?.message, types: decoded?.details.map((d) => d.type) },
+    { code: Code.PermissionDenied, message: "no", types: ["google.rpc.ErrorInfo"] },
+  );
   const foreign = new ConnectError("x", Code.PermissionDenied);
   foreign.details = [{ type: "google.rpc.ErrorInfo", value: errorInfo("BAD_PROOF", "example.com") }];
   assert.equal(toSignerError(foreign).reason, "UNSPECIFIED");
