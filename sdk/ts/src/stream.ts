@@ -35,8 +35,8 @@ export const STREAM_MAX_AGE_MS = 20_000;
  * serves no Stream (Code.Unimplemented). */
 export const STREAM_RETRY_AFTER_MS = 60_000;
 
-/** SignerCallOptions are the options of one call: its timeout (the calls' timeoutMs when unset)
- * and an AbortSignal that cancels it. */
+/** SignerCallOptions are the options of one call: its timeout (the calls' timeoutMs when unset; 0
+ * or less for none, as for a Connect call) and an AbortSignal that cancels it. */
 export type SignerCallOptions = Pick<CallOptions, "timeoutMs" | "signal">;
 
 /** SignerCallsOptions configure createSignerCalls. */
@@ -253,7 +253,8 @@ class Calls implements SignerCalls {
       if (remaining <= 0) {
         throw deadline.error();
       }
-      return await unary({ timeoutMs: remaining, ...(options?.signal !== undefined ? { signal: options.signal } : {}) });
+      // Infinity (no timeout) is 0 for Connect.
+      return await unary({ timeoutMs: Number.isFinite(remaining) ? remaining : 0, ...(options?.signal !== undefined ? { signal: options.signal } : {}) });
     } catch (err) {
       throw toSignerError(err);
     } finally {
@@ -550,17 +551,19 @@ class Deadline {
   private readonly end: number;
   private err: SignerError | undefined;
   private readonly listeners: ((err: SignerError) => void)[] = [];
-  private readonly timer: ReturnType<typeof setTimeout>;
+  private readonly timer: ReturnType<typeof setTimeout> | undefined;
   private readonly onAbort: (() => void) | undefined;
 
   constructor(
     timeoutMs: number,
     private readonly signal: AbortSignal | undefined,
   ) {
-    // Wall time, not SignerCallsOptions.now: the timer that ends the wait is a real one.
-    this.end = Date.now() + timeoutMs;
+    // Wall time, not SignerCallsOptions.now: the timer that ends the wait is a real one. A
+    // timeout of 0 or less is none, as for a Connect call.
+    this.end = timeoutMs > 0 ? Date.now() + timeoutMs : Infinity;
     // The unary call's errors for the same events.
-    this.timer = setTimeout(() => this.fire(new ConnectError("the operation timed out", Code.DeadlineExceeded)), Math.max(timeoutMs, 0));
+    this.timer =
+      timeoutMs > 0 ? setTimeout(() => this.fire(new ConnectError("the operation timed out", Code.DeadlineExceeded)), timeoutMs) : undefined;
     if (signal !== undefined) {
       this.onAbort = () => this.fire(signal.reason);
       if (signal.aborted) {
