@@ -205,6 +205,71 @@ export function decodeErrorInfo(bytes: Uint8Array): ErrorInfo | undefined {
   }
 }
 
+/** RpcStatus holds the fields of google.rpc.Status: the code, the message and each detail as its
+ * type name (the type URL after its last "/") and bytes, as ConnectError.details holds them. */
+export interface RpcStatus {
+  code: number;
+  message: string;
+  details: { type: string; value: Uint8Array }[];
+}
+
+/**
+ * decodeStatus reads google.rpc.Status (code = 1, message = 2, repeated google.protobuf.Any
+ * details = 3, each type_url = 1 and value = 2) from the wire: the refusal signerd's Stream
+ * carries in StreamResponse.status. Like decodeErrorInfo it is written out because the message
+ * is not in signer.proto. Malformed bytes give undefined, never an exception.
+ */
+export function decodeStatus(bytes: Uint8Array): RpcStatus | undefined {
+  try {
+    const r = new BinaryReader(bytes);
+    const st: RpcStatus = { code: 0, message: "", details: [] };
+    while (r.pos < r.len) {
+      const [field, wireType] = r.tag();
+      if (field === 1 && wireType === WireType.Varint) {
+        st.code = r.int32();
+      } else if (field === 2 && wireType === WireType.LengthDelimited) {
+        st.message = r.string();
+      } else if (field === 3 && wireType === WireType.LengthDelimited) {
+        const any = new BinaryReader(r.bytes());
+        let typeUrl = "";
+        let value: Uint8Array = new Uint8Array(0);
+        while (any.pos < any.len) {
+          const [f, wt] = any.tag();
+          if (f === 1 && wt === WireType.LengthDelimited) {
+            typeUrl = any.string();
+          } else if (f === 2 && wt === WireType.LengthDelimited) {
+            value = any.bytes();
+          } else {
+            any.skip(wt, f);
+          }
+        }
+        st.details.push({ type: typeUrl.slice(typeUrl.lastIndexOf("/") + 1), value });
+      } else {
+        r.skip(wireType, field);
+      }
+    }
+    return st;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * statusError turns the bytes of a google.rpc.Status a Stream answer carries into the SignerError
+ * the unary RPC gives for the same refusal: its code, message and details (so its reason and
+ * reasonCode). Bytes that do not decode, or that say OK or a code gRPC does not define, give
+ * Code.Internal.
+ */
+export function statusError(bytes: Uint8Array): SignerError {
+  const st = decodeStatus(bytes);
+  if (st === undefined || st.code <= 0 || st.code > 16) {
+    return toSignerError(new ConnectError("signerd sent an unreadable stream refusal", Code.Internal));
+  }
+  const ce = new ConnectError(st.message, st.code as Code);
+  ce.details = st.details;
+  return toSignerError(ce);
+}
+
 /** decodeStringEntry reads one map<string,string> entry (key = 1, value = 2). */
 function decodeStringEntry(bytes: Uint8Array): [string, string] {
   const r = new BinaryReader(bytes);

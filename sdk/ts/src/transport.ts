@@ -61,6 +61,8 @@ export interface SignerTransport extends Transport {
   /** failovers counts the calls sent again to another replica after one answered
    * Code.Unavailable (always 0 with a single address). */
   readonly failovers: number;
+  /** The timeout of each call that sets none (SignerTransportOptions.timeoutMs). */
+  readonly timeoutMs: number;
 }
 
 /** SignerConfigError is a refused transport configuration; path names the offending file, if any. */
@@ -149,11 +151,12 @@ export function createSignerTransport(opts: SignerTransportOptions): SignerTrans
   });
   if (replicas.length === 1) {
     const { transport, sessionManager } = replicas[0]!;
-    return Object.assign(transport, { close: () => sessionManager.abort(), failovers: 0 });
+    return Object.assign(transport, { close: () => sessionManager.abort(), failovers: 0, timeoutMs });
   }
   let current = 0;
   let failovers = 0;
   return {
+    timeoutMs,
     get failovers() {
       return failovers;
     },
@@ -180,7 +183,8 @@ export function createSignerTransport(opts: SignerTransportOptions): SignerTrans
       }
     },
     stream(method, signal, timeout, header, input, contextValues) {
-      // SignerService has no streaming RPC; a stream goes to the current replica, without failover.
+      // A stream (SignerService's Stream, see createSignerCalls) goes to the current replica,
+      // without failover: a call sent on it may not be sent again.
       return replicas[current]!.transport.stream(method, signal, timeout, header, input, contextValues);
     },
   };

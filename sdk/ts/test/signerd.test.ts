@@ -8,20 +8,26 @@ import { chmodSync, copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync,
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
-import { after, before, test } from "node:test";
+import { after, before, test, type TestContext } from "node:test";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 
 import { create } from "@bufbuild/protobuf";
 import { BinaryWriter } from "@bufbuild/protobuf/wire";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { createUser } from "nkeys.js";
 
 import {
   ERROR_DOMAIN,
   Profile,
+  STREAM_MAX_AGE_MS,
+  STREAM_RETRY_AFTER_MS,
+  createSignerCalls,
+  decodeStatus,
+  type Credential,
+  type SignerCalls,
   ProfileParamsSchema,
   Reason,
   SignerConfigError,
@@ -126,15 +132,21 @@ test("ok/mint-agent", TIMEOUT, async () => {
     params: agentParams(),
     ttl: { seconds: 3600n },
   });
+  await assertAgentCredential(credential, agent.getPublicKey());
+});
+
+/** assertAgentCredential checks an agent credential minted with a 1 h lifetime for userPublicKey:
+ * its claims against signerd init's public facts and the policy's 10-minute cap. */
+async function assertAgentCredential(credential: Credential | undefined, userPublicKey: string): Promise<void> {
   assert.ok(credential !== undefined, "Mint returned no credential");
   const claims = jwtPayload(credential.jwt);
   const account = dataAccount();
-  assert.equal(claims.sub, agent.getPublicKey());
+  assert.equal(claims.sub, userPublicKey);
   assert.equal(claims.nats?.issuer_account, account);
   assert.equal(credential.issuerAccount, account);
   assert.equal((await client.getSpace({ space: SPACE })).accountPublicKey, account);
   assert.equal(claims.jti, credential.jti);
-  assert.equal(credential.userPublicKey, agent.getPublicKey());
+  assert.equal(credential.userPublicKey, userPublicKey);
   assert.equal(credential.profile, Profile.AGENT);
   assert.ok(typeof claims.exp === "number" && typeof claims.iat === "number", "JWT lacks exp or iat");
   const lifetime = claims.exp - claims.iat;
@@ -142,7 +154,7 @@ test("ok/mint-agent", TIMEOUT, async () => {
   assert.equal(credential.ttlCapped, true);
   assert.ok(credential.expiresAt !== undefined, "credential has no expiresAt");
   assert.equal(timestampDate(credential.expiresAt).getTime(), claims.exp * 1000);
-});
+}
 
 test("fail/denied-profile", TIMEOUT, async () => {
   const err = await rejection(
@@ -271,7 +283,17 @@ test("fail/garbage-error-details", TIMEOUT, () => {
     const ce = new ConnectError("x", Code.PermissionDenied);
     ce.details = [{ type: "google.rpc.ErrorInfo", value: bytes }];
     assert.equal(toSignerError(ce).code, Code.PermissionDenied);
+    // A stream refusal's google.rpc.Status is read from the network too.
+    const st = decodeStatus(bytes);
+    assert.ok(st === undefined || (Number.isInteger(st.code) && typeof st.message === "string" && Array.isArray(st.details)));
   }
+  const encoded = new BinaryWriter().tag(1, 0).int32(Code.PermissionDenied).tag(2, 2).string("no").tag(3, 2).fork()
+    .tag(1, 2).string("type.googleapis.com/google.rpc.ErrorInfo").tag(2, 2).bytes(errorInfo("BAD_PROOF", ERROR_DOMAIN)).join().finish();
+  const decoded = decodeStatus(encoded);
+  assert.deepEqual(
+    { code: decoded?.code, message: decoded?.message, types: decoded?.details.map((d) => d.type) },
+    { code: Code.PermissionDenied, message: "no", types: ["google.rpc.ErrorInfo"] },
+  );
   const foreign = new ConnectError("x", Code.PermissionDenied);
   foreign.details = [{ type: "google.rpc.ErrorInfo", value: errorInfo("BAD_PROOF", "example.com") }];
   assert.equal(toSignerError(foreign).reason, "UNSPECIFIED");
@@ -362,6 +384,290 @@ test("ok/replicas-failover", { timeout: 40_000 }, async () => {
     }
   }
 });
+
+// The Stream RPC (createSignerCalls): the same answers and refusals as the unary RPCs, over one
+// stream per SignerCalls.
+
+test("ok/stream-mint-agent", TIMEOUT, async (t) => {
+  const calls = streamCalls(t);
+  const agent = createUser();
+  const { credential } = await calls.mint({
+    space: SPACE,
+    profile: Profile.AGENT,
+    userPublicKey: agent.getPublicKey(),
+    params: agentParams(),
+    ttl: { seconds: 3600n },
+  });
+  await assertAgentCredential(credential, agent.getPublicKey());
+  assert.deepEqual(counts(calls), { opened: 1, fellBack: 0 }, "the call went over one stream");
+});
+
+test("fail/stream-refusal-as-unary", TIMEOUT, async (t) => {
+  const calls = streamCalls(t);
+  const supervisor = { space: SPACE, profile: Profile.SUPERVISOR, userPublicKey: createUser().getPublicKey(), params: { owner: "u_ts", actor: "mgr" } };
+  const viaStream = await rejection(calls.mint(supervisor));
+  const viaUnary = await rejection(client.mint(supervisor));
+  assertSameRefusal(viaStream, viaUnary);
+  assert.ok(viaStream instanceof SignerError);
+  assert.equal(viaStream.code, Code.PermissionDenied);
+  assert.equal(viaStream.reason, "PROFILE_NOT_ALLOWED");
+  assert.equal(viaStream.reasonCode, "profile-not-allowed");
+  // Another RPC over the same stream: a callout request that is no JWT, refused before policy.
+  const callout = { space: SPACE, requestJwt: "x" };
+  const calloutStream = await rejection(calls.openCalloutRequest(callout));
+  assertSameRefusal(calloutStream, await rejection(client.openCalloutRequest(callout)));
+  assert.ok(calloutStream instanceof SignerError);
+  assert.equal(calloutStream.code, Code.InvalidArgument);
+  assert.equal(calloutStream.reason, "INVALID_ARGUMENT");
+  assert.deepEqual(counts(calls), { opened: 1, fellBack: 0 }, "both refusals came over the stream");
+});
+
+test("ok/stream-concurrent-ids", TIMEOUT, async (t) => {
+  // More calls than signerd reads ahead on a stream (64): each answer reaches its own call.
+  const calls = streamCalls(t);
+  const users = Array.from({ length: 150 }, () => createUser().getPublicKey());
+  const answers = await Promise.all(
+    users.map((userPublicKey) => calls.mint({ space: SPACE, profile: Profile.AGENT, userPublicKey, params: agentParams() })),
+  );
+  assert.deepEqual(
+    answers.map((a) => a.credential?.userPublicKey),
+    users,
+  );
+  assert.deepEqual(
+    answers.map((a) => jwtPayload(a.credential!.jwt).sub),
+    users,
+  );
+  assert.equal(new Set(answers.map((a) => a.credential!.jti)).size, users.length, "a jti repeated");
+  assert.deepEqual(counts(calls), { opened: 1, fellBack: 0 });
+});
+
+test("ok/stream-max-age", TIMEOUT, async (t) => {
+  let now = Date.now();
+  const calls = streamCalls(t, { now: () => now });
+  await mintOn(calls);
+  await mintOn(calls);
+  assert.deepEqual(counts(calls), { opened: 1, fellBack: 0 }, "a young stream is reused");
+  now += STREAM_MAX_AGE_MS;
+  await mintOn(calls);
+  assert.deepEqual(counts(calls), { opened: 2, fellBack: 0 }, "an old stream is retired for a new one");
+});
+
+test("ok/stream-fallback-unimplemented", TIMEOUT, async () => {
+  // The signerd binary has no switch to serve without Stream (signerdtest.Options.NoStream is the
+  // Go harness's), so the stream is opened on a method name signerd does not serve: its gRPC
+  // server answers that UNIMPLEMENTED, the code an older signerd answers Stream with.
+  let attempts = 0;
+  const unserved: Transport = {
+    unary: (...args) => transport.unary(...args),
+    stream: (method, ...rest) => {
+      attempts++;
+      return transport.stream({ ...method, name: "StreamNotServed" }, ...rest);
+    },
+  };
+  let now = Date.now();
+  const calls = createSignerCalls(unserved, { now: () => now });
+  opened.push(calls);
+  const agent = createUser();
+  const { credential } = await calls.mint({ space: SPACE, profile: Profile.AGENT, userPublicKey: agent.getPublicKey(), params: agentParams(), ttl: { seconds: 3600n } });
+  await assertAgentCredential(credential, agent.getPublicKey());
+  await mintOn(calls);
+  await mintOn(calls);
+  assert.deepEqual(counts(calls), { opened: 0, fellBack: 3 }, "every call by the unary RPC");
+  assert.equal(attempts, 1, "one stream attempt within the unary period");
+  now += STREAM_RETRY_AFTER_MS;
+  await mintOn(calls);
+  assert.equal(attempts, 2, "a new attempt once the unary period is over");
+  assert.deepEqual(counts(calls), { opened: 0, fellBack: 4 });
+});
+
+test("fail/stream-refused-falls-back-per-call", TIMEOUT, async (t) => {
+  // managerd holds signerd's per-caller stream cap (16) open: a new stream is refused
+  // RESOURCE_EXHAUSTED, that call goes by the unary RPC, and the next call tries to open again.
+  const held: AbortController[] = [];
+  try {
+    // Streams until signerd refuses one (other tests' streams may still count).
+    let refused: unknown;
+    for (let i = 0; i <= 16 && refused === undefined; i++) {
+      const ac = new AbortController();
+      try {
+        const res = await transport.stream(SignerService.method.stream, ac.signal, 0, undefined, idle(ac.signal), undefined);
+        assert.equal(res.header.get("cotal-signer-stream"), "1", `held stream ${i} not accepted`);
+        held.push(ac);
+      } catch (err) {
+        ac.abort();
+        refused = err;
+      }
+    }
+    assert.ok(refused instanceof SignerError, `want a refused stream, got ${String(refused)}`);
+    assert.equal(refused.code, Code.ResourceExhausted);
+    assert.equal(refused.reason, "RATE_LIMITED");
+    const calls = streamCalls(t);
+    await mintOn(calls);
+    await mintOn(calls);
+    assert.deepEqual(counts(calls), { opened: 0, fellBack: 2 }, "each call refused a stream went by the unary RPC");
+    held.pop()!.abort();
+    // signerd frees the slot once it sees the reset; poll with a deadline.
+    await pollUntil(async () => {
+      await mintOn(calls);
+      return calls.opened === 1;
+    }, 10_000, "no stream opened after a held one ended");
+  } finally {
+    for (const ac of held) {
+      ac.abort();
+    }
+  }
+});
+
+test("fail/stream-call-abort-and-timeout", { timeout: 30_000 }, async () => {
+  // A signerd whose audit writer waits 2 s for a batch holds each call in flight.
+  const slow = await startReplica("ts-slow", { max_delay: "2s" });
+  try {
+    const t = createSignerTransport({ ...managerd(), address: slow.listen });
+    opened.push(t);
+    const calls = createSignerCalls(t);
+    opened.push(calls);
+    await mintOn(calls);
+    const ac = new AbortController();
+    const aborted = rejection(calls.mint(agentRequest(), { signal: ac.signal }));
+    await pollUntil(() => calls.inFlight === 1, 10_000, "the call never went out on the stream");
+    ac.abort();
+    const err = await aborted;
+    assert.ok(err instanceof SignerError, `want SignerError, got ${String(err)}`);
+    assert.equal(err.code, Code.Canceled);
+    const timedOut = await rejection(calls.mint(agentRequest(), { timeoutMs: 100 }));
+    assert.ok(timedOut instanceof SignerError, `want SignerError, got ${String(timedOut)}`);
+    assert.equal(timedOut.code, Code.DeadlineExceeded);
+    // The stream goes on: the answers that came after their calls stopped waiting were dropped.
+    await mintOn(calls);
+    assert.deepEqual(counts(calls), { opened: 1, fellBack: 0 });
+  } finally {
+    await stopSignerd(slow.child, 10_000);
+  }
+});
+
+test("fail/stream-broken-not-resent", { timeout: 40_000 }, async () => {
+  // Two replicas, the first with a slow audit writer; it is killed (SIGKILL) with a call in flight
+  // on its stream. The call fails Unavailable and is not sent to the second replica (its audit
+  // stays empty); the next calls are answered by the second replica.
+  const first = await startReplica("ts-s1", { max_delay: "2s" });
+  const second = await startReplica("ts-s2", {});
+  try {
+    const t = createSignerTransport({ ...managerd(), address: undefined, addresses: [first.listen, second.listen] });
+    opened.push(t);
+    const calls = createSignerCalls(t);
+    opened.push(calls);
+    await mintOn(calls);
+    const inFlight = rejection(calls.mint(agentRequest()));
+    await pollUntil(() => calls.inFlight === 1, 10_000, "the call never went out on the stream");
+    await new Promise<void>((resolve) => {
+      first.child.once("exit", () => resolve());
+      first.child.kill("SIGKILL");
+    });
+    const err = await inFlight;
+    assert.ok(err instanceof SignerError, `want SignerError, got ${String(err)}`);
+    assert.equal(err.code, Code.Unavailable);
+    assert.match(err.rawMessage, /not resent/);
+    assert.deepEqual(counts(calls), { opened: 1, fellBack: 0 }, "the broken call was not sent again");
+    assert.equal(calls.broken, 1);
+    assert.deepEqual(await auditLines([second.audit]), [0], "the second replica saw no call");
+    // The next call: the stream to the dead replica is refused, the unary RPC fails over; the one
+    // after opens a stream on the second replica.
+    await mintOn(calls);
+    await mintOn(calls);
+    assert.deepEqual(counts(calls), { opened: 2, fellBack: 1 });
+    assert.deepEqual(await auditLines([second.audit]), [2]);
+  } finally {
+    for (const r of [first, second]) {
+      if (r.child.exitCode === null && r.child.signalCode === null) {
+        await stopSignerd(r.child, 10_000);
+      }
+    }
+  }
+});
+
+test("ok/stream-drain-on-sigterm", { timeout: 30_000 }, async () => {
+  // SIGTERM with a call in flight on the stream: signerd sends StreamDrain, the client half-closes
+  // the stream, the call is answered, and signerd exits 0 without waiting out its drain grace.
+  const r = await startReplica("ts-drain", { max_delay: "1s" });
+  const t = createSignerTransport({ ...managerd(), address: r.listen });
+  opened.push(t);
+  const calls = createSignerCalls(t);
+  opened.push(calls);
+  await mintOn(calls);
+  const agent = createUser().getPublicKey();
+  const answer = calls.mint({ space: SPACE, profile: Profile.AGENT, userPublicKey: agent, params: agentParams() });
+  await pollUntil(() => calls.inFlight === 1, 10_000, "the call never went out on the stream");
+  const code = await stopSignerd(r.child, 10_000);
+  const { credential } = await answer;
+  assert.equal(credential?.userPublicKey, agent);
+  assert.equal(code, 0, "signerd did not stop cleanly on SIGTERM");
+  assert.deepEqual(counts(calls), { opened: 1, fellBack: 0 });
+  assert.equal(calls.drained, 1, "the stream was not told to drain");
+  // Half-closed in answer to the drain, the stream ends cleanly; one left open would be ended
+  // by signerd with UNAVAILABLE after its drain grace.
+  await pollUntil(() => calls.ended === 1, 10_000, "the drained stream never ended");
+  assert.equal(calls.broken, 0, "the drained stream did not end cleanly");
+  assert.deepEqual(await auditLines([r.audit]), [2], "both calls audited");
+});
+
+/** streamCalls returns SignerCalls over the suite's transport, closed after the test. */
+function streamCalls(t: TestContext, opts: Parameters<typeof createSignerCalls>[1] = {}): SignerCalls {
+  const calls = createSignerCalls(transport, opts);
+  t.after(() => calls.close());
+  return calls;
+}
+
+function counts(calls: SignerCalls): { opened: number; fellBack: number } {
+  return { opened: calls.opened, fellBack: calls.fellBack };
+}
+
+function agentRequest() {
+  return { space: SPACE, profile: Profile.AGENT, userPublicKey: createUser().getPublicKey(), params: agentParams() };
+}
+
+/** mintOn mints an agent credential through calls and checks it names the requested user. */
+async function mintOn(calls: SignerCalls): Promise<void> {
+  const req = agentRequest();
+  const { credential } = await calls.mint(req);
+  assert.equal(credential?.userPublicKey, req.userPublicKey);
+}
+
+/** assertSameRefusal checks that a stream refusal is the unary one: code, message, reason and
+ * details. */
+function assertSameRefusal(viaStream: unknown, viaUnary: unknown): void {
+  assert.ok(viaStream instanceof SignerError, `stream: want SignerError, got ${String(viaStream)}`);
+  assert.ok(viaUnary instanceof SignerError, `unary: want SignerError, got ${String(viaUnary)}`);
+  assert.equal(viaStream.code, viaUnary.code);
+  assert.equal(viaStream.rawMessage, viaUnary.rawMessage);
+  assert.equal(viaStream.reason, viaUnary.reason);
+  assert.equal(viaStream.reasonCode, viaUnary.reasonCode);
+  const details = (e: SignerError) => e.details.map((d) => ("type" in d ? { type: d.type, value: Buffer.from(d.value).toString("hex") } : d));
+  assert.deepEqual(details(viaStream), details(viaUnary));
+}
+
+/** startReplica starts one more signerd on the suite's init directory with its own audit file,
+ * audit options added. */
+async function startReplica(id: string, audit: Record<string, string>) {
+  const file = join(dir, "audit", `${id}.audit`);
+  const config = join(dir, `serve-${id}.yaml`);
+  writeFileSync(config, JSON.stringify({ ...serveConfig(), audit: { path: file, replica: id, ...audit } }), { mode: 0o600 });
+  const started = await startSignerd(config, 20_000);
+  return { id, audit: file, ...started };
+}
+
+/** idle is a request stream that sends nothing until signal aborts. */
+async function* idle(signal: AbortSignal): AsyncGenerator<never> {
+  await new Promise<void>((resolve) => signal.addEventListener("abort", () => resolve(), { once: true }));
+}
+
+/** pollUntil polls cond every 10 ms until it holds, failing with msg after deadlineMs. */
+async function pollUntil(cond: () => boolean | Promise<boolean>, deadlineMs: number, msg: string): Promise<void> {
+  const end = Date.now() + deadlineMs;
+  while (!(await cond())) {
+    assert.ok(Date.now() < end, msg);
+    await new Promise((resolve) => setTimeout(resolve, 10)); // poll interval, not synchronisation
+  }
+}
 
 /** auditLines runs `signerd audit verify` on each file alone and returns its line count; it also
  * checks that the file holds one chain, named by the replica id in the file name. */
