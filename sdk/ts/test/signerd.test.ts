@@ -385,6 +385,31 @@ test("ok/replicas-failover", { timeout: 40_000 }, async () => {
   }
 });
 
+test("ok/unary-beyond-stream-cap", { timeout: 30_000 }, async () => {
+  // signerd allows 32 concurrent HTTP/2 streams per connection (limits.max_concurrent_streams);
+  // 200 unary calls at once on a new transport's one connection wait their turn, none is refused,
+  // and each answer is the credential of its own request. Twice: the first burst races signerd's
+  // SETTINGS on a new connection, the second runs on a connection that knows the limit.
+  const t = createSignerTransport(managerd());
+  opened.push(t);
+  const c = createSignerClient(t);
+  for (const burst of ["new connection", "open connection"]) {
+    const users = Array.from({ length: 200 }, () => createUser().getPublicKey());
+    const outcomes = await Promise.allSettled(
+      users.map((userPublicKey) => c.mint({ space: SPACE, profile: Profile.AGENT, userPublicKey, params: agentParams() })),
+    );
+    const failed = outcomes.flatMap((o) => (o.status === "rejected" ? [toSignerError(o.reason).message] : []));
+    assert.deepEqual(failed.slice(0, 3), [], `${burst}: ${failed.length} of 200 calls failed`);
+    const answers = outcomes.map((o) => (o.status === "fulfilled" ? o.value : assert.fail("rejected")));
+    assert.deepEqual(
+      answers.map((a) => jwtPayload(a.credential!.jwt).sub),
+      users,
+      `${burst}: an answer is another call's credential`,
+    );
+    assert.equal(new Set(answers.map((a) => a.credential!.jti)).size, users.length, `${burst}: a jti repeated`);
+  }
+});
+
 // The Stream RPC (createSignerCalls): the same answers and refusals as the unary RPCs, over one
 // stream per SignerCalls.
 
