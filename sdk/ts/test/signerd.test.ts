@@ -410,6 +410,116 @@ test("ok/unary-beyond-stream-cap", { timeout: 30_000 }, async () => {
   }
 });
 
+/** held is the audit configuration of a replica that holds each call until its audit batch is
+ * written, delay after the batch's first line. */
+function held(delay: string) {
+  return { max_delay: delay, max_batch: 1000 };
+}
+
+test("ok/unary-queue-reads-peer-limit", { timeout: 30_000 }, async () => {
+  // A signerd allowing 4 streams per connection, below the transport's cap (32): once the
+  // connection's settings are read, 10 calls at once run 4 at a time and the others queue.
+  const r = await startReplica("ts-q4", held("500ms"), { max_concurrent_streams: 4 });
+  try {
+    const t = createSignerTransport({ ...managerd(), address: r.listen });
+    opened.push(t);
+    const c = createSignerClient(t);
+    const first = agentRequest();
+    assert.equal((await c.mint(first)).credential?.userPublicKey, first.userPublicKey);
+    const reqs = Array.from({ length: 10 }, () => agentRequest());
+    const answers = Promise.all(reqs.map((req) => c.mint(req)));
+    assert.equal(t.queued, 6, "calls beyond signerd's 4 streams did not queue");
+    assert.deepEqual(
+      (await answers).map((a) => a.credential?.userPublicKey),
+      reqs.map((req) => req.userPublicKey),
+    );
+    assert.equal(t.queued, 0);
+    assert.deepEqual(await auditLines([r.audit]), [11]);
+  } finally {
+    await stopSignerd(r.child, 10_000);
+  }
+});
+
+test("fail/unary-queued-timeout-and-abort", { timeout: 30_000 }, async () => {
+  // Two calls held by the replica fill a transport of maxConcurrentCalls 2; a third call waits
+  // in the queue, where its timeout or abort ends it, and it is never sent (the audit counts
+  // only the calls that were).
+  const r = await startReplica("ts-qwait", held("3s"));
+  try {
+    const t = createSignerTransport({ ...managerd(), address: r.listen, maxConcurrentCalls: 2 });
+    opened.push(t);
+    const c = createSignerClient(t);
+    let settled = 0;
+    const held = [agentRequest(), agentRequest()].map((req) =>
+      c.mint(req).finally(() => {
+        settled++;
+      }),
+    );
+    assert.equal(t.queued, 0);
+    const timedOut = rejection(c.mint(agentRequest(), { timeoutMs: 200 }));
+    assert.equal(t.queued, 1);
+    const err = await timedOut;
+    assert.ok(err instanceof SignerError, `want SignerError, got ${String(err)}`);
+    assert.equal(err.code, Code.DeadlineExceeded);
+    assert.equal(t.queued, 0);
+    const ac = new AbortController();
+    const aborted = rejection(c.mint(agentRequest(), { signal: ac.signal }));
+    assert.equal(t.queued, 1);
+    ac.abort();
+    const abortErr = await aborted;
+    assert.ok(abortErr instanceof SignerError, `want SignerError, got ${String(abortErr)}`);
+    assert.equal(abortErr.code, Code.Canceled);
+    assert.equal(t.queued, 0);
+    assert.equal(settled, 0, "the held calls were answered before the queued ones ended: the queue was not tested");
+    await Promise.all(held);
+    // A last call, sent after the ones that gave up would have been: the audit holds the two held
+    // calls and this one.
+    await c.mint(agentRequest());
+    assert.deepEqual(await auditLines([r.audit]), [3], "a call that gave up in the queue reached signerd");
+  } finally {
+    await stopSignerd(r.child, 10_000);
+  }
+});
+
+test("ok/unary-queue-counts-open-stream", { timeout: 30_000 }, async () => {
+  // An open SignerCalls stream holds one of the transport's turns (maxConcurrentCalls 2): with it
+  // open, one unary call runs and the next queues; once it is closed, two run. Calls on the
+  // stream and unary calls mixed all get their own credentials.
+  const r = await startReplica("ts-qstream", held("500ms"));
+  try {
+    const t = createSignerTransport({ ...managerd(), address: r.listen, maxConcurrentCalls: 2 });
+    opened.push(t);
+    const c = createSignerClient(t);
+    const calls = createSignerCalls(t);
+    opened.push(calls);
+    await mintOn(calls);
+    const unaryReqs = Array.from({ length: 3 }, () => agentRequest());
+    const streamReqs = Array.from({ length: 20 }, () => agentRequest());
+    const unary = Promise.all(unaryReqs.map((req) => c.mint(req)));
+    assert.equal(t.queued, 2, "the open stream does not hold a turn");
+    const viaStream = Promise.all(streamReqs.map((req) => calls.mint(req)));
+    assert.deepEqual(
+      (await unary).map((a) => a.credential?.userPublicKey),
+      unaryReqs.map((req) => req.userPublicKey),
+    );
+    assert.deepEqual(
+      (await viaStream).map((a) => a.credential?.userPublicKey),
+      streamReqs.map((req) => req.userPublicKey),
+    );
+    assert.deepEqual(counts(calls), { opened: 1, fellBack: 0 });
+    calls.close();
+    const after = [agentRequest(), agentRequest()];
+    const both = Promise.all(after.map((req) => c.mint(req)));
+    assert.equal(t.queued, 0, "the closed stream still holds a turn");
+    assert.deepEqual(
+      (await both).map((a) => a.credential?.userPublicKey),
+      after.map((req) => req.userPublicKey),
+    );
+  } finally {
+    await stopSignerd(r.child, 10_000);
+  }
+});
+
 // The Stream RPC (createSignerCalls): the same answers and refusals as the unary RPCs, over one
 // stream per SignerCalls.
 
@@ -672,10 +782,10 @@ function assertSameRefusal(viaStream: unknown, viaUnary: unknown): void {
 
 /** startReplica starts one more signerd on the suite's init directory with its own audit file,
  * audit options added. */
-async function startReplica(id: string, audit: Record<string, string>) {
+async function startReplica(id: string, audit: Record<string, string | number>, limits: Record<string, number> = {}) {
   const file = join(dir, "audit", `${id}.audit`);
   const config = join(dir, `serve-${id}.yaml`);
-  writeFileSync(config, JSON.stringify({ ...serveConfig(), audit: { path: file, replica: id, ...audit } }), { mode: 0o600 });
+  writeFileSync(config, JSON.stringify({ ...serveConfig(), audit: { path: file, replica: id, ...audit }, limits }), { mode: 0o600 });
   const started = await startSignerd(config, 20_000);
   return { id, audit: file, ...started };
 }
