@@ -258,6 +258,8 @@ test("fail/transport-config", TIMEOUT, () => {
     { name: "plain http", opts: { ...base, address: "http://127.0.0.1:1" }, path: "" },
     { name: "missing CA", opts: { ...base, caFile: join(dir, "nope.pem") }, path: join(dir, "nope.pem") },
     { name: "key readable by others", opts: { ...base, keyFile: loose }, path: loose },
+    { name: "no concurrent calls", opts: { ...base, maxConcurrentCalls: 0 }, path: "" },
+    { name: "fractional concurrent calls", opts: { ...base, maxConcurrentCalls: 1.5 }, path: "" },
   ];
   for (const c of cases) {
     assert.throws(
