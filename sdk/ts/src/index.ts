@@ -13,6 +13,7 @@ export * from "./gen/cotal/signer/v1/signer_pb.js";
 export * as manager from "./manager.js";
 export {
   DEFAULT_SERVER_NAME,
+  DEFAULT_MAX_CONCURRENT_CALLS,
   DEFAULT_TIMEOUT_MS,
   SignerConfigError,
   createSignerClient,

@@ -5,13 +5,13 @@
 import { closeSync, constants, fstatSync, openSync, readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { checkServerIdentity, type PeerCertificate } from "node:tls";
-import type { SecureClientSessionOptions } from "node:http2";
+import type { ClientHttp2Stream, ClientSessionRequestOptions, OutgoingHttpHeaders, SecureClientSessionOptions, Settings } from "node:http2";
 
 import { Code, ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 
 import { SignerService } from "./gen/cotal/signer/v1/signer_pb.js";
-import { signerErrors } from "./errors.js";
+import { signerErrors, toSignerError } from "./errors.js";
 
 /** DEFAULT_SERVER_NAME is the name signerd's certificate is verified for unless serverName says
  * otherwise (`signerd pki init` issues signerd's certificate for localhost and 127.0.0.1). */
@@ -19,6 +19,11 @@ export const DEFAULT_SERVER_NAME = "localhost";
 
 /** DEFAULT_TIMEOUT_MS bounds every call that sets no timeout of its own. */
 export const DEFAULT_TIMEOUT_MS = 10_000;
+
+/** DEFAULT_MAX_CONCURRENT_CALLS is how many calls go to one replica at once unless
+ * SignerTransportOptions.maxConcurrentCalls says otherwise: signerd's default
+ * limits.max_concurrent_streams, the HTTP/2 streams it allows on one connection. */
+export const DEFAULT_MAX_CONCURRENT_CALLS = 32;
 
 /** maxPEMBytes bounds each certificate, key and CA file read. */
 const maxPEMBytes = 1 << 20;
@@ -52,6 +57,13 @@ export interface SignerTransportOptions {
   timeoutMs?: number;
   /** Further interceptors, run inside the one that turns failures into SignerErrors. */
   interceptors?: Interceptor[];
+  /** How many calls (unary calls and open streams, such as createSignerCalls' Stream) go to one
+   * replica at once; the others wait their turn in order. DEFAULT_MAX_CONCURRENT_CALLS when unset.
+   * A signerd that advertises a lower limit (its limits.max_concurrent_streams) lowers it once its
+   * HTTP/2 settings have been read; a higher one does not raise it, so set this to signerd's limit
+   * when that is raised, and when it is lowered (until the first connection's settings are read,
+   * this is the only bound). A positive integer. */
+  maxConcurrentCalls?: number;
 }
 
 /** SignerTransport is a Connect transport to signerd that can be closed. */
@@ -63,6 +75,8 @@ export interface SignerTransport extends Transport {
   readonly failovers: number;
   /** The timeout of each call that sets none (SignerTransportOptions.timeoutMs). */
   readonly timeoutMs: number;
+  /** queued counts the calls waiting for a replica's turn (see maxConcurrentCalls). */
+  readonly queued: number;
 }
 
 /** SignerConfigError is a refused transport configuration; path names the offending file, if any. */
@@ -96,9 +110,17 @@ export class SignerConfigError extends Error {
  * repeated on another replica at worst mints or signs a second time for the same key
  * (docs/signerd.md, "Replicas"). Interceptors run once per attempt.
  *
+ * A replica takes at most maxConcurrentCalls calls at once (unary calls and open streams alike,
+ * each holds one HTTP/2 stream): signerd refuses HTTP/2 streams beyond its per-connection limit
+ * and Node's HTTP/2 client sends a new connection's first requests before it has read that limit.
+ * Calls beyond it wait, first come first served, and their timeout and AbortSignal count while
+ * they wait: one that times out or is aborted in the queue fails Code.DeadlineExceeded or
+ * Code.Canceled and is never sent; the time waited comes out of its timeout. A failover moves a
+ * call to the next replica's queue.
+ *
  * It throws SignerConfigError for a missing option, both or neither of address and addresses, an
- * unsupported or repeated address, or a file it cannot read or will not trust (a client key looser
- * than 0600, a symlink, another owner's file).
+ * unsupported or repeated address, an invalid maxConcurrentCalls, or a file it cannot read or will
+ * not trust (a client key looser than 0600, a symlink, another owner's file).
  */
 export function createSignerTransport(opts: SignerTransportOptions): SignerTransport {
   for (const k of ["caFile", "certFile", "keyFile"] as const) {
@@ -110,6 +132,10 @@ export function createSignerTransport(opts: SignerTransportOptions): SignerTrans
   const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
     throw new SignerConfigError(`timeoutMs ${timeoutMs} is not a positive number`);
+  }
+  const maxCalls = opts.maxConcurrentCalls ?? DEFAULT_MAX_CONCURRENT_CALLS;
+  if (!Number.isSafeInteger(maxCalls) || maxCalls <= 0) {
+    throw new SignerConfigError(`maxConcurrentCalls ${maxCalls} is not a positive integer`);
   }
   const serverName = opts.serverName ?? DEFAULT_SERVER_NAME;
   const serverId = opts.serverId ?? "";
@@ -140,18 +166,33 @@ export function createSignerTransport(opts: SignerTransportOptions): SignerTrans
     },
   };
   const replicas = baseUrls.map((baseUrl) => {
-    const sessionManager = new Http2SessionManager(baseUrl, undefined, tlsOptions);
-    const transport = createGrpcTransport({
-      baseUrl,
-      sessionManager,
-      defaultTimeoutMs: timeoutMs,
-      interceptors: [signerErrors, ...(opts.interceptors ?? [])],
-    });
-    return { transport, sessionManager };
+    const turns = new Turns(maxCalls);
+    const sessionManager = new SettingsReader(baseUrl, tlsOptions, (n) => turns.peerLimit(n));
+    const transport = queued(
+      createGrpcTransport({
+        baseUrl,
+        sessionManager,
+        defaultTimeoutMs: timeoutMs,
+        interceptors: [signerErrors, ...(opts.interceptors ?? [])],
+      }),
+      turns,
+      timeoutMs,
+    );
+    return { transport, sessionManager, turns };
   });
+  const queuedCalls = () => replicas.reduce((n, r) => n + r.turns.waiting, 0);
   if (replicas.length === 1) {
     const { transport, sessionManager } = replicas[0]!;
-    return Object.assign(transport, { close: () => sessionManager.abort(), failovers: 0, timeoutMs });
+    return {
+      timeoutMs,
+      failovers: 0,
+      get queued() {
+        return queuedCalls();
+      },
+      close: () => sessionManager.abort(),
+      unary: transport.unary,
+      stream: transport.stream,
+    };
   }
   let current = 0;
   let failovers = 0;
@@ -159,6 +200,9 @@ export function createSignerTransport(opts: SignerTransportOptions): SignerTrans
     timeoutMs,
     get failovers() {
       return failovers;
+    },
+    get queued() {
+      return queuedCalls();
     },
     close() {
       for (const r of replicas) {
@@ -186,6 +230,182 @@ export function createSignerTransport(opts: SignerTransportOptions): SignerTrans
       // A stream (SignerService's Stream, see createSignerCalls) goes to the current replica,
       // without failover: a call sent on it may not be sent again.
       return replicas[current]!.transport.stream(method, signal, timeout, header, input, contextValues);
+    },
+  };
+}
+
+/** noPeerLimit is HTTP/2's initial SETTINGS_MAX_CONCURRENT_STREAMS (no limit), which Node reports
+ * until the peer's SETTINGS have been read. */
+const noPeerLimit = 2 ** 32 - 1;
+
+/** SettingsReader is connect-node's session manager, telling onLimit the peer's
+ * SETTINGS_MAX_CONCURRENT_STREAMS of each HTTP/2 session it opens a stream on (connect-node does
+ * not expose the session itself; each stream names it). */
+class SettingsReader extends Http2SessionManager {
+  private readonly seen = new WeakSet<object>();
+
+  constructor(
+    baseUrl: string,
+    tlsOptions: SecureClientSessionOptions,
+    private readonly onLimit: (n: number) => void,
+  ) {
+    super(baseUrl, undefined, tlsOptions);
+  }
+
+  override async request(
+    method: string,
+    path: string,
+    headers: OutgoingHttpHeaders,
+    options: Omit<ClientSessionRequestOptions, "signal">,
+  ): Promise<ClientHttp2Stream> {
+    const stream = await super.request(method, path, headers, options);
+    const session = stream.session;
+    if (session !== undefined && !this.seen.has(session)) {
+      this.seen.add(session);
+      const read = (s: Settings) => {
+        if (s.maxConcurrentStreams !== undefined && s.maxConcurrentStreams < noPeerLimit) {
+          this.onLimit(s.maxConcurrentStreams);
+        }
+      };
+      read(session.remoteSettings);
+      session.on("remoteSettings", read);
+    }
+    return stream;
+  }
+}
+
+/** Turns lets at most limit() calls to one replica run at once and queues the others, first come
+ * first served. */
+class Turns {
+  private running = 0;
+  private peer = Infinity;
+  private readonly queue: { grant: () => void }[] = [];
+
+  constructor(private readonly cap: number) {}
+
+  get waiting(): number {
+    return this.queue.length;
+  }
+
+  private limit(): number {
+    return Math.min(this.cap, this.peer);
+  }
+
+  /** peerLimit records the replica's advertised stream limit (0 is taken as 1: a call then waits
+   * for the one before it rather than for ever). */
+  peerLimit(n: number): void {
+    this.peer = Math.max(1, n);
+    this.pump();
+  }
+
+  /** take resolves with the function that ends the call's turn once it may run; it rejects, and
+   * leaves the queue, when signal aborts or deadline (Date.now() ms, Infinity for none) passes
+   * first. */
+  take(signal: AbortSignal | undefined, deadline: number): Promise<() => void> {
+    return new Promise((resolve, reject) => {
+      let done = false;
+      const end = () => {
+        if (!done) {
+          done = true;
+          this.running--;
+          this.pump();
+        }
+      };
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const entry = {
+        grant: () => {
+          cleanup();
+          this.running++;
+          resolve(end);
+        },
+      };
+      const leave = (err: unknown) => {
+        const i = this.queue.indexOf(entry);
+        if (i >= 0) {
+          this.queue.splice(i, 1);
+        }
+        cleanup();
+        reject(toSignerError(err));
+      };
+      const onAbort = () => leave(signal!.reason);
+      const cleanup = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", onAbort);
+      };
+      if (signal?.aborted === true) {
+        reject(toSignerError(signal.reason));
+        return;
+      }
+      if (this.queue.length === 0 && this.running < this.limit()) {
+        entry.grant();
+        return;
+      }
+      this.queue.push(entry);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      if (Number.isFinite(deadline)) {
+        // The error Connect gives a call whose timeout passes.
+        timer = setTimeout(() => leave(new ConnectError("the operation timed out", Code.DeadlineExceeded)), Math.max(0, deadline - Date.now()));
+      }
+    });
+  }
+
+  private pump(): void {
+    while (this.queue.length > 0 && this.running < this.limit()) {
+      this.queue.shift()!.grant();
+    }
+  }
+}
+
+/** queued wraps one replica's transport so each call waits for its turn (turns) before it is sent.
+ * A unary call's turn ends when it settles; a stream's when its response ends, fails, or its
+ * signal aborts. A call's timeout (defaultTimeoutMs when it sets none; 0 or less for none) runs
+ * from the moment it is made: the transport is given what is left of it. */
+function queued(inner: Transport, turns: Turns, defaultTimeoutMs: number): Transport {
+  const deadlineOf = (timeout: number | undefined) => {
+    const t = timeout ?? defaultTimeoutMs;
+    return t > 0 ? Date.now() + t : Infinity;
+  };
+  // The remaining timeout, at least 1 ms (0 would be none for Connect); the turn was granted
+  // before the deadline.
+  const left = (deadline: number, timeout: number | undefined) =>
+    Number.isFinite(deadline) ? Math.max(1, deadline - Date.now()) : timeout;
+  return {
+    async unary(method, signal, timeout, header, input, contextValues) {
+      const deadline = deadlineOf(timeout);
+      const end = await turns.take(signal, deadline);
+      try {
+        return await inner.unary(method, signal, left(deadline, timeout), header, input, contextValues);
+      } finally {
+        end();
+      }
+    },
+    async stream(method, signal, timeout, header, input, contextValues) {
+      const deadline = deadlineOf(timeout);
+      const end = await turns.take(signal, deadline);
+      const onAbort = () => finish();
+      const finish = () => {
+        signal?.removeEventListener("abort", onAbort);
+        end();
+      };
+      signal?.addEventListener("abort", onAbort, { once: true });
+      let res;
+      try {
+        res = await inner.stream(method, signal, left(deadline, timeout), header, input, contextValues);
+      } catch (err) {
+        finish();
+        throw err;
+      }
+      const messages = res.message;
+      return {
+        ...res,
+        message: (async function* () {
+          try {
+            yield* messages;
+          } finally {
+            finish();
+          }
+        })(),
+      };
     },
   };
 }

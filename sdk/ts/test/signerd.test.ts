@@ -258,6 +258,8 @@ test("fail/transport-config", TIMEOUT, () => {
     { name: "plain http", opts: { ...base, address: "http://127.0.0.1:1" }, path: "" },
     { name: "missing CA", opts: { ...base, caFile: join(dir, "nope.pem") }, path: join(dir, "nope.pem") },
     { name: "key readable by others", opts: { ...base, keyFile: loose }, path: loose },
+    { name: "no concurrent calls", opts: { ...base, maxConcurrentCalls: 0 }, path: "" },
+    { name: "fractional concurrent calls", opts: { ...base, maxConcurrentCalls: 1.5 }, path: "" },
   ];
   for (const c of cases) {
     assert.throws(
@@ -382,6 +384,141 @@ test("ok/replicas-failover", { timeout: 40_000 }, async () => {
         await stopSignerd(r.child, 10_000);
       }
     }
+  }
+});
+
+test("ok/unary-beyond-stream-cap", { timeout: 30_000 }, async () => {
+  // signerd allows 32 concurrent HTTP/2 streams per connection (limits.max_concurrent_streams);
+  // 200 unary calls at once on a new transport's one connection wait their turn, none is refused,
+  // and each answer is the credential of its own request. Twice: the first burst races signerd's
+  // SETTINGS on a new connection, the second runs on a connection that knows the limit.
+  const t = createSignerTransport(managerd());
+  opened.push(t);
+  const c = createSignerClient(t);
+  for (const burst of ["new connection", "open connection"]) {
+    const users = Array.from({ length: 200 }, () => createUser().getPublicKey());
+    const outcomes = await Promise.allSettled(
+      users.map((userPublicKey) => c.mint({ space: SPACE, profile: Profile.AGENT, userPublicKey, params: agentParams() })),
+    );
+    const failed = outcomes.flatMap((o) => (o.status === "rejected" ? [toSignerError(o.reason).message] : []));
+    assert.deepEqual(failed.slice(0, 3), [], `${burst}: ${failed.length} of 200 calls failed`);
+    const answers = outcomes.map((o) => (o.status === "fulfilled" ? o.value : assert.fail("rejected")));
+    assert.deepEqual(
+      answers.map((a) => jwtPayload(a.credential!.jwt).sub),
+      users,
+      `${burst}: an answer is another call's credential`,
+    );
+    assert.equal(new Set(answers.map((a) => a.credential!.jti)).size, users.length, `${burst}: a jti repeated`);
+  }
+});
+
+/** held is the audit configuration of a replica that holds each call until its audit batch is
+ * written, delay after the batch's first line. */
+function held(delay: string) {
+  return { max_delay: delay, max_batch: 1000 };
+}
+
+test("ok/unary-queue-reads-peer-limit", { timeout: 30_000 }, async () => {
+  // A signerd allowing 4 streams per connection, below the transport's cap (32): once the
+  // connection's settings are read, 10 calls at once run 4 at a time and the others queue.
+  const r = await startReplica("ts-q4", held("500ms"), { max_concurrent_streams: 4 });
+  try {
+    const t = createSignerTransport({ ...managerd(), address: r.listen });
+    opened.push(t);
+    const c = createSignerClient(t);
+    const first = agentRequest();
+    assert.equal((await c.mint(first)).credential?.userPublicKey, first.userPublicKey);
+    const reqs = Array.from({ length: 10 }, () => agentRequest());
+    const answers = Promise.all(reqs.map((req) => c.mint(req)));
+    assert.equal(t.queued, 6, "calls beyond signerd's 4 streams did not queue");
+    assert.deepEqual(
+      (await answers).map((a) => a.credential?.userPublicKey),
+      reqs.map((req) => req.userPublicKey),
+    );
+    assert.equal(t.queued, 0);
+    assert.deepEqual(await auditLines([r.audit]), [11]);
+  } finally {
+    await stopSignerd(r.child, 10_000);
+  }
+});
+
+test("fail/unary-queued-timeout-and-abort", { timeout: 30_000 }, async () => {
+  // Two calls held by the replica fill a transport of maxConcurrentCalls 2; a third call waits
+  // in the queue, where its timeout or abort ends it, and it is never sent (the audit counts
+  // only the calls that were).
+  const r = await startReplica("ts-qwait", held("3s"));
+  try {
+    const t = createSignerTransport({ ...managerd(), address: r.listen, maxConcurrentCalls: 2 });
+    opened.push(t);
+    const c = createSignerClient(t);
+    let settled = 0;
+    const held = [agentRequest(), agentRequest()].map((req) =>
+      c.mint(req).finally(() => {
+        settled++;
+      }),
+    );
+    assert.equal(t.queued, 0);
+    const timedOut = rejection(c.mint(agentRequest(), { timeoutMs: 200 }));
+    assert.equal(t.queued, 1);
+    const err = await timedOut;
+    assert.ok(err instanceof SignerError, `want SignerError, got ${String(err)}`);
+    assert.equal(err.code, Code.DeadlineExceeded);
+    assert.equal(t.queued, 0);
+    const ac = new AbortController();
+    const aborted = rejection(c.mint(agentRequest(), { signal: ac.signal }));
+    assert.equal(t.queued, 1);
+    ac.abort();
+    const abortErr = await aborted;
+    assert.ok(abortErr instanceof SignerError, `want SignerError, got ${String(abortErr)}`);
+    assert.equal(abortErr.code, Code.Canceled);
+    assert.equal(t.queued, 0);
+    assert.equal(settled, 0, "the held calls were answered before the queued ones ended: the queue was not tested");
+    await Promise.all(held);
+    // A last call, sent after the ones that gave up would have been: the audit holds the two held
+    // calls and this one.
+    await c.mint(agentRequest());
+    assert.deepEqual(await auditLines([r.audit]), [3], "a call that gave up in the queue reached signerd");
+  } finally {
+    await stopSignerd(r.child, 10_000);
+  }
+});
+
+test("ok/unary-queue-counts-open-stream", { timeout: 30_000 }, async () => {
+  // An open SignerCalls stream holds one of the transport's turns (maxConcurrentCalls 2): with it
+  // open, one unary call runs and the next queues; once it is closed, two run. Calls on the
+  // stream and unary calls mixed all get their own credentials.
+  const r = await startReplica("ts-qstream", held("500ms"));
+  try {
+    const t = createSignerTransport({ ...managerd(), address: r.listen, maxConcurrentCalls: 2 });
+    opened.push(t);
+    const c = createSignerClient(t);
+    const calls = createSignerCalls(t);
+    opened.push(calls);
+    await mintOn(calls);
+    const unaryReqs = Array.from({ length: 3 }, () => agentRequest());
+    const streamReqs = Array.from({ length: 20 }, () => agentRequest());
+    const unary = Promise.all(unaryReqs.map((req) => c.mint(req)));
+    assert.equal(t.queued, 2, "the open stream does not hold a turn");
+    const viaStream = Promise.all(streamReqs.map((req) => calls.mint(req)));
+    assert.deepEqual(
+      (await unary).map((a) => a.credential?.userPublicKey),
+      unaryReqs.map((req) => req.userPublicKey),
+    );
+    assert.deepEqual(
+      (await viaStream).map((a) => a.credential?.userPublicKey),
+      streamReqs.map((req) => req.userPublicKey),
+    );
+    assert.deepEqual(counts(calls), { opened: 1, fellBack: 0 });
+    calls.close();
+    const after = [agentRequest(), agentRequest()];
+    const both = Promise.all(after.map((req) => c.mint(req)));
+    assert.equal(t.queued, 0, "the closed stream still holds a turn");
+    assert.deepEqual(
+      (await both).map((a) => a.credential?.userPublicKey),
+      after.map((req) => req.userPublicKey),
+    );
+  } finally {
+    await stopSignerd(r.child, 10_000);
   }
 });
 
@@ -647,10 +784,10 @@ function assertSameRefusal(viaStream: unknown, viaUnary: unknown): void {
 
 /** startReplica starts one more signerd on the suite's init directory with its own audit file,
  * audit options added. */
-async function startReplica(id: string, audit: Record<string, string>) {
+async function startReplica(id: string, audit: Record<string, string | number>, limits: Record<string, number> = {}) {
   const file = join(dir, "audit", `${id}.audit`);
   const config = join(dir, `serve-${id}.yaml`);
-  writeFileSync(config, JSON.stringify({ ...serveConfig(), audit: { path: file, replica: id, ...audit } }), { mode: 0o600 });
+  writeFileSync(config, JSON.stringify({ ...serveConfig(), audit: { path: file, replica: id, ...audit }, limits }), { mode: 0o600 });
   const started = await startSignerd(config, 20_000);
   return { id, audit: file, ...started };
 }
