@@ -42,6 +42,9 @@ const (
 	// absentRecheck is how long a lifecycle found without a durable stays ungated before the
 	// next look.
 	absentRecheck = 10 * time.Second
+	// lagMargin is added to a durable's info count for stored frames the broker has not counted
+	// yet (see refresh).
+	lagMargin = 64
 	// idleForget is how long a lifecycle not in overflow is remembered without a copy.
 	idleForget = 10 * time.Minute
 )
@@ -100,6 +103,7 @@ type gate struct {
 	met    *Metrics
 	mu     sync.Mutex
 	lanes  map[plane3.Lifecycle]*lane
+	dlv    jetstream.Stream // DLV_<t>, opened on first use
 }
 
 func newGate(js jetstream.JetStream, n space.Names, mayAct func() bool, log *slog.Logger, met *Metrics) *gate {
@@ -186,11 +190,38 @@ func (g *gate) refresh(ctx context.Context, lc plane3.Lifecycle, l *lane) {
 	}
 	ci := c.CachedInfo()
 	l.checked, l.durable = true, true
-	l.base, l.since = ci.NumPending+uint64(ci.NumAckPending), 0
+	// The broker counts a consumer's pending messages as its stream signals them, on a goroutine
+	// of its own (nats-server signalConsumersLoop), so NumPending can trail frames already stored:
+	// lagMargin stands for them. The subject's stored count, exact (the store's own), bounds the
+	// unacked frames too and is the tighter bound for a lifecycle that stopped acking before its
+	// subject filled.
+	unacked := ci.NumPending + uint64(ci.NumAckPending) + lagMargin
+	if stored, ok := g.stored(ctx, lc); ok {
+		unacked = min(unacked, stored)
+	}
+	l.base, l.since = unacked, 0
 	l.room = 0
 	if l.base < g.limit() {
 		l.room = g.limit() - l.base
 	}
+}
+
+// stored is how many messages DLV holds on lc's subject (stream info by subject).
+func (g *gate) stored(ctx context.Context, lc plane3.Lifecycle) (uint64, bool) {
+	subj, err := g.n.Dlv(lc.Owner, lc.Actor, lc.UID)
+	if err != nil {
+		return 0, false
+	}
+	if g.dlv == nil {
+		if g.dlv, err = g.js.Stream(ctx, g.n.DLVStream()); err != nil {
+			return 0, false
+		}
+	}
+	info, err := g.dlv.Info(ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		return 0, false
+	}
+	return info.State.Subjects[subj], true
 }
 
 // mark publishes l's gap marker once the durable has room again (room for a frame: the
