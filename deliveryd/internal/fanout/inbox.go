@@ -30,7 +30,7 @@ const (
 	// InboxBound is the most reader entries not yet acked at which the writer starts a pass.
 	InboxBound = 500
 	// inboxPoll is the pause between two looks at the reader durable while the writer waits.
-	inboxPoll = 20 * time.Millisecond
+	inboxPoll = 2 * time.Millisecond
 )
 
 // inboxRoom is the writer's view of the reader durable.
