@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -26,10 +27,10 @@ func (s *Service) registerer(opts RuntimeOptions) (prometheus.Registerer, error)
 		return opts.Registerer, nil
 	}
 	reg := prometheus.NewRegistry()
-	if err := reg.Register(prometheus.NewGoCollector()); err != nil {
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
 		return nil, err
 	}
-	if err := reg.Register(prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{})); err != nil {
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, err
 	}
 	lis, err := net.Listen("tcp", s.cfg.MetricsListen)

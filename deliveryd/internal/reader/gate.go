@@ -162,9 +162,10 @@ func (g *gate) admit(ctx context.Context, lc plane3.Lifecycle, m jetstream.Msg) 
 }
 
 // refresh reads lc's durable info into l, after waiting for every publish in flight, so the
-// info counts each frame already published and the estimate never undercounts. A failed read
-// leaves l as it was (a lifecycle never read is then not gated until the next look): the gate
-// never holds a copy on a broker error.
+// info counts each frame already published. A failed read (a broker error, or a signerd older than
+// this gate whose delivery credential may not read DLV consumer info) leaves the lifecycle
+// ungated until absentRecheck, unless it is in overflow (its marker waits for a read that works):
+// the gate never holds the reader on a broker error, and never publishes past a pending marker.
 func (g *gate) refresh(ctx context.Context, lc plane3.Lifecycle, l *lane) {
 	select {
 	case <-g.js.PublishAsyncComplete():
@@ -185,7 +186,11 @@ func (g *gate) refresh(ctx context.Context, lc plane3.Lifecycle, l *lane) {
 		return
 	}
 	if err != nil {
-		g.log.Debug("gate: durable info failed", "lifecycle", lc.Principal()+"."+lc.UID, "err", err)
+		g.log.Warn("gate: the durable's info failed; its copies are not gated until the next look",
+			"lifecycle", lc.Principal()+"."+lc.UID, "err", err)
+		if l.dropped == 0 {
+			l.checked, l.durable = true, false // looked at again after absentRecheck
+		}
 		return
 	}
 	ci := c.CachedInfo()
