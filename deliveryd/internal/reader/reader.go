@@ -13,7 +13,9 @@
 // the entry is nak'd with a 2 s delay and terminated (and logged as an error) once delivered 10
 // times; a channel outside the row's allowSubscribe is a revocation and the entry is acked without
 // a copy; a failed publish is nak'd under the same ceiling. The entry is acked only after the DLV copy is
-// stored. It never creates a stream or bucket; a missing one stops New naming it.
+// stored. It never creates a stream or bucket; a missing one stops New naming it. A copy to a
+// lifecycle whose dlv_ durable already holds as many unacked frames as DLV keeps is not published
+// but counted into a gap marker (gate.go).
 package reader
 
 import (
