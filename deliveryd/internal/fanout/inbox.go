@@ -15,19 +15,21 @@ import (
 // The writer's back-pressure on INBOX. INBOX_<t> keeps provision.MaxMsgsPerSubject entries per
 // lifecycle subject and discards the oldest: an entry the trusted reader has not yet taken would
 // be lost without a trace if the writer ran more than that ahead of the reader on one lifecycle.
-// So the writer starts a pass only while the reader durable holds at most InboxBound entries not
-// yet acked (NumPending + NumAckPending, over all lifecycles, so an upper bound for each): a
-// pass adds at most Batch entries to any one lifecycle's subject (one per chat message), and
-// InboxBound + Batch stays under the cap. It knows the count from the durable's info plus the
-// entries it published since, and reads the info again only once that estimate passes the bound,
-// so a writer that the reader keeps up with reads it about once per InboxBound entries.
+// So the writer starts a pass only while the reader durable holds at most 999 - Batch entries not
+// yet acked (NumPending + NumAckPending, over all lifecycles, so an upper bound for each): a pass
+// adds at most Batch entries to any one lifecycle's subject (one per chat message), so no subject
+// passes 999. It knows the count from the durable's info plus the entries it published since, and
+// reads the info only once that estimate passes 999 - Batch (743 at the default Batch); when the
+// info shows more than InboxBound it waits until the reader is down to InboxBound, so a writer
+// the reader keeps up with reads the info about once per 250 to 750 entries.
 //
 // The wait is bounded by the reader: it acks, drops or terminates every entry within
 // plane3.MaxDeliveries deliveries (a missing ACL row: 10 × 2 s), and its own gate never waits on
 // a member (reader/gate.go drops into a gap marker instead). While the writer waits, chat
 // messages wait in CHAT for the fanout durable.
 const (
-	// InboxBound is the most reader entries not yet acked at which the writer starts a pass.
+	// InboxBound is what the writer waits for the reader to be down to, once it found it over
+	// 999 - Batch entries not yet acked.
 	InboxBound = 500
 	// inboxPoll is the pause between two looks at the reader durable while the writer waits.
 	inboxPoll = 2 * time.Millisecond
@@ -43,12 +45,13 @@ type inboxRoom struct {
 // maxBatch is the largest Batch for which InboxBound + Batch stays under INBOX's cap.
 const maxBatch = provision.MaxMsgsPerSubject - 1 - InboxBound
 
-// inboxFull reports whether the reader holds more than InboxBound entries not yet acked, reading
-// its info only when the estimate passes the bound. A reader durable not found (none created yet)
-// or an info that fails does not hold the writer back.
+// inboxFull reports whether the writer must wait for the reader: the estimate passes
+// 999 - Batch and the reader's info shows more than InboxBound entries not yet acked (while waiting,
+// every look reads the info). A reader durable not found (none created yet) or an info that fails
+// does not hold the writer back.
 func (w *Writer) inboxFull(ctx context.Context) bool {
 	r := &w.inbox
-	if r.base+r.sent <= InboxBound {
+	if r.base+r.sent <= uint64(provision.MaxMsgsPerSubject-1-w.cfg.Batch) && r.base <= InboxBound {
 		return false
 	}
 	if r.reader == nil {
