@@ -222,7 +222,10 @@ func TestBurstToAStoppedMember(t *testing.T) {
 	testkit.Eventually(t, 30*time.Second, func() error {
 		if n := len(live.got()); n != burst {
 			name, _ := e.N.DlvConsumer(plane3test.Owner, "a2", uid2)
-			c, _ := djs.Consumer(plane3test.Ctx(t), e.N.DLVStream(), name)
+			c, err := djs.Consumer(plane3test.Ctx(t), e.N.DLVStream(), name)
+			if err != nil {
+				return err
+			}
 			ci := c.CachedInfo()
 			return fmt.Errorf("live member has %d of %d; durable pending %d ackpending %d floor %d delivered %d", n, burst, ci.NumPending, ci.NumAckPending, ci.AckFloor.Stream, ci.Delivered.Stream)
 		}
