@@ -43,6 +43,7 @@ FUZZ_TARGETS ?= \
 	pkg/profiles:FuzzEncodeUserClaims \
 	pkg/dlvclient:FuzzDecodeFrame \
 	pkg/dlvclient:FuzzEncodeFrame \
+	pkg/dlvclient:FuzzDecodeGap \
 	pkg/dlvclient:FuzzDecodeJoinReply \
 	pkg/dlvclient:FuzzDecodeInventoryReply \
 	deliveryd/internal/plane3:FuzzDecodeEntry \

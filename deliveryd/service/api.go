@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/config"
 	"github.com/cotalgo/cotal/deliveryd/internal/watchdog"
@@ -54,6 +55,9 @@ type RuntimeOptions struct {
 	// means CtlResponders (ctl.delivery and ctl.delivery-admin). A seam for tests and for a host
 	// that adds its own.
 	Responders func(Hooks) (Responders, error)
+	// Registerer receives deliveryd's metrics (the trusted reader's gate: reader.NewMetrics) for a
+	// host that serves its own; nil with no metrics_listen registers them nowhere.
+	Registerer prometheus.Registerer
 }
 
 // State, Event and their values, as pkg/daemon defines them for the three embeddable daemons.

@@ -138,6 +138,7 @@ func (s *Service) teardown(fatal bool) error {
 	s.wg.Wait()
 	s.quiesce()
 	s.closeSys()
+	s.closeMetrics()
 	if s.live != nil {
 		_ = s.live.Unsubscribe()
 	}

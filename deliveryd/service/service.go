@@ -126,9 +126,11 @@ type Service struct {
 	resp   Responders
 	sys    sysParts // membership feed and $SYS executor (membership.go)
 	wd     *watchdog.Watchdog
-	watch  *nats.Subscription
-	live   *nats.Subscription
-	prompt chan struct{}
+	// metrics is the metrics_listen server (metrics.go), or nil.
+	metrics *metrics
+	watch   *nats.Subscription
+	live    *nats.Subscription
+	prompt  chan struct{}
 	// recheck asks the lease supervisor to renew at once: the connection came back.
 	recheck chan struct{}
 	// liveID is the liveness rail's opaque instance token.
@@ -355,7 +357,11 @@ func (s *Service) start(ctx, runCtx context.Context, opts RuntimeOptions) error 
 	if s.writer, err = fanout.New(ctx, s.nc, fanout.Config{Names: s.n, MayAct: s.MayAct, Logger: s.log, WriterIdentity: s.rail.PublicKey()}); err != nil {
 		return fail(bindCode(err), "fan-out writer", err)
 	}
-	if s.reader, err = reader.New(ctx, s.nc, reader.Config{Names: s.n, MayAct: s.MayAct, Logger: s.log}); err != nil {
+	reg, err := s.registerer(opts)
+	if err != nil {
+		return fail(CodeConfig, "metrics", err)
+	}
+	if s.reader, err = reader.New(ctx, s.nc, reader.Config{Names: s.n, MayAct: s.MayAct, Logger: s.log, Registerer: reg}); err != nil {
 		return fail(bindCode(err), "trusted reader", err)
 	}
 	if opts.Responders == nil {

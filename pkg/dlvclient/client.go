@@ -4,8 +4,9 @@
 // the frame to the caller once.
 //
 // It refuses, by terminating the message so it is never redelivered: a message without the
-// Cotal-Delivery-Frame: 1 header (upstream's pumpDlv rule: only the trusted reader sets it) and a
-// body that is not a delivery frame (DecodeFrame). It acks a message whose id it has already
+// Cotal-Delivery-Frame: 1 header (upstream's pumpDlv rule: only the trusted reader sets it), a
+// body that is not a delivery frame (DecodeFrame) and a gap marker (GapHeader) that DecodeGap
+// refuses. A gap marker it accepts goes to Config.OnGap, in order with the frames. It acks a message whose id it has already
 // handled without handing it over again (the stream's dedup window collapses copies within 2 h;
 // this catches redeliveries and the fan-out/catch-up race within a session), naks one the handler
 // failed so the broker redelivers it, and acks the rest after the handler returns. Dedup is in
@@ -59,6 +60,9 @@ type Config struct {
 	NakDelay time.Duration
 	// Logger receives refusals (never a message body); nil discards.
 	Logger *slog.Logger
+	// OnGap is handed each gap marker (see GapHeader), in order between the frames before and
+	// after it; nil logs a warning with the count and acks the marker.
+	OnGap GapHandler
 }
 
 // Client consumes one lifecycle's dlv_ durable.
@@ -136,6 +140,9 @@ func (c *Client) handle(ctx context.Context, m jetstream.Msg, h Handler) error {
 		c.log.Warn("terminated a DLV message without the delivery-frame header", "subject", m.Subject())
 		return c.settle(m.Term())
 	}
+	if gh := m.Headers().Values(GapHeader); len(gh) > 0 {
+		return c.gap(ctx, m, gh)
+	}
 	f, id, err := DecodeFrame(m.Data())
 	if err != nil {
 		c.log.Warn("terminated a DLV message that is not a delivery frame", "subject", m.Subject(), "err", err)
@@ -158,6 +165,36 @@ func (c *Client) handle(ctx context.Context, m jetstream.Msg, h Handler) error {
 	}
 	if id != "" {
 		c.seen.add(id)
+	}
+	return c.settle(m.Ack())
+}
+
+// gap settles a gap marker: one header value that DecodeGap accepts with the body, handed to
+// OnGap (nil: a warning), or terminated.
+func (c *Client) gap(ctx context.Context, m jetstream.Msg, header []string) error {
+	var missing uint64
+	err := fmt.Errorf("%w: %d %s headers", ErrBadGap, len(header), GapHeader)
+	if len(header) == 1 {
+		missing, err = DecodeGap(header[0], m.Data())
+	}
+	if err != nil {
+		c.log.Warn("terminated a DLV message that is not a gap marker", "subject", m.Subject(), "err", err)
+		return c.settle(m.Term())
+	}
+	var seq uint64
+	if md, err := m.Metadata(); err == nil {
+		seq = md.Sequence.Stream
+	}
+	if c.cfg.OnGap == nil {
+		c.log.Warn("copies were dropped before this point: the durable was full", "missing", missing, "seq", seq)
+		return c.settle(m.Ack())
+	}
+	if err := c.cfg.OnGap(ctx, Gap{Missing: missing, Seq: seq}); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		c.log.Warn("gap handler failed; redelivering", "seq", seq, "err", err)
+		return c.settle(m.NakWithDelay(c.cfg.NakDelay))
 	}
 	return c.settle(m.Ack())
 }

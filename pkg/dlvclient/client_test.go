@@ -268,3 +268,90 @@ func TestClientBindsOnly(t *testing.T) {
 		}
 	}
 }
+
+// sendGap stores a gap marker with the frame header, the given Cotal-Delivery-Gap values and body.
+func (p *publisher) sendGap(body string, gap ...string) {
+	p.t.Helper()
+	p.n++
+	m := nats.NewMsg(p.dlv)
+	m.Header.Set(dlvclient.FrameHeader, dlvclient.FrameHeaderValue)
+	for _, g := range gap {
+		m.Header.Add(dlvclient.GapHeader, g)
+	}
+	m.Data = []byte(body)
+	if _, err := p.js.PublishMsg(testCtx(p.t), m, jetstream.WithMsgID(fmt.Sprint("copy-", p.n))); err != nil {
+		p.t.Fatalf("publish: %v", err)
+	}
+}
+
+// TestClientGapMarker: a gap marker the trusted reader publishes reaches OnGap as a typed Gap, in
+// order between the frames around it; a malformed one is terminated, never handed over; with no
+// OnGap the marker is acked after a warning; a client that predates the marker (DecodeFrame alone)
+// refuses its body, so it terminates it.
+func TestClientGapMarker(t *testing.T) {
+	marker, header, err := dlvclient.EncodeGap(3)
+	if err != nil || header != "3" || string(marker) != `{"version":1,"gap":3}` {
+		t.Fatalf("EncodeGap(3) = %s, %q, %v", marker, header, err)
+	}
+	if _, _, err := dlvclient.DecodeFrame(marker); !errors.Is(err, dlvclient.ErrBadFrame) {
+		t.Fatalf("fail/old client: the marker body decodes as a frame (%v)", err)
+	}
+	if _, _, err := dlvclient.EncodeGap(0); !errors.Is(err, dlvclient.ErrBadGap) {
+		t.Fatalf("fail/zero count encoded: %v", err)
+	}
+
+	t.Run("ok/OnGap in order and fail/malformed markers terminated", func(t *testing.T) {
+		e := newEnv(t)
+		p := e.publisher(t)
+		ajs := e.js(t, mtls.KindManagerd, signerv1.Profile_PROFILE_AGENT, agentParams())
+		var mu sync.Mutex
+		var events []string
+		c, err := dlvclient.New(testCtx(t), ajs, dlvclient.Config{Space: spaceName, Owner: "o1", Actor: "a1", LifecycleUID: uid,
+			OnGap: func(_ context.Context, g dlvclient.Gap) error {
+				mu.Lock()
+				defer mu.Unlock()
+				events = append(events, fmt.Sprintf("gap %d@%d", g.Missing, g.Seq))
+				return nil
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, c, func(_ context.Context, d dlvclient.Delivery) error {
+			mu.Lock()
+			defer mu.Unlock()
+			events = append(events, d.ID)
+			return nil
+		})
+		p.send("1", frame("m1", "before"))
+		p.sendGap(string(marker), header)                        // ok/the marker at seq 2
+		p.sendGap(`{"version":1,"gap":3}`, "03")                 // fail/header not canonical
+		p.sendGap(`{"version":1,"gap":4}`, "3")                  // fail/count disagrees with the header
+		p.sendGap(`{"version":1,"gap":3,"missing":[1]}`, "3")    // fail/unknown field
+		p.sendGap(`{"version":1,"gap":3}`, "3", "3")             // fail/two gap headers
+		p.sendGap(frame("m9", "a frame with a gap header"), "1") // fail/a frame dressed as a marker
+		p.send("1", frame("m2", "after"))
+		settled(t, ajs, e, uint64(p.n))
+		mu.Lock()
+		defer mu.Unlock()
+		if got, want := strings.Join(events, ","), "m1,gap 3@2,m2"; got != want {
+			t.Fatalf("events %q, want %q", got, want)
+		}
+	})
+
+	t.Run("ok/no OnGap acks the marker", func(t *testing.T) {
+		e := newEnv(t)
+		p := e.publisher(t)
+		ajs := e.js(t, mtls.KindManagerd, signerv1.Profile_PROFILE_AGENT, agentParams())
+		c, err := dlvclient.New(testCtx(t), ajs, dlvclient.Config{Space: spaceName, Owner: "o1", Actor: "a1", LifecycleUID: uid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := run(t, c, nil)
+		p.sendGap(string(marker), header)
+		p.send("1", frame("m2", "after"))
+		settled(t, ajs, e, uint64(p.n))
+		if ids(got()) != "m2" {
+			t.Fatalf("handed over %q, want m2 only", ids(got()))
+		}
+	})
+}

@@ -156,3 +156,49 @@ func FuzzDecodeInventoryReply(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeGap: a gap marker's header and body are untrusted bytes. DecodeGap never panics,
+// refuses with ErrBadGap only, and what it accepts re-encodes (EncodeGap) to the same header and a
+// body it accepts with the same count; an accepted body is never a delivery frame, so a client
+// that predates the marker terminates it.
+func FuzzDecodeGap(f *testing.F) {
+	for _, s := range [][2]string{
+		{"3", `{"version":1,"gap":3}`},
+		{"18446744073709551615", `{"version":1,"gap":18446744073709551615}`},
+		{"03", `{"version":1,"gap":3}`},
+		{"+3", `{"version":1,"gap":3}`},
+		{"0", `{"version":1,"gap":0}`},
+		{"3", `{"version":1,"gap":4}`},
+		{"3", `{"version":2,"gap":3}`},
+		{"3", `{"version":1}`},
+		{"3", `{"version":1,"gap":3,"channel":"general"}`},
+		{"3", `{"version":1,"gap":3} {}`},
+		{"3", `{"version":1,"gap":-3}`},
+		{"3", `{"version":1,"gap":3.0}`},
+		{"", ``},
+	} {
+		f.Add(s[0], []byte(s[1]))
+	}
+	f.Fuzz(func(t *testing.T, header string, body []byte) {
+		n, err := DecodeGap(header, body)
+		if err != nil {
+			if !errors.Is(err, ErrBadGap) {
+				t.Fatalf("refusal %v does not match ErrBadGap", err)
+			}
+			return
+		}
+		if n == 0 {
+			t.Fatal("accepted a zero count")
+		}
+		again, h, err := EncodeGap(n)
+		if err != nil || h != header {
+			t.Fatalf("accepted marker re-encodes to header %q (was %q): %v", h, header, err)
+		}
+		if n2, err := DecodeGap(h, again); err != nil || n2 != n {
+			t.Fatalf("re-encoded marker: %d vs %d, err %v", n2, n, err)
+		}
+		if _, _, err := DecodeFrame(body); err == nil {
+			t.Fatalf("an accepted marker body decodes as a frame: %q", body)
+		}
+	})
+}

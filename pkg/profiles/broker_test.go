@@ -170,6 +170,10 @@ func TestBrokerRefuses(t *testing.T) {
 		{"fail/agent reads another principal's ctl rail", principal{profiles.Agent, agentO1}, sub, must(n.CtlDeliveryTree("o2", "a2"))},
 		{"fail/agent creates a consumer on the DM stream", principal{profiles.Agent, agentO1}, pub, must(space.ConsumerCreate(n.DMStream()))},
 		{"fail/agent serves the delivery rail", principal{profiles.Agent, agentO1}, sub, n.CtlDeliveryServe()},
+		// The gap marker's door (Cotal-Delivery-Gap, deliveryd's reader): only delivery publishes
+		// into DLV, so no agent can forge a marker (or a frame) into any member's DLV subject.
+		{"fail/agent publishes into another member's dlv subject (a forged gap marker)", principal{profiles.Agent, agentO1}, pub, must(n.Dlv("o2", "a2", uid))},
+		{"fail/agent publishes into its own dlv subject", principal{profiles.Agent, agentO1}, pub, must(n.Dlv("o1", "a1", uid))},
 		{"fail/delivery posts to chat", principal{profiles.Delivery, none}, pub, must(n.Chat("o1", "a1", "general"))},
 		{"fail/delivery subscribes to chat", principal{profiles.Delivery, none}, sub, n.ChatAll()},
 		{"fail/delivery publishes a request on the ctl rail", principal{profiles.Delivery, none}, pub, must(n.CtlDelivery("o1", "a1"))},

@@ -355,8 +355,9 @@ func deprovisionerPerms(b *builder) {
 // reader binds only the "reader" durable on INBOX, the daemon reads presence, channels, members
 // and ACL, writes members and its own lease keys, publishes any lifecycle's dinbox and dlv
 // subjects, serves both ctl rails and the liveness rail (live.delivery.*.*, newer than the stored
-// upstream profile) and replies only on their .reply.> leaves. It holds no native chat, dinbox or
-// dlv subscription.
+// upstream profile) and replies only on their .reply.> leaves, and reads the info of any dlv_
+// durable on DLV (the reader's gate, newer than the stored upstream profile). It holds no native
+// chat, dinbox or dlv subscription.
 //
 // The lease watch (issue 10 item 3) is a core subscription on exactly $KV.cotal_delivery_<t>.lease.0
 // plus the gets it already holds, not a KV watch: a watch is an ordered push consumer whose name
@@ -377,6 +378,10 @@ func deliveryPerms(b *builder) {
 	b.readStream(chat)
 	b.pub(space.StreamInfo(inbox))
 	b.pub(space.StreamInfo(dlv))
+	// The reader's gate on a lifecycle's DLV subject (deliveryd/internal/reader, gate.go) reads
+	// the dlv_ durable's info (its pending and unacked counts); newer than the stored upstream
+	// profile. Info only: no create, fetch, ack or delete on DLV.
+	b.pub(space.ConsumerInfoAny(dlv))
 	b.pub(space.DurableCreateAny(chat))
 	b.pub(space.ConsumerCreateNamed(inbox, reader))
 	b.pub(space.DurableCreate(inbox, reader))

@@ -12,6 +12,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -57,6 +58,9 @@ type Config struct {
 	ShutdownTimeout yamlx.Duration `yaml:"shutdown_timeout"`
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel string `yaml:"log_level"`
+	// MetricsListen is the Prometheus listener ("host:port", plain HTTP, /metrics only, no
+	// authentication); empty (the default) serves no metrics.
+	MetricsListen string `yaml:"metrics_listen"`
 	// Membership turns on the parts that need signerd to mint deliveryd's membership-rw and $SYS
 	// credentials (reference/delivery.md §4). Both are off by default; on, a credential signerd
 	// refuses degrades the part with a warning and never stops delivery.
@@ -149,6 +153,11 @@ func (c *Config) Validate() error {
 		c.Membership.PollInterval = yamlx.Duration(DefaultMembershipPoll)
 	case p < 100*time.Millisecond || p > 10*time.Minute:
 		return fmt.Errorf("membership.poll_interval %v: want 100ms to 10m", p)
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			return fmt.Errorf("metrics_listen %q: %w", c.MetricsListen, err)
+		}
 	}
 	if err := daemon.CheckLogLevel(c.LogLevel); err != nil {
 		return err

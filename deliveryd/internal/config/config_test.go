@@ -60,6 +60,7 @@ func TestLoad(t *testing.T) {
 		{"fail/window-too-short", "broker_gone: 1ms\n", "broker_gone"},
 		{"fail/backstop-below-window", "broker_gone: 5s\nbroker_gone_backstop: 1s\n", "broker_gone_backstop"},
 		{"fail/log-level", "log_level: loud\n", "log_level"},
+		{"fail/metrics-listen", "metrics_listen: nowhere\n", "metrics_listen"},
 		{"fail/holder-newline", "holder: \"a\\nb\"\n", "holder"},
 		{"fail/seed-in-config", "# " + string(acctSeed) + "\n", "seed"},
 	} {

@@ -76,6 +76,7 @@ type Writer struct {
 	channels jetstream.KeyValue
 	acl      jetstream.KeyValue
 	presence jetstream.KeyValue
+	inbox    inboxRoom // the reader durable's backlog (inbox.go)
 }
 
 // ConsumerConfig is the fanout durable (upstream fanoutDurableConfig).
@@ -101,6 +102,9 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Writer, error) {
 	}
 	if cfg.Batch == 0 {
 		cfg.Batch = DefaultBatch
+	}
+	if cfg.Batch > maxBatch {
+		return nil, errBatch
 	}
 	if cfg.NakDelay == 0 {
 		cfg.NakDelay = plane3.NakDelay
@@ -149,6 +153,13 @@ func (w *Writer) Run(ctx context.Context, drain <-chan struct{}) error {
 				return nil
 			}
 			continue // the fence lifted, or a drain began: look again
+		}
+		if w.inboxFull(ctx) { // the reader lags: settle, wait, look again (inbox.go)
+			_ = o.Settle(ctx)
+			if !w.awaitInbox(ctx, drain) {
+				return nil
+			}
+			continue
 		}
 		batch, err := o.Next(ctx, w.consumer, w.cfg.Batch)
 		if err != nil {
@@ -398,6 +409,7 @@ func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) ([]jetstre
 			return nil, fmt.Errorf("publish %s: %w", subj, err)
 		}
 		acks = append(acks, f)
+		w.inbox.sent++
 	}
 	return acks, nil
 }

@@ -13,7 +13,9 @@
 // the entry is nak'd with a 2 s delay and terminated (and logged as an error) once delivered 10
 // times; a channel outside the row's allowSubscribe is a revocation and the entry is acked without
 // a copy; a failed publish is nak'd under the same ceiling. The entry is acked only after the DLV copy is
-// stored. It never creates a stream or bucket; a missing one stops New naming it.
+// stored. It never creates a stream or bucket; a missing one stops New naming it. A copy to a
+// lifecycle whose dlv_ durable already holds as many unacked frames as DLV keeps is not published
+// but counted into a gap marker (gate.go).
 package reader
 
 import (
@@ -26,6 +28,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cotalgo/cotal/deliveryd/internal/plane3"
 	"github.com/cotalgo/cotal/pkg/dlvclient"
@@ -60,6 +63,8 @@ type Config struct {
 	MayAct func() bool
 	// Logger receives drops, deferrals and give-ups (never a message body); nil discards.
 	Logger *slog.Logger
+	// Registerer receives the gate's metrics (gate.go); nil registers them nowhere.
+	Registerer prometheus.Registerer
 }
 
 // Reader is the trusted reader on one delivery connection.
@@ -70,6 +75,7 @@ type Reader struct {
 	consumer jetstream.Consumer
 	members  jetstream.KeyValue
 	acl      jetstream.KeyValue
+	gate     *gate
 }
 
 // ConsumerConfig is the reader durable (upstream inboxReaderConfig). It carries a filter so that
@@ -110,7 +116,12 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reader: %w", err)
 	}
+	met, err := NewMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("reader: metrics: %w", err)
+	}
 	r := &Reader{cfg: cfg, log: plane3.Logger(cfg.Logger).With("loop", "reader"), js: js}
+	r.gate = newGate(js, n, cfg.MayAct, r.log, met)
 	for _, s := range []string{n.InboxStream(), n.DLVStream()} {
 		if _, err := plane3.OpenStream(ctx, js, s); err != nil {
 			return nil, fmt.Errorf("reader: %w", err)
@@ -132,6 +143,11 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Reader, error) {
 // (plane3.Overlap), as the fan-out writer's do, and drain stops its intake as it stops the
 // writer's.
 func (r *Reader) Run(ctx context.Context, drain <-chan struct{}) error {
+	gctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { r.gate.run(gctx) })
+	defer wg.Wait()
+	defer stop()
 	var o plane3.Overlap
 	defer o.Close(ctx)
 	for ctx.Err() == nil && !plane3.Closed(drain) {
@@ -279,6 +295,12 @@ func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 				plane3.HandBack(rest.m)
 			}
 			break
+		}
+		if !r.gate.admit(ctx, it.lc, it.m) { // the durable is full: dropped, counted in a gap marker
+			if err := r.settle(it.m, it.m.Ack); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		f, err := r.js.PublishMsgAsync(out)
 		if err != nil {
