@@ -53,6 +53,9 @@ type Config struct {
 	MaxDeliveries uint64
 	// Batch is the most entries one pass handles; zero means DefaultBatch.
 	Batch int
+	// AckWait is the consumer's ack_wait, the Keeper's base; zero means plane3.AckWait. Tests
+	// shorten it to show a held pass past it; deliveryd uses the default.
+	AckWait time.Duration
 	// MayAct is the lease fence, checked before every fetch, publish and ack; an entry found
 	// while it is false is handed back (plane3.HandBack: nak'd, not acked or terminated), so it
 	// redelivers once the fence lifts or to whoever holds the lease, and Run fetches nothing while
@@ -91,8 +94,11 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Reader, error) {
 	if n.Token() == "" {
 		return nil, space.ErrZeroNames
 	}
-	if cfg.NakDelay < 0 || cfg.Batch < 0 {
-		return nil, fmt.Errorf("reader: negative NakDelay %v or Batch %d", cfg.NakDelay, cfg.Batch)
+	if cfg.NakDelay < 0 || cfg.Batch < 0 || cfg.AckWait < 0 {
+		return nil, fmt.Errorf("reader: negative NakDelay %v, Batch %d or AckWait %v", cfg.NakDelay, cfg.Batch, cfg.AckWait)
+	}
+	if cfg.AckWait == 0 {
+		cfg.AckWait = plane3.AckWait
 	}
 	if cfg.Batch == 0 {
 		cfg.Batch = DefaultBatch
@@ -122,7 +128,9 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Reader, error) {
 	if r.acl, err = plane3.OpenBucket(ctx, js, n, space.ACL); err != nil {
 		return nil, fmt.Errorf("reader: %w", err)
 	}
-	if r.consumer, err = js.CreateOrUpdateConsumer(ctx, n.InboxStream(), ConsumerConfig(n)); err != nil {
+	cc := ConsumerConfig(n)
+	cc.AckWait = cfg.AckWait
+	if r.consumer, err = js.CreateOrUpdateConsumer(ctx, n.InboxStream(), cc); err != nil {
 		return nil, fmt.Errorf("reader: create %s on %s: %w", n.ReaderConsumer(), n.InboxStream(), err)
 	}
 	return r, nil
@@ -132,7 +140,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Reader, error) {
 // (plane3.Overlap), as the fan-out writer's do, and drain stops its intake as it stops the
 // writer's.
 func (r *Reader) Run(ctx context.Context, drain <-chan struct{}) error {
-	var o plane3.Overlap
+	o := plane3.Overlap{Keep: plane3.StartKeeper(r.cfg.AckWait, r.cfg.MayAct)}
 	defer o.Close(ctx)
 	for ctx.Err() == nil && !plane3.Closed(drain) {
 		if !r.cfg.MayAct() {
