@@ -38,6 +38,7 @@ type Keeper struct {
 	every  time.Duration
 	mayAct func() bool
 	stop   chan struct{}
+	done   chan struct{}
 	once   sync.Once
 
 	mu     sync.Mutex
@@ -56,12 +57,13 @@ func StartKeeper(ackWait time.Duration, mayAct func() bool) *Keeper {
 	if mayAct == nil {
 		mayAct = Always
 	}
-	k := &Keeper{every: ProgressEvery(ackWait), mayAct: mayAct, stop: make(chan struct{}), passes: map[*kept]struct{}{}}
+	k := &Keeper{every: ProgressEvery(ackWait), mayAct: mayAct, stop: make(chan struct{}), done: make(chan struct{}), passes: map[*kept]struct{}{}}
 	go k.run()
 	return k
 }
 
 func (k *Keeper) run() {
+	defer close(k.done)
 	t := time.NewTicker(k.every / 2)
 	defer t.Stop()
 	for {
@@ -119,12 +121,16 @@ func (k *Keeper) release(p *kept) {
 	k.mu.Unlock()
 }
 
-// Stop ends the Keeper; the passes it kept are left to their ack wait.
+// Stop ends the Keeper and waits for a round in progress; the passes it kept are left to their
+// ack wait.
 func (k *Keeper) Stop() {
 	if k == nil {
 		return
 	}
 	k.once.Do(func() { close(k.stop) })
+	if k.done != nil {
+		<-k.done
+	}
 }
 
 // Point is where a test hook is called.
