@@ -81,7 +81,8 @@ type Writer struct {
 	presence jetstream.KeyValue
 }
 
-// ConsumerConfig is the fanout durable (upstream fanoutDurableConfig).
+// ConsumerConfig is the fanout durable (upstream fanoutDurableConfig, with plane3.AckWait for its
+// 60 s ack wait: see plane3/progress.go).
 func ConsumerConfig(n space.Names) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable: n.FanoutConsumer(), FilterSubject: n.ChatAll(),

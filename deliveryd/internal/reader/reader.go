@@ -75,7 +75,8 @@ type Reader struct {
 	acl      jetstream.KeyValue
 }
 
-// ConsumerConfig is the reader durable (upstream inboxReaderConfig). It carries a filter so that
+// ConsumerConfig is the reader durable (upstream inboxReaderConfig, with plane3.AckWait for its 60 s
+// ack wait: see plane3/progress.go). It carries a filter so that
 // nats.go creates it through $JS.API.CONSUMER.CREATE.INBOX_<t>.reader.<filter>, the form the
 // delivery profile is granted (the unfiltered named create is not).
 func ConsumerConfig(n space.Names) jetstream.ConsumerConfig {
