@@ -14,8 +14,9 @@ import (
 // wait, not the lease, set the delay of a copy in flight at the kill (60-66 s measured). At 15 s,
 // half the lease TTL, those messages are deliverable again before the earliest successor can act,
 // and the delay is the lease's. A live holder's long pass does not redeliver: the Keeper sends a
-// progress ack for each message it still holds. Nothing else is shortened: NakDelay, FencedNakDelay
-// and MaxDeliveries count deliveries, not time, and neither consumer has a BackOff.
+// progress ack for each message it still holds. Nothing else changes: NakDelay (2 s) and
+// FencedNakDelay (500 ms) were already well under the ack wait, MaxDeliveries counts deliveries,
+// and neither consumer has a MaxDeliver or a BackOff.
 
 // ProgressEvery is how long a message a loop holds goes without an ack before the Keeper sends it
 // a progress ack (+WPI): a third of the ack wait. The Keeper looks every half of that, so a held
@@ -27,8 +28,7 @@ func ProgressEvery(ackWait time.Duration) time.Duration { return ackWait / 3 }
 // it), gets a progress ack once it has gone ProgressEvery without one. A message already settled
 // (acked, nak'd, terminated, handed back) is skipped: the client refuses a second ack verb on it
 // (jetstream.ErrMsgAlreadyAckd) without sending anything. With the fence down nothing is sent:
-// a progress ack keeps a message from whoever holds the lease. The zero and the nil Keeper keep
-// nothing.
+// a progress ack keeps a message from whoever holds the lease. A nil Keeper keeps nothing.
 //
 // A progress ack sent in the instant a loop naks the same message (the client checks its
 // "settled" flag before it sends, not atomically with the send) restarts the message's ack wait
