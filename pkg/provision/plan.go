@@ -197,7 +197,8 @@ func Plan(n space.Names) ([]Item, error) {
 	return items, nil
 }
 
-// AckWait is upstream's ack_wait on every durable it pre-creates (dm_, dlv_, fanout, reader).
+// AckWait is upstream's ack_wait on every durable it creates (dm_, dlv_, svc_); deliveryd creates its
+// fanout and reader durables itself, with 15 s (deliveryd/internal/plane3.AckWait).
 const AckWait = 60 * time.Second
 
 // DlvDurable is upstream's dlvDurableConfig: a lifecycle's bind-only durable on DLV, filtered to

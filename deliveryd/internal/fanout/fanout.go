@@ -51,6 +51,9 @@ type Config struct {
 	Batch int
 	// NakDelay is the redelivery delay after a failed pass; zero means plane3.NakDelay.
 	NakDelay time.Duration
+	// AckWait is the consumer's ack_wait, the Keeper's base; zero means plane3.AckWait. Tests
+	// shorten it to show a held pass past it; deliveryd uses the default.
+	AckWait time.Duration
 	// MayAct is the lease fence: checked before every fetch, publish and ack. A pass that finds it
 	// false stops and hands its messages back (plane3.HandBack: nak'd, not acked), so they
 	// redeliver once it lifts or to whoever holds the lease; Run fetches nothing while it is
@@ -78,8 +81,9 @@ type Writer struct {
 	presence jetstream.KeyValue
 	inbox    inboxRoom // the reader durable's backlog (inbox.go)
 }
-
-// ConsumerConfig is the fanout durable (upstream fanoutDurableConfig).
+// ConsumerConfig is the fanout durable (upstream fanoutDurableConfig, but with plane3.AckWait, 15 s,
+// instead of upstream's 60 s ack wait: see plane3/progress.go).
+// 60 s ack wait: see plane3/progress.go).
 func ConsumerConfig(n space.Names) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable: n.FanoutConsumer(), FilterSubject: n.ChatAll(),
@@ -97,8 +101,11 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Writer, error) {
 	if n.Token() == "" {
 		return nil, space.ErrZeroNames
 	}
-	if cfg.Batch < 0 || cfg.NakDelay < 0 {
-		return nil, fmt.Errorf("fanout: negative Batch %d or NakDelay %v", cfg.Batch, cfg.NakDelay)
+	if cfg.Batch < 0 || cfg.NakDelay < 0 || cfg.AckWait < 0 {
+		return nil, fmt.Errorf("fanout: negative Batch %d, NakDelay %v or AckWait %v", cfg.Batch, cfg.NakDelay, cfg.AckWait)
+	}
+	if cfg.AckWait == 0 {
+		cfg.AckWait = plane3.AckWait
 	}
 	if cfg.Batch == 0 {
 		cfg.Batch = DefaultBatch
@@ -133,7 +140,9 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Writer, error) {
 			return nil, fmt.Errorf("fanout: %w", err)
 		}
 	}
-	if w.consumer, err = js.CreateOrUpdateConsumer(ctx, n.ChatStream(), ConsumerConfig(n)); err != nil {
+	cc := ConsumerConfig(n)
+	cc.AckWait = cfg.AckWait
+	if w.consumer, err = js.CreateOrUpdateConsumer(ctx, n.ChatStream(), cc); err != nil {
 		return nil, fmt.Errorf("fanout: create %s on %s: %w", n.FanoutConsumer(), n.ChatStream(), err)
 	}
 	return w, nil
@@ -144,7 +153,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Writer, error) {
 // Once drain is closed it takes no new pass, settles the one it holds (its messages acked) and
 // returns nil: a draining daemon's intake stop. A nil drain never closes.
 func (w *Writer) Run(ctx context.Context, drain <-chan struct{}) error {
-	var o plane3.Overlap
+	o := plane3.Overlap{Keep: plane3.StartKeeper(w.cfg.AckWait, w.cfg.MayAct)}
 	defer o.Close(ctx)
 	for ctx.Err() == nil && !plane3.Closed(drain) {
 		if !w.cfg.MayAct() {

@@ -287,7 +287,7 @@ func TestNeverCreatesAStreamOrBucket(t *testing.T) {
 }
 
 // TestFanoutFence: with the lease fence down the writer publishes and acks nothing, and a
-// message it fetched is handed back (nak'd at once) instead of waiting out the 60 s ack wait, so
+// message it fetched is handed back (nak'd at once) instead of waiting out the ack wait (plane3.AckWait), so
 // it is fanned out as soon as the fence lifts.
 func TestFanoutFence(t *testing.T) {
 	// setup runs the writer behind f; fall, if not nil, makes f's fall from the environment.
@@ -324,7 +324,7 @@ func TestFanoutFence(t *testing.T) {
 		return ci
 	}
 	// acted waits for the message at seq to be acked with one inbox copy, in well under the
-	// ack wait (plane3.AckWait, 60 s): a message left unacked by a fenced pass would not be
+	// ack wait (plane3.AckWait, 15 s): a message left unacked by a fenced pass would not be
 	// redelivered before it.
 	acted := func(t *testing.T, e *plane3test.Env, djs jetstream.JetStream, seq uint64) {
 		t.Helper()

@@ -175,8 +175,16 @@ func (e *SettleError) Unwrap() error { return e.Err }
 // whose copies are published is held, unsettled, while the broker stores them; the next pass, if
 // its messages are already there, is handled, and only then is the held one settled (its messages
 // acked). With nothing waiting, the held pass is settled before the loop waits for more.
+//
+// With Keep set, every pass Next returns is kept alive (progress acks, see Keeper) until it is
+// settled, or, when the loop never held it (a failed pass, whose messages it nak'd), until the
+// next Next; Close releases everything and stops Keep.
 type Overlap struct {
 	held func(context.Context) error
+	Keep *Keeper
+
+	cur, heldPass     *kept           // the Keeper's passes: the last one fetched, the held one
+	curMsgs, heldMsgs []jetstream.Msg // their messages, for the test hook
 }
 
 // Next is the next pass of c, of up to batch messages. While a pass is held it takes only what is
@@ -185,12 +193,15 @@ type Overlap struct {
 // failure is returned as a *SettleError, the fetch not made or not returned. With nothing held it
 // waits as FetchPass does.
 func (o *Overlap) Next(ctx context.Context, c jetstream.Consumer, batch int) ([]jetstream.Msg, error) {
+	o.Keep.release(o.cur) // fetched before and never held: the loop is done with it
+	o.cur, o.curMsgs = nil, nil
 	if o.held == nil {
-		return FetchPass(ctx, c, batch)
+		msgs, err := FetchPass(ctx, c, batch)
+		return o.fetched(msgs), err
 	}
 	msgs, err := FetchReady(c, batch)
 	if err == nil && len(msgs) > 0 {
-		return msgs, nil
+		return o.fetched(msgs), nil
 	}
 	if serr := o.Settle(ctx); serr != nil {
 		return nil, &SettleError{serr}
@@ -198,22 +209,43 @@ func (o *Overlap) Next(ctx context.Context, c jetstream.Consumer, batch int) ([]
 	return nil, err
 }
 
-// Settle settles the held pass, if any, and holds none.
-func (o *Overlap) Settle(ctx context.Context) error {
-	f := o.held
-	o.held = nil
-	if f == nil {
-		return nil
+// fetched keeps a pass Next returns.
+func (o *Overlap) fetched(msgs []jetstream.Msg) []jetstream.Msg {
+	if len(msgs) > 0 {
+		o.cur, o.curMsgs = o.Keep.add(msgs), msgs
+		hook(AtFetched, msgs)
 	}
-	return f(ctx)
+	return msgs
 }
 
-// Hold keeps settle as the held pass; the one held before must have been settled.
-func (o *Overlap) Hold(settle func(context.Context) error) { o.held = settle }
+// Settle settles the held pass, if any, and holds none.
+func (o *Overlap) Settle(ctx context.Context) error {
+	f, p, msgs := o.held, o.heldPass, o.heldMsgs
+	o.held, o.heldPass, o.heldMsgs = nil, nil, nil
+	if f == nil {
+		o.Keep.release(p)
+		return nil
+	}
+	hook(AtSettling, msgs)
+	err := f(ctx)
+	o.Keep.release(p)
+	return err
+}
+
+// Hold keeps settle as the held pass, the one Next returned last; the one held before must have
+// been settled.
+func (o *Overlap) Hold(settle func(context.Context) error) {
+	o.held, o.heldPass, o.heldMsgs = settle, o.cur, o.curMsgs
+	o.cur, o.curMsgs = nil, nil
+}
 
 // Close settles the held pass when the loop stops: within SettleGrace, even though ctx is done.
+// It then releases every pass and stops Keep.
 func (o *Overlap) Close(ctx context.Context) {
 	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), SettleGrace)
 	defer cancel()
 	_ = o.Settle(grace)
+	o.Keep.release(o.cur)
+	o.cur, o.curMsgs = nil, nil
+	o.Keep.Stop()
 }

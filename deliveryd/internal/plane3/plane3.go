@@ -34,8 +34,10 @@ const (
 
 // Defaults shared by both loops.
 const (
-	// AckWait is upstream's ack_wait on fanout and reader.
-	AckWait = 60 * time.Second
+	// AckWait is the ack_wait of fanout and reader: 15 s, half the lease TTL, where upstream has
+	// 60 s, so that what a killed deliveryd held is deliverable again before its successor can
+	// hold the lease; a live holder's long pass sends progress acks instead (Keeper, progress.go).
+	AckWait = 15 * time.Second
 	// ReaderMaxAckPending bounds the reader's in-flight entries (upstream DINBOX_MAX_ACK_PENDING).
 	ReaderMaxAckPending = 1000
 	// NakDelay is the redelivery delay after a missing ACL row or a failed publish.

@@ -56,6 +56,9 @@ type Config struct {
 	MaxDeliveries uint64
 	// Batch is the most entries one pass handles; zero means DefaultBatch.
 	Batch int
+	// AckWait is the consumer's ack_wait, the Keeper's base; zero means plane3.AckWait. Tests
+	// shorten it to show a held pass past it; deliveryd uses the default.
+	AckWait time.Duration
 	// MayAct is the lease fence, checked before every fetch, publish and ack; an entry found
 	// while it is false is handed back (plane3.HandBack: nak'd, not acked or terminated), so it
 	// redelivers once the fence lifts or to whoever holds the lease, and Run fetches nothing while
@@ -78,7 +81,8 @@ type Reader struct {
 	gate     *gate
 }
 
-// ConsumerConfig is the reader durable (upstream inboxReaderConfig). It carries a filter so that
+// ConsumerConfig is the reader durable (upstream inboxReaderConfig, but with plane3.AckWait, 15 s,
+// instead of upstream's 60 s ack wait: see plane3/progress.go). It carries a filter so that
 // nats.go creates it through $JS.API.CONSUMER.CREATE.INBOX_<t>.reader.<filter>, the form the
 // delivery profile is granted (the unfiltered named create is not).
 func ConsumerConfig(n space.Names) jetstream.ConsumerConfig {
@@ -97,8 +101,11 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Reader, error) {
 	if n.Token() == "" {
 		return nil, space.ErrZeroNames
 	}
-	if cfg.NakDelay < 0 || cfg.Batch < 0 {
-		return nil, fmt.Errorf("reader: negative NakDelay %v or Batch %d", cfg.NakDelay, cfg.Batch)
+	if cfg.NakDelay < 0 || cfg.Batch < 0 || cfg.AckWait < 0 {
+		return nil, fmt.Errorf("reader: negative NakDelay %v, Batch %d or AckWait %v", cfg.NakDelay, cfg.Batch, cfg.AckWait)
+	}
+	if cfg.AckWait == 0 {
+		cfg.AckWait = plane3.AckWait
 	}
 	if cfg.Batch == 0 {
 		cfg.Batch = DefaultBatch
@@ -133,7 +140,9 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Reader, error) {
 	if r.acl, err = plane3.OpenBucket(ctx, js, n, space.ACL); err != nil {
 		return nil, fmt.Errorf("reader: %w", err)
 	}
-	if r.consumer, err = js.CreateOrUpdateConsumer(ctx, n.InboxStream(), ConsumerConfig(n)); err != nil {
+	cc := ConsumerConfig(n)
+	cc.AckWait = cfg.AckWait
+	if r.consumer, err = js.CreateOrUpdateConsumer(ctx, n.InboxStream(), cc); err != nil {
 		return nil, fmt.Errorf("reader: create %s on %s: %w", n.ReaderConsumer(), n.InboxStream(), err)
 	}
 	return r, nil
@@ -148,7 +157,7 @@ func (r *Reader) Run(ctx context.Context, drain <-chan struct{}) error {
 	wg.Go(func() { r.gate.run(gctx) })
 	defer wg.Wait()
 	defer stop()
-	var o plane3.Overlap
+	o := plane3.Overlap{Keep: plane3.StartKeeper(r.cfg.AckWait, r.cfg.MayAct)}
 	defer o.Close(ctx)
 	for ctx.Err() == nil && !plane3.Closed(drain) {
 		if !r.cfg.MayAct() {

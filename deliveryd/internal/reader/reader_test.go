@@ -314,10 +314,10 @@ func TestReaderGate(t *testing.T) {
 
 // TestReaderFence: with the lease fence down the reader publishes and acks nothing, and an entry
 // it fetched is handed back (nak'd at once, not acked, deferred or terminated) instead of
-// waiting out the 60 s ack wait, so it is delivered as soon as the fence lifts.
+// waiting out the ack wait (plane3.AckWait), so it is delivered as soon as the fence lifts.
 func TestReaderFence(t *testing.T) {
 	// acted waits for the entry to be acked with one DLV copy, in well under the ack wait
-	// (plane3.AckWait, 60 s): an entry left unacked by a fenced pass would not be redelivered
+	// (plane3.AckWait, 15 s): an entry left unacked by a fenced pass would not be redelivered
 	// before it.
 	acted := func(t *testing.T, f *fixture) {
 		t.Helper()
