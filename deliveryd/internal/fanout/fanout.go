@@ -81,9 +81,9 @@ type Writer struct {
 	presence jetstream.KeyValue
 	inbox    inboxRoom // the reader durable's backlog (inbox.go)
 }
+
 // ConsumerConfig is the fanout durable (upstream fanoutDurableConfig, but with plane3.AckWait, 15 s,
 // instead of upstream's 60 s ack wait: see plane3/progress.go).
-// 60 s ack wait: see plane3/progress.go).
 func ConsumerConfig(n space.Names) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable: n.FanoutConsumer(), FilterSubject: n.ChatAll(),
