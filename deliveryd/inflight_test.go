@@ -96,11 +96,18 @@ func receiveStamped(t *testing.T, e *plane3test.Env, actor, uid string) *stamped
 // are then 11 s old, kept by progress acks in the real binary).
 func TestFailoverInFlight(t *testing.T) {
 	if testing.Short() {
-		t.Skip("waits out the production lease TTL (30 s), twice")
+		t.Skip("waits out the production lease TTL (30 s)")
 	}
 	bin := buildHooked(t)
-	t.Run("ok/kill-right-after-a-lease-write", func(t *testing.T) { failoverInFlight(t, bin, 0, 2*time.Second) })
-	t.Run("ok/kill-mid-renewal", func(t *testing.T) { failoverInFlight(t, bin, 11*time.Second, 14*time.Second) })
+	// Each case has its own broker and space, so they wait out their leases side by side.
+	t.Run("ok/kill-right-after-a-lease-write", func(t *testing.T) {
+		t.Parallel()
+		failoverInFlight(t, bin, 0, 2*time.Second)
+	})
+	t.Run("ok/kill-mid-renewal", func(t *testing.T) {
+		t.Parallel()
+		failoverInFlight(t, bin, 11*time.Second, 14*time.Second)
+	})
 }
 
 // failoverInFlight is TestFailoverInFlight with the kill made once the first's lease row is at
