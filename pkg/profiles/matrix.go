@@ -356,7 +356,8 @@ func deprovisionerPerms(b *builder) {
 // and ACL, writes members and its own lease keys, publishes any lifecycle's dinbox and dlv
 // subjects, serves both ctl rails and the liveness rail (live.delivery.*.*, newer than the stored
 // upstream profile) and replies only on their .reply.> leaves, and reads the info of any dlv_
-// durable on DLV (the reader's gate, newer than the stored upstream profile). It holds no native
+// durable on DLV and a DLV subject's last message (the reader's gate, newer than the stored
+// upstream profile). It holds no native
 // chat, dinbox or dlv subscription.
 //
 // The lease watch (issue 10 item 3) is a core subscription on exactly $KV.cotal_delivery_<t>.lease.0
@@ -380,8 +381,12 @@ func deliveryPerms(b *builder) {
 	b.pub(space.StreamInfo(dlv))
 	// The reader's gate on a lifecycle's DLV subject (deliveryd/internal/reader, gate.go) reads
 	// the dlv_ durable's info (its pending and unacked counts); newer than the stored upstream
-	// profile. Info only: no create, fetch, ack or delete on DLV.
+	// profile. Info only: no create, fetch, ack or delete on DLV. It also reads the last stored
+	// message of a lifecycle's DLV subject (STREAM.MSG.GET, last by subject: its sequence bounds
+	// the frames the gate did not publish itself); the body is a frame the reader wrote from an
+	// INBOX entry it already reads.
 	b.pub(space.ConsumerInfoAny(dlv))
+	b.pub(space.StreamMsgGet(dlv))
 	b.pub(space.DurableCreateAny(chat))
 	b.pub(space.ConsumerCreateNamed(inbox, reader))
 	b.pub(space.DurableCreate(inbox, reader))

@@ -3,6 +3,7 @@ package fanout_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -175,10 +176,13 @@ func ids(prefix string, from, to int) []string {
 	return out
 }
 
-// durableSettled waits until local.<actor>'s dlv_ durable has nothing pending or unacked.
+// durableSettled waits until local.<actor>'s dlv_ durable has nothing pending or unacked and
+// its ack floor has reached the last frame stored on its subject (NumPending alone can trail a
+// frame already stored: the broker counts it on a goroutine of its own).
 func durableSettled(t *testing.T, e *plane3test.Env, djs jetstream.JetStream, actor, uid string) {
 	t.Helper()
 	name, _ := e.N.DlvConsumer(plane3test.Owner, actor, uid)
+	subj, _ := e.N.Dlv(plane3test.Owner, actor, uid)
 	testkit.Eventually(t, 30*time.Second, func() error {
 		c, err := djs.Consumer(plane3test.Ctx(t), e.N.DLVStream(), name)
 		if err != nil {
@@ -187,6 +191,20 @@ func durableSettled(t *testing.T, e *plane3test.Env, djs jetstream.JetStream, ac
 		ci := c.CachedInfo()
 		if ci.NumPending != 0 || ci.NumAckPending != 0 {
 			return fmt.Errorf("%s: pending %d, unacked %d", name, ci.NumPending, ci.NumAckPending)
+		}
+		s, err := djs.Stream(plane3test.Ctx(t), e.N.DLVStream())
+		if err != nil {
+			return err
+		}
+		m, err := s.GetLastMsgForSubject(plane3test.Ctx(t), subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if ci.AckFloor.Stream < m.Sequence {
+			return fmt.Errorf("%s: floor %d below the last frame %d", name, ci.AckFloor.Stream, m.Sequence)
 		}
 		return nil
 	})

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
+	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -21,19 +24,42 @@ import (
 // The gate on each lifecycle's DLV subject. DLV_<t> keeps at most provision.MaxMsgsPerSubject
 // messages per subject and discards the oldest: harmless for a frame the lifecycle's dlv_ durable
 // has acked, a silent loss for one it has not (a stopped agent, a burst). So before a copy is
-// published the reader holds an upper bound of the durable's unacked frames (NumPending +
-// NumAckPending of its info, plus the frames published since that info) and publishes the copy only
-// while the bound stays at most the cap minus one (the last slot is kept free). A copy
-// past it is dropped (its entry acked), counted, and the lifecycle is in overflow: logged once, and
-// the gap marker (dlvclient.GapHeader, the count of dropped copies) is published as soon as the
-// durable has room again, looked at on the lifecycle's next copy and by a timer, before any later
-// frame. A lifecycle whose durable does not exist (not provisioned yet, or never: the benchmark's
-// members) is not gated; it is looked up again after absentRecheck.
+// published the reader holds an upper bound of the frames stored on the subject above the
+// durable's ack floor, and publishes the copy only while the bound stays at most the cap minus one
+// (the last slot is kept free): the oldest frame a publish can then discard is at or below the
+// floor, acked. A copy past it is dropped (its entry acked), counted, and the lifecycle is in
+// overflow: logged once, and the gap marker (dlvclient.GapHeader, the count of dropped copies) is
+// published as soon as the durable has room again, looked at on the lifecycle's next copy and by a
+// timer, before any later frame. A lifecycle whose durable does not exist (not provisioned yet, or
+// never: the benchmark's members) is not gated; it is looked up again after absentRecheck.
+//
+// The bound uses only what the broker updates in the same step as the store or the ack, never the
+// consumer's NumPending (nats-server counts it on a goroutine of its own, signalConsumersLoop,
+// after the publish's answer has gone out, so it trails stored frames):
+//
+//   - The reader is the only publisher on dlv.<o>.<a>.<uid> (lease-fenced), so the gate keeps the
+//     stream sequence of each frame it published there (the PubAck's, reported by the pass:
+//     stored), trimmed as the floor passes them, and counts each copy admitted but not yet
+//     answered (inflight).
+//   - The durable's AckFloor.Stream in its info is the consumer store's, moved as the ack is
+//     processed (nats-server consumer.go processAckMsgLocked → updateAcks → the store's
+//     UpdateAcks), and dlvclient acks in order, so the frames above it are the unacked ones (an
+//     ack out of order only makes the bound larger).
+//   - Frames the gate did not publish (another holder's, before a restart, before the fence fell)
+//     are all at or below top, the subject's last stored sequence when the gate first looked (a
+//     last-by-subject get). Once the floor reaches top there are none unacked; while the durable
+//     has been delivered up to top they are at most its NumAckPending (the length of its pending
+//     map, also moved in the delivery's and the ack's own step); otherwise at most the subject's
+//     stored count (stream info by subject, the store's own count) and at most NumAckPending plus
+//     the sequences between the delivered one and top.
 //
 // The info is read on first sight of a lifecycle, again once the frames published since the last
-// one reach half the room it showed (so an agent that keeps up costs one info per about half the
-// cap of copies), and before a copy is dropped; always after every publish in flight has been
-// stored (PublishAsyncComplete), so the info counts every frame published before it.
+// one reach half the room it showed (so an agent that keeps up costs one info and one get per
+// about half the cap of copies), and before a copy is dropped; always after every publish in
+// flight has been answered (PublishAsyncComplete). The gate starts a lifecycle afresh (a new top)
+// after a publish whose answer was an error (it may be stored, at an unknown sequence), when the
+// subject's last frame is not one it knows, when the durable was created again, and for every
+// lifecycle after the lease fence was seen down (another holder may have published meanwhile).
 const (
 	// gateTick is how often the timer looks at lifecycles in overflow for room for their marker.
 	gateTick = 2 * time.Second
@@ -42,9 +68,6 @@ const (
 	// absentRecheck is how long a lifecycle found without a durable stays ungated before the
 	// next look.
 	absentRecheck = 10 * time.Second
-	// lagMargin is added to a durable's info count for stored frames the broker has not counted
-	// yet (see refresh).
-	lagMargin = 64
 	// idleForget is how long a lifecycle not in overflow is remembered without a copy.
 	idleForget = 10 * time.Minute
 )
@@ -82,43 +105,81 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 
 // lane is one lifecycle's gate state.
 type lane struct {
-	checked bool      // an info was read
-	durable bool      // the durable existed at the last info (gated)
-	base    uint64    // its unacked frames at the last info
-	room    uint64    // limit - base at the last info
-	since   uint64    // frames (and markers) published since
-	infoAt  time.Time // when the last info was read
-	seen    time.Time // the last copy
-	dropped uint64    // copies dropped since the overflow began; > 0 is overflow
-	first   uint64    // INBOX sequence of the first dropped copy: the marker's dedup id
+	checked  bool           // an info was read
+	durable  bool           // the durable existed at the last info (gated)
+	booted   bool           // top is known for the durable created at created
+	created  time.Time      // the durable's creation time at boot
+	top      uint64         // the subject's last stored sequence at boot; 0 once nothing foreign is unacked
+	last     uint64         // the highest sequence known stored on the subject (top or the gate's own)
+	own      []uint64       // sequences of frames this gate published since boot, above the last floor, ascending
+	flight   map[uint64]int // admitted copies not yet answered, by INBOX sequence
+	inflight int            // their count
+	reboot   bool           // start afresh at the next info (a publish answered with an error)
+	base     uint64         // the bound of unacked frames at the last info
+	room     uint64         // limit - base at the last info
+	since    uint64         // frames (and markers) admitted since
+	infoAt   time.Time      // when the last info was read
+	seen     time.Time      // the last copy
+	dropped  uint64         // copies dropped since the overflow began; > 0 is overflow
+	first    uint64         // INBOX sequence of the first dropped copy: the marker's dedup id
 }
 
 // gate is the reader's gate on every lifecycle's DLV subject.
 type gate struct {
-	js     jetstream.JetStream
-	n      space.Names
-	cap    uint64
-	mayAct func() bool
-	log    *slog.Logger
-	met    *Metrics
-	mu     sync.Mutex
-	lanes  map[plane3.Lifecycle]*lane
-	dlv    jetstream.Stream // DLV_<t>, opened on first use
+	js    jetstream.JetStream
+	n     space.Names
+	cap   uint64
+	fence func() bool
+	fell  atomic.Bool // the fence was seen down since the last admit
+	log   *slog.Logger
+	met   *Metrics
+	mu    sync.Mutex
+	lanes map[plane3.Lifecycle]*lane
+	dlv   jetstream.Stream // DLV_<t>, opened on first use
 }
 
 func newGate(js jetstream.JetStream, n space.Names, mayAct func() bool, log *slog.Logger, met *Metrics) *gate {
-	return &gate{js: js, n: n, cap: provision.MaxMsgsPerSubject, mayAct: mayAct, log: log, met: met, lanes: map[plane3.Lifecycle]*lane{}}
+	return &gate{js: js, n: n, cap: provision.MaxMsgsPerSubject, fence: mayAct, log: log, met: met, lanes: map[plane3.Lifecycle]*lane{}}
+}
+
+// mayAct is the lease fence as the reader checks it: every look at it goes through the gate, so
+// a fence seen down makes the gate start every lifecycle afresh before its next copy.
+func (g *gate) mayAct() bool {
+	ok := g.fence()
+	if !ok {
+		g.fell.Store(true)
+	}
+	return ok
 }
 
 // limit is the most unacked frames a copy or a marker may leave in the durable: the last slot
-// stays free, a margin the exact count does not need.
+// stays free.
 func (g *gate) limit() uint64 { return g.cap - 1 }
 
-// admit decides whether the copy m of lifecycle lc may be published: true counts it as published.
-// False means it was dropped: the caller acks its entry without a copy.
+// entrySeq is the INBOX sequence of m, the key of its copy in flight.
+func entrySeq(m jetstream.Msg) uint64 {
+	if md, err := m.Metadata(); err == nil {
+		return md.Sequence.Stream
+	}
+	return 0
+}
+
+// admit decides whether the copy m of lifecycle lc may be published: true counts it as published
+// and in flight until the pass reports its answer (stored or lost). False means it was dropped:
+// the caller acks its entry without a copy.
 func (g *gate) admit(ctx context.Context, lc plane3.Lifecycle, m jetstream.Msg) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.fell.Swap(false) {
+		// The fence was down: another holder may have published, and the pass handed back its
+		// copies in flight without their answers. Every copy admitted so far has been published
+		// (admit comes just before each publish), so the next info, waiting for their answers,
+		// finds each stored one at or below the new top.
+		for _, l := range g.lanes {
+			l.restart()
+			l.flight, l.inflight = nil, 0
+		}
+	}
 	now := time.Now()
 	l := g.lanes[lc]
 	if l == nil {
@@ -130,7 +191,7 @@ func (g *gate) admit(ctx context.Context, lc plane3.Lifecycle, m jetstream.Msg) 
 	case !l.checked && now.Sub(l.infoAt) >= overflowRecheck, // first sight, or the last read failed
 		l.checked && !l.durable && now.Sub(l.infoAt) >= absentRecheck,
 		l.dropped > 0 && now.Sub(l.infoAt) >= overflowRecheck,
-		l.durable && l.dropped == 0 && l.since >= max(l.room/2, 1):
+		l.durable && l.dropped == 0 && (!l.booted || l.reboot || l.since >= max(l.room/2, 1)):
 		g.refresh(ctx, lc, l)
 	}
 	if !l.durable {
@@ -146,10 +207,7 @@ func (g *gate) admit(ctx context.Context, lc plane3.Lifecycle, m jetstream.Msg) 
 			g.refresh(ctx, lc, l)
 		}
 		if l.durable && l.base+l.since+1 > g.limit() {
-			l.dropped, l.first = 1, 0
-			if md, err := m.Metadata(); err == nil {
-				l.first = md.Sequence.Stream
-			}
+			l.dropped, l.first = 1, entrySeq(m)
 			g.met.dropped.Inc()
 			g.met.overflowing.Inc()
 			g.log.Warn("dropping copies: the lifecycle's durable holds as many unacked frames as DLV keeps; a gap marker will follow",
@@ -158,14 +216,74 @@ func (g *gate) admit(ctx context.Context, lc plane3.Lifecycle, m jetstream.Msg) 
 		}
 	}
 	l.since++
+	if l.flight == nil {
+		l.flight = map[uint64]int{}
+	}
+	l.flight[entrySeq(m)]++
+	l.inflight++
 	return true
+}
+
+// stored records the answer to the copy of entry m admitted for lc: DLV stored it at seq.
+func (g *gate) stored(lc plane3.Lifecycle, m jetstream.Msg, seq uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l := g.lanes[lc]
+	if l == nil || !l.answered(entrySeq(m)) {
+		return // admitted before the lane started afresh: at or below its top
+	}
+	l.add(seq)
+}
+
+// lost records that the copy of entry m admitted for lc was not stored, or may have been at a
+// sequence the gate does not know (a publish that failed or timed out): lc starts afresh.
+func (g *gate) lost(lc plane3.Lifecycle, m jetstream.Msg) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if l := g.lanes[lc]; l != nil && l.answered(entrySeq(m)) {
+		l.reboot = true
+	}
+}
+
+// answered takes one copy of entry seq out of flight; false when none is there.
+func (l *lane) answered(seq uint64) bool {
+	if l.flight[seq] == 0 {
+		return false
+	}
+	if l.flight[seq]--; l.flight[seq] == 0 {
+		delete(l.flight, seq)
+	}
+	l.inflight--
+	return true
+}
+
+// add records a frame of the gate's own stored at seq (a duplicate answer names the first's).
+func (l *lane) add(seq uint64) {
+	if l.booted && seq <= l.top {
+		return
+	}
+	l.last = max(l.last, seq)
+	i := sort.Search(len(l.own), func(i int) bool { return l.own[i] >= seq })
+	if i < len(l.own) && l.own[i] == seq {
+		return
+	}
+	l.own = slices.Insert(l.own, i, seq)
+}
+
+// restart forgets what the lane knows of the subject: the next info reads a new top. Copies in
+// flight stay counted until their answers come (one stored at or below the new top is then
+// counted under it: twice, never less).
+func (l *lane) restart() {
+	l.booted, l.reboot = false, false
+	l.top, l.last, l.own = 0, 0, nil
 }
 
 // refresh reads lc's durable info into l, after waiting for every publish in flight, so the
 // info counts each frame already published. A failed read (a broker error, or a signerd older than
-// this gate whose delivery credential may not read DLV consumer info) leaves the lifecycle
-// ungated until absentRecheck, unless it is in overflow (its marker waits for a read that works):
-// the gate never holds the reader on a broker error, and never publishes past a pending marker.
+// this gate whose delivery credential may not read DLV consumer info or messages) leaves the
+// lifecycle ungated until absentRecheck, unless it is in overflow (its marker waits for a read
+// that works): the gate never holds the reader on a broker error, and never publishes past a
+// pending marker.
 func (g *gate) refresh(ctx context.Context, lc plane3.Lifecycle, l *lane) {
 	select {
 	case <-g.js.PublishAsyncComplete():
@@ -183,55 +301,122 @@ func (g *gate) refresh(ctx context.Context, lc plane3.Lifecycle, l *lane) {
 			g.forget(lc, l, "the lifecycle's durable is gone; its gap marker cannot be delivered")
 		}
 		l.checked, l.durable = true, false
+		l.restart()
 		return
+	}
+	if err == nil {
+		err = g.count(ctx, lc, l, c.CachedInfo())
 	}
 	if err != nil {
 		g.log.Warn("gate: the durable's info failed; its copies are not gated until the next look",
 			"lifecycle", lc.Principal()+"."+lc.UID, "err", err)
 		if l.dropped == 0 {
 			l.checked, l.durable = true, false // looked at again after absentRecheck
+			l.restart()
 		}
 		return
 	}
-	ci := c.CachedInfo()
 	l.checked, l.durable = true, true
-	// The broker counts a consumer's pending messages as its stream signals them, on a goroutine
-	// of its own (nats-server signalConsumersLoop), so NumPending can trail frames already stored:
-	// lagMargin stands for them. The subject's stored count, exact (the store's own), bounds the
-	// unacked frames too and is the tighter bound for a lifecycle that stopped acking before its
-	// subject filled.
-	unacked := ci.NumPending + uint64(ci.NumAckPending) + lagMargin
-	if stored, ok := g.stored(ctx, lc); ok {
-		unacked = min(unacked, stored)
-	}
-	l.base, l.since = unacked, 0
-	l.room = 0
+	l.since, l.room = 0, 0
 	if l.base < g.limit() {
 		l.room = g.limit() - l.base
 	}
 }
 
-// stored is how many messages DLV holds on lc's subject (stream info by subject).
-func (g *gate) stored(ctx context.Context, lc plane3.Lifecycle) (uint64, bool) {
+// count sets l.base from the durable's info ci: the frames stored on lc's subject above its ack
+// floor, bounded as the package doc says, plus the copies still in flight.
+func (g *gate) count(ctx context.Context, lc plane3.Lifecycle, l *lane, ci *jetstream.ConsumerInfo) error {
+	floor, delivered, pending := ci.AckFloor.Stream, ci.Delivered.Stream, uint64(ci.NumAckPending)
+	if l.booted && !ci.Created.Equal(l.created) {
+		l.restart() // the durable was made again: its floor starts over
+	}
+	// With nothing in flight the subject's last frame is one the gate knows (top, or its own
+	// last); another is a frame it did not publish, and the lane starts afresh.
+	if !l.booted || l.reboot || l.inflight == 0 {
+		last, err := g.lastSeq(ctx, lc)
+		if err != nil {
+			return err
+		}
+		if l.booted && !l.reboot && last != l.last {
+			g.log.Warn("gate: the lifecycle's subject holds a frame this reader did not publish; counting afresh",
+				"lifecycle", lc.Principal()+"."+lc.UID, "last", last, "known", l.last)
+			l.restart()
+		}
+		if !l.booted || l.reboot {
+			l.restart()
+			l.booted, l.created, l.top, l.last = true, ci.Created, last, last
+		}
+	}
+	i := sort.Search(len(l.own), func(i int) bool { return l.own[i] > floor })
+	l.own = l.own[i:]
+	var foreign uint64
+	switch {
+	case l.top <= floor:
+		l.top = 0 // all acked; the floor does not go back for this durable
+	case delivered >= l.top:
+		foreign = pending
+	default:
+		stored, err := g.subjectCount(ctx, lc)
+		if err != nil {
+			return err
+		}
+		foreign = min(stored, pending+l.top-delivered)
+	}
+	l.base = foreign + uint64(len(l.own)) + uint64(l.inflight)
+	return nil
+}
+
+// lastSeq is the stream sequence of the last message stored on lc's DLV subject, 0 for none.
+func (g *gate) lastSeq(ctx context.Context, lc plane3.Lifecycle) (uint64, error) {
 	subj, err := g.n.Dlv(lc.Owner, lc.Actor, lc.UID)
 	if err != nil {
-		return 0, false
+		return 0, err
 	}
-	if g.dlv == nil {
-		if g.dlv, err = g.js.Stream(ctx, g.n.DLVStream()); err != nil {
-			return 0, false
-		}
+	if err := g.openDLV(ctx); err != nil {
+		return 0, err
+	}
+	m, err := g.dlv.GetLastMsgForSubject(ctx, subj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return m.Sequence, nil
+}
+
+// subjectCount is how many messages DLV holds on lc's subject (stream info by subject).
+func (g *gate) subjectCount(ctx context.Context, lc plane3.Lifecycle) (uint64, error) {
+	subj, err := g.n.Dlv(lc.Owner, lc.Actor, lc.UID)
+	if err != nil {
+		return 0, err
+	}
+	if err := g.openDLV(ctx); err != nil {
+		return 0, err
 	}
 	info, err := g.dlv.Info(ctx, jetstream.WithSubjectFilter(subj))
 	if err != nil {
-		return 0, false
+		return 0, err
 	}
-	return info.State.Subjects[subj], true
+	return info.State.Subjects[subj], nil
+}
+
+func (g *gate) openDLV(ctx context.Context) error {
+	if g.dlv != nil {
+		return nil
+	}
+	s, err := g.js.Stream(ctx, g.n.DLVStream())
+	if err != nil {
+		return err
+	}
+	g.dlv = s
+	return nil
 }
 
 // mark publishes l's gap marker once the durable has room again (room for a frame: the
-// lifecycle acked at least one since its overflow began), and reports whether l left overflow. The marker's dedup id names the first dropped entry, so a publish retried within
-// the dedup window is stored once.
+// lifecycle acked at least one since its overflow began), and reports whether l left overflow.
+// The marker's dedup id names the first dropped entry, so a publish retried within the dedup
+// window is stored once.
 func (g *gate) mark(ctx context.Context, lc plane3.Lifecycle, l *lane) bool {
 	if l.base+l.since+1 > g.limit() || !g.mayAct() {
 		return false
@@ -249,8 +434,10 @@ func (g *gate) mark(ctx context.Context, lc plane3.Lifecycle, l *lane) bool {
 	out.Header.Set(dlvclient.FrameHeader, dlvclient.FrameHeaderValue)
 	out.Header.Set(dlvclient.GapHeader, count)
 	out.Header.Set(jetstream.MsgIDHeader, "gap:"+lc.Principal()+":"+lc.UID+":"+strconv.FormatUint(l.first, 10))
-	if _, err := g.js.PublishMsg(ctx, out); err != nil {
+	ack, err := g.js.PublishMsg(ctx, out)
+	if err != nil {
 		g.log.Warn("gap marker not stored; retrying", "lifecycle", lc.Principal()+"."+lc.UID, "missing", l.dropped, "err", err)
+		l.reboot = true // it may be stored all the same, at a sequence the gate does not know
 		return false
 	}
 	g.log.Warn("published a gap marker: copies were dropped before it",
@@ -258,6 +445,7 @@ func (g *gate) mark(ctx context.Context, lc plane3.Lifecycle, l *lane) bool {
 	g.met.markers.Inc()
 	g.met.overflowing.Dec()
 	l.dropped, l.first = 0, 0
+	l.add(ack.Sequence)
 	l.since++
 	return true
 }

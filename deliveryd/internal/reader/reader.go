@@ -129,6 +129,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Reader, error) {
 	}
 	r := &Reader{cfg: cfg, log: plane3.Logger(cfg.Logger).With("loop", "reader"), js: js}
 	r.gate = newGate(js, n, cfg.MayAct, r.log, met)
+	r.cfg.MayAct = r.gate.mayAct // the gate sees the fence down (gate.go)
 	for _, s := range []string{n.InboxStream(), n.DLVStream()} {
 		if _, err := plane3.OpenStream(ctx, js, s); err != nil {
 			return nil, fmt.Errorf("reader: %w", err)
@@ -313,6 +314,7 @@ func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 		}
 		f, err := r.js.PublishMsgAsync(out)
 		if err != nil {
+			r.gate.lost(it.lc, it.m)
 			if err := r.retry(it.m, it.deliveries, it.lc, fmt.Errorf("publish to %s: %w", out.Subject, err)); err != nil {
 				return nil, err
 			}
@@ -329,11 +331,13 @@ func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 				return nil
 			}
 			select {
-			case <-s.ack.Ok():
+			case pa := <-s.ack.Ok():
+				r.gate.stored(s.it.lc, s.it.m, pa.Sequence)
 				if err := r.settle(s.it.m, s.it.m.Ack); err != nil {
 					return err
 				}
 			case err := <-s.ack.Err():
+				r.gate.lost(s.it.lc, s.it.m)
 				if err := r.retry(s.it.m, s.it.deliveries, s.it.lc, fmt.Errorf("publish to %s: %w", s.ack.Msg().Subject, err)); err != nil {
 					return err
 				}
