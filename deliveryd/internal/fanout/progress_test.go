@@ -146,9 +146,14 @@ func TestHeldPassProgress(t *testing.T) {
 		e, djs, post, parked, _, _, stopA := setup(t, true)
 		seq := post()
 		<-parked
-		if n := inboxCount(t, e, djs); n != 1 {
-			t.Fatalf("INBOX holds %d entries with A parked before its ack, want A's copy", n)
-		}
+		// A is parked before its settle waits for the copy's PubAck: the copy was sent, and is
+		// stored soon after.
+		testkit.Eventually(t, 10*time.Second, func() error {
+			if n := inboxCount(t, e, djs); n != 1 {
+				return fmt.Errorf("INBOX holds %d entries with A parked before its ack, want A's copy", n)
+			}
+			return nil
+		})
 		startB(t, e)
 		testkit.Eventually(t, 10*time.Second, func() error {
 			if ci := info(t, e, djs); ci.Delivered.Consumer < 2 || ci.AckFloor.Stream < seq {
