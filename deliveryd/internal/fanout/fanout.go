@@ -409,7 +409,7 @@ func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) ([]jetstre
 func (w *Writer) readMembers(ctx context.Context, v *view) error {
 	v.members = map[string][]memberRow{}
 	v.lifecycles, v.aclScanned, v.checked = map[string]bool{}, false, map[string]bool{}
-	return scan(ctx, w.members, func(e jetstream.KeyValueEntry) {
+	return plane3.Scan(ctx, w.members, func(e jetstream.KeyValueEntry) {
 		m, lc, err := plane3.DecodeMember(e.Key(), e.Value())
 		if err != nil {
 			w.log.Warn("skipped a membership row that does not decode", "key", e.Key())
@@ -499,7 +499,7 @@ func (w *Writer) getACLs(ctx context.Context, v *view, keys []string) error {
 // present (the lifecycles that exist).
 func (w *Writer) readACLs(ctx context.Context, v *view) error {
 	acls, present := map[string][]aclRow{}, map[string]bool{}
-	err := scan(ctx, w.acl, func(e jetstream.KeyValueEntry) {
+	err := plane3.Scan(ctx, w.acl, func(e jetstream.KeyValueEntry) {
 		lc, ok := plane3.ParseACLKey(e.Key())
 		if !ok {
 			return
@@ -551,7 +551,7 @@ func (w *Writer) depart(ctx context.Context, v *view) {
 func (w *Writer) mentioned(ctx context.Context, v *view, name, sender, channel string) (plane3.Lifecycle, bool, error) {
 	if v.roster == nil {
 		v.roster = map[string][]string{}
-		err := scan(ctx, w.presence, func(e jetstream.KeyValueEntry) {
+		err := plane3.Scan(ctx, w.presence, func(e jetstream.KeyValueEntry) {
 			var p struct {
 				Card struct {
 					ID   string `json:"id"`
@@ -588,27 +588,4 @@ func (w *Writer) mentioned(ctx context.Context, v *view, name, sender, channel s
 		return plane3.Lifecycle{}, false, nil
 	}
 	return rows[0].lc, true, nil
-}
-
-// scan calls f for the current value of every key of kv (deletes and purges skipped).
-func scan(ctx context.Context, kv jetstream.KeyValue, f func(jetstream.KeyValueEntry)) error {
-	wt, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return fmt.Errorf("scan %s: %w", kv.Bucket(), err)
-	}
-	defer func() { _ = wt.Stop() }()
-	for {
-		select {
-		case e, ok := <-wt.Updates():
-			if !ok {
-				return fmt.Errorf("scan %s: watch closed", kv.Bucket())
-			}
-			if e == nil {
-				return nil
-			}
-			f(e)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 }
