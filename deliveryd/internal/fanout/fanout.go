@@ -42,6 +42,12 @@ const (
 	DefaultBatch = 256
 	// retryPause is the wait after a failed fetch (a broker that is reconnecting).
 	retryPause = time.Second
+	// passWindow is the most inbox copies one pass keeps unacknowledged by the broker: before
+	// publishing past it the pass waits for its oldest copy's ack. Two passes are in flight at
+	// once (plane3.Overlap), so they stay within nats.go's async publish window (4000), which
+	// would otherwise, past a 200 ms stall, fail the publish and with it the whole pass (at 100
+	// members, a pass of 256 messages is 25600 copies).
+	passWindow = 1900
 )
 
 // Config is what New needs. Names is required.
@@ -234,22 +240,23 @@ type aclRow struct {
 func (w *Writer) pass(ctx context.Context, batch []jetstream.Msg) (func(context.Context) error, error) {
 	v := &view{classes: map[string]string{}}
 	type routed struct {
-		m    jetstream.Msg
-		acks []jetstream.PubAckFuture
+		m   jetstream.Msg
+		end int // its copies are win.acks[:end] past those of the messages before it
 	}
 	var done []routed
+	win := &window{}
 	for _, m := range batch {
 		if !w.cfg.MayAct() {
 			break // fenced: route no more
 		}
-		acks, err := w.route(ctx, v, m)
+		err := w.route(ctx, v, win, m)
 		if errors.Is(err, errQuiesced) {
 			break
 		}
 		if err != nil {
 			return nil, err
 		}
-		done = append(done, routed{m, acks})
+		done = append(done, routed{m, len(win.acks)})
 	}
 	if rest := batch[len(done):]; len(rest) > 0 {
 		plane3.HandBack(rest...) // fenced: not routed, or partly
@@ -266,7 +273,7 @@ func (w *Writer) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 				handBack(done[i:]) // fenced: not acked; they redeliver
 				return nil
 			}
-			if err := wait(ctx, r.acks); err != nil {
+			if err := win.waitTo(ctx, r.end); err != nil {
 				if ctx.Err() != nil {
 					return nil // unacked: the messages redeliver after AckWait
 				}
@@ -295,12 +302,33 @@ func (w *Writer) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 	}, nil
 }
 
-// wait waits for every publish ack.
-func wait(ctx context.Context, acks []jetstream.PubAckFuture) error {
-	for _, f := range acks {
+// window is the pass's copies in publish order and how many of them were waited for (a
+// future's ack is received once: each is waited for once, here).
+type window struct {
+	acks   []jetstream.PubAckFuture
+	waited int
+}
+
+// room waits, while passWindow of the pass's copies are not waited for, for the oldest of them:
+// the broker's back-pressure on a large pass. A failed copy fails the pass.
+func (win *window) room(ctx context.Context) error {
+	for len(win.acks)-win.waited >= passWindow {
+		if err := win.waitTo(ctx, win.waited+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitTo waits for the acks of the copies before end. On a failed copy it skips to end (the
+// rest of those copies belong to the message the failure fails) and returns the failure.
+func (win *window) waitTo(ctx context.Context, end int) error {
+	for ; win.waited < end; win.waited++ {
+		f := win.acks[win.waited]
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
+			win.waited = end
 			return fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
 		case <-ctx.Done():
 			return ctx.Err()
@@ -309,33 +337,34 @@ func wait(ctx context.Context, acks []jetstream.PubAckFuture) error {
 	return nil
 }
 
-// route publishes one message's inbox copies and returns their acks to wait for. It returns
-// none for a message it drops.
-func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) ([]jetstream.PubAckFuture, error) {
+// route publishes one message's inbox copies, their acks appended to win (none for a message it
+// drops). Each copy waits for room in the pass's window (window.room) before
+// the fence is checked and it is published.
+func (w *Writer) route(ctx context.Context, v *view, win *window, m jetstream.Msg) error {
 	n := w.cfg.Names
 	owner, actor, channel, ok := plane3.ParseChat(n, m.Subject())
 	if !ok {
 		w.log.Debug("dropped: not a principal's chat subject", "subject", m.Subject())
-		return nil, nil
+		return nil
 	}
 	msg, err := plane3.DecodeMessage(m.Data())
 	if err != nil || msg.From != owner+"."+actor {
 		w.log.Warn("dropped: not JSON or from.id is not the subject's principal", "subject", m.Subject())
-		return nil, nil
+		return nil
 	}
 	md, err := m.Metadata()
 	if err != nil {
-		return nil, fmt.Errorf("metadata: %w", err)
+		return fmt.Errorf("metadata: %w", err)
 	}
 	seq := md.Sequence.Stream
 	body, err := msg.Normalised(channel)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	class, ok := v.classes[channel]
 	if !ok {
 		if class, err = plane3.FreshClass(ctx, w.channels, channel); err != nil {
-			return nil, err
+			return err
 		}
 		v.classes[channel] = class
 	}
@@ -349,12 +378,12 @@ func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) ([]jetstre
 	if class == plane3.ClassDurable {
 		if v.members == nil {
 			if err := w.readMembers(ctx, v); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		if !v.checked[channel] {
 			if err := w.checkMembers(ctx, v, channel); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		for _, r := range v.members[channel] {
@@ -367,7 +396,7 @@ func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) ([]jetstre
 		for _, name := range msg.Mentions {
 			lc, ok, err := w.mentioned(ctx, v, name, sender, channel)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if ok {
 				targets = append(targets, target{lc, plane3.ReasonMention, 0})
@@ -375,18 +404,20 @@ func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) ([]jetstre
 		}
 	}
 	if len(targets) == 0 {
-		return nil, nil
+		return nil
 	}
 	enc := plane3.NewEntryEncoder(body, channel, seq)
-	var acks []jetstream.PubAckFuture
 	for _, t := range targets {
+		if err := win.room(ctx); err != nil {
+			return err
+		}
 		if !w.cfg.MayAct() {
-			return nil, errQuiesced
+			return errQuiesced
 		}
 		entry := enc.Encode(t.reason, t.gen)
 		subj, err := n.Dinbox(t.lc.Owner, t.lc.Actor, t.lc.UID)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		out := nats.NewMsg(subj)
 		out.Data = entry
@@ -395,11 +426,11 @@ func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) ([]jetstre
 		}
 		f, err := w.js.PublishMsgAsync(out)
 		if err != nil {
-			return nil, fmt.Errorf("publish %s: %w", subj, err)
+			return fmt.Errorf("publish %s: %w", subj, err)
 		}
-		acks = append(acks, f)
+		win.acks = append(win.acks, f)
 	}
-	return acks, nil
+	return nil
 }
 
 // readMembers reads every membership row (tombstones included: a row stays eligible for its
