@@ -43,11 +43,11 @@ const (
 	// retryPause is the wait after a failed fetch (a broker that is reconnecting).
 	retryPause = time.Second
 	// passWindow is the most inbox copies one pass keeps unacknowledged by the broker: before
-	// publishing past it the pass waits for its oldest copy's ack. Two passes are in flight at
-	// once (plane3.Overlap), so they stay within nats.go's async publish window (4000), which
-	// would otherwise, past a 200 ms stall, fail the publish and with it the whole pass (at 100
-	// members, a pass of 256 messages is 25600 copies).
-	passWindow = 1900
+	// publishing past it the pass waits for its oldest copy's ack. plane3.OverlapDepth+1 passes
+	// are in flight at once (plane3.Overlap), so they stay within nats.go's async publish window
+	// (4000), which would otherwise, past a 200 ms stall, fail the publish and with it the whole
+	// pass (at 100 members, a pass of 256 messages is 25600 copies).
+	passWindow = 3900 / (plane3.OverlapDepth + 1)
 )
 
 // Config is what New needs. Names is required.
@@ -141,8 +141,9 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Writer, error) {
 	return w, nil
 }
 
-// Run fans out until ctx is done (nil) or the consumer fails. Passes overlap by one
-// (plane3.Overlap): a pass's messages are acked after the next pass, if one is waiting, is routed.
+// Run fans out until ctx is done (nil) or the consumer fails. Passes overlap (plane3.Overlap): a
+// pass's messages are acked after the next plane3.OverlapDepth passes, if they are waiting, are
+// routed.
 // Once drain is closed it takes no new pass, settles the one it holds (its messages acked) and
 // returns nil: a draining daemon's intake stop. A nil drain never closes.
 func (w *Writer) Run(ctx context.Context, drain <-chan struct{}) error {
@@ -174,7 +175,7 @@ func (w *Writer) Run(ctx context.Context, drain <-chan struct{}) error {
 			continue
 		}
 		next, err := w.pass(ctx, batch)
-		_ = o.Settle(ctx) // a writer's pass settles its own failures: it never returns one
+		_ = o.Trim(ctx) // a writer's pass settles its own failures: it never returns one
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

@@ -171,21 +171,28 @@ type SettleError struct{ Err error }
 func (e *SettleError) Error() string { return "settle: " + e.Err.Error() }
 func (e *SettleError) Unwrap() error { return e.Err }
 
-// Overlap is how the fan-out writer and the trusted reader overlap their passes by one: a pass
-// whose copies are published is held, unsettled, while the broker stores them; the next pass, if
-// its messages are already there, is handled, and only then is the held one settled (its messages
-// acked). With nothing waiting, the held pass is settled before the loop waits for more.
+// OverlapDepth is how many passes a loop keeps published and unsettled while it routes the next
+// (Overlap): on a cluster each stored copy waits a replication round trip, so more passes in
+// flight keep the broker busy. Three passes of 256 stay within the reader durable's
+// MaxAckPending (1000).
+const OverlapDepth = 2
+
+// Overlap is how the fan-out writer and the trusted reader overlap their passes: up to
+// OverlapDepth passes whose copies are published are held, unsettled, while the broker stores
+// them; the next pass, if its messages are already there, is handled, and only then is the oldest
+// held one settled (its messages acked), held passes always settling in the order they were
+// routed. With nothing waiting, every held pass is settled before the loop waits for more.
 type Overlap struct {
-	held func(context.Context) error
+	held []func(context.Context) error
 }
 
-// Next is the next pass of c, of up to batch messages. While a pass is held it takes only what is
-// already there (FetchReady); if that is nothing, or the fetch fails, it settles the held pass
-// first and returns an empty pass (the loop comes back and waits) or the fetch error. A settling
-// failure is returned as a *SettleError, the fetch not made or not returned. With nothing held it
-// waits as FetchPass does.
+// Next is the next pass of c, of up to batch messages. While passes are held it takes only what
+// is already there (FetchReady); if that is nothing, or the fetch fails, it settles the held
+// passes first and returns an empty pass (the loop comes back and waits) or the fetch error. A
+// settling failure is returned as a *SettleError, the fetch not made or not returned. With
+// nothing held it waits as FetchPass does.
 func (o *Overlap) Next(ctx context.Context, c jetstream.Consumer, batch int) ([]jetstream.Msg, error) {
-	if o.held == nil {
+	if len(o.held) == 0 {
 		return FetchPass(ctx, c, batch)
 	}
 	msgs, err := FetchReady(c, batch)
@@ -198,20 +205,32 @@ func (o *Overlap) Next(ctx context.Context, c jetstream.Consumer, batch int) ([]
 	return nil, err
 }
 
-// Settle settles the held pass, if any, and holds none.
+// Settle settles every held pass, oldest first, and holds none. It stops at the first failure.
 func (o *Overlap) Settle(ctx context.Context) error {
-	f := o.held
-	o.held = nil
-	if f == nil {
-		return nil
-	}
-	return f(ctx)
+	return o.settleTo(ctx, 0)
 }
 
-// Hold keeps settle as the held pass; the one held before must have been settled.
-func (o *Overlap) Hold(settle func(context.Context) error) { o.held = settle }
+// Trim settles the oldest held passes until fewer than OverlapDepth are held: what a loop calls
+// after routing a pass, before it holds it.
+func (o *Overlap) Trim(ctx context.Context) error {
+	return o.settleTo(ctx, OverlapDepth-1)
+}
 
-// Close settles the held pass when the loop stops: within SettleGrace, even though ctx is done.
+func (o *Overlap) settleTo(ctx context.Context, keep int) error {
+	for len(o.held) > keep {
+		f := o.held[0]
+		o.held = o.held[1:]
+		if err := f(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Hold keeps settle as the newest held pass; the loop must have trimmed first.
+func (o *Overlap) Hold(settle func(context.Context) error) { o.held = append(o.held, settle) }
+
+// Close settles the held passes when the loop stops: within SettleGrace, even though ctx is done.
 func (o *Overlap) Close(ctx context.Context) {
 	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), SettleGrace)
 	defer cancel()

@@ -134,7 +134,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Reader, error) {
 	return r, nil
 }
 
-// Run reads entries until ctx is done (nil) or the consumer fails. Passes overlap by one
+// Run reads entries until ctx is done (nil) or the consumer fails. Passes overlap
 // (plane3.Overlap), as the fan-out writer's do, and drain stops its intake as it stops the
 // writer's.
 func (r *Reader) Run(ctx context.Context, drain <-chan struct{}) error {
@@ -172,7 +172,7 @@ func (r *Reader) Run(ctx context.Context, drain <-chan struct{}) error {
 			continue
 		}
 		next, err := r.pass(ctx, batch)
-		if err := o.Settle(ctx); err != nil {
+		if err := o.Trim(ctx); err != nil {
 			return err
 		}
 		if err != nil {
