@@ -43,11 +43,14 @@ const (
 	// retryPause is the wait after a failed fetch (a broker that is reconnecting).
 	retryPause = time.Second
 	// passWindow is the most inbox copies one pass keeps unacknowledged by the broker: before
-	// publishing past it the pass waits for its oldest copy's ack. plane3.OverlapDepth+1 passes
-	// are in flight at once (plane3.Overlap), so they stay within nats.go's async publish window
-	// (4000), which would otherwise, past a 200 ms stall, fail the publish and with it the whole
-	// pass (at 100 members, a pass of 256 messages is 25600 copies).
-	passWindow = 3900 / (plane3.OverlapDepth + 1)
+	// publishing past it the pass waits for its oldest copy's ack. A pass of DefaultBatch
+	// messages to up to 16 members never waits; at 100 members (25600 copies) it does. The
+	// writer's async publish window (asyncWindow) holds the plane3.OverlapDepth+1 passes in
+	// flight at once, so a publish never stalls in nats.go, which past 200 ms would fail it and
+	// with it the whole pass.
+	passWindow = 4096
+	// asyncWindow is the writer's nats.go async publish window (its default is 4000).
+	asyncWindow = (plane3.OverlapDepth + 1) * passWindow
 )
 
 // Config is what New needs. Names is required.
@@ -117,7 +120,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Writer, error) {
 	if cfg.WriterIdentity == "" {
 		cfg.WriterIdentity = "fanout"
 	}
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(asyncWindow))
 	if err != nil {
 		return nil, fmt.Errorf("fanout: %w", err)
 	}

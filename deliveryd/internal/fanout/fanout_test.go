@@ -407,9 +407,9 @@ func inboxCountErr(e *plane3test.Env, djs jetstream.JetStream) uint64 {
 }
 
 // TestFanoutPassPastTheAsyncWindow: one pass of 200 messages to 25 members publishes 5000 inbox
-// copies, more than nats.go keeps unacknowledged (4000); the pass waits for room
-// (fanout's pass window) instead of failing on a stalled publish, so no message is redelivered
-// and every member gets every message once.
+// copies, more than nats.go's default async window (4000) and the pass window (4096); the pass
+// waits for room instead of failing on a stalled publish, each copy's ack received once, so no
+// message is redelivered and every member gets every message once.
 func TestFanoutPassPastTheAsyncWindow(t *testing.T) {
 	t.Run("ok/one-pass-no-redelivery", func(t *testing.T) {
 		const members, msgs = 25, 200
