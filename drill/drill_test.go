@@ -34,7 +34,7 @@ import (
 	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
 
-var full = flag.Bool("drill.full", false, "run the full failure drill (make drill): 200 agents, 100 messages")
+var full = flag.Bool("drill.full", false, "run the full failure drill (make drill): 200 agents, 1000 messages")
 
 func TestMain(m *testing.M) {
 	code := m.Run()
@@ -56,7 +56,10 @@ type size struct {
 
 var (
 	small = size{name: "small", agents: 12, msgs: 200, perSec: 50, deliverWithin: 60 * time.Second}
-	large = size{name: "full", agents: 200, msgs: 100, perSec: 2, deliverWithin: 300 * time.Second}
+	// The full form is issue 27's: 200 000 copies at R3. Its publisher posts 10 a second (2000
+	// copies a second, past what delivery keeps up with on a 2-core machine), so the kills land
+	// while it posts and the backlog drains after; deliverWithin bounds that tail.
+	large = size{name: "full", agents: 200, msgs: 1000, perSec: 10, deliverWithin: 20 * time.Minute}
 )
 
 // leaseTTL is the delivery bucket's TTL in the drill (provision makes it 30 s): the successor

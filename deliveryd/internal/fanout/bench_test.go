@@ -3,6 +3,7 @@ package fanout_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"syscall"
 	"testing"
@@ -13,8 +14,28 @@ import (
 
 	"github.com/cotalgo/cotal/deliveryd/internal/plane3"
 	"github.com/cotalgo/cotal/pkg/dlvclient"
+	"github.com/cotalgo/cotal/pkg/provision"
+	"github.com/cotalgo/cotal/pkg/testkit/cluster"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
+	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
+
+// r3 runs BenchmarkDelivery on a 3-node cluster of nats-server processes (pkg/testkit/cluster)
+// with the space at R3 instead of one embedded broker; its sub-benchmarks are named N=<n>,R3.
+var r3 = flag.Bool("delivery.r3", false, "BenchmarkDelivery on a 3-node cluster, the space at R3")
+
+func TestMain(m *testing.M) { cluster.Main(m) }
+
+// env is the benchmark's environment for one N: one embedded broker, or with -delivery.r3 a
+// 3-node cluster with the space at R3.
+func env(b *testing.B) *plane3test.Env {
+	if !*r3 {
+		return plane3test.New(b)
+	}
+	s := signerdtest.Start(b, signerdtest.Options{Spaces: []string{plane3test.Space}})
+	c := cluster.Start(b, s, 3)
+	return plane3test.OnWith(b, s, c.URLList(), provision.Options{Replicas: 3})
+}
 
 // BenchmarkDelivery measures, in one run on one broker per N, durable fan-out throughput next to
 // two raw JetStream publish baselines, all counted as copies stored in DLV for N members of a
@@ -39,11 +60,15 @@ import (
 // upstream) and a timeout past go test's ten minutes (twelve rounds take about a quarter hour):
 //
 //	go test -run '^$' -bench BenchmarkDelivery -benchtime 900x -count 12 -timeout 60m ./deliveryd/internal/fanout/
+//
+// At R3 on a 3-node cluster (slower: each stored write is a replication round trip):
+//
+//	go test -run '^$' -bench BenchmarkDelivery -benchtime 900x -count 6 -timeout 60m ./deliveryd/internal/fanout/ -args -delivery.r3
 func BenchmarkDelivery(b *testing.B) {
 	const rawV, chainV, fanV = 0, 1, 2 // the variants, in the order of their arrays below
 	orders := [][3]int{{rawV, chainV, fanV}, {rawV, fanV, chainV}, {chainV, rawV, fanV}, {chainV, fanV, rawV}, {fanV, rawV, chainV}, {fanV, chainV, rawV}}
 	for _, members := range []int{1, 10, 100} {
-		e := plane3test.New(b)
+		e := env(b)
 		dc := e.Delivery(b)
 		djs := plane3test.JS(b, dc)
 		pjs := e.Provisioner(b)
@@ -147,7 +172,11 @@ func BenchmarkDelivery(b *testing.B) {
 			}
 		}
 		round := 0
-		b.Run(fmt.Sprintf("N=%d", members), func(b *testing.B) {
+		name := fmt.Sprintf("N=%d", members)
+		if *r3 {
+			name += ",R3"
+		}
+		b.Run(name, func(b *testing.B) {
 			b.StopTimer() // the variants are timed one by one below
 			var took [3]time.Duration
 			var cores [3]float64

@@ -42,6 +42,15 @@ const (
 	DefaultBatch = 256
 	// retryPause is the wait after a failed fetch (a broker that is reconnecting).
 	retryPause = time.Second
+	// passWindow is the most inbox copies one pass keeps unacknowledged by the broker: before
+	// publishing past it the pass waits for its oldest copy's ack. A pass of DefaultBatch
+	// messages to up to 16 members never waits; at 100 members (25600 copies) it does. The
+	// writer's async publish window (asyncWindow) holds the plane3.OverlapDepth+1 passes in
+	// flight at once, so a publish never stalls in nats.go, which past 200 ms would fail it and
+	// with it the whole pass.
+	passWindow = 4096
+	// asyncWindow is the writer's nats.go async publish window (its default is 4000).
+	asyncWindow = (plane3.OverlapDepth + 1) * passWindow
 )
 
 // Config is what New needs. Names is required.
@@ -122,7 +131,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Writer, error) {
 	if cfg.WriterIdentity == "" {
 		cfg.WriterIdentity = "fanout"
 	}
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(asyncWindow))
 	if err != nil {
 		return nil, fmt.Errorf("fanout: %w", err)
 	}
@@ -148,8 +157,9 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Writer, error) {
 	return w, nil
 }
 
-// Run fans out until ctx is done (nil) or the consumer fails. Passes overlap by one
-// (plane3.Overlap): a pass's messages are acked after the next pass, if one is waiting, is routed.
+// Run fans out until ctx is done (nil) or the consumer fails. Passes overlap (plane3.Overlap): a
+// pass's messages are acked after the next plane3.OverlapDepth passes, if they are waiting, are
+// routed.
 // Once drain is closed it takes no new pass, settles the one it holds (its messages acked) and
 // returns nil: a draining daemon's intake stop. A nil drain never closes.
 func (w *Writer) Run(ctx context.Context, drain <-chan struct{}) error {
@@ -188,7 +198,7 @@ func (w *Writer) Run(ctx context.Context, drain <-chan struct{}) error {
 			continue
 		}
 		next, err := w.pass(ctx, batch)
-		_ = o.Settle(ctx) // a writer's pass settles its own failures: it never returns one
+		_ = o.Trim(ctx) // a writer's pass settles its own failures: it never returns one
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -254,22 +264,23 @@ type aclRow struct {
 func (w *Writer) pass(ctx context.Context, batch []jetstream.Msg) (func(context.Context) error, error) {
 	v := &view{classes: map[string]string{}}
 	type routed struct {
-		m    jetstream.Msg
-		acks []jetstream.PubAckFuture
+		m   jetstream.Msg
+		end int // its copies are win.acks[:end] past those of the messages before it
 	}
 	var done []routed
+	win := &window{}
 	for _, m := range batch {
 		if !w.cfg.MayAct() {
 			break // fenced: route no more
 		}
-		acks, err := w.route(ctx, v, m)
+		err := w.route(ctx, v, win, m)
 		if errors.Is(err, errQuiesced) {
 			break
 		}
 		if err != nil {
 			return nil, err
 		}
-		done = append(done, routed{m, acks})
+		done = append(done, routed{m, len(win.acks)})
 	}
 	if rest := batch[len(done):]; len(rest) > 0 {
 		plane3.HandBack(rest...) // fenced: not routed, or partly
@@ -286,7 +297,7 @@ func (w *Writer) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 				handBack(done[i:]) // fenced: not acked; they redeliver
 				return nil
 			}
-			if err := wait(ctx, r.acks); err != nil {
+			if err := win.waitTo(ctx, r.end); err != nil {
 				if ctx.Err() != nil {
 					return nil // unacked: the messages redeliver after AckWait
 				}
@@ -315,12 +326,33 @@ func (w *Writer) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 	}, nil
 }
 
-// wait waits for every publish ack.
-func wait(ctx context.Context, acks []jetstream.PubAckFuture) error {
-	for _, f := range acks {
+// window is the pass's copies in publish order and how many of them were waited for (a
+// future's ack is received once: each is waited for once, here).
+type window struct {
+	acks   []jetstream.PubAckFuture
+	waited int
+}
+
+// room waits, while passWindow of the pass's copies are not waited for, for the oldest of them:
+// the broker's back-pressure on a large pass. A failed copy fails the pass.
+func (win *window) room(ctx context.Context) error {
+	for len(win.acks)-win.waited >= passWindow {
+		if err := win.waitTo(ctx, win.waited+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitTo waits for the acks of the copies before end. On a failed copy it skips to end (the
+// rest of those copies belong to the message the failure fails) and returns the failure.
+func (win *window) waitTo(ctx context.Context, end int) error {
+	for ; win.waited < end; win.waited++ {
+		f := win.acks[win.waited]
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
+			win.waited = end
 			return fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
 		case <-ctx.Done():
 			return ctx.Err()
@@ -329,33 +361,34 @@ func wait(ctx context.Context, acks []jetstream.PubAckFuture) error {
 	return nil
 }
 
-// route publishes one message's inbox copies and returns their acks to wait for. It returns
-// none for a message it drops.
-func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) ([]jetstream.PubAckFuture, error) {
+// route publishes one message's inbox copies, their acks appended to win (none for a message it
+// drops). Each copy waits for room in the pass's window (window.room) before
+// the fence is checked and it is published.
+func (w *Writer) route(ctx context.Context, v *view, win *window, m jetstream.Msg) error {
 	n := w.cfg.Names
 	owner, actor, channel, ok := plane3.ParseChat(n, m.Subject())
 	if !ok {
 		w.log.Debug("dropped: not a principal's chat subject", "subject", m.Subject())
-		return nil, nil
+		return nil
 	}
 	msg, err := plane3.DecodeMessage(m.Data())
 	if err != nil || msg.From != owner+"."+actor {
 		w.log.Warn("dropped: not JSON or from.id is not the subject's principal", "subject", m.Subject())
-		return nil, nil
+		return nil
 	}
 	md, err := m.Metadata()
 	if err != nil {
-		return nil, fmt.Errorf("metadata: %w", err)
+		return fmt.Errorf("metadata: %w", err)
 	}
 	seq := md.Sequence.Stream
 	body, err := msg.Normalised(channel)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	class, ok := v.classes[channel]
 	if !ok {
 		if class, err = plane3.FreshClass(ctx, w.channels, channel); err != nil {
-			return nil, err
+			return err
 		}
 		v.classes[channel] = class
 	}
@@ -369,12 +402,12 @@ func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) ([]jetstre
 	if class == plane3.ClassDurable {
 		if v.members == nil {
 			if err := w.readMembers(ctx, v); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		if !v.checked[channel] {
 			if err := w.checkMembers(ctx, v, channel); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		for _, r := range v.members[channel] {
@@ -387,7 +420,7 @@ func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) ([]jetstre
 		for _, name := range msg.Mentions {
 			lc, ok, err := w.mentioned(ctx, v, name, sender, channel)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if ok {
 				targets = append(targets, target{lc, plane3.ReasonMention, 0})
@@ -395,18 +428,20 @@ func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) ([]jetstre
 		}
 	}
 	if len(targets) == 0 {
-		return nil, nil
+		return nil
 	}
 	enc := plane3.NewEntryEncoder(body, channel, seq)
-	var acks []jetstream.PubAckFuture
 	for _, t := range targets {
+		if err := win.room(ctx); err != nil {
+			return err
+		}
 		if !w.cfg.MayAct() {
-			return nil, errQuiesced
+			return errQuiesced
 		}
 		entry := enc.Encode(t.reason, t.gen)
 		subj, err := n.Dinbox(t.lc.Owner, t.lc.Actor, t.lc.UID)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		out := nats.NewMsg(subj)
 		out.Data = entry
@@ -415,12 +450,12 @@ func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) ([]jetstre
 		}
 		f, err := w.js.PublishMsgAsync(out)
 		if err != nil {
-			return nil, fmt.Errorf("publish %s: %w", subj, err)
+			return fmt.Errorf("publish %s: %w", subj, err)
 		}
-		acks = append(acks, f)
+		win.acks = append(win.acks, f)
 		w.inbox.sent++
 	}
-	return acks, nil
+	return nil
 }
 
 // readMembers reads every membership row (tombstones included: a row stays eligible for its
@@ -430,7 +465,7 @@ func (w *Writer) route(ctx context.Context, v *view, m jetstream.Msg) ([]jetstre
 func (w *Writer) readMembers(ctx context.Context, v *view) error {
 	v.members = map[string][]memberRow{}
 	v.lifecycles, v.aclScanned, v.checked = map[string]bool{}, false, map[string]bool{}
-	return scan(ctx, w.members, func(e jetstream.KeyValueEntry) {
+	return plane3.Scan(ctx, w.members, func(e jetstream.KeyValueEntry) {
 		m, lc, err := plane3.DecodeMember(e.Key(), e.Value())
 		if err != nil {
 			w.log.Warn("skipped a membership row that does not decode", "key", e.Key())
@@ -520,7 +555,7 @@ func (w *Writer) getACLs(ctx context.Context, v *view, keys []string) error {
 // present (the lifecycles that exist).
 func (w *Writer) readACLs(ctx context.Context, v *view) error {
 	acls, present := map[string][]aclRow{}, map[string]bool{}
-	err := scan(ctx, w.acl, func(e jetstream.KeyValueEntry) {
+	err := plane3.Scan(ctx, w.acl, func(e jetstream.KeyValueEntry) {
 		lc, ok := plane3.ParseACLKey(e.Key())
 		if !ok {
 			return
@@ -572,7 +607,7 @@ func (w *Writer) depart(ctx context.Context, v *view) {
 func (w *Writer) mentioned(ctx context.Context, v *view, name, sender, channel string) (plane3.Lifecycle, bool, error) {
 	if v.roster == nil {
 		v.roster = map[string][]string{}
-		err := scan(ctx, w.presence, func(e jetstream.KeyValueEntry) {
+		err := plane3.Scan(ctx, w.presence, func(e jetstream.KeyValueEntry) {
 			var p struct {
 				Card struct {
 					ID   string `json:"id"`
@@ -609,27 +644,4 @@ func (w *Writer) mentioned(ctx context.Context, v *view, name, sender, channel s
 		return plane3.Lifecycle{}, false, nil
 	}
 	return rows[0].lc, true, nil
-}
-
-// scan calls f for the current value of every key of kv (deletes and purges skipped).
-func scan(ctx context.Context, kv jetstream.KeyValue, f func(jetstream.KeyValueEntry)) error {
-	wt, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return fmt.Errorf("scan %s: %w", kv.Bucket(), err)
-	}
-	defer func() { _ = wt.Stop() }()
-	for {
-		select {
-		case e, ok := <-wt.Updates():
-			if !ok {
-				return fmt.Errorf("scan %s: watch closed", kv.Bucket())
-			}
-			if e == nil {
-				return nil
-			}
-			f(e)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 }

@@ -405,3 +405,53 @@ func inboxCountErr(e *plane3test.Env, djs jetstream.JetStream) uint64 {
 	}
 	return s.CachedInfo().State.Msgs
 }
+
+// TestFanoutPassPastTheAsyncWindow: one pass of 200 messages to 25 members publishes 5000 inbox
+// copies, more than nats.go's default async window (4000) and the pass window (4096); the pass
+// waits for room instead of failing on a stalled publish, each copy's ack received once, so no
+// message is redelivered and every member gets every message once.
+func TestFanoutPassPastTheAsyncWindow(t *testing.T) {
+	t.Run("ok/one-pass-no-redelivery", func(t *testing.T) {
+		const members, msgs = 25, 200
+		e := plane3test.New(t)
+		dc := e.Delivery(t)
+		djs := plane3test.JS(t, dc)
+		pjs := e.Provisioner(t)
+		e.AddLifecycle(t, pjs, "a0", uid0, []string{"general"})
+		for i := range members {
+			actor, uid := fmt.Sprintf("m%02d", i), fmt.Sprintf("uid%023d", i)
+			e.AddLifecycle(t, pjs, actor, uid, []string{"general"})
+			e.Join(t, djs, "general", actor, uid, 0, 1)
+		}
+		fc := &plane3test.Fence{} // the writer waits until every post is stored: one pass
+		startLoopsWith(t, dc, fanout.Config{Names: e.N, MayAct: fc.MayAct}, reader.Config{Names: e.N})
+		sender := plane3test.JS(t, e.Agent(t, "a0", uid0))
+		for i := range msgs {
+			e.Post(t, sender, "a0", fmt.Sprintf("w%03d", i), "x")
+		}
+		fc.Lifted.Store(true)
+		drained(t, e, djs)
+		s, err := djs.Stream(plane3test.Ctx(t), e.N.DLVStream())
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(plane3test.Ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Msgs != members*msgs {
+			t.Fatalf("DLV holds %d copies, want %d", info.State.Msgs, members*msgs)
+		}
+		cons, err := djs.Consumer(plane3test.Ctx(t), e.N.ChatStream(), e.N.FanoutConsumer())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ci, err := cons.Info(plane3test.Ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ci.NumRedelivered != 0 || ci.Delivered.Stream != msgs {
+			t.Fatalf("fanout delivered up to %d, %d redelivered; want %d and none", ci.Delivered.Stream, ci.NumRedelivered, msgs)
+		}
+	})
+}

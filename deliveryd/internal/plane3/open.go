@@ -171,31 +171,45 @@ type SettleError struct{ Err error }
 func (e *SettleError) Error() string { return "settle: " + e.Err.Error() }
 func (e *SettleError) Unwrap() error { return e.Err }
 
-// Overlap is how the fan-out writer and the trusted reader overlap their passes by one: a pass
-// whose copies are published is held, unsettled, while the broker stores them; the next pass, if
-// its messages are already there, is handled, and only then is the held one settled (its messages
-// acked). With nothing waiting, the held pass is settled before the loop waits for more.
+// OverlapDepth is how many passes a loop keeps published and unsettled while it routes the next
+// (Overlap): on a cluster each stored copy waits a replication round trip, so more passes in
+// flight keep the broker busy. Three passes of 256 stay within the reader durable's
+// MaxAckPending (1000).
+const OverlapDepth = 2
+
+// Overlap is how the fan-out writer and the trusted reader overlap their passes: up to
+// OverlapDepth passes whose copies are published are held, unsettled, while the broker stores
+// them; the next pass, if its messages are already there, is handled, and only then is the oldest
+// held one settled (its messages acked), held passes always settling in the order they were
+// routed. With nothing waiting, every held pass is settled before the loop waits for more.
 //
 // With Keep set, every pass Next returns is kept alive (progress acks, see Keeper) until it is
 // settled, or, when the loop never held it (a failed pass, whose messages it nak'd), until the
 // next Next; Close releases everything and stops Keep.
 type Overlap struct {
-	held func(context.Context) error
+	held []heldPass
 	Keep *Keeper
 
-	cur, heldPass     *kept           // the Keeper's passes: the last one fetched, the held one
-	curMsgs, heldMsgs []jetstream.Msg // their messages, for the test hook
+	cur     *kept           // the Keeper's pass last fetched and not yet held
+	curMsgs []jetstream.Msg // its messages, for the test hook
 }
 
-// Next is the next pass of c, of up to batch messages. While a pass is held it takes only what is
-// already there (FetchReady); if that is nothing, or the fetch fails, it settles the held pass
-// first and returns an empty pass (the loop comes back and waits) or the fetch error. A settling
-// failure is returned as a *SettleError, the fetch not made or not returned. With nothing held it
-// waits as FetchPass does.
+// heldPass is one pass published and not yet settled.
+type heldPass struct {
+	settle func(context.Context) error
+	pass   *kept
+	msgs   []jetstream.Msg
+}
+
+// Next is the next pass of c, of up to batch messages. While passes are held it takes only what
+// is already there (FetchReady); if that is nothing, or the fetch fails, it settles the held
+// passes first and returns an empty pass (the loop comes back and waits) or the fetch error. A
+// settling failure is returned as a *SettleError, the fetch not made or not returned. With
+// nothing held it waits as FetchPass does.
 func (o *Overlap) Next(ctx context.Context, c jetstream.Consumer, batch int) ([]jetstream.Msg, error) {
 	o.Keep.release(o.cur) // fetched before and never held: the loop is done with it
 	o.cur, o.curMsgs = nil, nil
-	if o.held == nil {
+	if len(o.held) == 0 {
 		msgs, err := FetchPass(ctx, c, batch)
 		return o.fetched(msgs), err
 	}
@@ -218,33 +232,48 @@ func (o *Overlap) fetched(msgs []jetstream.Msg) []jetstream.Msg {
 	return msgs
 }
 
-// Settle settles the held pass, if any, and holds none.
+// Settle settles every held pass, oldest first, and holds none. It stops at the first failure.
 func (o *Overlap) Settle(ctx context.Context) error {
-	f, p, msgs := o.held, o.heldPass, o.heldMsgs
-	o.held, o.heldPass, o.heldMsgs = nil, nil, nil
-	if f == nil {
-		o.Keep.release(p)
-		return nil
-	}
-	hook(AtSettling, msgs)
-	err := f(ctx)
-	o.Keep.release(p)
-	return err
+	return o.settleTo(ctx, 0)
 }
 
-// Hold keeps settle as the held pass, the one Next returned last; the one held before must have
-// been settled.
+// Trim settles the oldest held passes until fewer than OverlapDepth are held: what a loop calls
+// after routing a pass, before it holds it.
+func (o *Overlap) Trim(ctx context.Context) error {
+	return o.settleTo(ctx, OverlapDepth-1)
+}
+
+func (o *Overlap) settleTo(ctx context.Context, keep int) error {
+	for len(o.held) > keep {
+		h := o.held[0]
+		o.held = o.held[1:]
+		hook(AtSettling, h.msgs)
+		err := h.settle(ctx)
+		o.Keep.release(h.pass)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Hold keeps settle as the newest held pass, the one Next returned last; the loop must have
+// trimmed first.
 func (o *Overlap) Hold(settle func(context.Context) error) {
-	o.held, o.heldPass, o.heldMsgs = settle, o.cur, o.curMsgs
+	o.held = append(o.held, heldPass{settle: settle, pass: o.cur, msgs: o.curMsgs})
 	o.cur, o.curMsgs = nil, nil
 }
 
-// Close settles the held pass when the loop stops: within SettleGrace, even though ctx is done.
+// Close settles the held passes when the loop stops: within SettleGrace, even though ctx is done.
 // It then releases every pass and stops Keep.
 func (o *Overlap) Close(ctx context.Context) {
 	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), SettleGrace)
 	defer cancel()
 	_ = o.Settle(grace)
+	for _, h := range o.held { // left by a failed settle: their messages redeliver
+		o.Keep.release(h.pass)
+	}
+	o.held = nil
 	o.Keep.release(o.cur)
 	o.cur, o.curMsgs = nil, nil
 	o.Keep.Stop()

@@ -421,3 +421,55 @@ func wantDLV(t *testing.T, f *fixture, n int) {
 		t.Fatalf("DLV holds %d, want %d", got, n)
 	}
 }
+
+// TestReaderScansManyRows: a pass of 40 entries for 40 lifecycles needs more than 32 ACL rows and
+// 32 membership rows, and each bucket holds only those, so it reads both by one scan each; the
+// gate's decisions are those of reads by key: 38 copies, one entry outside its member's interval
+// and one whose ACL no longer allows the channel dropped.
+func TestReaderScansManyRows(t *testing.T) {
+	t.Run("ok/one-pass-scans-and-gates-each-entry", func(t *testing.T) {
+		fc := &plane3test.Fence{} // down until every entry is stored: they make one pass
+		f := start(t, fc.MayAct)
+		const n = 40
+		for i := range n {
+			actor, uid := fmt.Sprintf("s%02d", i), fmt.Sprintf("uid%023d", i)
+			allow := []string{"general"}
+			if i == n-1 {
+				allow = []string{"other"} // revoked
+			}
+			f.e.AddLifecycle(t, f.pjs, actor, uid, allow)
+			join := uint64(0)
+			if i == n-2 {
+				join = 7 // the entry's sequence 5 is before the join
+			}
+			f.e.Join(t, f.djs, "general", actor, uid, join, 1)
+			subj, _ := f.e.N.Dinbox(plane3test.Owner, actor, uid)
+			f.entry(t, subj, plane3.Entry{Msg: msg("m1"), Channel: "general", Seq: 5, Reason: plane3.ReasonDurable, Generation: 1})
+		}
+		fc.Lifted.Store(true)
+		f.settled(t)
+		s, err := f.djs.Stream(plane3test.Ctx(t), f.e.N.DLVStream())
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(plane3test.Ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Msgs != n-2 {
+			t.Fatalf("DLV holds %d copies, want %d", info.State.Msgs, n-2)
+		}
+		for _, want := range []string{
+			"DEBUG read a pass's rows by one scan of the bucket",
+			"INFO dropped a durable entry outside its member's interval",
+			"INFO dropped an entry: the lifecycle's ACL no longer allows the channel",
+		} {
+			if !f.log.has(want) {
+				t.Errorf("no log %q", want)
+			}
+		}
+		if f.log.has("DEBUG deferred an entry") {
+			t.Error("an entry was deferred: a row the scan should have found was missing")
+		}
+	})
+}
