@@ -16,12 +16,21 @@ import (
 // lifecycle subject and discards the oldest: an entry the trusted reader has not yet taken would
 // be lost without a trace if the writer ran more than that ahead of the reader on one lifecycle.
 // So the writer starts a pass only while the reader durable holds at most 999 - Batch entries not
-// yet acked (NumPending + NumAckPending, over all lifecycles, so an upper bound for each): a pass
-// adds at most Batch entries to any one lifecycle's subject (one per chat message), so no subject
-// passes 999. It knows the count from the durable's info plus the entries it published since, and
-// reads the info only once that estimate passes 999 - Batch (743 at the default Batch); when the
-// info shows more than InboxBound it waits until the reader is down to InboxBound, so a writer
-// the reader keeps up with reads the info about once per 250 to 750 entries.
+// yet acked (over all lifecycles, so an upper bound for each): a pass adds at most Batch entries
+// to any one lifecycle's subject (one per chat message), so no subject passes 999. It knows the
+// count from a look at the broker plus the entries it published since, and looks only once that
+// estimate passes 999 - Batch (743 at the default Batch); when the look shows more than
+// InboxBound it waits until the reader is down to InboxBound, so a writer the reader keeps up
+// with looks about once per 250 to 750 entries.
+//
+// A look counts only what the broker updates in the same step as the store or the delivery, so it
+// never counts short: the entries the reader has not been delivered yet (INBOX's last sequence
+// minus the durable's delivered stream sequence: an upper bound, as gaps count too), those
+// delivered and not acked (NumAckPending, the durable's pending map), and the publishes still
+// waiting for their PubAck (PublishAsyncPending, read first, so an entry stored meanwhile is
+// counted twice rather than not at all). NumPending is not used: the broker updates it after the
+// PubAck, on another goroutine (nats-server stream.go processJetStreamMsg, signalConsumersLoop),
+// so with passes in flight it can trail the stored entries.
 //
 // The wait is bounded by the reader: it acks, drops or terminates every entry within
 // plane3.MaxDeliveries deliveries (a missing ACL row: 10 × 2 s), and its own gate never waits on
@@ -38,8 +47,8 @@ const (
 // inboxRoom is the writer's view of the reader durable.
 type inboxRoom struct {
 	reader jetstream.Consumer // nil until found
-	base   uint64             // unacked at the last info
-	sent   uint64             // entries published since
+	base   uint64             // entries not acked at the last look
+	sent   uint64             // entries in flight at the last look and published since
 }
 
 // maxBatch is the largest Batch for which InboxBound + Batch stays under INBOX's cap.
@@ -65,7 +74,12 @@ func (w *Writer) inboxFull(ctx context.Context) bool {
 		}
 		r.reader = c
 	}
-	ci, err := r.reader.Info(ctx)
+	inflight := uint64(w.js.PublishAsyncPending())
+	si, err := w.inboxStream(ctx)
+	var ci *jetstream.ConsumerInfo
+	if err == nil {
+		ci, err = r.reader.Info(ctx)
+	}
 	if err != nil {
 		w.log.Debug("reader durable info failed", "err", err)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -74,8 +88,21 @@ func (w *Writer) inboxFull(ctx context.Context) bool {
 		r.base, r.sent = 0, 0
 		return false
 	}
-	r.base, r.sent = ci.NumPending+uint64(ci.NumAckPending), 0
-	return r.base > InboxBound
+	var undelivered uint64
+	if last := si.State.LastSeq; last > ci.Delivered.Stream {
+		undelivered = last - ci.Delivered.Stream
+	}
+	r.base, r.sent = undelivered+uint64(ci.NumAckPending), inflight
+	return r.base+r.sent > InboxBound
+}
+
+// inboxStream reads INBOX's state (its last sequence).
+func (w *Writer) inboxStream(ctx context.Context) (*jetstream.StreamInfo, error) {
+	st, err := w.js.Stream(ctx, w.cfg.Names.InboxStream())
+	if err != nil {
+		return nil, err
+	}
+	return st.CachedInfo(), nil
 }
 
 // awaitInbox waits until the reader holds at most InboxBound entries, the fence falls, drain
