@@ -288,6 +288,9 @@ func Acquire(ctx context.Context, cfg Config) (*Lease, error) {
 	if err != nil {
 		return nil, l.classify(fmt.Errorf("lease: bucket %s status: %w", cfg.Bucket, err))
 	}
+	if wrapKV != nil {
+		kv = wrapKV(kv)
+	}
 	l.js, l.kv, l.ttl = js, kv, st.TTL()
 	if l.ttl <= 0 {
 		bs, ok := st.(*jetstream.KeyValueBucketStatus)
@@ -374,17 +377,23 @@ func (l *Lease) create(ctx context.Context, mayReclaim bool) error {
 	if l.keyTTL {
 		opts = append(opts, jetstream.KeyTTL(l.ttl))
 	}
-	sent := l.cfg.Clock()
-	rev, err := l.kv.Create(octx, l.cfg.Key, b, opts...)
-	if err == nil {
-		l.mu.Lock()
-		l.rev = rev
-		l.wrote(sent)
-		l.mu.Unlock()
-		return nil
-	}
-	if errors.Is(err, jetstream.ErrKeyExists) {
+	for attempt := 1; ; attempt++ {
+		sent := l.cfg.Clock()
+		rev, err := l.kv.Create(octx, l.cfg.Key, b, opts...)
+		if err == nil {
+			l.mu.Lock()
+			l.rev = rev
+			l.wrote(sent)
+			l.mu.Unlock()
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return l.classify(fmt.Errorf("lease: create %s/%s: %w", l.cfg.Bucket, l.cfg.Key, err))
+		}
 		e, gerr := l.kv.Get(octx, l.cfg.Key)
+		if errors.Is(gerr, jetstream.ErrKeyNotFound) && attempt < createAttempts {
+			continue // the row expired or was released between the create and the read: create again
+		}
 		if gerr != nil {
 			return l.classify(fmt.Errorf("lease: %s/%s exists but cannot be read: %w", l.cfg.Bucket, l.cfg.Key, gerr))
 		}
@@ -397,8 +406,14 @@ func (l *Lease) create(ctx context.Context, mayReclaim bool) error {
 		}
 		return l.reclaim(ctx, other, e.Revision())
 	}
-	return l.classify(fmt.Errorf("lease: create %s/%s: %w", l.cfg.Bucket, l.cfg.Key, err))
 }
+
+// createAttempts bounds create's tries when the row it found is gone by the time it reads it (a
+// crashed holder's row expiring at that moment; a successor starting then must not fail on it).
+const createAttempts = 3
+
+// wrapKV is nil outside tests: a test sets it (export_test.go) to make create's race happen.
+var wrapKV func(jetstream.KeyValue) jetstream.KeyValue
 
 // reclaim asks Config.Reclaim about the held row read at rev and, on its nil, writes this
 // claim's row at rev (CAS), keeping the TTL the bucket needs. A write of anyone else after rev
