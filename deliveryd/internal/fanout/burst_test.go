@@ -276,22 +276,7 @@ func TestBurstToAStoppedMember(t *testing.T) {
 	postBurst(t, e, ajs, djs, "q", 3)
 	drained(t, e, djs)
 	durableSettled(t, e, djs, "a1", uid1)
-	got := stopped.got()
-	gapAt := -1
-	for i, s := range got {
-		if strings.HasPrefix(s, "gap ") {
-			if gapAt >= 0 {
-				t.Fatalf("fail/two markers: %v and %v", got[gapAt], s)
-			}
-			gapAt = i
-		}
-	}
-	if gapAt < 0 {
-		t.Fatalf("no gap marker: %d events", len(got))
-	}
-	var missing int
-	fmt.Sscanf(got[gapAt], "gap %d", &missing)
-	before, after := got[:gapAt], got[gapAt+1:]
+	before, missing, after := gapSplit(t, stopped.got())
 	if strings.Join(before, ",") != strings.Join(ids("p", 0, len(before)), ",") || strings.Join(after, ",") != "q0000,q0001,q0002" {
 		first := 0
 		for first < len(before) && before[first] == fmt.Sprintf("p%04d", first) {
