@@ -11,7 +11,8 @@ import { Code, ConnectError, createClient, type Client, type Interceptor, type T
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 
 import { SignerService } from "./gen/cotal/signer/v1/signer_pb.js";
-import { signerErrors, toSignerError } from "./errors.js";
+import { Deadline } from "./deadline.js";
+import { signerErrors } from "./errors.js";
 
 /** DEFAULT_SERVER_NAME is the name signerd's certificate is verified for unless serverName says
  * otherwise (`signerd pki init` issues signerd's certificate for localhost and 127.0.0.1). */
@@ -299,9 +300,8 @@ class Turns {
   }
 
   /** take resolves with the function that ends the call's turn once it may run; it rejects, and
-   * leaves the queue, when signal aborts or deadline (Date.now() ms, Infinity for none) passes
-   * first. */
-  take(signal: AbortSignal | undefined, deadline: number): Promise<() => void> {
+   * leaves the queue, when the call's deadline (its timeout or AbortSignal) ends the wait first. */
+  take(deadline: Deadline): Promise<() => void> {
     return new Promise((resolve, reject) => {
       let done = false;
       const end = () => {
@@ -311,29 +311,16 @@ class Turns {
           this.pump();
         }
       };
-      let timer: ReturnType<typeof setTimeout> | undefined;
+      let waiting = true;
       const entry = {
         grant: () => {
-          cleanup();
+          waiting = false;
           this.running++;
           resolve(end);
         },
       };
-      const leave = (err: unknown) => {
-        const i = this.queue.indexOf(entry);
-        if (i >= 0) {
-          this.queue.splice(i, 1);
-        }
-        cleanup();
-        reject(toSignerError(err));
-      };
-      const onAbort = () => leave(signal!.reason);
-      const cleanup = () => {
-        clearTimeout(timer);
-        signal?.removeEventListener("abort", onAbort);
-      };
-      if (signal?.aborted === true) {
-        reject(toSignerError(signal.reason));
+      if (deadline.ended()) {
+        reject(deadline.error());
         return;
       }
       if (this.queue.length === 0 && this.running < this.limit()) {
@@ -341,11 +328,14 @@ class Turns {
         return;
       }
       this.queue.push(entry);
-      signal?.addEventListener("abort", onAbort, { once: true });
-      if (Number.isFinite(deadline)) {
-        // The error Connect gives a call whose timeout passes.
-        timer = setTimeout(() => leave(new ConnectError("the operation timed out", Code.DeadlineExceeded)), Math.max(0, deadline - Date.now()));
-      }
+      deadline.onEnd((err) => {
+        if (!waiting) {
+          return; // granted first: the call itself sees its timeout or abort
+        }
+        waiting = false;
+        this.queue.splice(this.queue.indexOf(entry), 1);
+        reject(err);
+      });
     });
   }
 
@@ -361,27 +351,30 @@ class Turns {
  * signal aborts. A call's timeout (defaultTimeoutMs when it sets none; 0 or less for none) runs
  * from the moment it is made: the transport is given what is left of it. */
 function queued(inner: Transport, turns: Turns, defaultTimeoutMs: number): Transport {
-  const deadlineOf = (timeout: number | undefined) => {
-    const t = timeout ?? defaultTimeoutMs;
-    return t > 0 ? Date.now() + t : Infinity;
+  // turn waits for the call's turn and returns its end and the timeout left for the transport: at
+  // least 1 ms (0 would be none for Connect; the turn was granted before the deadline), or the
+  // call's own when it has none.
+  const turn = async (signal: AbortSignal | undefined, timeout: number | undefined) => {
+    const deadline = new Deadline(timeout ?? defaultTimeoutMs, signal);
+    try {
+      const end = await turns.take(deadline);
+      const rest = deadline.remainingMs();
+      return { end, timeout: Number.isFinite(rest) ? Math.max(1, rest) : timeout };
+    } finally {
+      deadline.dispose();
+    }
   };
-  // The remaining timeout, at least 1 ms (0 would be none for Connect); the turn was granted
-  // before the deadline.
-  const left = (deadline: number, timeout: number | undefined) =>
-    Number.isFinite(deadline) ? Math.max(1, deadline - Date.now()) : timeout;
   return {
     async unary(method, signal, timeout, header, input, contextValues) {
-      const deadline = deadlineOf(timeout);
-      const end = await turns.take(signal, deadline);
+      const { end, timeout: left } = await turn(signal, timeout);
       try {
-        return await inner.unary(method, signal, left(deadline, timeout), header, input, contextValues);
+        return await inner.unary(method, signal, left, header, input, contextValues);
       } finally {
         end();
       }
     },
     async stream(method, signal, timeout, header, input, contextValues) {
-      const deadline = deadlineOf(timeout);
-      const end = await turns.take(signal, deadline);
+      const { end, timeout: left } = await turn(signal, timeout);
       const onAbort = () => finish();
       const finish = () => {
         signal?.removeEventListener("abort", onAbort);
@@ -390,7 +383,7 @@ function queued(inner: Transport, turns: Turns, defaultTimeoutMs: number): Trans
       signal?.addEventListener("abort", onAbort, { once: true });
       let res;
       try {
-        res = await inner.stream(method, signal, left(deadline, timeout), header, input, contextValues);
+        res = await inner.stream(method, signal, left, header, input, contextValues);
       } catch (err) {
         finish();
         throw err;
