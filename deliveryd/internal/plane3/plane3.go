@@ -203,21 +203,31 @@ func (e EntryEncoder) Encode(reason string, generation uint64) []byte {
 // DecodeEntry reads an inbox entry strictly: a known reason, a valid channel, a positive CHAT
 // sequence and a msg that is a JSON object. It returns the message id ("" when absent).
 func DecodeEntry(b []byte) (Entry, string, error) {
-	var e Entry
-	if len(b) > MaxBodyBytes || json.Unmarshal(b, &e) != nil {
-		return Entry{}, "", fmt.Errorf("%w: inbox entry", ErrBadRecord)
-	}
-	if e.Reason != ReasonDurable && e.Reason != ReasonMention {
-		return Entry{}, "", fmt.Errorf("%w: reason %q", ErrBadRecord, e.Reason)
-	}
-	if space.ValidateChannel(e.Channel) != nil || e.Seq == 0 {
-		return Entry{}, "", fmt.Errorf("%w: channel %q seq %d", ErrBadRecord, e.Channel, e.Seq)
+	e, err := DecodeEntryHead(b)
+	if err != nil {
+		return Entry{}, "", err
 	}
 	m, err := DecodeMessage(e.Msg)
 	if err != nil {
 		return Entry{}, "", err
 	}
 	return e, m.ID, nil
+}
+
+// DecodeEntryHead is DecodeEntry without the check of msg (DecodeMessage): for a reader that
+// decodes each distinct msg once (a chat message's entries to N members carry the same bytes).
+func DecodeEntryHead(b []byte) (Entry, error) {
+	var e Entry
+	if len(b) > MaxBodyBytes || json.Unmarshal(b, &e) != nil {
+		return Entry{}, fmt.Errorf("%w: inbox entry", ErrBadRecord)
+	}
+	if e.Reason != ReasonDurable && e.Reason != ReasonMention {
+		return Entry{}, fmt.Errorf("%w: reason %q", ErrBadRecord, e.Reason)
+	}
+	if space.ValidateChannel(e.Channel) != nil || e.Seq == 0 {
+		return Entry{}, fmt.Errorf("%w: channel %q seq %d", ErrBadRecord, e.Channel, e.Seq)
+	}
+	return e, nil
 }
 
 // Message is what the loops read of a chat message; the rest of it is carried as it is.

@@ -146,7 +146,8 @@ func TestDecodeMemberAgreesWithItsKey(t *testing.T) {
 }
 
 // FuzzDecodeEntry: an inbox entry is bytes another connection published. The decoder never
-// panics, refuses with ErrBadRecord only, and an accepted entry round-trips.
+// panics, refuses with ErrBadRecord only, and an accepted entry round-trips; DecodeEntryHead
+// (what the reader decodes per entry, the msg once per pass) accepts it as the same entry.
 func FuzzDecodeEntry(f *testing.F) {
 	f.Add([]byte(`{"msg":{"id":"m1","from":{"id":"local.a0"}},"channel":"general","seq":3,"reason":"durable-channel","generation":1}`))
 	f.Add([]byte(`{"msg":[],"channel":"general","seq":3,"reason":"live-mention"}`))
@@ -154,6 +155,13 @@ func FuzzDecodeEntry(f *testing.F) {
 	f.Add([]byte(`{"msg":{},"channel":"a..b","seq":0,"reason":"x"}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, id, err := DecodeEntry(b)
+		head, herr := DecodeEntryHead(b)
+		if herr != nil && !errors.Is(herr, ErrBadRecord) {
+			t.Fatalf("head refusal %v is not ErrBadRecord", herr)
+		}
+		if err == nil && (herr != nil || !bytes.Equal(head.Msg, e.Msg) || head.Channel != e.Channel || head.Seq != e.Seq) {
+			t.Fatalf("DecodeEntryHead %+v, %v of an entry DecodeEntry accepts as %+v", head, herr, e)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrBadRecord) {
 				t.Fatalf("refusal %v is not ErrBadRecord", err)

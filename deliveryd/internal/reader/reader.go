@@ -221,6 +221,52 @@ type item struct {
 	aclKey     string
 	memberKey  string
 	deliveries uint64
+	body       *body
+}
+
+// body is one distinct message of a pass on one channel, decoded (plane3.DecodeMessage) and
+// framed (dlvclient.EncodeFrame) once for all the entries that carry it: a chat message's entries
+// to N members carry the same bytes, and each decode or frame is a parse of the whole message.
+type body struct {
+	id       string
+	err      error // the message does not decode: every entry carrying it is dropped
+	frame    []byte
+	frameErr error
+	framed   bool
+}
+
+// bodies are a pass's messages by channel, then bytes (looked up without a copy of the bytes).
+type bodies map[string]map[string]*body
+
+// of is entry's message, decoded on its first sight in the pass.
+func (bs bodies) of(entry plane3.Entry) *body {
+	byMsg := bs[entry.Channel]
+	if b, ok := byMsg[string(entry.Msg)]; ok {
+		return b
+	}
+	if byMsg == nil {
+		byMsg = map[string]*body{}
+		bs[entry.Channel] = byMsg
+	}
+	b := &body{}
+	if m, err := plane3.DecodeMessage(entry.Msg); err != nil {
+		b.err = err
+	} else {
+		b.id = m.ID
+	}
+	byMsg[string(entry.Msg)] = b
+	return b
+}
+
+// framed is the DLV frame of its message, made on the first copy that needs it; the frames of a
+// message's copies share its bytes (a publish never writes to them).
+func (it item) framed() ([]byte, error) {
+	b := it.body
+	if !b.framed {
+		b.frame, b.frameErr = dlvclient.EncodeFrame(it.entry.Channel, it.entry.Msg)
+		b.framed = true
+	}
+	return b.frame, b.frameErr
 }
 
 // row is one key read for a pass: whether it exists, a read error, and its value decoded once
@@ -244,6 +290,7 @@ func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 	n := r.cfg.Names
 	var items []item
 	acls, members := map[string]*row{}, map[string]*row{}
+	distinct := bodies{}
 	for _, m := range batch {
 		lc, ok := plane3.ParseDinbox(n, m.Subject())
 		if !ok {
@@ -253,7 +300,12 @@ func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 			}
 			continue
 		}
-		entry, id, err := plane3.DecodeEntry(m.Data())
+		entry, err := plane3.DecodeEntryHead(m.Data())
+		var b *body
+		if err == nil {
+			b = distinct.of(entry)
+			err = b.err
+		}
 		if err != nil {
 			r.log.Warn("dropped an entry that does not decode", "subject", m.Subject(), "err", err)
 			if err := r.settle(m, m.Ack); err != nil {
@@ -261,7 +313,7 @@ func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 			}
 			continue
 		}
-		it := item{m: m, lc: lc, entry: entry, id: id, deliveries: 1}
+		it := item{m: m, lc: lc, entry: entry, id: b.id, body: b, deliveries: 1}
 		if md, err := m.Metadata(); err == nil {
 			it.deliveries = md.NumDelivered
 		}
@@ -433,14 +485,14 @@ func (r *Reader) copyOf(it item, aclRow, memberRow *row) (*nats.Msg, error) {
 		r.log.Info("dropped an entry: the lifecycle's ACL no longer allows the channel", "lifecycle", it.aclKey, "channel", it.entry.Channel)
 		return nil, nil
 	}
-	body, err := dlvclient.EncodeFrame(it.entry.Channel, it.entry.Msg)
+	frame, err := it.framed()
 	if err != nil {
 		r.log.Warn("dropped an entry whose message cannot be framed", "lifecycle", it.aclKey, "err", err)
 		return nil, nil
 	}
 	subj, _ := r.cfg.Names.Dlv(it.lc.Owner, it.lc.Actor, it.lc.UID)
 	out := nats.NewMsg(subj)
-	out.Data = body
+	out.Data = frame
 	out.Header.Set(dlvclient.FrameHeader, dlvclient.FrameHeaderValue)
 	if msgID := plane3.MsgID(it.id, it.lc, it.entry.Generation); msgID != "" {
 		out.Header.Set(jetstream.MsgIDHeader, msgID)

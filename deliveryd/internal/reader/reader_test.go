@@ -66,9 +66,19 @@ func start(t *testing.T, mayAct func() bool) *fixture {
 // startFenced is start with the fence fence(f) makes from the fixture.
 func startFenced(t *testing.T, fence func(*fixture) func() bool) *fixture {
 	t.Helper()
+	return startAfter(t, fence, nil)
+}
+
+// startAfter is startFenced with before(f) run before the reader starts (nil: nothing), so that
+// what it publishes is waiting for the reader's first pass.
+func startAfter(t *testing.T, fence func(*fixture) func() bool, before func(*fixture)) *fixture {
+	t.Helper()
 	e := plane3test.New(t)
 	dc := e.Delivery(t)
 	f := &fixture{e: e, djs: plane3test.JS(t, dc), pjs: e.Provisioner(t), log: &records{}}
+	if before != nil {
+		before(f)
+	}
 	r, err := reader.New(plane3test.Ctx(t), dc, reader.Config{Names: e.N, NakDelay: 20 * time.Millisecond, MayAct: fence(f), Logger: slog.New(f.log)})
 	if err != nil {
 		t.Fatal(err)
@@ -198,6 +208,69 @@ func TestReaderPublishesTheFrame(t *testing.T) {
 	fr, id, err := dlvclient.DecodeFrame(m.Data())
 	if err != nil || id != "m1" || fr.Channel != "general" {
 		t.Fatalf("frame %+v id %q: %v", fr, id, err)
+	}
+}
+
+// TestReaderSharedMessage: the reader decodes and frames each distinct message of a pass once for
+// all the entries carrying it; each copy still gets its own entry's channel, lifecycle and dedup
+// id, and a message that does not decode drops every entry carrying it. All the entries wait for
+// the reader's first pass.
+func TestReaderSharedMessage(t *testing.T) {
+	x := msg("m1")
+	bad := json.RawMessage(`{"id":7,"text":"x"}`)
+	f := startAfter(t, func(*fixture) func() bool { return nil }, func(f *fixture) {
+		f.e.AddLifecycle(t, f.pjs, "a1", uid1, []string{"general", "other"})
+		f.e.AddLifecycle(t, f.pjs, "a2", uid2, []string{"general"})
+		a2, err := f.e.N.Dinbox(plane3test.Owner, "a2", uid2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.entry(t, f.dinbox(t), plane3.Entry{Msg: x, Channel: "general", Seq: 1, Reason: plane3.ReasonMention})
+		f.entry(t, a2, plane3.Entry{Msg: x, Channel: "general", Seq: 1, Reason: plane3.ReasonMention})
+		f.entry(t, f.dinbox(t), plane3.Entry{Msg: x, Channel: "other", Seq: 2, Reason: plane3.ReasonMention, Generation: 1})
+		f.entry(t, f.dinbox(t), plane3.Entry{Msg: bad, Channel: "general", Seq: 3, Reason: plane3.ReasonMention})
+		f.entry(t, a2, plane3.Entry{Msg: bad, Channel: "general", Seq: 3, Reason: plane3.ReasonMention})
+	})
+	f.settled(t)
+	if ci := f.readerState(t); ci.Delivered.Consumer != 5 {
+		t.Fatalf("%d deliveries, want each of the 5 entries once", ci.Delivered.Consumer)
+	}
+	frames := func(actor, uid string, want int) []string {
+		name, _ := f.e.N.DlvConsumer(plane3test.Owner, actor, uid)
+		c, err := plane3test.JS(t, f.e.Agent(t, actor, uid)).Consumer(plane3test.Ctx(t), f.e.N.DLVStream(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch, err := c.Fetch(want+1, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for m := range batch.Messages() {
+			fr, id, err := dlvclient.DecodeFrame(m.Data())
+			if err != nil {
+				t.Fatalf("%s: frame %q: %v", actor, m.Data(), err)
+			}
+			got = append(got, fr.Channel+" "+id+" "+m.Headers().Get(jetstream.MsgIDHeader))
+		}
+		return got
+	}
+	if got, want := frames("a1", uid1, 2), []string{"general m1 m1:local.a1:" + uid1 + ":0", "other m1 m1:local.a1:" + uid1 + ":1"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("a1's copies %q, want %q", got, want)
+	}
+	if got, want := frames("a2", uid2, 1), []string{"general m1 m1:local.a2:" + uid2 + ":0"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("a2's copies %q, want %q", got, want)
+	}
+	f.log.mu.Lock()
+	defer f.log.mu.Unlock()
+	dropped := 0
+	for _, m := range f.log.msgs {
+		if m == "WARN dropped an entry that does not decode" {
+			dropped++
+		}
+	}
+	if dropped != 2 {
+		t.Fatalf("%d entries dropped as not decoding, want the 2 carrying the bad message", dropped)
 	}
 }
 
