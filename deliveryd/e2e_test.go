@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/cotalgo/cotal/deliveryd/internal/config"
 	"github.com/cotalgo/cotal/deliveryd/internal/watchdog"
 	"github.com/cotalgo/cotal/deliveryd/service"
@@ -95,6 +97,27 @@ func (c *child) exitCode(t *testing.T, within time.Duration) int {
 	return 0
 }
 
+// postNumbered posts n-<from> to n-<to> as alice, in order.
+func postNumbered(t *testing.T, e *plane3test.Env, ajs jetstream.JetStream, from, to int) {
+	t.Helper()
+	for i := from; i <= to; i++ {
+		e.Post(t, ajs, "alice", fmt.Sprintf("n-%d", i), fmt.Sprint("number ", i))
+	}
+}
+
+// allReceived is, for eventually, whether every member (a receiver of the ids it got, in order)
+// got exactly want.
+func allReceived[M interface{ IDs() []string }](members map[string]M, want []string) func() error {
+	return func() error {
+		for name, m := range members {
+			if err := servicetest.Exactly(m.IDs(), want); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		return nil
+	}
+}
+
 func eventually(t *testing.T, within time.Duration, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(within)
@@ -131,23 +154,9 @@ func TestFailover(t *testing.T) {
 
 	bob, carol := plane3test.Receive(t, e, "bob", uidBob), plane3test.Receive(t, e, "carol", uidCarol)
 	ajs := plane3test.JS(t, e.Agent(t, "alice", uidAlice))
-	post := func(from, to int) {
-		for i := from; i <= to; i++ {
-			e.Post(t, ajs, "alice", fmt.Sprintf("n-%d", i), fmt.Sprint("number ", i))
-		}
-	}
-	received := func(want []string) func() error {
-		return func() error {
-			for name, b := range map[string]*plane3test.Inbox{"bob": bob, "carol": carol} {
-				if err := servicetest.Exactly(b.IDs(), want); err != nil {
-					return fmt.Errorf("%s: %w", name, err)
-				}
-			}
-			return nil
-		}
-	}
-	post(1, 10)
-	eventually(t, 10*time.Second, received(servicetest.Seq("n", 1, 10)))
+	members := map[string]*plane3test.Inbox{"bob": bob, "carol": carol}
+	postNumbered(t, e, ajs, 1, 10)
+	eventually(t, 10*time.Second, allReceived(members, servicetest.Seq("n", 1, 10)))
 
 	// (b) A second instance exits 1 naming the holder; the first keeps its row.
 	second := spawn(t, bin, servicetest.Config(t, e, "deliveryd-second"))
@@ -166,7 +175,7 @@ func TestFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	first.exitCode(t, 10*time.Second)
-	post(11, 20)
+	postNumbered(t, e, ajs, 11, 20)
 	var succ *service.Service
 	var refusals int
 	eventually(t, 4*leaseTTL, func() error {
@@ -190,9 +199,9 @@ func TestFailover(t *testing.T) {
 	if refusals == 0 {
 		t.Fatal("the successor started at once: the killed instance's lease did not hold")
 	}
-	post(21, 30)
+	postNumbered(t, e, ajs, 21, 30)
 	want := servicetest.Seq("n", 1, 30)
-	eventually(t, 15*time.Second, received(want))
+	eventually(t, 15*time.Second, allReceived(members, want))
 	for actor, uid := range map[string]string{"bob": uidBob, "carol": uidCarol} {
 		if n := servicetest.DLVCount(t, e, pjs, actor, uid); n != uint64(len(want)) {
 			t.Errorf("DLV holds %d messages for %s, want %d", n, actor, len(want))

@@ -130,21 +130,6 @@ func failoverInFlight(t *testing.T, bin string, minAge, maxAge time.Duration) {
 	servicetest.WaitReady(t, kv, "deliveryd-first", 15*time.Second)
 	members := map[string]*stamped{"bob": receiveStamped(t, e, "bob", uidBob), "carol": receiveStamped(t, e, "carol", uidCarol)}
 	ajs := plane3test.JS(t, e.Agent(t, "alice", uidAlice))
-	post := func(from, to int) {
-		for i := from; i <= to; i++ {
-			e.Post(t, ajs, "alice", fmt.Sprintf("n-%d", i), fmt.Sprint("number ", i))
-		}
-	}
-	received := func(want []string) func() error {
-		return func() error {
-			for name, m := range members {
-				if err := servicetest.Exactly(m.IDs(), want); err != nil {
-					return fmt.Errorf("%s: %w", name, err)
-				}
-			}
-			return nil
-		}
-	}
 	parked := func(stream string) func() error {
 		return func() error {
 			if !strings.Contains(first.stderr.String(), "cotal_testhook: parked a pass of") ||
@@ -169,11 +154,11 @@ func failoverInFlight(t *testing.T, bin string, minAge, maxAge time.Duration) {
 		return ci.NumAckPending
 	}
 
-	post(1, 10)
-	eventually(t, 10*time.Second, received(servicetest.Seq("n", 1, 10)))
-	post(11, 11)
+	postNumbered(t, e, ajs, 1, 10)
+	eventually(t, 10*time.Second, allReceived(members, servicetest.Seq("n", 1, 10)))
+	postNumbered(t, e, ajs, 11, 11)
 	eventually(t, 10*time.Second, parked("INBOX"))
-	post(12, 12)
+	postNumbered(t, e, ajs, 12, 12)
 	eventually(t, 10*time.Second, parked("CHAT"))
 	if n := ackPending(e.N.InboxStream(), "reader"); n < 1 {
 		t.Fatalf("reader: %d entries fetched and unacked with its pass parked, want n-11's", n)
@@ -181,7 +166,7 @@ func failoverInFlight(t *testing.T, bin string, minAge, maxAge time.Duration) {
 	if n := ackPending(e.N.ChatStream(), "fanout"); n != 1 {
 		t.Fatalf("fanout: %d messages fetched and unacked with its pass parked, want n-12", n)
 	}
-	if err := received(servicetest.Seq("n", 1, 10))(); err != nil {
+	if err := allReceived(members, servicetest.Seq("n", 1, 10))(); err != nil {
 		t.Fatalf("before the kill: %v", err)
 	}
 
@@ -201,7 +186,7 @@ func failoverInFlight(t *testing.T, bin string, minAge, maxAge time.Duration) {
 	}
 	killed := time.Now()
 	first.exitCode(t, 10*time.Second)
-	post(13, 20)
+	postNumbered(t, e, ajs, 13, 20)
 
 	// The successor is started once the killed instance's row has expired (the broker's TTL),
 	// as a supervisor retrying at once would get in.
@@ -215,9 +200,9 @@ func failoverInFlight(t *testing.T, bin string, minAge, maxAge time.Duration) {
 	spawn(t, bin, servicetest.Config(t, e, "deliveryd-successor"))
 	row := servicetest.WaitReady(t, kv, "deliveryd-successor", 15*time.Second)
 	ready := time.Now()
-	post(21, 30)
+	postNumbered(t, e, ajs, 21, 30)
 	want := servicetest.Seq("n", 1, 30)
-	eventually(t, 30*time.Second, received(want))
+	eventually(t, 30*time.Second, allReceived(members, want))
 	for actor, uid := range map[string]string{"bob": uidBob, "carol": uidCarol} {
 		if n := servicetest.DLVCount(t, e, pjs, actor, uid); n != uint64(len(want)) {
 			t.Errorf("DLV holds %d messages for %s, want %d", n, actor, len(want))
