@@ -154,8 +154,9 @@ func TestResumeRetries(t *testing.T) {
 		rec.mu.Lock()
 		failed := rec.failed
 		rec.mu.Unlock()
-		if failed < 2 || !rec.hooks.MayAct() {
-			return fmt.Errorf("failed resumes %d, serving %v", failed, rec.hooks.MayAct())
+		// The fence lifts before "resumed" is logged: wait for the line too.
+		if failed < 2 || !rec.hooks.MayAct() || !logs.has(`"resumed"`) {
+			return fmt.Errorf("failed resumes %d, serving %v, resumed logged %v", failed, rec.hooks.MayAct(), logs.has(`"resumed"`))
 		}
 		return nil
 	})
