@@ -25,8 +25,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -38,7 +38,7 @@ import (
 
 // Defaults.
 const (
-	// DefaultBatch is how many chat messages one pass takes; the member scan is shared by them.
+	// DefaultBatch is how many chat messages one pass takes; they share one read of the rows.
 	DefaultBatch = 256
 	// retryPause is the wait after a failed fetch (a broker that is reconnecting).
 	retryPause = time.Second
@@ -89,6 +89,10 @@ type Writer struct {
 	acl      jetstream.KeyValue
 	presence jetstream.KeyValue
 	inbox    inboxRoom // the reader durable's backlog (inbox.go)
+	// memberRows, aclRows and channelRows are the membership, ACL and channels buckets' rows as
+	// of a pass's Sync (plane3.Mirror, opened on a pass's first need); only Run's goroutine
+	// touches them.
+	memberRows, aclRows, channelRows *plane3.Mirror
 }
 
 // ConsumerConfig is the fanout durable (upstream fanoutDurableConfig, but with plane3.AckWait, 15 s,
@@ -163,6 +167,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Writer, error) {
 // Once drain is closed it takes no new pass, settles the one it holds (its messages acked) and
 // returns nil: a draining daemon's intake stop. A nil drain never closes.
 func (w *Writer) Run(ctx context.Context, drain <-chan struct{}) error {
+	defer plane3.CloseMirrors(&w.memberRows, &w.aclRows, &w.channelRows)
 	o := plane3.Overlap{Keep: plane3.StartKeeper(w.cfg.AckWait, w.cfg.MayAct)}
 	defer o.Close(ctx)
 	for ctx.Err() == nil && !plane3.Closed(drain) {
@@ -225,18 +230,18 @@ func (w *Writer) failed(batch []jetstream.Msg, err error) {
 	}
 }
 
-// view is what one pass reads once, after its messages were delivered: so it holds every
-// membership committed before any of them reached the fanout consumer, which is what upstream's
-// per-message fresh scan guarantees and what durableJoin's fence relies on.
+// view is what one pass reads once, after its messages were delivered (each bucket's mirror
+// synced once per pass): so it holds every membership committed before any of them reached the
+// fanout consumer, which is what upstream's per-message fresh scan guarantees and what
+// durableJoin's fence relies on.
 type view struct {
 	members map[string][]memberRow // by channel, departed lifecycles left out
 	classes map[string]string
 	roster  map[string][]string // lower-case name -> principals
 	acls    map[string][]aclRow // by principal, the rows that decode; nil until read
-	// lifecycles says, for each ACL key looked up since the membership rows were read, whether
-	// the row exists (decoding or not); after a full scan (aclScanned) a key not in it has none.
-	lifecycles map[string]bool
-	aclScanned bool
+	// channelsSynced: the channels mirror was synced in this pass. aclSynced: the ACL mirror was
+	// synced in this pass, after the membership rows were read if they were (readMembers resets it).
+	channelsSynced, aclSynced bool
 	// checked lists the channels whose members' ACL rows were looked up in this pass.
 	checked map[string]bool
 	// departed are the open rows of lifecycles without an ACL row, to close after the pass.
@@ -387,9 +392,13 @@ func (w *Writer) route(ctx context.Context, v *view, win *window, m jetstream.Ms
 	}
 	class, ok := v.classes[channel]
 	if !ok {
-		if class, err = plane3.FreshClass(ctx, w.channels, channel); err != nil {
-			return err
+		if !v.channelsSynced {
+			if err := plane3.SyncMirror(ctx, w.js, w.channels, &w.channelRows); err != nil {
+				return err
+			}
+			v.channelsSynced = true
 		}
+		class = plane3.ClassOf(w.channelRows, channel)
 		v.classes[channel] = class
 	}
 	type target struct {
@@ -459,56 +468,56 @@ func (w *Writer) route(ctx context.Context, v *view, win *window, m jetstream.Ms
 }
 
 // readMembers reads every membership row (tombstones included: a row stays eligible for its
-// pre-leave interval) and groups them by channel. A row that does not decode is skipped and
-// logged, as upstream's listMembers skips it. What was known of the ACL rows is forgotten: the
-// departure check (checkMembers) must read them after the membership rows.
+// pre-leave interval) from the synced mirror and groups them by channel, each channel's rows in key
+// order. A row that does not decode is skipped and logged, as upstream's listMembers skips it.
+// The ACL mirror must be synced again before the departure check (checkMembers): its rows must be
+// read after the membership rows.
 func (w *Writer) readMembers(ctx context.Context, v *view) error {
+	if err := plane3.SyncMirror(ctx, w.js, w.members, &w.memberRows); err != nil {
+		return err
+	}
 	v.members = map[string][]memberRow{}
-	v.lifecycles, v.aclScanned, v.checked = map[string]bool{}, false, map[string]bool{}
-	return plane3.Scan(ctx, w.members, func(e jetstream.KeyValueEntry) {
-		m, lc, err := plane3.DecodeMember(e.Key(), e.Value())
+	v.aclSynced, v.checked = false, map[string]bool{}
+	w.memberRows.Each(func(key string, r plane3.Row) {
+		m, lc, err := plane3.DecodeMember(key, r.Value)
 		if err != nil {
-			w.log.Warn("skipped a membership row that does not decode", "key", e.Key())
+			w.log.Warn("skipped a membership row that does not decode", "key", key)
 			return
 		}
-		v.members[m.Channel] = append(v.members[m.Channel], memberRow{e.Key(), e.Revision(), lc, m})
+		v.members[m.Channel] = append(v.members[m.Channel], memberRow{key, r.Revision, lc, m})
 	})
+	for _, rows := range v.members {
+		slices.SortFunc(rows, func(a, b memberRow) int { return strings.Compare(a.key, b.key) })
+	}
+	return nil
 }
 
-// maxACLGets is the most ACL rows checkMembers reads by key; past it one scan of the bucket is
-// cheaper than the gets.
-const maxACLGets = 32
+// syncACL syncs the ACL mirror once per pass, and again after the membership rows were read.
+func (w *Writer) syncACL(ctx context.Context, v *view) error {
+	if v.aclSynced {
+		return nil
+	}
+	if err := plane3.SyncMirror(ctx, w.js, w.acl, &w.aclRows); err != nil {
+		return err
+	}
+	v.aclSynced = true
+	return nil
+}
 
 // checkMembers keeps, of channel's membership rows, those whose lifecycle has an ACL row. A row
 // without one is a departed member (deprovisioned: its ACL row purged): it is removed from
 // v.members, so no entry is routed to it, and unless it is already closed it goes on v.departed.
-// The ACL rows are read after the membership rows, never before: a lifecycle's ACL row is
-// written before it can join (durableJoin requires it), so a row read here whose ACL row the
-// later read misses has really lost it. A few lifecycles are read by key, in parallel; more by
-// one scan of the bucket.
+// The ACL rows are read after the membership rows, never before (syncACL): a lifecycle's ACL row
+// is written before it can join (durableJoin requires it), so a row read here whose ACL row the
+// later read misses has really lost it.
 func (w *Writer) checkMembers(ctx context.Context, v *view, channel string) error {
+	if err := w.syncACL(ctx, v); err != nil {
+		return err
+	}
 	rows := v.members[channel]
-	var unknown []string
-	if !v.aclScanned {
-		for _, r := range rows {
-			if _, ok := v.lifecycles[aclKey(r.lc)]; !ok {
-				unknown = append(unknown, aclKey(r.lc))
-			}
-		}
-	}
-	switch {
-	case len(unknown) > maxACLGets:
-		if err := w.readACLs(ctx, v); err != nil {
-			return err
-		}
-	case len(unknown) > 0:
-		if err := w.getACLs(ctx, v, unknown); err != nil {
-			return err
-		}
-	}
 	kept := rows[:0]
 	for _, r := range rows {
-		if v.lifecycles[aclKey(r.lc)] {
+		if _, ok := w.aclRows.Get(aclKey(r.lc)); ok {
 			kept = append(kept, r)
 			continue
 		}
@@ -523,55 +532,22 @@ func (w *Writer) checkMembers(ctx context.Context, v *view, channel string) erro
 
 func aclKey(lc plane3.Lifecycle) string { return lc.Principal() + "." + lc.UID }
 
-// getACLs reads whether each ACL key exists, several at a time.
-func (w *Writer) getACLs(ctx context.Context, v *view, keys []string) error {
-	found := make([]bool, len(keys))
-	errs := make([]error, len(keys))
-	var wg sync.WaitGroup
-	for i, key := range keys {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := w.acl.Get(ctx, key)
-			switch {
-			case err == nil:
-				found[i] = true
-			case !errors.Is(err, jetstream.ErrKeyNotFound):
-				errs[i] = fmt.Errorf("read ACL row %s: %w", key, err)
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+// readACLs reads every ACL row that decodes, by principal (for mentions).
+func (w *Writer) readACLs(ctx context.Context, v *view) error {
+	if err := w.syncACL(ctx, v); err != nil {
 		return err
 	}
-	for i, key := range keys {
-		v.lifecycles[key] = found[i]
-	}
-	return nil
-}
-
-// readACLs reads every ACL row: the ones that decode by principal (for mentions) and every key
-// present (the lifecycles that exist).
-func (w *Writer) readACLs(ctx context.Context, v *view) error {
-	acls, present := map[string][]aclRow{}, map[string]bool{}
-	err := plane3.Scan(ctx, w.acl, func(e jetstream.KeyValueEntry) {
-		lc, ok := plane3.ParseACLKey(e.Key())
+	acls := map[string][]aclRow{}
+	w.aclRows.Each(func(key string, r plane3.Row) {
+		lc, ok := plane3.ParseACLKey(key)
 		if !ok {
 			return
 		}
-		present[e.Key()] = true
-		if acl, valid := plane3.DecodeACL(e.Value()); valid {
+		if acl, valid := plane3.DecodeACL(r.Value); valid {
 			acls[lc.Principal()] = append(acls[lc.Principal()], aclRow{lc, acl})
 		}
 	})
-	if err != nil {
-		return err
-	}
 	v.acls = acls
-	if v.members != nil { // read after the membership rows: it answers the departure check
-		v.lifecycles, v.aclScanned = present, true
-	}
 	return nil
 }
 

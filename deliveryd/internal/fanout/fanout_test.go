@@ -455,3 +455,33 @@ func TestFanoutPassPastTheAsyncWindow(t *testing.T) {
 		}
 	})
 }
+
+// TestWriterRowsAtPost: a member whose join was answered before a post is stored gets that post,
+// with no wait between the join and the post: ten members join one after the other, each right
+// before a post, so member j gets posts j to 9 (10 - j copies). A pass that read its membership
+// rows before its mirror caught up with a join fails here.
+func TestWriterRowsAtPost(t *testing.T) {
+	e := plane3test.New(t)
+	dc := e.Delivery(t)
+	djs := plane3test.JS(t, dc)
+	pjs := e.Provisioner(t)
+	e.AddLifecycle(t, pjs, "a0", uid0, []string{"general"})
+	e.Join(t, djs, "general", "a0", uid0, 0, 1)
+	startLoops(t, e, dc)
+	sender := plane3test.JS(t, e.Agent(t, "a0", uid0))
+	const n = 10
+	member := func(j int) (string, string) { return fmt.Sprintf("j%02d", j), fmt.Sprintf("uid%023d", 100+j) }
+	for i := range n {
+		actor, uid := member(i)
+		e.AddLifecycle(t, pjs, actor, uid, []string{"general"})
+		e.Join(t, djs, "general", actor, uid, 0, 1)
+		e.Post(t, sender, "a0", fmt.Sprintf("p%02d", i), "hello")
+		drained(t, e, djs)
+	}
+	for j := range n {
+		actor, uid := member(j)
+		if got := dlvCount(t, e, djs, actor, uid); got != uint64(n-j) {
+			t.Errorf("%s: DLV holds %d copies, want %d", actor, got, n-j)
+		}
+	}
+}

@@ -6,15 +6,12 @@
 package plane3
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/cotalgo/cotal/pkg/provision"
 	"github.com/cotalgo/cotal/pkg/space"
@@ -319,24 +316,21 @@ func ParseDinbox(n space.Names, subject string) (Lifecycle, bool) {
 	return ParseACLKey(rest)
 }
 
-// FreshClass reads a channel's delivery class from the channels bucket as upstream's
-// deliveryClassFresh does: the channel's own entry, else the =defaults entry, else durable. An
-// entry that does not decode counts as unset, as upstream's decode does.
-func FreshClass(ctx context.Context, kv jetstream.KeyValue, channel string) (string, error) {
+// ClassOf is a channel's delivery class in the channels bucket's mirror (synced by the caller),
+// as upstream's deliveryClassFresh reads it: the channel's own entry, else the =defaults entry,
+// else durable. An entry that does not decode counts as unset, as upstream's decode does.
+func ClassOf(channels *Mirror, channel string) string {
 	for _, key := range []string{channel, space.ChannelDefaultsKey} {
-		e, err := kv.Get(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
+		r, ok := channels.Get(key)
+		if !ok {
 			continue
-		}
-		if err != nil {
-			return "", fmt.Errorf("plane3: read %s: %w", key, err)
 		}
 		var cfg struct {
 			DeliveryClass string `json:"deliveryClass"`
 		}
-		if json.Unmarshal(e.Value(), &cfg) == nil && (cfg.DeliveryClass == ClassDurable || cfg.DeliveryClass == ClassLive) {
-			return cfg.DeliveryClass, nil
+		if json.Unmarshal(r.Value, &cfg) == nil && (cfg.DeliveryClass == ClassDurable || cfg.DeliveryClass == ClassLive) {
+			return cfg.DeliveryClass
 		}
 	}
-	return ClassDurable, nil
+	return ClassDurable
 }

@@ -39,14 +39,6 @@ import (
 const (
 	// DefaultBatch is how many entries one pass takes; their rows are read once.
 	DefaultBatch = 256
-	// readConcurrency bounds the row reads of a pass in flight at once.
-	readConcurrency = 32
-	// maxGets is the most rows of one bucket a pass reads by key without first asking whether one
-	// scan of the bucket is cheaper (scanFactor).
-	maxGets = 32
-	// scanFactor: a pass that needs more than maxGets rows of a bucket scans it instead when the
-	// bucket holds at most scanFactor values per row needed (one watch instead of a request per key).
-	scanFactor = 4
 	// retryPause is the wait after a failed fetch (a broker that is reconnecting).
 	retryPause = time.Second
 )
@@ -85,6 +77,9 @@ type Reader struct {
 	members  jetstream.KeyValue
 	acl      jetstream.KeyValue
 	gate     *gate
+	// aclRows and memberRows are the ACL and membership buckets' rows as of a pass's Sync
+	// (read); only Run's goroutine touches them.
+	aclRows, memberRows *plane3.Mirror
 }
 
 // ConsumerConfig is the reader durable (upstream inboxReaderConfig, but with plane3.AckWait, 15 s,
@@ -164,6 +159,7 @@ func (r *Reader) Run(ctx context.Context, drain <-chan struct{}) error {
 	wg.Go(func() { r.gate.run(gctx) })
 	defer wg.Wait()
 	defer stop()
+	defer plane3.CloseMirrors(&r.aclRows, &r.memberRows)
 	o := plane3.Overlap{Keep: plane3.StartKeeper(r.cfg.AckWait, r.cfg.MayAct)}
 	defer o.Close(ctx)
 	for ctx.Err() == nil && !plane3.Closed(drain) {
@@ -325,8 +321,8 @@ func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 		}
 		items = append(items, it)
 	}
-	r.read(ctx, r.acl, acls)
-	r.read(ctx, r.members, members)
+	r.read(ctx, r.acl, &r.aclRows, acls)
+	r.read(ctx, r.members, &r.memberRows, members)
 	for _, rw := range acls {
 		if rw.found {
 			rw.acl, rw.ok = plane3.DecodeACL(rw.value)
@@ -407,51 +403,26 @@ func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 	}, nil
 }
 
-// read reads every key of rows from kv: by key, several at a time, or, when the pass needs more
-// than maxGets rows of a bucket that holds at most scanFactor values per row needed, by one scan
-// of the bucket (at 100 members a pass needs about 100 ACL rows and 100 membership rows; a
-// request each cost the reader half its CPU). A scan that fails falls back to the reads by key.
-func (r *Reader) read(ctx context.Context, kv jetstream.KeyValue, rows map[string]*row) {
-	if len(rows) > maxGets && r.scanCheaper(ctx, kv, len(rows)) {
-		err := plane3.Scan(ctx, kv, func(e jetstream.KeyValueEntry) {
-			if rw, ok := rows[e.Key()]; ok {
-				rw.value, rw.found = e.Value(), true
-			}
-		})
-		if err == nil {
-			r.log.Debug("read a pass's rows by one scan of the bucket", "bucket", kv.Bucket(), "rows", len(rows))
-			return
-		}
-		r.log.Debug("a scan of the rows failed; reading them by key", "bucket", kv.Bucket(), "err", err)
-		for _, rw := range rows {
-			*rw = row{}
-		}
+// read fills rows from kv's mirror (plane3.Mirror), opened on the first pass that needs it and
+// synced once per pass: each row as a get made after the pass's entries were delivered reads it
+// (at 100 members a pass needs about 100 ACL rows and 100 membership rows; a request each, or a
+// scan of the bucket each pass, cost the reader and the broker more than the copies). A failed
+// open or Sync is every row's read error (their entries are deferred), and the mirror is opened
+// afresh on the next pass.
+func (r *Reader) read(ctx context.Context, kv jetstream.KeyValue, mirror **plane3.Mirror, rows map[string]*row) {
+	if len(rows) == 0 {
+		return
 	}
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, readConcurrency)
+	err := plane3.SyncMirror(ctx, r.js, kv, mirror)
 	for key, rw := range rows {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			e, err := kv.Get(ctx, key)
-			switch {
-			case errors.Is(err, jetstream.ErrKeyNotFound):
-			case err != nil:
-				rw.err = err
-			default:
-				rw.value, rw.found = e.Value(), true
-			}
-		}()
+		if err != nil {
+			rw.err = err
+			continue
+		}
+		if e, ok := (*mirror).Get(key); ok {
+			rw.value, rw.found = e.Value, true
+		}
 	}
-	wg.Wait()
-}
-
-// scanCheaper reports whether kv holds at most scanFactor values per row of the need.
-func (r *Reader) scanCheaper(ctx context.Context, kv jetstream.KeyValue, need int) bool {
-	st, err := kv.Status(ctx)
-	return err == nil && st.Values() <= uint64(scanFactor*need)
 }
 
 // copyOf decides one entry: the DLV message to publish, nil to drop it (acked without a copy),
