@@ -38,11 +38,12 @@ func env(b *testing.B) *plane3test.Env {
 }
 
 // BenchmarkDelivery measures, in one run on one broker per N, durable fan-out throughput next to
-// two raw JetStream publish baselines, all counted as copies stored in DLV for N members of a
-// durable channel. b.N is the number of chat messages; each iteration of the benchmark (each
-// -count, a round) measures the three variants one after the other, each round in another of
-// their six orders, so that the drift of a shared machine and the wake of the variant before
-// fall on all three alike (run a multiple of six counts), and reports:
+// two raw JetStream publish baselines and the contract's floor, all counted as copies stored in
+// DLV for N members of a durable channel. b.N is the number of chat messages; each iteration of
+// the benchmark (each -count, a round) measures the four variants one after the other, each round
+// in the next of four orders (a Williams square: over four rounds each variant runs once in each
+// place and once right after each other variant), so that the drift of a shared machine and the
+// wake of the variant before fall on all four alike (run a multiple of four counts), and reports:
 //
 //   - raw-copies/s: the b.N × N copies published straight into DLV with the delivery credential
 //     (one stored write per copy);
@@ -51,22 +52,26 @@ func env(b *testing.B) *plane3test.Env {
 //     INBOX and its frame into DLV with the delivery credential (1 + 2N writes per message);
 //   - fanout-copies/s: the chat messages posted by one agent, each copy going CHAT → fan-out
 //     writer → INBOX → trusted reader (ACL and member rows re-read) → DLV;
-//   - fanout/raw, fanout/chain and chain/raw, the ratios of that round; ns/op is fan-out's time
-//     per chat message; *-cores, the CPU cores the whole process used during each variant.
+//   - floor-copies/s: the same posts through the contract's JetStream work alone, with none of
+//     the loops' own code (startFloor): what any fan-out writer and reader can reach on this
+//     machine while the contract is a stored inbox entry and an ack per copy;
+//   - fanout/raw, fanout/chain, chain/raw and floor/chain, the ratios of that round; ns/op is
+//     fan-out's time per chat message; *-cores, the CPU cores the whole process used during each
+//     variant.
 //
-// Every publish is asynchronous. The loops run only for fanout; before its clock starts they
-// settle what chain left in CHAT and INBOX (their copies carry the ids chain's did and collapse
-// on them). Run with a fixed count of messages (INBOX and DLV keep 1000 per subject, as
+// Every publish is asynchronous. The loops run only for fanout, the floor's only for floor; before
+// its clock starts each settles what the variants before it left in CHAT and INBOX (the loops'
+// copies carry the ids chain's did and collapse on them; the floor's carry ids of their own). Run with a fixed count of messages (INBOX and DLV keep 1000 per subject, as
 // upstream) and a timeout past go test's ten minutes (twelve rounds take about a quarter hour):
 //
-//	go test -run '^$' -bench BenchmarkDelivery -benchtime 900x -count 12 -timeout 60m ./deliveryd/internal/fanout/
+//	go test -run '^$' -bench BenchmarkDelivery -benchtime 900x -count 12 -timeout 90m ./deliveryd/internal/fanout/
 //
 // At R3 on a 3-node cluster (slower: each stored write is a replication round trip):
 //
-//	go test -run '^$' -bench BenchmarkDelivery -benchtime 900x -count 6 -timeout 60m ./deliveryd/internal/fanout/ -args -delivery.r3
+//	go test -run '^$' -bench BenchmarkDelivery -benchtime 900x -count 8 -timeout 90m ./deliveryd/internal/fanout/ -args -delivery.r3
 func BenchmarkDelivery(b *testing.B) {
-	const rawV, chainV, fanV = 0, 1, 2 // the variants, in the order of their arrays below
-	orders := [][3]int{{rawV, chainV, fanV}, {rawV, fanV, chainV}, {chainV, rawV, fanV}, {chainV, fanV, rawV}, {fanV, rawV, chainV}, {fanV, chainV, rawV}}
+	const rawV, chainV, fanV, floorV = 0, 1, 2, 3 // the variants, in the order of their arrays below
+	orders := [][4]int{{rawV, chainV, floorV, fanV}, {chainV, fanV, rawV, floorV}, {fanV, floorV, chainV, rawV}, {floorV, rawV, fanV, chainV}}
 	for _, members := range []int{1, 10, 100} {
 		e := env(b)
 		dc := e.Delivery(b)
@@ -178,10 +183,9 @@ func BenchmarkDelivery(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			b.StopTimer() // the variants are timed one by one below
-			var took [3]time.Duration
-			var cores [3]float64
-			// Each round runs the variants in the next of their six orders, so that over six
-			// rounds each runs first, second and last twice and after each other variant alike.
+			var took [4]time.Duration
+			var cores [4]float64
+			// Each round runs the variants in the next of their four orders.
 			for _, v := range orders[round%len(orders)] {
 				switch v {
 				case rawV:
@@ -193,21 +197,27 @@ func BenchmarkDelivery(b *testing.B) {
 					settled(b, e, djs)
 					took[v], cores[v] = measure(b, b.N, fan)
 					stop()
+				case floorV:
+					stop := startFloor(b, e, dc, lifecycles)
+					settled(b, e, djs)
+					took[v], cores[v] = measure(b, b.N, fan)
+					stop()
 				}
 			}
 			round++
-			var rate [3]float64
+			var rate [4]float64
 			for v := range took {
 				rate[v] = float64(b.N*members) / took[v].Seconds()
 			}
 			b.ReportMetric(float64(took[fanV].Nanoseconds())/float64(b.N), "ns/op")
-			for v, name := range []string{"raw", "chain", "fanout"} {
+			for v, name := range []string{"raw", "chain", "fanout", "floor"} {
 				b.ReportMetric(rate[v], name+"-copies/s")
 				b.ReportMetric(cores[v], name+"-cores")
 			}
 			b.ReportMetric(rate[fanV]/rate[rawV], "fanout/raw")
 			b.ReportMetric(rate[fanV]/rate[chainV], "fanout/chain")
 			b.ReportMetric(rate[chainV]/rate[rawV], "chain/raw")
+			b.ReportMetric(rate[floorV]/rate[chainV], "floor/chain")
 		})
 	}
 }
