@@ -192,13 +192,13 @@ func BenchmarkDelivery(b *testing.B) {
 					took[v], cores[v] = measure(b, b.N, raw)
 				case chainV:
 					took[v], cores[v] = measure(b, b.N, chain)
-				case fanV:
-					stop := startLoops(b, e, dc)
-					settled(b, e, djs)
-					took[v], cores[v] = measure(b, b.N, fan)
-					stop()
-				case floorV:
-					stop := startFloor(b, e, dc, lifecycles)
+				case fanV, floorV:
+					var stop func()
+					if v == fanV {
+						stop = startLoops(b, e, dc)
+					} else {
+						stop = startFloor(b, e, dc, lifecycles)
+					}
 					settled(b, e, djs)
 					took[v], cores[v] = measure(b, b.N, fan)
 					stop()

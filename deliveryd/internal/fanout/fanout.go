@@ -392,11 +392,8 @@ func (w *Writer) route(ctx context.Context, v *view, win *window, m jetstream.Ms
 	}
 	class, ok := v.classes[channel]
 	if !ok {
-		if !v.channelsSynced {
-			if err := plane3.SyncMirror(ctx, w.js, w.channels, &w.channelRows); err != nil {
-				return err
-			}
-			v.channelsSynced = true
+		if err := w.syncOnce(ctx, w.channels, &w.channelRows, &v.channelsSynced); err != nil {
+			return err
 		}
 		class = plane3.ClassOf(w.channelRows, channel)
 		v.classes[channel] = class
@@ -492,26 +489,27 @@ func (w *Writer) readMembers(ctx context.Context, v *view) error {
 	return nil
 }
 
-// syncACL syncs the ACL mirror once per pass, and again after the membership rows were read.
-func (w *Writer) syncACL(ctx context.Context, v *view) error {
-	if v.aclSynced {
+// syncOnce syncs the mirror m of kv unless *synced says this pass already did, and sets it. The
+// ACL mirror's flag is reset by readMembers, so it is synced again after the membership rows.
+func (w *Writer) syncOnce(ctx context.Context, kv jetstream.KeyValue, m **plane3.Mirror, synced *bool) error {
+	if *synced {
 		return nil
 	}
-	if err := plane3.SyncMirror(ctx, w.js, w.acl, &w.aclRows); err != nil {
+	if err := plane3.SyncMirror(ctx, w.js, kv, m); err != nil {
 		return err
 	}
-	v.aclSynced = true
+	*synced = true
 	return nil
 }
 
 // checkMembers keeps, of channel's membership rows, those whose lifecycle has an ACL row. A row
 // without one is a departed member (deprovisioned: its ACL row purged): it is removed from
 // v.members, so no entry is routed to it, and unless it is already closed it goes on v.departed.
-// The ACL rows are read after the membership rows, never before (syncACL): a lifecycle's ACL row
+// The ACL rows are read after the membership rows, never before (syncOnce): a lifecycle's ACL row
 // is written before it can join (durableJoin requires it), so a row read here whose ACL row the
 // later read misses has really lost it.
 func (w *Writer) checkMembers(ctx context.Context, v *view, channel string) error {
-	if err := w.syncACL(ctx, v); err != nil {
+	if err := w.syncOnce(ctx, w.acl, &w.aclRows, &v.aclSynced); err != nil {
 		return err
 	}
 	rows := v.members[channel]
@@ -534,7 +532,7 @@ func aclKey(lc plane3.Lifecycle) string { return lc.Principal() + "." + lc.UID }
 
 // readACLs reads every ACL row that decodes, by principal (for mentions).
 func (w *Writer) readACLs(ctx context.Context, v *view) error {
-	if err := w.syncACL(ctx, v); err != nil {
+	if err := w.syncOnce(ctx, w.acl, &w.aclRows, &v.aclSynced); err != nil {
 		return err
 	}
 	acls := map[string][]aclRow{}

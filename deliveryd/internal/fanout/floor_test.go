@@ -19,7 +19,7 @@ import (
 
 // startFloor runs BenchmarkDelivery's floor: the contract's JetStream work with none of the
 // loops' own code. Two plain loops on the delivery connection take the loops' durables (fanout on
-// CHAT, reader on INBOX, with their configurations), in passes of 256 overlapped as the loops'
+// CHAT, reader on INBOX, with their configurations), in passes of their batch sizes overlapped as the loops'
 // are (plane3.Overlap): the first copies each chat message's bytes as they are to every member's
 // inbox, the second each inbox entry's bytes to its lifecycle's DLV subject with the frame header
 // and the entry's dedup id, each acking a message after all its pass's copies are stored. No
@@ -48,11 +48,11 @@ func startFloor(b *testing.B, e *plane3test.Env, dc *nats.Conn, lifecycles [][2]
 		dlvOf[in] = d
 	}
 	stall := jetstream.WithStallWait(time.Minute)
-	loop := func(c jetstream.Consumer, copies func(m jetstream.Msg, out []*nats.Msg) []*nats.Msg) {
+	loop := func(c jetstream.Consumer, batchSize int, copies func(m jetstream.Msg, out []*nats.Msg) []*nats.Msg) {
 		o := plane3.Overlap{}
 		defer o.Close(ctx)
 		for ctx.Err() == nil {
-			batch, err := o.Next(ctx, c, 256)
+			batch, err := o.Next(ctx, c, batchSize)
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -100,7 +100,7 @@ func startFloor(b *testing.B, e *plane3test.Env, dc *nats.Conn, lifecycles [][2]
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		loop(wc, func(m jetstream.Msg, out []*nats.Msg) []*nats.Msg {
+		loop(wc, fanout.DefaultBatch, func(m jetstream.Msg, out []*nats.Msg) []*nats.Msg {
 			md, _ := m.Metadata()
 			seq := strconv.FormatUint(md.Sequence.Stream, 10)
 			for i, in := range inboxes {
@@ -114,7 +114,7 @@ func startFloor(b *testing.B, e *plane3test.Env, dc *nats.Conn, lifecycles [][2]
 	}()
 	go func() {
 		defer wg.Done()
-		loop(rc, func(m jetstream.Msg, out []*nats.Msg) []*nats.Msg {
+		loop(rc, reader.DefaultBatch, func(m jetstream.Msg, out []*nats.Msg) []*nats.Msg {
 			x := nats.NewMsg(dlvOf[m.Subject()])
 			x.Data = m.Data()
 			x.Header.Set(jetstream.MsgIDHeader, m.Headers().Get(jetstream.MsgIDHeader))

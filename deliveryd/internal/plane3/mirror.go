@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/cotalgo/cotal/pkg/space"
 )
 
 // SyncWait bounds one Mirror.Sync: how long a pass waits for its bucket's watch to catch up
@@ -36,6 +38,7 @@ const SyncWait = 5 * time.Second
 type Mirror struct {
 	bucket string
 	prefix string // $KV.<bucket>.
+	get    string // $JS.API.STREAM.MSG.GET.KV_<bucket> (last)
 	nc     *nats.Conn
 	sub    *nats.Subscription
 
@@ -56,11 +59,17 @@ type Row struct {
 // error if the broker does not create it. Close stops it.
 func OpenMirror(js jetstream.JetStream, kv jetstream.KeyValue) (*Mirror, error) {
 	m := &Mirror{nc: js.Conn(), bucket: kv.Bucket(), prefix: "$KV." + kv.Bucket() + ".", rows: map[string]Row{}, moved: make(chan struct{})}
+	stream := "KV_" + m.bucket
+	get, err := space.StreamMsgGet(stream)
+	if err != nil {
+		return nil, fmt.Errorf("mirror %s: %w", m.bucket, err)
+	}
+	m.get = get
 	push, err := js.Conn().JetStream(nats.MaxWait(SyncWait))
 	if err != nil {
 		return nil, fmt.Errorf("mirror %s: %w", m.bucket, err)
 	}
-	m.sub, err = push.Subscribe(m.prefix+">", m.apply, nats.BindStream("KV_"+m.bucket), nats.OrderedConsumer(),
+	m.sub, err = push.Subscribe(m.prefix+">", m.apply, nats.BindStream(stream), nats.OrderedConsumer(),
 		nats.DeliverLastPerSubject())
 	if err != nil {
 		return nil, fmt.Errorf("mirror %s: %w", m.bucket, err)
@@ -129,7 +138,7 @@ func (m *Mirror) Sync(ctx context.Context) error {
 // reaches the watch.
 func (m *Mirror) last(ctx context.Context) (uint64, error) {
 	req, _ := json.Marshal(map[string]string{"last_by_subj": m.prefix + ">"})
-	resp, err := m.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+m.bucket, req)
+	resp, err := m.nc.RequestWithContext(ctx, m.get, req)
 	if err != nil {
 		return 0, err
 	}
