@@ -80,6 +80,8 @@ type Reader struct {
 	// aclRows and memberRows are the ACL and membership buckets' rows as of a pass's Sync
 	// (read); only Run's goroutine touches them.
 	aclRows, memberRows *plane3.Mirror
+	// inboxes caches what each inbox subject names (inboxOf); only Run's goroutine touches it.
+	inboxes map[string]*inbox
 }
 
 // ConsumerConfig is the reader durable (upstream inboxReaderConfig, but with plane3.AckWait, 15 s,
@@ -216,8 +218,79 @@ type item struct {
 	id         string
 	aclKey     string
 	memberKey  string
+	dlv        string
 	deliveries uint64
 	body       *body
+}
+
+// inbox is what the reader derives from a lifecycle's inbox subject: the lifecycle, its ACL row
+// key and its dlv subject.
+type inbox struct {
+	lc     plane3.Lifecycle
+	aclKey string
+	dlv    string
+}
+
+// maxInboxes bounds the reader's cache of inbox subjects; past it the cache starts afresh.
+const maxInboxes = 1 << 14
+
+// inboxOf is subject's lifecycle, ACL key and dlv subject (nil: not a lifecycle's inbox subject
+// of this space), parsed once and kept (they depend on nothing but the subject).
+func (r *Reader) inboxOf(subject string) *inbox {
+	if in, ok := r.inboxes[subject]; ok {
+		return in
+	}
+	lc, ok := plane3.ParseDinbox(r.cfg.Names, subject)
+	if !ok {
+		return nil
+	}
+	aclKey, err := space.ACLKey(lc.Owner, lc.Actor, lc.UID)
+	if err != nil {
+		return nil
+	}
+	dlv, err := r.cfg.Names.Dlv(lc.Owner, lc.Actor, lc.UID)
+	if err != nil {
+		return nil
+	}
+	if len(r.inboxes) >= maxInboxes || r.inboxes == nil {
+		r.inboxes = map[string]*inbox{}
+	}
+	in := &inbox{lc: lc, aclKey: aclKey, dlv: dlv}
+	r.inboxes[subject] = in
+	return in
+}
+
+// entries are a pass's inbox entries by their bytes, each decoded once (DecodeEntryHead, then its
+// message through bodies): a chat message's entries to N members are the same bytes but for the
+// generation, so a pass decodes each distinct one once.
+type entries struct {
+	byBytes map[string]*decoded
+	bodies  bodies
+}
+
+// decoded is one distinct entry of a pass: its head, its message, or why it does not decode.
+type decoded struct {
+	entry plane3.Entry
+	body  *body
+	err   error
+}
+
+// of is data decoded, on its first sight in the pass.
+func (es *entries) of(data []byte) *decoded {
+	if d, ok := es.byBytes[string(data)]; ok {
+		return d
+	}
+	if es.byBytes == nil {
+		es.byBytes, es.bodies = map[string]*decoded{}, bodies{}
+	}
+	d := &decoded{}
+	d.entry, d.err = plane3.DecodeEntryHead(data)
+	if d.err == nil {
+		d.body = es.bodies.of(d.entry)
+		d.err = d.body.err
+	}
+	es.byBytes[string(data)] = d
+	return d
 }
 
 // body is one distinct message of a pass on one channel, decoded (plane3.DecodeMessage) and
@@ -283,46 +356,43 @@ type row struct {
 // once; copies are published asynchronously in order, and the returned settle acks each of their
 // entries once its copy is stored.
 func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) (func(context.Context) error, error) {
-	n := r.cfg.Names
 	var items []item
 	acls, members := map[string]*row{}, map[string]*row{}
-	distinct := bodies{}
+	distinct := entries{}
 	for _, m := range batch {
-		lc, ok := plane3.ParseDinbox(n, m.Subject())
-		if !ok {
+		in := r.inboxOf(m.Subject())
+		if in == nil {
 			r.log.Warn("dropped an entry on a subject that is not a lifecycle's inbox", "subject", m.Subject())
 			if err := r.settle(m, m.Ack); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		entry, err := plane3.DecodeEntryHead(m.Data())
-		var b *body
-		if err == nil {
-			b = distinct.of(entry)
-			err = b.err
-		}
-		if err != nil {
-			r.log.Warn("dropped an entry that does not decode", "subject", m.Subject(), "err", err)
+		d := distinct.of(m.Data())
+		if d.err != nil {
+			r.log.Warn("dropped an entry that does not decode", "subject", m.Subject(), "err", d.err)
 			if err := r.settle(m, m.Ack); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		it := item{m: m, lc: lc, entry: entry, id: b.id, body: b, deliveries: 1}
+		it := item{m: m, lc: in.lc, entry: d.entry, id: d.body.id, body: d.body, deliveries: 1, aclKey: in.aclKey, dlv: in.dlv}
 		if md, err := m.Metadata(); err == nil {
 			it.deliveries = md.NumDelivered
 		}
-		it.aclKey, _ = space.ACLKey(lc.Owner, lc.Actor, lc.UID)
 		acls[it.aclKey] = &row{}
-		if entry.Reason == plane3.ReasonDurable {
-			it.memberKey, _ = space.MemberKey(entry.Channel, lc.Owner, lc.Actor, lc.UID)
+		if d.entry.Reason == plane3.ReasonDurable {
+			it.memberKey = d.entry.Channel + "/" + in.aclKey // space.MemberKey: both parts are valid
 			members[it.memberKey] = &row{}
 		}
 		items = append(items, it)
 	}
+	// The two buckets are read side by side: each read is made after every entry was delivered,
+	// which is all a check needs; neither depends on the other.
+	var wg sync.WaitGroup
+	wg.Go(func() { r.read(ctx, r.members, &r.memberRows, members) })
 	r.read(ctx, r.acl, &r.aclRows, acls)
-	r.read(ctx, r.members, &r.memberRows, members)
+	wg.Wait()
 	for _, rw := range acls {
 		if rw.found {
 			rw.acl, rw.ok = plane3.DecodeACL(rw.value)
@@ -461,8 +531,7 @@ func (r *Reader) copyOf(it item, aclRow, memberRow *row) (*nats.Msg, error) {
 		r.log.Warn("dropped an entry whose message cannot be framed", "lifecycle", it.aclKey, "err", err)
 		return nil, nil
 	}
-	subj, _ := r.cfg.Names.Dlv(it.lc.Owner, it.lc.Actor, it.lc.UID)
-	out := nats.NewMsg(subj)
+	out := nats.NewMsg(it.dlv)
 	out.Data = frame
 	out.Header.Set(dlvclient.FrameHeader, dlvclient.FrameHeaderValue)
 	if msgID := plane3.MsgID(it.id, it.lc, it.entry.Generation); msgID != "" {
