@@ -232,21 +232,27 @@ type Message struct {
 	ID       string
 	From     string
 	Mentions []string
-	fields   map[string]json.RawMessage
+	fields   []field // its members in order (objectFields)
 }
 
 // DecodeMessage reads a chat message: a JSON object whose id, if present, is a string, whose
-// from.id, if present, is a string, and whose mentions, if present, are strings.
+// from.id, if present, is a string, and whose mentions, if present, are strings. It accepts and
+// refuses what a decode into a map[string]json.RawMessage followed by a decode of each of those
+// three members does, and reads the same values (FuzzDecodeMessage holds it to that), without
+// the map.
 func DecodeMessage(b []byte) (Message, error) {
-	var fields map[string]json.RawMessage
-	if len(b) > MaxBodyBytes || json.Unmarshal(b, &fields) != nil || fields == nil {
+	if len(b) > MaxBodyBytes || !json.Valid(b) {
+		return Message{}, fmt.Errorf("%w: message is not a JSON object", ErrBadRecord)
+	}
+	fields, ok := objectFields(b)
+	if !ok {
 		return Message{}, fmt.Errorf("%w: message is not a JSON object", ErrBadRecord)
 	}
 	m := Message{fields: fields}
-	if raw, ok := fields["id"]; ok && json.Unmarshal(raw, &m.ID) != nil {
+	if raw, ok := last(fields, "id"); ok && json.Unmarshal(raw, &m.ID) != nil {
 		return Message{}, fmt.Errorf("%w: message id", ErrBadRecord)
 	}
-	if raw, ok := fields["from"]; ok {
+	if raw, ok := last(fields, "from"); ok {
 		var from struct {
 			ID string `json:"id"`
 		}
@@ -255,19 +261,20 @@ func DecodeMessage(b []byte) (Message, error) {
 		}
 		m.From = from.ID
 	}
-	if raw, ok := fields["mentions"]; ok && json.Unmarshal(raw, &m.Mentions) != nil {
+	if raw, ok := last(fields, "mentions"); ok && json.Unmarshal(raw, &m.Mentions) != nil {
 		return Message{}, fmt.Errorf("%w: message mentions", ErrBadRecord)
 	}
 	return m, nil
 }
 
 // Normalised is the message bound to its authenticated channel: channel set, to and toService
-// removed (upstream fanOutMessage step 2).
+// removed (upstream fanOutMessage step 2). Its members are in key order, each key once (its last
+// value), as json.Marshal writes a map.
 func (m Message) Normalised(channel string) (json.RawMessage, error) {
 	out := make(map[string]json.RawMessage, len(m.fields)+1)
-	for k, v := range m.fields {
-		if k != "to" && k != "toService" {
-			out[k] = v
+	for _, f := range m.fields {
+		if f.key != "to" && f.key != "toService" {
+			out[f.key] = f.raw
 		}
 	}
 	ch, _ := json.Marshal(channel)
