@@ -48,7 +48,6 @@ FUZZ_TARGETS ?= \
 	pkg/dlvclient:FuzzDecodeInventoryReply \
 	deliveryd/internal/plane3:FuzzDecodeEntry \
 	deliveryd/internal/plane3:FuzzEntryEncoder \
-	deliveryd/internal/plane3:FuzzDecodeMessage \
 	pkg/provision:FuzzDecodeACL \
 	deliveryd/internal/ctl:FuzzDecodeRequest \
 	deliveryd/internal/ctl:FuzzSubjects \

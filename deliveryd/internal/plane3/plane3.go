@@ -232,27 +232,21 @@ type Message struct {
 	ID       string
 	From     string
 	Mentions []string
-	fields   []field // its members in order (objectFields)
+	fields   map[string]json.RawMessage
 }
 
 // DecodeMessage reads a chat message: a JSON object whose id, if present, is a string, whose
-// from.id, if present, is a string, and whose mentions, if present, are strings. It accepts and
-// refuses what a decode into a map[string]json.RawMessage followed by a decode of each of those
-// three members does, and reads the same values (FuzzDecodeMessage holds it to that), without
-// the map.
+// from.id, if present, is a string, and whose mentions, if present, are strings.
 func DecodeMessage(b []byte) (Message, error) {
-	if len(b) > MaxBodyBytes || !json.Valid(b) {
-		return Message{}, fmt.Errorf("%w: message is not a JSON object", ErrBadRecord)
-	}
-	fields, ok := objectFields(b)
-	if !ok {
+	var fields map[string]json.RawMessage
+	if len(b) > MaxBodyBytes || json.Unmarshal(b, &fields) != nil || fields == nil {
 		return Message{}, fmt.Errorf("%w: message is not a JSON object", ErrBadRecord)
 	}
 	m := Message{fields: fields}
-	if raw, ok := last(fields, "id"); ok && json.Unmarshal(raw, &m.ID) != nil {
+	if raw, ok := fields["id"]; ok && json.Unmarshal(raw, &m.ID) != nil {
 		return Message{}, fmt.Errorf("%w: message id", ErrBadRecord)
 	}
-	if raw, ok := last(fields, "from"); ok {
+	if raw, ok := fields["from"]; ok {
 		var from struct {
 			ID string `json:"id"`
 		}
@@ -261,20 +255,19 @@ func DecodeMessage(b []byte) (Message, error) {
 		}
 		m.From = from.ID
 	}
-	if raw, ok := last(fields, "mentions"); ok && json.Unmarshal(raw, &m.Mentions) != nil {
+	if raw, ok := fields["mentions"]; ok && json.Unmarshal(raw, &m.Mentions) != nil {
 		return Message{}, fmt.Errorf("%w: message mentions", ErrBadRecord)
 	}
 	return m, nil
 }
 
 // Normalised is the message bound to its authenticated channel: channel set, to and toService
-// removed (upstream fanOutMessage step 2). Its members are in key order, each key once (its last
-// value), as json.Marshal writes a map.
+// removed (upstream fanOutMessage step 2).
 func (m Message) Normalised(channel string) (json.RawMessage, error) {
 	out := make(map[string]json.RawMessage, len(m.fields)+1)
-	for _, f := range m.fields {
-		if f.key != "to" && f.key != "toService" {
-			out[f.key] = f.raw
+	for k, v := range m.fields {
+		if k != "to" && k != "toService" {
+			out[k] = v
 		}
 	}
 	ch, _ := json.Marshal(channel)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"slices"
 	"testing"
 
 	"github.com/cotalgo/cotal/pkg/space"
@@ -203,81 +202,6 @@ func FuzzEntryEncoder(f *testing.F) {
 		}
 		if !bytes.Equal(got, want) {
 			t.Fatalf("entry %q, json.Marshal %q", got, want)
-		}
-	})
-}
-
-// decodeMessageMap is DecodeMessage as it was before objectFields: a decode into a map, then of
-// each of the three members it reads. FuzzDecodeMessage holds DecodeMessage to it.
-func decodeMessageMap(b []byte) (id, from string, mentions []string, normalised func(string) ([]byte, error), err error) {
-	var fields map[string]json.RawMessage
-	if len(b) > MaxBodyBytes || json.Unmarshal(b, &fields) != nil || fields == nil {
-		return "", "", nil, nil, ErrBadRecord
-	}
-	if raw, ok := fields["id"]; ok && json.Unmarshal(raw, &id) != nil {
-		return "", "", nil, nil, ErrBadRecord
-	}
-	if raw, ok := fields["from"]; ok {
-		var f struct {
-			ID string `json:"id"`
-		}
-		if json.Unmarshal(raw, &f) != nil {
-			return "", "", nil, nil, ErrBadRecord
-		}
-		from = f.ID
-	}
-	if raw, ok := fields["mentions"]; ok && json.Unmarshal(raw, &mentions) != nil {
-		return "", "", nil, nil, ErrBadRecord
-	}
-	return id, from, mentions, func(channel string) ([]byte, error) {
-		out := make(map[string]json.RawMessage, len(fields)+1)
-		for k, v := range fields {
-			if k != "to" && k != "toService" {
-				out[k] = v
-			}
-		}
-		ch, _ := json.Marshal(channel)
-		out["channel"] = ch
-		return json.Marshal(out)
-	}, nil
-}
-
-// FuzzDecodeMessage: a chat message is bytes an agent published. DecodeMessage splits it without
-// a map (objectFields); for any bytes it must accept and refuse what the map decode does, read the
-// same id, from.id and mentions, and normalise to the same bytes, and it never panics.
-func FuzzDecodeMessage(f *testing.F) {
-	for _, s := range []string{
-		`{"id":"m1","from":{"id":"local.a0"},"text":"hi","to":"x","toService":"s"}`,
-		` { "id" : "m2", "text" : "<&>\u2028", "n" : [1, 2.50, {"a":null}] } `,
-		`{"id":"a","id":"b","ID":5,"from":{"ID":"x"},"mentions":["a","b"],"mentions":null}`,
-		`{"\u0069d":"esc","fr\u006fm":{"id":"y"},"k\xff":1,"\ud800":2}`,
-		`{"id":7}`, `{"from":"x"}`, `{"mentions":[1]}`, `{}`, `null`, `[]`, `"x"`, `{"a":{"b":["}",{"c":"]"}]},"id":"z"}`,
-		`{"a":"\"}","id":"q"}`, `{"a":1,}`, `{"a" 1}`, `{"id":"x"} {}`,
-		"{\"k\xff\":1,\"id\":\"\xfe\"}", "{\"i\xc3\":1}",
-	} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := DecodeMessage(b)
-		id, from, mentions, normalised, rerr := decodeMessageMap(b)
-		if (err == nil) != (rerr == nil) {
-			t.Fatalf("DecodeMessage err %v, the map decode err %v", err, rerr)
-		}
-		if err != nil {
-			if !errors.Is(err, ErrBadRecord) {
-				t.Fatalf("refusal %v is not ErrBadRecord", err)
-			}
-			return
-		}
-		if m.ID != id || m.From != from || !slices.Equal(m.Mentions, mentions) || (m.Mentions == nil) != (mentions == nil) {
-			t.Fatalf("read %q %q %q, the map decode %q %q %q", m.ID, m.From, m.Mentions, id, from, mentions)
-		}
-		for _, channel := range []string{"general", "a\"<b>"} {
-			got, gerr := m.Normalised(channel)
-			want, werr := normalised(channel)
-			if (gerr == nil) != (werr == nil) || !bytes.Equal(got, want) {
-				t.Fatalf("Normalised %q, %v; the map's %q, %v", got, gerr, want, werr)
-			}
 		}
 	})
 }
