@@ -382,7 +382,7 @@ func (r *Reader) pass(ctx context.Context, batch []jetstream.Msg) (func(context.
 		}
 		acls[it.aclKey] = &row{}
 		if d.entry.Reason == plane3.ReasonDurable {
-			it.memberKey = d.entry.Channel + "/" + in.aclKey // space.MemberKey: both parts are valid
+			it.memberKey, _ = space.MemberKey(d.entry.Channel, in.lc.Owner, in.lc.Actor, in.lc.UID)
 			members[it.memberKey] = &row{}
 		}
 		items = append(items, it)
