@@ -589,8 +589,12 @@ func TestCalloutSignerdUnreachable(t *testing.T) {
 		t.Fatalf("before the cut: %v", err)
 	}
 	e.proxy.cut()
-	c, err := e.connect(t, tok, nonceFor(t, tok))
+	nonce := nonceFor(t, tok)
+	c, err := e.connect(t, tok, nonce)
 	wantDenied(t, c, err)
+	if got, want := e.closedReason(t, nonce), server.AuthenticationViolation.String(); got != want {
+		t.Fatalf("the broker closed the refused connection for %q, want %q", got, want)
+	}
 	if !strings.Contains(logOf(t), "signerd unreachable") {
 		t.Fatal("the responder did not log that signerd is unreachable")
 	}
