@@ -538,11 +538,19 @@ func (l *Lease) Run(ctx context.Context) error {
 	}
 }
 
+// releaseAttempts bounds Release's read-then-delete rounds. A round the broker does not answer
+// is tried again: a supervisor's connection is cut and reconnected each time its credential
+// expires, and a request sent across that cut loses its reply though the broker is fine.
+const releaseAttempts = 3
+
 // Release marks the lease stopping (no renewal puts the row again, and Run returns), awaits a
 // renewal in flight, then deletes the row by CAS on the revision it just read, only if that row
 // is this lease's own: a successor's row is never deleted. A row another holder wrote, or no row,
-// leaves nothing to do. If the broker does not answer the row is left to expire with the TTL and
-// the error says so; Release may be called again.
+// leaves nothing to do. A round the broker does not answer (each operation bounded by OpTimeout)
+// is tried again, up to releaseAttempts rounds while ctx lasts, each from a fresh read: a delete
+// that landed but whose reply was lost then reads as no row. If no round is answered, or the
+// connection is closed or refused, the row is left to expire with the TTL and the error says
+// so; Release may be called again.
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if !l.stopping {
@@ -559,26 +567,48 @@ func (l *Lease) Release(ctx context.Context) error {
 	if freed {
 		return nil
 	}
+	var deleted bool
+	var err error
+	for range releaseAttempts {
+		if deleted, err = l.releaseOnce(ctx); err == nil || !unanswered(err) || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		return l.classify(fmt.Errorf("instlease: release %s/%s left to the TTL: %w", l.bucket, l.key, err))
+	}
+	l.setFreed()
+	if deleted {
+		l.set(0, lease.Gone)
+	}
+	return nil
+}
+
+// releaseOnce is one round of Release: read the row, delete it by CAS if it is this lease's.
+// deleted says this round deleted it; no row, or another's, is no error and nothing deleted.
+func (l *Lease) releaseOnce(ctx context.Context) (deleted bool, err error) {
 	octx, cancel := context.WithTimeout(ctx, l.cfg.OpTimeout)
 	defer cancel()
 	e, err := l.kv.Get(octx, l.key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
-		l.setFreed()
-		return nil
+		return false, nil
 	case err != nil:
-		return l.classify(fmt.Errorf("instlease: release %s/%s left to the TTL: %w", l.bucket, l.key, err))
+		return false, err
 	}
 	if r, derr := lifecycle.DecodeManagerLease(e.Value()); derr != nil || r != l.currentRow() {
-		l.setFreed()
-		return nil
+		return false, nil
 	}
 	if err := l.kv.Delete(octx, l.key, jetstream.LastRevision(e.Revision())); err != nil {
-		return l.classify(fmt.Errorf("instlease: release %s/%s left to the TTL: %w", l.bucket, l.key, err))
+		return false, err
 	}
-	l.setFreed()
-	l.set(0, lease.Gone)
-	return nil
+	return true, nil
+}
+
+// unanswered reports whether err is the broker not answering in time (worth another round), as
+// opposed to a closed connection or a refusal.
+func unanswered(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 }
 
 func (l *Lease) setFreed() {

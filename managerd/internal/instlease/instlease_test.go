@@ -147,9 +147,15 @@ func (e *env) mint(t *testing.T, sp string, p signerv1.Profile, params *signerv1
 
 func (e *env) conn(t *testing.T, sp string, p signerv1.Profile, params *signerv1.ProfileParams) *nats.Conn {
 	t.Helper()
+	return e.connTo(t, e.url, sp, p, params)
+}
+
+// connTo is conn through another broker URL (a proxy).
+func (e *env) connTo(t *testing.T, url, sp string, p signerv1.Profile, params *signerv1.ProfileParams) *nats.Conn {
+	t.Helper()
 	tok, kp := e.mint(t, sp, p, params)
 	pub, _ := kp.PublicKey()
-	nc, err := nats.Connect(e.url, nats.UserJWT(func() (string, error) { return tok, nil }, kp.Sign),
+	nc, err := nats.Connect(url, nats.UserJWT(func() (string, error) { return tok, nil }, kp.Sign),
 		nats.CustomInboxPrefix("_INBOX_"+pub), nats.NoReconnect(), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	if err != nil {
 		t.Fatal(err)
