@@ -586,10 +586,10 @@ func (m *Manager) shutdown(ctx context.Context, withAgents bool) (*managerv1.Shu
 		}
 	}
 	sortStrings(resp.Stopped, resp.Spared, unproven)
-	// The release is the last broker work, so it runs before the upkeep stops: the rail goes on
-	// renewing the supervisor credential until the row is deleted. Stopped first, a credential
-	// expiring during the release cut the connection and no renewal let it back ("expired without
-	// renewal"). Release stops the lease's own loop itself.
+	// The release is the last broker work, so it runs before teardown stops the upkeep: the rail
+	// goes on renewing the supervisor credential until the row is deleted. Stopped first, a
+	// credential expiring during the release cut the connection and no renewal let it back
+	// ("expired without renewal"). Release stops the lease's own loop itself.
 	var err error
 	if len(unproven) > 0 {
 		err = api.Refuse(codes.Internal, managerv1.Reason_REASON_STOP_UNPROVEN,
@@ -598,10 +598,6 @@ func (m *Manager) shutdown(ctx context.Context, withAgents bool) (*managerv1.Shu
 	} else if rerr := m.lease.Release(ctx); rerr != nil {
 		err = fmt.Errorf("%w: %w", ErrReleaseUnconfirmed, rerr)
 	}
-	if m.runCancel != nil {
-		m.runCancel()
-	}
-	m.wg.Wait()
 	// A spared agent's terminal stays open in this process; when the process exits the kernel
 	// hangs it up (SIGHUP to the agent's session), as it would for any PTY whose master closes.
 	m.teardown()
