@@ -10,6 +10,7 @@ import (
 	"github.com/cotalgo/cotal/deliveryd/service"
 	"github.com/cotalgo/cotal/deliveryd/service/servicetest"
 	"github.com/cotalgo/cotal/pkg/signerclient"
+	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/pkg/testkit/plane3test"
 	"github.com/cotalgo/cotal/pkg/yamlx"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
@@ -88,14 +89,18 @@ func TestBrokerGone(t *testing.T) {
 
 // TestRenewal (f): the delivery credential renews on a short TTL policy, and a missed renewal
 // keeps the current one until it expires.
-func TestRenewal(t *testing.T) {
-	policy := func(ttl string) string {
-		p := strings.Replace(signerdtest.DefaultPolicy, "delivery: {ttl_max: 24h", "delivery: {ttl_max: "+ttl, 1)
-		if p == signerdtest.DefaultPolicy {
-			t.Fatal("policy not changed")
-		}
-		return p
+// deliveryPolicy is signerdtest's default policy with the delivery profile's lifetime capped at ttl.
+func deliveryPolicy(t *testing.T, ttl string) string {
+	t.Helper()
+	p := strings.Replace(signerdtest.DefaultPolicy, "delivery: {ttl_max: 24h", "delivery: {ttl_max: "+ttl, 1)
+	if p == signerdtest.DefaultPolicy {
+		t.Fatal("policy not changed")
 	}
+	return p
+}
+
+func TestRenewal(t *testing.T) {
+	policy := func(ttl string) string { return deliveryPolicy(t, ttl) }
 	t.Run("ok/delivery-across-renewals", func(t *testing.T) {
 		e := plane3test.NewWith(t, signerdtest.Options{Policy: policy("4s")})
 		members(t, e)
@@ -163,4 +168,49 @@ func TestRenewal(t *testing.T) {
 			t.Fatalf("states = %v; want ready ... stopped/CREDENTIAL", st)
 		}
 	})
+}
+
+// TestCloseRenewsDuringRelease: the rail goes on renewing the delivery credential until the lease
+// is released. A proxy withholds the broker's reply to the release's delete (the delete lands) on
+// the connection that sent it, and on nothing else. With renewals running, the rail renews within
+// 3/4 of the 4 s credential's life and the resident connection moves onto the new credential,
+// which ends the withheld connection; the release's retry then finds its row gone. With renewals
+// stopped at the start of the teardown (the old order), the credential expires under the withheld
+// connection, no reconnect can authenticate, and the release is left to the TTL.
+func TestCloseRenewsDuringRelease(t *testing.T) {
+	e := plane3test.NewWith(t, signerdtest.Options{Policy: deliveryPolicy(t, "4s")})
+	p := testkit.StartHoldProxy(t, strings.TrimPrefix(e.URL, "nats://"))
+	var logs logBuffer
+	cfg := servicetest.Config(t, e, "deliveryd-a")
+	cfg.Brokers = []string{"nats://" + p.Addr}
+	svc := start(t, cfg, &logs)
+	renewals := func() int { return strings.Count(logs.String(), `"msg":"credential renewed"`) }
+
+	p.Arm("KV-Operation: DEL")
+	before := renewals()
+	closed := make(chan error, 1)
+	go func() { closed <- svc.Close(ctx(t)) }()
+	eventually(t, 10*time.Second, func() error {
+		if p.Held() == 0 {
+			return errors.New("the release's delete has not been sent yet")
+		}
+		return nil
+	})
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close = %v; want the lease released\n%s", err, logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("Close did not return\n%s", logs.String())
+	}
+	if n := renewals(); n <= before {
+		t.Fatalf("credential renewals during the release: %d; want at least one\n%s", n-before, logs.String())
+	}
+	if !logs.has("delivery lease released") {
+		t.Fatalf("no release logged\n%s", logs.String())
+	}
+	if _, _, err := servicetest.LeaseRow(ctx(t), servicetest.DeliveryKV(t, e)); !errors.Is(err, servicetest.ErrNoRow) {
+		t.Fatalf("lease row after Close: %v; want none", err)
+	}
 }

@@ -152,6 +152,10 @@ func (s *Service) teardown(fatal bool) error {
 	if s.nc != nil {
 		s.nc.Close()
 	}
+	if s.railCancel != nil {
+		s.railCancel()
+		<-s.railDone
+	}
 	if s.rail != nil {
 		s.rail.Close()
 	}

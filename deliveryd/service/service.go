@@ -156,6 +156,11 @@ type Service struct {
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// The rail's renewals run on a context of their own, ended by teardown only after the lease
+	// is released: the release is broker work on the rail's credential, and a credential left
+	// unrenewed during the quiesce and the release could expire and cut it for good.
+	railCancel context.CancelFunc
+	railDone   chan struct{}
 
 	stopOnce sync.Once
 	done     chan struct{}
@@ -639,15 +644,18 @@ func (s *Service) onLeaseMsg(m *nats.Msg) {
 	}
 }
 
-// runLoops starts the rail's renewals, the lease upkeep and the watchdog under ctx.
+// runLoops starts the lease upkeep and the watchdog under ctx, and the rail's renewals under a
+// context of their own that teardown ends after the release (railCancel).
 func (s *Service) runLoops(ctx context.Context) {
-	s.wg.Add(3)
+	railCtx, railCancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.railCancel, s.railDone = railCancel, make(chan struct{})
 	go func() {
-		defer s.wg.Done()
-		if err := s.rail.Run(ctx); err != nil && !errors.Is(err, signerclient.ErrClosed) {
+		defer close(s.railDone)
+		if err := s.rail.Run(railCtx); err != nil && !errors.Is(err, signerclient.ErrClosed) {
 			s.stop(fmt.Errorf("deliveryd: delivery credential: %w", err))
 		}
 	}()
+	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
 		s.keepLease(ctx)

@@ -3,13 +3,13 @@ package instlease_test
 import (
 	"bytes"
 	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
+	"github.com/cotalgo/cotal/pkg/testkit"
 )
 
 // TestReleaseUnanswered: a release round whose reply is lost (a supervisor's connection is cut
@@ -71,43 +71,10 @@ type holdProxy struct {
 
 func startHoldProxy(t *testing.T, broker, key string) *holdProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &holdProxy{addr: ln.Addr().String(), key: []byte(key)}
+	p := &holdProxy{key: []byte(key)}
 	p.cond = sync.NewCond(&p.mu)
-	var wg sync.WaitGroup
-	var conns []net.Conn
-	var connsMu sync.Mutex
-	t.Cleanup(func() {
-		_ = ln.Close()
-		p.arm(0, 0)
-		connsMu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		connsMu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", broker)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			connsMu.Lock()
-			conns = append(conns, c, s)
-			connsMu.Unlock()
-			wg.Go(func() { p.toBroker(s, c); _ = s.Close() })
-			wg.Go(func() { p.toClient(c, s); _ = c.Close() })
-		}
-	})
+	p.addr = testkit.ServeProxy(t, broker, func() (up, down func(io.Writer, io.Reader)) { return p.toBroker, p.toClient })
+	t.Cleanup(func() { p.arm(0, 0) })
 	return p
 }
 
