@@ -245,13 +245,13 @@ func TestBrokerRefuses(t *testing.T) {
 
 // TestBrokerAuthAccount covers the two AUTH-account profiles.
 //
-// refusedUnanswered reports whether err is the broker refusing a connect whose callout nobody
-// answered. The broker waits for the answer as long as its auth timeout (2 s) and sends an
-// unverified client its first PING after 2 s too: under load the PING can reach the client
-// before the violation, which nats.go then reports as a protocol error. Either way the client is
-// not let in.
-func refusedUnanswered(err error) bool {
-	return errors.Is(err, nats.ErrAuthorization) || (err != nil && strings.Contains(err.Error(), "expected 'PONG', got 'PING'"))
+// refusedUnanswered reports whether the connect named name, which failed on the client with
+// err, was refused by the broker: a connect whose callout nobody answers is refused at the
+// broker's 2 s auth timeout, and its RTT PING can reach the client before the refusal; the
+// broker's record then says why it closed the connection (testkit.RefusedOnRecord).
+func refusedUnanswered(t *testing.T, b *testkit.Broker, name string, err error) bool {
+	t.Helper()
+	return errors.Is(testkit.RefusedOnRecord(t, b.Server, name, err), nats.ErrAuthorization)
 }
 
 // In operator mode, a user JWT of an account whose JWT sets authorization.auth_users is handed
@@ -267,12 +267,12 @@ func TestBrokerAuthAccount(t *testing.T) {
 	sentinelJWT, sentinelKP := sp.MintUser(t, profiles.Sentinel, none, 0)
 
 	t.Run("fail/sentinel cannot connect without a callout responder", func(t *testing.T) {
-		nc, err := b.Connect(t, sentinelJWT, sentinelKP)
+		nc, err := b.Connect(t, sentinelJWT, sentinelKP, nats.Name("sentinel-unanswered"))
 		if err == nil {
 			nc.Close()
 			t.Fatal("sentinel connected")
 		}
-		if !refusedUnanswered(err) {
+		if !refusedUnanswered(t, b, "sentinel-unanswered", err) {
 			t.Fatalf("err = %v, want an authorization violation", err)
 		}
 	})
@@ -295,7 +295,7 @@ func TestBrokerAuthAccount(t *testing.T) {
 		// so the attempt still fails.
 		done := make(chan error, 1)
 		go func() {
-			c, err := b.Connect(t, sentinelJWT, sentinelKP)
+			c, err := b.Connect(t, sentinelJWT, sentinelKP, nats.Name("sentinel-seen-by-callout"))
 			if err == nil {
 				c.Close()
 			}
@@ -325,7 +325,7 @@ func TestBrokerAuthAccount(t *testing.T) {
 		if req.ConnectOptions.JWT != sentinelJWT {
 			t.Fatalf("callout request does not carry the sentinel JWT")
 		}
-		if err := <-done; !refusedUnanswered(err) {
+		if err := <-done; !refusedUnanswered(t, b, "sentinel-seen-by-callout", err) {
 			t.Fatalf("unanswered callout: sentinel err = %v, want an authorization violation", err)
 		}
 		if errs := b.AsyncErrors(nc); len(errs) != 0 {

@@ -592,7 +592,7 @@ func TestCalloutSignerdUnreachable(t *testing.T) {
 	nonce := nonceFor(t, tok)
 	c, err := e.connect(t, tok, nonce)
 	wantDenied(t, c, err)
-	if got, want := e.closedReason(t, nonce), server.AuthenticationViolation.String(); got != want {
+	if got, want := testkit.ClosedReason(t, e.ns, nonce), server.AuthenticationViolation.String(); got != want {
 		t.Fatalf("the broker closed the refused connection for %q, want %q", got, want)
 	}
 	if !strings.Contains(logOf(t), "signerd unreachable") {

@@ -338,52 +338,13 @@ func (e *env) connectInbox(t testing.TB, token, nonce, inbox string) (*client, e
 			defer c.mu.Unlock()
 			c.errs = append(c.errs, err)
 		}))
-	if err != nil && strings.Contains(err.Error(), "expected 'PONG', got 'PING'") {
-		return nil, e.refusedOnRecord(t, nonce, err)
-	}
 	if err != nil {
-		return nil, err
+		// A callout answered by silence can lose its refusal to the broker's RTT PING.
+		return nil, testkit.RefusedOnRecord(t, e.ns, nonce, err)
 	}
 	t.Cleanup(nc.Close)
 	c.Conn = nc
 	return c, nil
-}
-
-// refusedOnRecord reads the broker's verdict on a connect the client could not read itself. A
-// callout answered by silence times out 2 s after CONNECT; by then the connection is over 2 s
-// old, so the broker's auth-failure event measures its RTT with a PING, and that PING can reach
-// the client before the "Authorization Violation" that follows it. nats.go then reports the
-// PING, not the refusal. The broker's closed-connection record still says why it closed the
-// connection: an authentication failure maps to nats.ErrAuthorization, any other reason stays
-// the client's error.
-func (e *env) refusedOnRecord(t testing.TB, nonce string, clientErr error) error {
-	t.Helper()
-	reason := e.closedReason(t, nonce)
-	if reason != server.AuthenticationViolation.String() {
-		return fmt.Errorf("%w (the broker closed it for %q)", clientErr, reason)
-	}
-	return fmt.Errorf("%w: the broker closed the connection for %q; the client read its RTT PING first (%v)", nats.ErrAuthorization, reason, clientErr)
-}
-
-// closedReason waits for the broker's record of the closed connection named nonce and returns
-// why the broker closed it.
-func (e *env) closedReason(t testing.TB, nonce string) string {
-	t.Helper()
-	var reason string
-	testkit.Eventually(t, 10*time.Second, func() error {
-		cz, err := e.ns.Connz(&server.ConnzOptions{State: server.ConnClosed, Limit: 1 << 16})
-		if err != nil {
-			return err
-		}
-		for _, ci := range cz.Conns {
-			if ci.Name == nonce {
-				reason = ci.Reason
-				return nil
-			}
-		}
-		return fmt.Errorf("the broker has no closed connection named %s yet", nonce)
-	})
-	return reason
 }
 
 // waitError waits until the broker has sent c an asynchronous error containing want.

@@ -180,10 +180,10 @@ func mint(t *testing.T, spaceName string, profile profiles.Name, p profiles.Para
 }
 
 // connect dials url over TCP with a user JWT and its nkey.
-func connect(url, userJWT string, kp nkeys.KeyPair) (*nats.Conn, error) {
-	return nats.Connect(url,
+func connect(url, userJWT string, kp nkeys.KeyPair, opts ...nats.Option) (*nats.Conn, error) {
+	return nats.Connect(url, append([]nats.Option{
 		nats.UserJWT(func() (string, error) { return userJWT, nil }, kp.Sign),
-		nats.NoReconnect(), nats.Timeout(5*time.Second))
+		nats.NoReconnect(), nats.Timeout(5 * time.Second)}, opts...)...)
 }
 
 // newUser creates a user key pair and wipes it at cleanup.
