@@ -109,9 +109,9 @@ func TestRailRenewsLiveConnection(t *testing.T) {
 			}
 		}
 		mu.Unlock()
-		if !c.nc.IsConnected() {
-			t.Fatalf("connection status = %v, want connected", c.nc.Status())
-		}
+		// The connection's life across the renewals is the round trip above, made after the
+		// original credential expired. Once Run has stopped, nothing renews its 3 s credential,
+		// so a check of its status here would race that credential's expiry.
 		out := logs.String()
 		if !strings.Contains(out, "credential renewed") {
 			t.Fatalf("log has no renewal line:\n%s", out)
