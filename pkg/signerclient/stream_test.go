@@ -10,6 +10,7 @@ import (
 
 	signerv1 "github.com/cotalgo/cotal/pkg/gen/cotal/signer/v1"
 	"github.com/cotalgo/cotal/pkg/mtls"
+	"github.com/cotalgo/cotal/pkg/testkit"
 	"github.com/cotalgo/cotal/signerd/signerdtest"
 )
 
@@ -47,38 +48,21 @@ func TestCallsFallBackToUnary(t *testing.T) {
 
 // proxy forwards TCP connections to target until kill cuts every one of them.
 type proxy struct {
-	lis    net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
+	addr  string
+	mu    sync.Mutex
+	conns []net.Conn
 }
 
 func startProxy(t *testing.T, target string) *proxy {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	p := &proxy{}
+	cp := func(dst io.Writer, src io.Reader) {
+		p.mu.Lock()
+		p.conns = append(p.conns, dst.(net.Conn), src.(net.Conn))
+		p.mu.Unlock()
+		_, _ = io.Copy(dst, src)
 	}
-	p := &proxy{lis: lis, target: target}
-	t.Cleanup(func() { _ = lis.Close(); p.kill() })
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, u)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(u, c); _ = u.Close() }()
-			go func() { _, _ = io.Copy(c, u); _ = c.Close() }()
-		}
-	}()
+	p.addr = testkit.ServeProxy(t, target, func() (up, down func(io.Writer, io.Reader)) { return cp, cp })
 	return p
 }
 
@@ -97,7 +81,7 @@ func TestCallsStreamBreaks(t *testing.T) {
 	// A two-second group-commit wait keeps the Mint in flight while the connection is cut.
 	s := signerdtest.Start(t, signerdtest.Options{Policy: shortPolicy("1h", "own"), AuditMaxDelay: 2 * time.Second})
 	p := startProxy(t, s.Addr)
-	c, err := Dial(Config{Addr: p.lis.Addr().String(), TLS: s.Client(t, signerdtest.ID(mtls.KindManagerd, testSpace))})
+	c, err := Dial(Config{Addr: p.addr, TLS: s.Client(t, signerdtest.ID(mtls.KindManagerd, testSpace))})
 	if err != nil {
 		t.Fatal(err)
 	}
