@@ -24,17 +24,30 @@ import (
 // with the space at R3 instead of one embedded broker; its sub-benchmarks are named N=<n>,R3.
 var r3 = flag.Bool("delivery.r3", false, "BenchmarkDelivery on a 3-node cluster, the space at R3")
 
+// external runs BenchmarkDelivery on one nats-server process (a 1-node pkg/testkit/cluster) with
+// the space at R1 instead of the embedded broker, so the broker can be given cores of its own: run
+// the test binary under `taskset -c 1` with $COTAL_NATS_SERVER a wrapper that execs nats-server
+// under `taskset -c 0`. Its sub-benchmarks are named N=<n>,ext.
+var external = flag.Bool("delivery.external", false, "BenchmarkDelivery on one nats-server process, the space at R1")
+
 func TestMain(m *testing.M) { cluster.Main(m) }
 
 // env is the benchmark's environment for one N: one embedded broker, or with -delivery.r3 a
 // 3-node cluster with the space at R3.
 func env(b *testing.B) *plane3test.Env {
-	if !*r3 {
+	if *r3 && *external {
+		b.Fatal("-delivery.r3 and -delivery.external exclude each other")
+	}
+	if !*r3 && !*external {
 		return plane3test.New(b)
 	}
+	nodes, replicas := 3, 3
+	if *external {
+		nodes, replicas = 1, 1
+	}
 	s := signerdtest.Start(b, signerdtest.Options{Spaces: []string{plane3test.Space}})
-	c := cluster.Start(b, s, 3)
-	return plane3test.OnWith(b, s, c.URLList(), provision.Options{Replicas: 3})
+	c := cluster.Start(b, s, nodes)
+	return plane3test.OnWith(b, s, c.URLList(), provision.Options{Replicas: replicas})
 }
 
 // BenchmarkDelivery measures, in one run on one broker per N, durable fan-out throughput next to
@@ -69,6 +82,12 @@ func env(b *testing.B) *plane3test.Env {
 // At R3 on a 3-node cluster (slower: each stored write is a replication round trip):
 //
 //	go test -run '^$' -bench BenchmarkDelivery -benchtime 900x -count 8 -timeout 90m ./deliveryd/internal/fanout/ -args -delivery.r3
+//
+// On one nats-server process pinned to a core of its own, the benchmark on the other (the split of
+// a deployment whose broker does not share cores with deliveryd and the publishers; pin-nats is a
+// script of one line, `exec taskset -c 0 /path/to/nats-server "$@"`):
+//
+//	COTAL_NATS_SERVER=$PWD/pin-nats taskset -c 1 go test -run '^$' -bench BenchmarkDelivery -benchtime 900x -count 8 ./deliveryd/internal/fanout/ -args -delivery.external
 func BenchmarkDelivery(b *testing.B) {
 	const rawV, chainV, fanV, floorV = 0, 1, 2, 3 // the variants, in the order of their arrays below
 	orders := [][4]int{{rawV, chainV, floorV, fanV}, {chainV, fanV, rawV, floorV}, {fanV, floorV, chainV, rawV}, {floorV, rawV, fanV, chainV}}
@@ -178,8 +197,11 @@ func BenchmarkDelivery(b *testing.B) {
 		}
 		round := 0
 		name := fmt.Sprintf("N=%d", members)
-		if *r3 {
+		switch {
+		case *r3:
 			name += ",R3"
+		case *external:
+			name += ",ext"
 		}
 		b.Run(name, func(b *testing.B) {
 			b.StopTimer() // the variants are timed one by one below

@@ -55,7 +55,8 @@ type Config struct {
 	// Dir holds one directory per node (n1, n2, ...): nats.conf, jetstream/ and nats.log.
 	// Required.
 	Dir string
-	// Nodes is the cluster size; 0 means 3.
+	// Nodes is the cluster size; 0 means 3. One node is rendered without a cluster block (a
+	// standalone JetStream server, its own meta layer).
 	Nodes int
 	// Broker and Spaces are the trust every node is rendered with. Broker is required.
 	Broker *trust.Broker
@@ -157,7 +158,9 @@ func New(cfg Config) (*Cluster, error) {
 		sc := trust.ServerConfig{
 			Host: "127.0.0.1", Port: nd.ClientPort, ServerName: nd.Name, MonitorPort: nd.MonitorPort,
 			StoreDir: "jetstream", Broker: cfg.Broker, Spaces: cfg.Spaces,
-			Cluster: &trust.ClusterConfig{Name: Name, Port: nd.ClusterPort, Routes: routes},
+		}
+		if cfg.Nodes > 1 {
+			sc.Cluster = &trust.ClusterConfig{Name: Name, Port: nd.ClusterPort, Routes: routes}
 		}
 		if cfg.TLS != nil {
 			sc.TLSCertFile, sc.TLSKeyFile, sc.TLSCAFile = cfg.TLS.CertFile, cfg.TLS.KeyFile, cfg.TLS.CAFile
@@ -452,6 +455,9 @@ func (c *Cluster) MetaLeader() (int, error) {
 		js, err := c.Jsz(i, "")
 		if err != nil {
 			return -1, err
+		}
+		if js.Meta == nil && len(c.nodes) == 1 {
+			return i, nil // one node runs without a cluster block: it is its own meta layer
 		}
 		if js.Meta == nil || js.Meta.Leader == "" {
 			return -1, fmt.Errorf("cluster: %s knows no meta leader", c.nodes[i].Name)

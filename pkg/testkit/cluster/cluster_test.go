@@ -284,3 +284,25 @@ func pollErr(timeout time.Duration, f func() error) error {
 		time.Sleep(25 * time.Millisecond) // poll interval
 	}
 }
+
+// TestOneNode: a cluster of one is a standalone JetStream server (no cluster block), healthy, its
+// own meta leader, and holds a space provisioned at R1.
+func TestOneNode(t *testing.T) {
+	s := signerdtest.Start(t, signerdtest.Options{Spaces: []string{plane3test.Space}})
+	c := cluster.Start(t, s, 1)
+	if leader, err := c.MetaLeader(); err != nil || leader != 0 {
+		t.Fatalf("MetaLeader = %d, %v; want node 0", leader, err)
+	}
+	js, err := c.Jsz(0, "")
+	if err != nil || js.Meta != nil {
+		t.Fatalf("jsz meta %+v (%v); want a standalone server", js.Meta, err)
+	}
+	e := plane3test.OnWith(t, s, c.URLList(), provision.Options{Replicas: 1})
+	st, err := e.Provisioner(t).Stream(plane3test.Ctx(t), e.N.ChatStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := st.CachedInfo().Config.Replicas; r != 1 {
+		t.Fatalf("CHAT replicas %d; want 1", r)
+	}
+}
