@@ -87,8 +87,6 @@ func TestBrokerGone(t *testing.T) {
 	})
 }
 
-// TestRenewal (f): the delivery credential renews on a short TTL policy, and a missed renewal
-// keeps the current one until it expires.
 // deliveryPolicy is signerdtest's default policy with the delivery profile's lifetime capped at ttl.
 func deliveryPolicy(t *testing.T, ttl string) string {
 	t.Helper()
@@ -99,10 +97,11 @@ func deliveryPolicy(t *testing.T, ttl string) string {
 	return p
 }
 
+// TestRenewal (f): the delivery credential renews on a short TTL policy, and a missed renewal
+// keeps the current one until it expires.
 func TestRenewal(t *testing.T) {
-	policy := func(ttl string) string { return deliveryPolicy(t, ttl) }
 	t.Run("ok/delivery-across-renewals", func(t *testing.T) {
-		e := plane3test.NewWith(t, signerdtest.Options{Policy: policy("4s")})
+		e := plane3test.NewWith(t, signerdtest.Options{Policy: deliveryPolicy(t, "4s")})
 		members(t, e)
 		var logs logBuffer
 		svc := start(t, servicetest.Config(t, e, "deliveryd-a"), &logs)
@@ -128,7 +127,7 @@ func TestRenewal(t *testing.T) {
 		}
 	})
 	t.Run("ok/signerd-stopped-delivery-until-expiry", func(t *testing.T) {
-		e := plane3test.NewWith(t, signerdtest.Options{Policy: policy("8s")})
+		e := plane3test.NewWith(t, signerdtest.Options{Policy: deliveryPolicy(t, "8s")})
 		members(t, e)
 		var logs logBuffer
 		var ev events

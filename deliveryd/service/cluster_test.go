@@ -63,8 +63,9 @@ func TestClusterNodeLoss(t *testing.T) {
 	// each, longer on a loaded machine): the writer's durable, the rows its pass reads (a row
 	// read without a leader fails the pass after plane3.SyncWait, and the pass redelivers),
 	// INBOX, the reader's durable, and the gate's look at the member's durable (5 s before it
-	// gives up and lets the copy through ungated). Measured with -race next to two other test packages: 5 to
-	// 18 s in 8 of 16 runs, 50 ms in the rest; a CI run once went past the earlier 20 s bound.
+	// gives up and lets the copy through ungated). Measured with -race next to two other test
+	// packages: 5 to 18 s in 8 of 16 runs, 50 ms in the rest; a CI run once went past the
+	// earlier 20 s bound.
 	eventually(t, 60*time.Second, func() error { return servicetest.Exactly(bob.IDs(), []string{"before", "after"}) })
 	select {
 	case <-svc.Done():

@@ -19,9 +19,9 @@ type HoldProxy struct {
 
 	mu     sync.Mutex
 	cond   *sync.Cond
-	marker []byte
-	held   int // connections that started holding since the last Arm
-	freed  bool
+	marker []byte // nil: unarmed
+	arm    int    // counts Arm calls: a connection holds only under the Arm it matched
+	held   int    // connections that started holding since the last Arm
 }
 
 // ServeProxy forwards each loopback connection to target (host:port) and returns the proxy's
@@ -88,7 +88,8 @@ func StartHoldProxy(t testing.TB, target string) *HoldProxy {
 // Arm holds each connection, from now on, whose client sends marker (matched across reads).
 func (p *HoldProxy) Arm(marker string) {
 	p.mu.Lock()
-	p.marker, p.held, p.freed = []byte(marker), 0, false
+	p.marker, p.held = []byte(marker), 0
+	p.arm++
 	p.mu.Unlock()
 }
 
@@ -99,19 +100,26 @@ func (p *HoldProxy) Held() int {
 	return p.held
 }
 
-// Free disarms the proxy and lets every held connection's bytes through.
+// Free disarms the proxy and lets every held connection's bytes through; a later Arm holds only
+// the connections that send its marker.
 func (p *HoldProxy) Free() {
 	p.mu.Lock()
-	p.marker, p.freed = nil, true
+	p.marker = nil
 	p.mu.Unlock()
 	p.cond.Broadcast()
 }
 
 // proxied is one client connection and its target connection.
 type proxied struct {
-	p       *HoldProxy
-	holding bool // guarded by p.mu
-	closed  bool // guarded by p.mu
+	p      *HoldProxy
+	heldAt int  // the Arm whose marker this connection sent (0: none); guarded by p.mu
+	closed bool // guarded by p.mu
+}
+
+// holding reports whether the connection holds now: it sent the marker of the Arm still in
+// force. p.mu must be held.
+func (c *proxied) holding() bool {
+	return c.heldAt != 0 && c.heldAt == c.p.arm && c.p.marker != nil
 }
 
 // toTarget looks for the marker in what the client sends before passing it on, so the reply to
@@ -124,10 +132,10 @@ func (c *proxied) toTarget(dst io.Writer, src io.Reader) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			c.p.mu.Lock()
-			if m := c.p.marker; len(m) > 0 && !c.holding {
+			if m := c.p.marker; len(m) > 0 && c.heldAt != c.p.arm {
 				win := append(tail, buf[:n]...)
 				if bytes.Contains(win, m) {
-					c.holding = true
+					c.heldAt = c.p.arm
 					c.p.held++
 				}
 				tail = append([]byte(nil), win[max(0, len(win)-len(m)+1):]...)
@@ -151,7 +159,7 @@ func (c *proxied) toClient(dst io.Writer, src io.Reader) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			c.p.mu.Lock()
-			for c.holding && !c.p.freed && !c.closed {
+			for c.holding() && !c.closed {
 				c.p.cond.Wait()
 			}
 			closed := c.closed

@@ -13,7 +13,8 @@ import (
 )
 
 // TestHoldProxy: an armed proxy withholds the replies on the connection that sent the marker,
-// and only there, until Free; the target's echo then arrives whole.
+// and only there, until Free; the target's echo then arrives whole, and a later Arm does not
+// hold that connection again.
 func TestHoldProxy(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -66,5 +67,13 @@ func TestHoldProxy(t *testing.T) {
 	_ = a.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if got, err := ar.ReadString('\n'); err != nil || got != "HOLD me\n" {
 		t.Fatalf("freed echo = %q, %v", got, err)
+	}
+	// A new Arm does not hold again what the last one held and Free let go.
+	p.Arm("AGAIN")
+	if got, err := echo(a, ar, "after"); err != nil || got != "after\n" {
+		t.Fatalf("echo on a freed connection under a new Arm = %q, %v; want it passed", got, err)
+	}
+	if n := p.Held(); n != 0 {
+		t.Fatalf("Held after a new Arm = %d; want 0", n)
 	}
 }
